@@ -1,0 +1,24 @@
+"""symshape's engine: ShapeEnv, symbolic sizes torch accepts, and the tracer.
+
+Example::
+
+    >>> import torch
+    >>> import shapes
+    >>> tp = shapes.trace(lambda x: x.view(-1, 8), "x: f32[N]")
+    >>> tp.output_shapes
+    [((N//8), 8)]
+"""
+from .env import DataDependentError, ShapeEnv
+from .errors import GuardViolation, SpecError, SymshapeError, TraceError, UnsupportedOpError
+from .guard import Decision, Guard, GuardKind, LogEntry
+from .program import TracedProgram
+from .provenance import Provenance
+from .spec import Dim, InputSpec, parse_spec
+from .tracer import trace
+from .value_ranges import ValueRange, bound
+
+__all__ = [
+    "trace", "ShapeEnv", "TracedProgram", "Guard", "GuardKind", "Decision", "LogEntry", "Provenance",
+    "Dim", "InputSpec", "parse_spec", "ValueRange", "bound", "DataDependentError", "GuardViolation",
+    "SpecError", "SymshapeError", "TraceError", "UnsupportedOpError",
+]

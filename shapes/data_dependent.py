@@ -1,0 +1,124 @@
+"""Ops whose output size or value depends on tensor data.
+
+Each handler creates unbacked symbols in the env and returns meta outputs
+whose sizes use them, plus how to bind each symbol from the real output at
+run time (``("size", dim)`` or ``("value",)``).
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from .errors import UnsupportedOpError
+from .provenance import capture
+from .symnode import sym_value
+
+aten = torch.ops.aten
+
+
+def _numel_expr(t):
+    n = sympy.Integer(1)
+    for s in t.shape:
+        n = n * (s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(s))
+    return n
+
+
+def _where(env) -> str:
+    p = capture(env._current_op())
+    return f"{p.filename}:{p.lineno} `{p.code}`" if p.code else p.location()
+
+
+def _count(env, what, numel_expr):
+    u = env.create_unbacked(kind="size", what=what)
+    env.add_op_axiom(sympy.Le(u, numel_expr), f"{what} is at most the number of elements")
+    return u
+
+
+def handle_nonzero(env, func, args, kwargs):
+    x = args[0]
+    u = _count(env, f"number of nonzero elements (nonzero at {_where(env)})", _numel_expr(x))
+    out = torch.empty((sym_value(env, u), x.dim()), dtype=torch.int64, device="meta")
+    return out, {u: ("size", 0)}
+
+
+def handle_masked_select(env, func, args, kwargs):
+    x, mask = args[0], args[1]
+    shape = torch.broadcast_shapes(x.shape, mask.shape)
+    numel = sympy.Integer(1)
+    for s in shape:
+        numel = numel * (s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(s))
+    u = _count(env, f"number of selected elements (masked_select at {_where(env)})", numel)
+    return torch.empty((sym_value(env, u),), dtype=x.dtype, device="meta"), {u: ("size", 0)}
+
+
+def handle_index(env, func, args, kwargs):
+    x, indices = args[0], args[1]
+    bool_pos = [i for i, ix in enumerate(indices) if ix is not None and ix.dtype in (torch.bool, torch.uint8)]
+    if not bool_pos:
+        return None
+    if len(bool_pos) != 1 or any(ix is not None for i, ix in enumerate(indices) if i not in bool_pos):
+        raise UnsupportedOpError(
+            f"symshape: indexing with a boolean mask combined with other indices is not supported "
+            f"(at {_where(env)}); index with the mask alone, or use torch.nonzero explicitly"
+        )
+    p = bool_pos[0]
+    mask = indices[p]
+    covered = mask.dim()
+    u = _count(env, f"number of True elements of the mask (boolean indexing at {_where(env)})", _numel_expr(mask))
+    shape = list(x.shape[:p]) + [sym_value(env, u)] + list(x.shape[p + covered:])
+    return torch.empty(shape, dtype=x.dtype, device="meta"), {u: ("size", p)}
+
+
+def handle_item(env, func, args, kwargs):
+    x = args[0]
+    what = f"value of .item() at {_where(env)}"
+    if x.dtype.is_floating_point:
+        u = env.create_unbacked(kind="float", what=what)
+        return sym_value(env, u, float), {u: ("value",)}
+    if x.dtype is torch.bool:
+        u = env.create_unbacked(kind="bool", what=what)
+        return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
+    if x.dtype.is_complex:
+        raise UnsupportedOpError(f"symshape: .item() of a complex tensor is not supported (at {_where(env)})")
+    u = env.create_unbacked(kind="int", what=what)
+    return sym_value(env, u, int), {u: ("value",)}
+
+
+def handle_unique(env, func, args, kwargs):
+    x = args[0]
+    name = func.overloadpacket.__name__
+    if name == "unique_dim":
+        raise UnsupportedOpError(f"symshape: torch.unique(dim=...) is not supported (at {_where(env)})")
+    u = _count(env, f"number of unique values ({name} at {_where(env)})", _numel_expr(x))
+    if name == "_unique2":
+        return_inverse = args[2] if len(args) > 2 else kwargs.get("return_inverse", False)
+        return_counts = args[3] if len(args) > 3 else kwargs.get("return_counts", False)
+    else:  # unique_consecutive
+        return_inverse = args[1] if len(args) > 1 else kwargs.get("return_inverse", False)
+        return_counts = args[2] if len(args) > 2 else kwargs.get("return_counts", False)
+    su = sym_value(env, u)
+    vals = torch.empty((su,), dtype=x.dtype, device="meta")
+    inv = torch.empty(x.shape if return_inverse else (0,), dtype=torch.int64, device="meta")
+    cnt = torch.empty((su,) if return_counts else (0,), dtype=torch.int64, device="meta")
+    return (vals, inv, cnt), {u: ("size", 0)}
+
+
+def handle_repeat_interleave(env, func, args, kwargs):
+    repeats = args[0]
+    out_size = kwargs.get("output_size")
+    if out_size is not None:
+        return None
+    u = env.create_unbacked(kind="size", what=f"sum of repeats (repeat_interleave at {_where(env)})")
+    return torch.empty((sym_value(env, u),), dtype=repeats.dtype, device="meta"), {u: ("size", 0)}
+
+
+HANDLERS = {
+    aten.nonzero.default: handle_nonzero,
+    aten.masked_select.default: handle_masked_select,
+    aten.index.Tensor: handle_index,
+    aten._local_scalar_dense.default: handle_item,
+    aten._unique2.default: handle_unique,
+    aten.unique_consecutive.default: handle_unique,
+    aten.unique_dim.default: handle_unique,
+    aten.repeat_interleave.Tensor: handle_repeat_interleave,
+}

@@ -1,0 +1,137 @@
+"""Integer functions the engine builds expressions from.
+
+sympy's own ``floor(a / b)`` and ``Mod`` do not carry Python's semantics for
+negative operands in every version and simplify in ways the engine cannot
+log.  These functions only fold constants on construction; every rewrite of
+them happens in :mod:`shapes.simplify`, where it is recorded in the decision
+log so that :mod:`validation` can check it.
+
+Example::
+
+    >>> import sympy
+    >>> from shapes.functions import FloorDiv, PyMod
+    >>> FloorDiv(sympy.Integer(-7), sympy.Integer(2))
+    -4
+    >>> PyMod(sympy.Integer(-7), sympy.Integer(2))
+    1
+"""
+from __future__ import annotations
+
+import sympy
+
+
+def _is_int_const(x) -> bool:
+    return isinstance(x, sympy.Integer)
+
+
+class FloorDiv(sympy.Function):
+    """``a // b`` with Python semantics (rounds toward negative infinity)."""
+
+    is_integer = True
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 0:
+            raise ZeroDivisionError(f"symbolic floor division {a} // 0")
+        if _is_int_const(a) and _is_int_const(b):
+            return sympy.Integer(int(a) // int(b))
+        if b == 1:
+            return a
+        if a == 0:
+            return sympy.Integer(0)
+        return None
+
+    def _sympystr(self, printer):
+        a, b = self.args
+        return f"({printer.parenthesize(a, 40)}//{printer.parenthesize(b, 40)})"
+
+
+class PyMod(sympy.Function):
+    """``a % b`` with Python semantics (result has the sign of ``b``)."""
+
+    is_integer = True
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 0:
+            raise ZeroDivisionError(f"symbolic modulo {a} % 0")
+        if _is_int_const(a) and _is_int_const(b):
+            return sympy.Integer(int(a) % int(b))
+        if b == 1 or b == -1 or a == 0:
+            return sympy.Integer(0)
+        return None
+
+    def _sympystr(self, printer):
+        a, b = self.args
+        return f"({printer.parenthesize(a, 40)} % {printer.parenthesize(b, 40)})"
+
+
+class TrueDiv(sympy.Function):
+    """``a / b`` on integers giving a real number (Python's ``/``)."""
+
+    is_real = True
+    nargs = 2
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 0:
+            raise ZeroDivisionError(f"symbolic division {a} / 0")
+        if a.is_number and b.is_number:
+            return sympy.Float(float(a) / float(b))
+        return None
+
+    def _sympystr(self, printer):
+        a, b = self.args
+        return f"({printer.parenthesize(a, 40)}/{printer.parenthesize(b, 40)})"
+
+
+class ToFloat(sympy.Function):
+    """An integer expression used as a float (``float(s)``)."""
+
+    is_real = True
+    nargs = 1
+
+    @classmethod
+    def eval(cls, a):
+        if a.is_number:
+            return sympy.Float(float(a))
+        return None
+
+
+class TruncToInt(sympy.Function):
+    """``int(x)`` of a real expression: truncation toward zero."""
+
+    is_integer = True
+    nargs = 1
+
+    @classmethod
+    def eval(cls, a):
+        if a.is_number:
+            return sympy.Integer(int(float(a)))
+        return None
+
+
+class Where(sympy.Function):
+    """``c ? a : b`` (``torch.sym_ite``)."""
+
+    nargs = 3
+
+    @classmethod
+    def eval(cls, c, a, b):
+        if c is sympy.true:
+            return a
+        if c is sympy.false:
+            return b
+        if a == b:
+            return a
+        return None
+
+    def _eval_is_integer(self):
+        return self.args[1].is_integer and self.args[2].is_integer
+
+
+#: Every function class the engine may put into an expression; validation
+#: must translate each of these (and says so explicitly when it cannot).
+ENGINE_FUNCTIONS = (FloorDiv, PyMod, TrueDiv, ToFloat, TruncToInt, Where)

@@ -1,0 +1,103 @@
+"""The records the engine keeps: guards, runtime asserts, specializations.
+
+These are plain data; :mod:`guards` renders, checks and explains them.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+import sympy
+
+from .provenance import Provenance
+
+
+class GuardKind(str, enum.Enum):
+    """Why a condition must hold at other sizes.
+
+    * ``GUARD``: decided by the example size (hint); other sizes that violate
+      it take another path (a recompile for a compiler).
+    * ``RUNTIME_ASSERT``: reached through ``torch._check`` / ``expect_true``;
+      assumed while tracing and checked when the program runs (an error, never
+      a recompile).
+    * ``SPECIALIZATION``: a dim fixed to a constant (0/1 policy or an
+      equality with a constant); the traced program is only valid there.
+    """
+
+    GUARD = "guard"
+    RUNTIME_ASSERT = "runtime_assert"
+    SPECIALIZATION = "specialization"
+
+
+class Decision(str, enum.Enum):
+    """How the engine settled a question."""
+
+    HINT = "hint"              # by the example size
+    ZERO_ONE = "zero_one"      # 0/1 specialization policy at symbol creation
+    USER_CHECK = "user_check"  # torch._check / expect_true
+    INT_CONVERSION = "int_conversion"  # int() of a size forced a constant
+
+
+@dataclass
+class Guard:
+    """One condition the traced program depends on.
+
+    ``expr`` is a sympy boolean over the named dim symbols (final form,
+    after the engine's simplifications); ``original`` is the condition as
+    first raised, before simplification.
+    """
+
+    expr: sympy.Basic
+    kind: GuardKind
+    provenance: Provenance
+    decided_by: Decision = Decision.HINT
+    original: Optional[sympy.Basic] = None
+    message: str = ""
+    index: int = 0
+    symbols: tuple = field(default=(), compare=False)
+
+    @property
+    def filename(self) -> str:
+        return self.provenance.filename
+
+    @property
+    def lineno(self) -> int:
+        return self.provenance.lineno
+
+    @property
+    def code(self) -> str:
+        return self.provenance.code
+
+    @property
+    def op(self) -> Optional[str]:
+        return self.provenance.op
+
+    def __str__(self) -> str:
+        return f"[{self.kind.value}] {self.expr}  at {self.provenance}"
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One engine decision, replayable by :mod:`validation`.
+
+    ``kind`` is one of:
+
+    * ``"axiom"``: ``after`` is assumed (symbol range, op semantics).
+    * ``"fact"``: ``after`` becomes a known fact (a guard or runtime assert).
+    * ``"static"``: ``before`` was decided to equal ``after`` (a constant) with
+      no guard, from the facts known at that point.
+    * ``"rewrite"``: ``before`` was rewritten to ``after`` by ``rule``; the
+      two must be equal under the facts known at that point.
+    * ``"fallback"``: an undecidable condition took a default value without a
+      guard (torch's ``guard_or_false``); not a claim of truth.
+
+    ``n_facts`` is how many facts (axioms included) existed when the step was
+    taken: the step may only rely on those.
+    """
+
+    kind: str
+    before: sympy.Basic
+    after: sympy.Basic
+    rule: str
+    n_facts: int

@@ -1,0 +1,123 @@
+"""Where a decision came from: the user's frame and the torch op that asked.
+
+The engine never trusts the ``file``/``line`` torch passes to ``guard_bool``
+(C++ passes its own source location); it walks the Python stack instead and
+takes the innermost frame that belongs to neither torch, sympy nor symshape.
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Optional
+
+import sympy
+import torch
+
+_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ENGINE_DIRS = tuple(
+    os.path.join(_PKG_ROOT, p) + os.sep for p in ("shapes", "guards", "validation", "compiler", "cli")
+)
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_SYMPY_DIR = os.path.dirname(os.path.abspath(sympy.__file__)) + os.sep
+_STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
+_LIBRARY_DIRS = (_TORCH_DIR, _SYMPY_DIR)
+
+
+# torch files whose frames are plumbing, never "the op that asked".
+_TORCH_PLUMBING = tuple(
+    os.path.join(os.path.dirname(os.path.abspath(torch.__file__)), p)
+    for p in ("__init__.py", "fx/experimental/sym_node.py", "fx/experimental/symbolic_shapes.py",
+              "_ops.py", "utils/_python_dispatch.py", "_dispatch", "utils/_pytree.py", "_prims_common/wrappers.py",
+              "overrides.py", "_tensor.py", "_compile.py", "utils/_contextlib.py")
+)
+
+
+def _is_engine(filename: str) -> bool:
+    return filename.startswith(_ENGINE_DIRS)
+
+
+def _is_library(filename: str) -> bool:
+    if filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen"):
+        return True
+    # The standard library (contextlib, functools, ...) is never "user code",
+    # but site-packages is: transformers' modeling files are where users look.
+    return filename.startswith(_STDLIB_DIR) and "site-packages" not in filename
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The user source line and the op behind a guard or decision.
+
+    ``op`` is the ATen op being traced when torch itself asked (for example
+    ``aten.view.default``), the innermost torch Python function when the
+    question came from torch's Python code outside dispatch (for example
+    ``torch.nn.functional.pad``), or ``None`` when the user's own code asked
+    (``if x.shape[0] > 16``).  ``from_user`` is True in that last case.
+    """
+
+    filename: str = "<unknown>"
+    lineno: int = 0
+    code: str = ""
+    function: str = ""
+    op: Optional[str] = None
+    stack: tuple = field(default=(), compare=False)
+
+    @property
+    def from_user(self) -> bool:
+        return self.op is None
+
+    def location(self) -> str:
+        return f"{self.filename}:{self.lineno}"
+
+    def __str__(self) -> str:
+        where = f"{self.filename}:{self.lineno}"
+        if self.code:
+            where += f" `{self.code}`"
+        if self.op:
+            where += f" (in {self.op})"
+        return where
+
+
+def capture(current_op: Optional[str] = None, *, stack_depth: int = 6) -> Provenance:
+    """Provenance of the caller: innermost non-library, non-engine frame."""
+    f = sys._getframe(1)
+    user = None
+    torch_fn = None
+    stack = []
+    while f is not None:
+        fn = f.f_code.co_filename
+        if _is_engine(fn):
+            pass
+        elif _is_library(fn):
+            if (user is None and torch_fn is None and fn.startswith(_TORCH_DIR)
+                    and not fn.startswith(_TORCH_PLUMBING)):
+                torch_fn = _torch_function_name(fn, f.f_code.co_name)
+        else:
+            if user is None:
+                user = f
+            if len(stack) < stack_depth:
+                stack.append(f"{fn}:{f.f_lineno} in {f.f_code.co_name}")
+        f = f.f_back
+    if user is None:
+        return Provenance(op=current_op or torch_fn)
+    code = linecache.getline(user.f_code.co_filename, user.f_lineno).strip()
+    op = current_op if current_op is not None else torch_fn
+    return Provenance(
+        filename=user.f_code.co_filename,
+        lineno=user.f_lineno,
+        code=code,
+        function=user.f_code.co_name,
+        op=op,
+        stack=tuple(stack),
+    )
+
+
+def _torch_function_name(filename: str, func: str) -> str:
+    rel = filename[len(_TORCH_DIR):]
+    mod = rel[:-3] if rel.endswith(".py") else rel
+    mod = mod.replace(os.sep, ".")
+    if mod.endswith(".__init__"):
+        mod = mod[: -len(".__init__")]
+    return f"torch.{mod}.{func}" if mod else f"torch.{func}"

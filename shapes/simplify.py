@@ -1,0 +1,249 @@
+"""Rewrite rules the engine applies to size expressions.
+
+Each rule application is appended to the decision log as a ``rewrite``
+entry, so :mod:`validation` can prove ``before == after`` under the facts
+known at that moment.  Rules that depend on facts (divisibility, ranges)
+must only use the facts the env holds; rules that are identities hold
+everywhere.
+
+The rules live in :data:`RULES` keyed by name so tests can swap one out for
+a deliberately wrong version and check that validation catches it.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Callable, Optional
+
+import sympy
+
+from .functions import FloorDiv, PyMod, Where
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .env import ShapeEnv
+
+
+def known_divisor(env: "ShapeEnv", e) -> int:
+    """A positive integer known to divide ``e`` (1 when nothing is known)."""
+    if e.is_Integer:
+        return abs(int(e)) or 0
+    d = env.divisible.get(e, 1)
+    if e.is_Mul:
+        prod = 1
+        for a in e.args:
+            k = known_divisor(env, a)
+            if k == 0:
+                return 0
+            prod *= k
+        return max(d, prod) if prod % d == 0 or d % prod == 0 else math.lcm(d, prod)
+    if e.is_Add:
+        g = 0
+        for a in e.args:
+            g = math.gcd(g, known_divisor(env, a))
+            if g == 1:
+                break
+        return math.lcm(d, g) if g else d
+    return d
+
+
+def divides(env: "ShapeEnv", k: int, e) -> bool:
+    d = known_divisor(env, e)
+    return d == 0 or d % k == 0
+
+
+def _split_by_divisor(e, k: int):
+    """Split ``e`` into ``k*q + r`` using integer coefficients; returns (q, r)."""
+    q, r = [], []
+    for t in sympy.Add.make_args(e):
+        c, rest = t.as_coeff_Mul()
+        if c.is_Integer and int(c) % k == 0:
+            q.append(sympy.Integer(int(c) // k) * rest)
+        else:
+            r.append(t)
+    return sympy.Add(*q), sympy.Add(*r)
+
+
+def _pos_int(x) -> Optional[int]:
+    if x.is_Integer and int(x) > 0:
+        return int(x)
+    return None
+
+
+# Each rule takes (env, expr) and returns a new expression or None.
+
+
+def rule_floordiv_split(env, e):
+    """(k*q + r) // k  ->  q + r // k   (identity for integer q)."""
+    if not isinstance(e, FloorDiv):
+        return None
+    k = _pos_int(e.args[1])
+    if k is None:
+        return None
+    q, r = _split_by_divisor(e.args[0], k)
+    if q == 0:
+        return None
+    return q + FloorDiv(r, k)
+
+
+def _exact_quotient(env, a, d):
+    """``a / d`` as a polynomial with integer coefficients, if it is one and d != 0."""
+    if d.is_number:
+        return None
+    q = sympy.cancel(a / d)
+    num, den = q.as_numer_denom()
+    if den != 1 or not q.is_polynomial() or not all(
+        c.is_Integer for c in sympy.Poly(q, *sorted(q.free_symbols, key=str)).coeffs()
+    ) if q.free_symbols else not q.is_Integer:
+        return None
+    if env.static_bool(sympy.Ne(d, 0), log=False) is not True:
+        return None
+    return q
+
+
+def rule_floordiv_cancel(env, e):
+    """(q*d) // d  ->  q   for a symbolic d != 0 and polynomial q."""
+    if not isinstance(e, FloorDiv):
+        return None
+    return _exact_quotient(env, *e.args)
+
+
+def rule_mod_cancel(env, e):
+    """(q*d) % d  ->  0   for a symbolic d != 0 and polynomial q."""
+    if not isinstance(e, PyMod):
+        return None
+    if _exact_quotient(env, *e.args) is None:
+        return None
+    return sympy.Integer(0)
+
+
+def rule_floordiv_nest(env, e):
+    """(x // m) // n  ->  x // (m*n)   for positive constants m, n."""
+    if not isinstance(e, FloorDiv) or not isinstance(e.args[0], FloorDiv):
+        return None
+    n, m = _pos_int(e.args[1]), _pos_int(e.args[0].args[1])
+    if n is None or m is None:
+        return None
+    return FloorDiv(e.args[0].args[0], m * n)
+
+
+def rule_floordiv_range(env, e):
+    """a // b  ->  0   when 0 <= a < b by ranges."""
+    if not isinstance(e, FloorDiv):
+        return None
+    a, b = e.args
+    if env.static_bool(sympy.Ge(a, 0), log=False) is True and env.static_bool(sympy.Lt(a, b), log=False) is True:
+        return sympy.Integer(0)
+    return None
+
+
+def rule_mul_floordiv_exact(env, e):
+    """c * (a // k)  ->  (c/k) * a   when k | a and k | c."""
+    if not e.is_Mul:
+        return None
+    c, rest = e.as_coeff_Mul()
+    if not c.is_Integer or not isinstance(rest, FloorDiv):
+        return None
+    k = _pos_int(rest.args[1])
+    if k is None or int(c) % k != 0 or not divides(env, k, rest.args[0]):
+        return None
+    return sympy.Integer(int(c) // k) * rest.args[0]
+
+
+def rule_mod_split(env, e):
+    """(k*q + r) % k  ->  r % k."""
+    if not isinstance(e, PyMod):
+        return None
+    k = _pos_int(e.args[1])
+    if k is None:
+        return None
+    q, r = _split_by_divisor(e.args[0], k)
+    if q == 0:
+        return None
+    return PyMod(r, k)
+
+
+def rule_mod_divisible(env, e):
+    """a % k  ->  0   when k | a is known."""
+    if not isinstance(e, PyMod):
+        return None
+    k = _pos_int(e.args[1])
+    if k is None or not divides(env, k, e.args[0]):
+        return None
+    return sympy.Integer(0)
+
+
+def rule_mod_range(env, e):
+    """a % b  ->  a   when 0 <= a < b by ranges."""
+    if not isinstance(e, PyMod):
+        return None
+    a, b = e.args
+    if env.static_bool(sympy.Ge(a, 0), log=False) is True and env.static_bool(sympy.Lt(a, b), log=False) is True:
+        return a
+    return None
+
+
+def rule_min_max(env, e):
+    """Min(a, b) -> a when a <= b is known; likewise Max."""
+    is_min = isinstance(e, sympy.Min)
+    if not (is_min or isinstance(e, sympy.Max)):
+        return None
+    args = list(e.args)
+    for i, a in enumerate(args):
+        others = args[:i] + args[i + 1:]
+        rel = sympy.Le if is_min else sympy.Ge
+        if all(env.static_bool(rel(a, o), log=False) is True for o in others):
+            return a
+    return None
+
+
+def rule_where(env, e):
+    """c ? a : b  ->  a (or b) when c is known."""
+    if not isinstance(e, Where):
+        return None
+    v = env.static_bool(e.args[0], log=False)
+    if v is None:
+        return None
+    return e.args[1] if v else e.args[2]
+
+
+RULES: dict[str, Callable] = {
+    "floordiv_split": rule_floordiv_split,
+    "floordiv_cancel": rule_floordiv_cancel,
+    "floordiv_nest": rule_floordiv_nest,
+    "floordiv_range": rule_floordiv_range,
+    "mul_floordiv_exact": rule_mul_floordiv_exact,
+    "mod_split": rule_mod_split,
+    "mod_cancel": rule_mod_cancel,
+    "mod_divisible": rule_mod_divisible,
+    "mod_range": rule_mod_range,
+    "min_max": rule_min_max,
+    "where": rule_where,
+}
+
+_RULE_TYPES = (FloorDiv, PyMod, sympy.Min, sympy.Max, Where)
+
+
+def needs_rules(e) -> bool:
+    return e.has(*_RULE_TYPES)
+
+
+def rewrite(env: "ShapeEnv", e):
+    """Apply :data:`RULES` bottom-up until none fires; logs each step."""
+    if e.is_Atom or not needs_rules(e):
+        return e
+    args = [rewrite(env, a) for a in e.args]
+    if any(a is not b for a, b in zip(args, e.args)):
+        e = e.func(*args)
+    for _ in range(32):  # rules only shrink expressions; the bound is a safety net
+        for name, rule in RULES.items():
+            new = rule(env, e)
+            if new is not None and new != e:
+                env.log_step("rewrite", e, new, name)
+                e = new
+                break
+        else:
+            return e
+        if e.is_Atom:
+            return e
+        if any(not a.is_Atom and needs_rules(a) for a in e.args):
+            e = rewrite(env, e)
+    return e

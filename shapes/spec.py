@@ -1,0 +1,164 @@
+"""Input specs: ``"x: f32[B, T, 768]"`` and dim bounds.
+
+Named dims become symbols (the same name is the same symbol everywhere),
+integers are static sizes.
+
+Example::
+
+    >>> from shapes.spec import parse_spec
+    >>> s = parse_spec("x: f32[B, T, 768]")
+    >>> s.name, s.dtype, s.dims
+    ('x', torch.float32, ('B', 'T', 768))
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Mapping, Optional, Union
+
+import torch
+
+from .errors import SpecError
+
+DTYPES = {
+    "f16": torch.float16, "half": torch.float16, "float16": torch.float16,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "f32": torch.float32, "float": torch.float32, "float32": torch.float32,
+    "f64": torch.float64, "double": torch.float64, "float64": torch.float64,
+    "i8": torch.int8, "int8": torch.int8, "u8": torch.uint8, "uint8": torch.uint8,
+    "i16": torch.int16, "int16": torch.int16,
+    "i32": torch.int32, "int32": torch.int32, "int": torch.int32,
+    "i64": torch.int64, "int64": torch.int64, "long": torch.int64,
+    "bool": torch.bool, "b8": torch.bool,
+    "c64": torch.complex64, "complex64": torch.complex64,
+    "c128": torch.complex128, "complex128": torch.complex128,
+}
+
+_SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*:\s*([A-Za-z_0-9]+)\s*\[(.*)\]\s*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One tensor input: its name, dtype and dims (names or ints)."""
+
+    name: str
+    dtype: torch.dtype
+    dims: tuple
+    text: str = ""
+
+    def __str__(self) -> str:
+        short = {v: k for k, v in reversed(list(DTYPES.items()))}
+        return f"{self.name}: {short.get(self.dtype, str(self.dtype))}[{', '.join(map(str, self.dims))}]"
+
+
+def parse_spec(text: Union[str, InputSpec]) -> InputSpec:
+    """Parse ``"name: dtype[d0, d1, ...]"``; raises :class:`SpecError` with the fix."""
+    if isinstance(text, InputSpec):
+        return text
+    if not isinstance(text, str):
+        raise SpecError(f"input spec must be a string like \"x: f32[B, 768]\", got {type(text).__name__}: {text!r}")
+    m = _SPEC.match(text)
+    if not m:
+        raise SpecError(
+            f"malformed input spec {text!r}: expected \"NAME: DTYPE[DIM, ...]\", for example \"x: f32[B, T, 768]\""
+        )
+    name, dt, body = m.groups()
+    if dt.lower() not in DTYPES:
+        raise SpecError(
+            f"unknown dtype {dt!r} in input spec {text!r}; known dtypes: "
+            + ", ".join(k for k in DTYPES if len(k) <= 4)
+        )
+    dims = []
+    body = body.strip()
+    if body:
+        for i, part in enumerate(body.split(",")):
+            part = part.strip()
+            if re.fullmatch(r"-?\d+", part):
+                v = int(part)
+                if v < 0:
+                    raise SpecError(f"negative size {v} at dim {i} of input spec {text!r}")
+                dims.append(v)
+            elif _NAME.match(part):
+                dims.append(part)
+            else:
+                raise SpecError(
+                    f"bad dim {part!r} at position {i} of input spec {text!r}: a dim is a name (B, seq_len) "
+                    f"or a non-negative integer"
+                )
+    return InputSpec(name, DTYPES[dt.lower()], tuple(dims), text)
+
+
+@dataclass(frozen=True)
+class Dim:
+    """Bounds and example size of a named dim.
+
+    ``Dim(1, 4096)`` bounds B to [1, 4096]; ``hint`` is the example size the
+    trace runs at (chosen automatically when omitted).
+    """
+
+    min: int = 0
+    max: float = math.inf
+    hint: Optional[int] = None
+
+
+def parse_dims(dims: Optional[Mapping], names) -> dict[str, Dim]:
+    """Normalize ``dims``: each value an int (hint), (lo, hi), (lo, hi, hint) or Dim."""
+    out: dict[str, Dim] = {}
+    dims = dict(dims or {})
+    unknown = [k for k in dims if k not in names]
+    if unknown:
+        raise SpecError(
+            f"dims names {', '.join(map(repr, unknown))}, which no input spec uses (spec dims: "
+            f"{', '.join(names) or 'none'})"
+        )
+    for k, v in dims.items():
+        if isinstance(v, Dim):
+            d = v
+        elif isinstance(v, bool):
+            raise SpecError(f"dims[{k!r}] = {v!r}: give an int example size, a (min, max) range or a Dim")
+        elif isinstance(v, int):
+            d = Dim(hint=v)
+        elif isinstance(v, (tuple, list)) and len(v) in (2, 3):
+            d = Dim(v[0], v[1], v[2] if len(v) == 3 else None)
+        else:
+            raise SpecError(f"dims[{k!r}] = {v!r}: give an int example size, a (min, max) range or a Dim")
+        lo, hi = d.min, d.max
+        if not isinstance(lo, int) or not (isinstance(hi, int) or hi == math.inf):
+            raise SpecError(f"dims[{k!r}]: range bounds must be integers, got ({lo!r}, {hi!r})")
+        if lo < 0 or lo > hi:
+            raise SpecError(f"dims[{k!r}]: empty or negative range [{lo}, {hi}]")
+        if d.hint is not None and not (lo <= d.hint <= hi):
+            raise SpecError(f"dims[{k!r}]: example size {d.hint} lies outside the range [{lo}, {hi}]")
+        out[k] = d
+    return out
+
+
+def default_hints(names, dims: Mapping[str, Dim]) -> dict[str, int]:
+    """Distinct, unremarkable example sizes (8, 16, 24, ...) clamped into each range.
+
+    Distinct values keep unrelated dims from looking equal by accident;
+    multiples of 8 keep the common divisibility requirements satisfied.
+    """
+    hints = {}
+    used = set()
+    k = 1
+    for n in names:
+        d = dims.get(n, Dim())
+        if d.hint is not None:
+            hints[n] = d.hint
+            used.add(d.hint)
+            continue
+        while True:
+            cand = 8 * k
+            k += 1
+            if cand not in used:
+                break
+        lo = max(d.min, 2)
+        v = min(max(cand, lo), d.max)
+        if v < d.min:
+            v = d.min
+        hints[n] = int(v)
+        used.add(int(v))
+    return hints

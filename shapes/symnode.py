@@ -1,0 +1,346 @@
+"""Our node behind ``torch.SymInt`` / ``SymFloat`` / ``SymBool``.
+
+torch wraps any object that speaks its SymNode protocol (the methods the C++
+``PythonSymNodeImpl`` and ``torch/fx/experimental/sym_node.py`` call by
+name).  :class:`SymExprNode` answers those calls with sympy expressions of
+our :class:`~shapes.env.ShapeEnv`; every ``bool()``/``int()`` lands in
+:meth:`ShapeEnv.evaluate` with the user's frame.
+
+Example::
+
+    >>> import torch
+    >>> from shapes.env import ShapeEnv
+    >>> from shapes.symnode import SymExprNode
+    >>> env = ShapeEnv()
+    >>> B = torch.SymInt(SymExprNode(env, env.create_symbol("B", 8), int))
+    >>> (B * 2 + 1).node.expr
+    2*B + 1
+"""
+from __future__ import annotations
+
+import builtins
+import math
+from typing import Optional
+
+import sympy
+import torch
+
+from . import torch_adapter
+from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
+from .guard import Decision
+from .provenance import capture
+
+
+def _rel(op):
+    def f(self, other):
+        return self._make(op(self.expr, other.expr), builtins.bool)
+    return f
+
+
+class SymExprNode:
+    """A sympy expression of ``env`` with a Python type (int, float or bool)."""
+
+    __slots__ = ("env", "expr", "pytype", "_hint_cache")
+
+    def __init__(self, env, expr, pytype):
+        self.env = env
+        self.expr = sympy.sympify(expr)
+        self.pytype = pytype
+        self._hint_cache = _UNSET
+
+    # -- identity and hints -------------------------------------------------------
+    def is_int(self):
+        return self.pytype is builtins.int
+
+    def is_float(self):
+        return self.pytype is builtins.float
+
+    def is_bool(self):
+        return self.pytype is builtins.bool
+
+    def is_nested_int(self):
+        return False
+
+    def nested_int(self):
+        return None
+
+    def nested_int_coeff(self):
+        return None
+
+    def is_symbolic(self):
+        return not self.expr.is_number and self.expr not in (sympy.true, sympy.false)
+
+    def is_constant(self):
+        return not self.is_symbolic()
+
+    @property
+    def hint(self):
+        if self._hint_cache is _UNSET:
+            self._hint_cache = self.env.hint_of(self.expr)
+            if self._hint_cache is not None:
+                self._hint_cache = self.pytype(self._hint_cache)
+        return self._hint_cache
+
+    _hint = hint
+
+    def has_hint(self):
+        return self.hint is not None
+
+    def require_hint(self, fallback=None):
+        h = self.hint
+        if h is None:
+            if fallback is not None:
+                return fallback
+            raise self._dd_error()
+        return h
+
+    def maybe_as_int(self):
+        if self.pytype is builtins.int and self.expr.is_Integer:
+            return builtins.int(self.expr)
+        return None
+
+    def maybe_as_float(self):
+        if self.pytype is builtins.float and self.expr.is_number:
+            return builtins.float(self.expr)
+        return None
+
+    def maybe_as_bool(self):
+        if self.expr is sympy.true:
+            return True
+        if self.expr is sympy.false:
+            return False
+        return None
+
+    @property
+    def shape_env(self):
+        return torch_adapter.ShapeEnvFacade(self.env)
+
+    @property
+    def constant(self):
+        # torch's wrap_node only consults this on its own SymNode class; kept so
+        # helpers that peek at it see "not a constant" for symbolic nodes.
+        if self.expr.is_number or self.expr in (sympy.true, sympy.false):
+            return self.pytype(self.expr) if self.pytype is not builtins.bool else self.expr is sympy.true
+        return None
+
+    def _dd_error(self):
+        from .env import DataDependentError
+        prov = capture(self.env._current_op())
+        unb = sorted((s for s in self.expr.free_symbols if s in self.env.unbacked), key=str)
+        return DataDependentError(self.expr, prov, unb, self.env)
+
+    # -- wrapping -------------------------------------------------------------------
+    def _make(self, expr, pytype):
+        if pytype is not builtins.bool and not (expr.is_Atom):
+            expr = self.env.simplify(expr)
+        return SymExprNode(self.env, expr, pytype)
+
+    def wrap_int(self, num):
+        return SymExprNode(self.env, sympy.Integer(num), builtins.int)
+
+    def wrap_float(self, num):
+        return SymExprNode(self.env, sympy.Float(num), builtins.float)
+
+    def wrap_bool(self, num):
+        return SymExprNode(self.env, sympy.true if num else sympy.false, builtins.bool)
+
+    def clone(self):
+        return self
+
+    def with_shape_env(self, shape_env):
+        return self
+
+    def str(self):
+        return builtins.str(self.expr)
+
+    def _graph_repr(self):
+        return builtins.str(self.expr)
+
+    def __str__(self):
+        return builtins.str(self.expr)
+
+    def __repr__(self):
+        return f"SymExprNode({self.expr}, {self.pytype.__name__})"
+
+    # -- arithmetic --------------------------------------------------------------------
+    def _num_type(self, other):
+        return builtins.float if builtins.float in (self.pytype, other.pytype) else builtins.int
+
+    def add(self, other):
+        return self._make(self.expr + other.expr, self._num_type(other))
+
+    def sub(self, other):
+        return self._make(self.expr - other.expr, self._num_type(other))
+
+    def mul(self, other):
+        return self._make(self.expr * other.expr, self._num_type(other))
+
+    def neg(self):
+        return self._make(-self.expr, self.pytype)
+
+    def pos(self):
+        return self
+
+    def abs(self):
+        return self._make(sympy.Abs(self.expr) if self.pytype is builtins.float else
+                          sympy.Max(self.expr, -self.expr), self.pytype)
+
+    def floordiv(self, other):
+        if self._num_type(other) is builtins.float:
+            return self._make(ToFloat(TruncToInt(sympy.floor(TrueDiv(self.expr, other.expr)))), builtins.float)
+        return self._make(FloorDiv(self.expr, other.expr), builtins.int)
+
+    int_floordiv = floordiv
+
+    def mod(self, other):
+        return self._make(PyMod(self.expr, other.expr), self._num_type(other))
+
+    def truediv(self, other):
+        return self._make(TrueDiv(self.expr, other.expr), builtins.float)
+
+    int_truediv = truediv
+    float_truediv = truediv
+
+    def pow(self, other):
+        e = other.expr
+        if e.is_Integer and builtins.int(e) >= 0 and self.pytype is builtins.int:
+            return self._make(self.expr ** e, builtins.int)
+        if e.is_Integer:
+            return self._make(sympy.Pow(self.expr, e), builtins.float)
+        raise NotImplementedError(f"symshape: symbolic power {self.expr} ** {e} is not supported")
+
+    pow_by_natural = pow
+    float_pow = pow
+
+    def sym_min(self, other):
+        return self._make(sympy.Min(self.expr, other.expr), self._num_type(other))
+
+    def sym_max(self, other):
+        return self._make(sympy.Max(self.expr, other.expr), self._num_type(other))
+
+    def sym_float(self):
+        if self.pytype is builtins.float:
+            return self
+        return SymExprNode(self.env, ToFloat(self.expr), builtins.float)
+
+    def sym_int(self):
+        if self.pytype is builtins.int:
+            return self
+        return self._make(TruncToInt(self.expr), builtins.int)
+
+    def floor(self):
+        return self._make(TruncToInt(sympy.floor(self.expr)) if self.pytype is builtins.float else self.expr,
+                          builtins.int)
+
+    def ceil(self):
+        return self._make(TruncToInt(sympy.ceiling(self.expr)) if self.pytype is builtins.float else self.expr,
+                          builtins.int)
+
+    def trunc(self):
+        return self._make(TruncToInt(self.expr), builtins.int)
+
+    def round(self, ndigits=None):
+        raise NotImplementedError("symshape: round() of a symbolic size is not supported")
+
+    def is_integer(self):
+        return self.wrap_bool(self.pytype is builtins.int)
+
+    # -- comparisons and logic ------------------------------------------------------------
+    eq = _rel(sympy.Eq)
+    ne = _rel(sympy.Ne)
+    lt = _rel(sympy.Lt)
+    le = _rel(sympy.Le)
+    gt = _rel(sympy.Gt)
+    ge = _rel(sympy.Ge)
+
+    def sym_not(self):
+        return self._make(sympy.Not(self.expr), builtins.bool)
+
+    def sym_and(self, other):
+        return self._make(sympy.And(self.expr, other.expr), builtins.bool)
+
+    def sym_or(self, other):
+        return self._make(sympy.Or(self.expr, other.expr), builtins.bool)
+
+    and_ = sym_and
+    or_ = sym_or
+
+    def sym_ite(self, then_node, else_node):
+        return self._make(Where(self.expr, then_node.expr, else_node.expr), then_node.pytype)
+
+    # -- layout predicates over sizes/strides ----------------------------------------------
+    def is_contiguous(self, sizes, strides):
+        return self._layout(torch_adapter.contiguous_expr([s.expr for s in sizes], [s.expr for s in strides]))
+
+    def is_channels_last_contiguous_2d(self, sizes, strides):
+        return self._layout(torch_adapter.channels_last_expr([s.expr for s in sizes], [s.expr for s in strides]))
+
+    is_channels_last_contiguous_3d = is_channels_last_contiguous_2d
+
+    def is_channels_last_strides_2d(self, sizes, strides):
+        return self._layout(torch_adapter.channels_last_expr([s.expr for s in sizes], [s.expr for s in strides]))
+
+    is_channels_last_strides_3d = is_channels_last_strides_2d
+
+    def is_non_overlapping_and_dense(self, sizes, strides):
+        return self._layout(torch_adapter.dense_expr([s.expr for s in sizes], [s.expr for s in strides]))
+
+    def _layout(self, expr):
+        return SymExprNode(self.env, expr, builtins.bool)
+
+    # -- decisions -----------------------------------------------------------------------
+    def _evaluate(self, **kw):
+        v = self.env.evaluate(self.expr, **kw)
+        return self.pytype(v) if self.pytype is not builtins.bool else builtins.bool(v)
+
+    def guard_int(self, file=None, line=None):
+        return builtins.int(self._evaluate())
+
+    def guard_float(self, file=None, line=None):
+        return builtins.float(self._evaluate())
+
+    def guard_bool(self, file=None, line=None):
+        return builtins.bool(self._evaluate())
+
+    def bool_(self):
+        return self.guard_bool()
+
+    def int_(self):
+        return self.guard_int()
+
+    def expect_true(self, file=None, line=None):
+        return self.env.expect_true(self.expr)
+
+    def expect_size(self, file=None, line=None):
+        return self.env.expect_true(sympy.Ge(self.expr, 0))
+
+    def guard_size_oblivious(self, file=None, line=None):
+        return builtins.bool(self._evaluate(size_oblivious=True))
+
+    def guard_or_false(self, file=None, line=None):
+        return builtins.bool(self._evaluate(fallback=False))
+
+    def guard_or_true(self, file=None, line=None):
+        return builtins.bool(self._evaluate(fallback=True))
+
+    def statically_known_true(self, file=None, line=None):
+        return self.env.static_bool(self.env.simplify(self.expr)) is True
+
+    def evaluate(self, size_oblivious=False):
+        return self._evaluate(size_oblivious=size_oblivious)
+
+
+_UNSET = object()
+
+
+def sym_value(env, expr, pytype=builtins.int):
+    """A torch SymInt/SymFloat/SymBool for ``expr`` (a plain value if constant)."""
+    expr = sympy.sympify(expr)
+    if pytype is builtins.int and expr.is_Integer:
+        return builtins.int(expr)
+    node = SymExprNode(env, expr, pytype)
+    if pytype is builtins.int:
+        return torch.SymInt(node)
+    if pytype is builtins.float:
+        return torch.SymFloat(node)
+    return torch.SymBool(node)
