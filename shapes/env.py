@@ -28,7 +28,7 @@ from typing import Iterable, Optional
 import sympy
 
 from . import simplify as _simplify
-from .functions import PyMod
+from .functions import FloorDiv, PyMod
 from .errors import SymshapeError
 from .guard import Decision, Guard, GuardKind, LogEntry
 from .provenance import Provenance, capture
@@ -301,28 +301,34 @@ class ShapeEnv:
             d, strict = sympy.expand(f.rhs - f.lhs), isinstance(f, sympy.Gt)
         else:
             return
-        # d < 0 (strict) or d <= 0
-        for s in d.free_symbols:
-            if s not in self.ranges or s in self.unbacked_float:
+        # d < 0 (strict) or d <= 0.  Tighten the range of each unit-coefficient
+        # term: a symbol, or a compound atom like H//2 (kept in ranges by key).
+        for t in sympy.Add.make_args(d):
+            c, atom = t.as_coeff_Mul()
+            if c not in (1, -1) or atom.is_number:
                 continue
-            c = d.coeff(s)
-            if c not in (1, -1):
+            if not (atom.is_Symbol or isinstance(atom, (FloorDiv, PyMod, sympy.Min, sympy.Max))):
                 continue
-            rest = d - c * s
-            if s in rest.free_symbols:
+            if atom in self.unbacked_float:
                 continue
-            r = bound(rest, self.ranges)
-            old = self.ranges[s]
+            rest = d - c * atom
+            if rest.has(atom):
+                continue
+            try:
+                r = bound(rest, self.ranges)
+                old = self.ranges.get(atom) or bound(atom, self.ranges)
+            except TypeError:
+                continue
             adj = 1 if strict else 0
-            if c == 1:  # s + rest <= 0  ->  s <= -rest
+            if c == 1:  # atom + rest <= 0  ->  atom <= -rest
                 hi = -r.lower - adj
                 hi = math.floor(hi) if hi not in (INF, -INF) else hi
                 new = ValueRange(old.lower, min(old.upper, hi)) if min(old.upper, hi) >= old.lower else old
-            else:  # -s + rest <= 0  ->  s >= rest
+            else:  # -atom + rest <= 0  ->  atom >= rest
                 lo = r.lower + adj
                 lo = math.ceil(lo) if lo not in (INF, -INF) else lo
                 new = ValueRange(max(old.lower, lo), old.upper) if max(old.lower, lo) <= old.upper else old
-            self.ranges[s] = new
+            self.ranges[atom] = new
 
     def _apply_replacements(self, e):
         if not self.replacements or e.is_number:
@@ -454,8 +460,8 @@ class ShapeEnv:
         fs = d.free_symbols
         best = None
         for g, fop in self._normalized_facts():
-            if not (g.free_symbols & fs):
-                continue
+            if fop == "!=" or not (g.free_symbols & fs):
+                continue  # a disequality bounds nothing
             grange = ValueRange(0, 0) if fop == "==" else ValueRange(-INF, 0)
             for sign in (1, -1):
                 rest = sympy.expand(d - sign * g)

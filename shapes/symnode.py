@@ -175,6 +175,11 @@ class SymExprNode:
     def mul(self, other):
         return self._make(self.expr * other.expr, self._num_type(other))
 
+    def sym_sum(self, args):
+        total = sympy.Add(*[a.expr for a in args])
+        pytype = builtins.float if any(a.pytype is builtins.float for a in args) else builtins.int
+        return self._make(total, pytype)
+
     def neg(self):
         return self._make(-self.expr, self.pytype)
 

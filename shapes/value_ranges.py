@@ -255,11 +255,23 @@ def _bound_uncached(e, ranges, cache) -> ValueRange:
     if e.is_Number:
         v = _num(e)
         return ValueRange(v, v)
+    r = ranges.get(e)
+    if r is not None and not e.is_Symbol:
+        # A compound atom with a known range (a fact like H//2 >= 2): use both.
+        return r.intersect(_bound_structural(e, ranges, cache)) if _overlap(r, _bound_structural(e, ranges, cache)) else r
     if e.is_Symbol:
         r = ranges.get(e)
         if r is not None:
             return r
         return ValueRange.boolean() if e.is_Boolean else ValueRange.unknown()
+    return _bound_structural(e, ranges, cache)
+
+
+def _overlap(a, b):
+    return max(a.lower, b.lower) <= min(a.upper, b.upper)
+
+
+def _bound_structural(e, ranges, cache) -> ValueRange:
     b = lambda x: _bound(x, ranges, cache)  # noqa: E731
     if e.is_Add:
         r = ValueRange.point(0)
