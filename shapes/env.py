@@ -215,6 +215,7 @@ class ShapeEnv:
 
     def _record(self, expr, kind: GuardKind, prov: Provenance, decided_by: Decision,
                 message: str = "", original=None) -> Guard:
+        expr = canonical_condition(expr)
         g = Guard(expr=expr, kind=kind, provenance=prov, decided_by=decided_by,
                   original=original if original is not None else expr, message=message,
                   index=len(self.records), symbols=tuple(sorted(expr.free_symbols, key=str)))
@@ -587,6 +588,31 @@ class ShapeEnv:
     def initial_axioms(self) -> list:
         """Facts that are not guards or asserts: ranges and op semantics."""
         return [e.after for e in self.log if e.kind == "axiom"]
+
+
+def canonical_condition(e):
+    """Readable normal form of an integer comparison: constants on the right,
+    strict bounds made inclusive (``T - 1 < 128`` -> ``T <= 128``)."""
+    if isinstance(e, sympy.Not) and isinstance(e.args[0], sympy.Rel):
+        e = sympy.Not(e.args[0])  # sympy already flips relationals; this keeps Eq/Ne simple
+    if not isinstance(e, sympy.Rel) or not (e.lhs.is_integer and e.rhs.is_integer):
+        return e
+    lhs, rhs = e.lhs, e.rhs
+    if lhs.is_number and not rhs.is_number:
+        e = e.reversed
+        lhs, rhs = e.lhs, e.rhs
+    c, rest = lhs.as_coeff_Add()
+    moved = c != 0 and rhs.is_number and not rest.is_number
+    if moved:
+        lhs, rhs = rest, rhs - c
+    rel = type(e)
+    if moved and rhs.is_Integer:
+        if rel is sympy.Lt:
+            rel, rhs = sympy.Le, rhs - 1
+        elif rel is sympy.Gt:
+            rel, rhs = sympy.Ge, rhs + 1
+    out = rel(lhs, rhs)
+    return out if isinstance(out, sympy.Rel) else e
 
 
 def _negate(e):

@@ -25,7 +25,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import data_dependent
+from . import data_dependent, index_bounds
 from .env import DataDependentError, ShapeEnv
 from .errors import SpecError, SymshapeError, TraceError, UnsupportedOpError
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
@@ -53,6 +53,10 @@ class _GraphBuilder:
         self.expr_nodes: dict[Any, Any] = {}
         self.constants: dict[str, torch.Tensor] = {}
         self.module_stack: list[tuple[str, str]] = []
+        self.value_bounds: dict[int, tuple] = {}
+
+    def bounds_of(self, t):
+        return self.value_bounds.get(id(t))
 
     # -- registration ------------------------------------------------------------
     def add_placeholder(self, name: str, t: torch.Tensor) -> torch.fx.Node:
@@ -75,6 +79,15 @@ class _GraphBuilder:
     def adopt(self, x):
         """Real tensors the program closes over become graph constants (meta while tracing)."""
         if isinstance(x, torch.Tensor) and id(x) not in self.tensor_nodes:
+            if x.device.type == "meta" and x.numel() == 0 and not any(isinstance(d, torch.SymInt) for d in x.shape):
+                # An empty meta tensor made outside dispatch (torch.tensor([], device=meta), as
+                # caches do): it holds no data, so it is an empty-tensor factory in the graph.
+                node = self.graph.call_function(torch.ops.aten.empty.memory_format, (list(x.shape),),
+                                                {"dtype": x.dtype, "device": torch.device("meta")})
+                node.meta["val"] = x
+                self._set_shape_meta(node, x)
+                self.tensor_nodes[id(x)] = (x, node)
+                return x
             if x.device.type == "meta":
                 raise UnsupportedOpError(
                     "symshape: the program used a meta tensor that symshape did not create; "
@@ -256,6 +269,9 @@ class _Recorder(TorchDispatchMode):
         prov = capture(op)
         self.env.op_stack.append(op)
         try:
+            for cond, msg in index_bounds.lookup_checks(func, args, b.bounds_of):
+                if not self.env.expect_true(cond, message=msg):
+                    raise IndexError(f"index out of range in self ({msg})")
             handler = data_dependent.HANDLERS.get(func)
             res = handler(self.env, func, args, kwargs) if handler else None
             if res is None:
@@ -276,6 +292,10 @@ class _Recorder(TorchDispatchMode):
         finally:
             self.env.op_stack.pop()
         b.record(func, args, kwargs, out, bindings, prov)
+        if isinstance(out, torch.Tensor) and not out.dtype.is_floating_point:
+            vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of)
+            if vb is not None:
+                b.value_bounds[id(out)] = vb
         return out
 
 
