@@ -240,13 +240,17 @@ class ShapeEnv:
         self._fact_set.add(f)
         if isinstance(f, sympy.Eq):
             lhs, rhs = f.lhs, f.rhs
-            if isinstance(lhs, PyMod) and rhs == 0 and lhs.args[1].is_Integer:
-                k = int(lhs.args[1])
-                self.divisible[lhs.args[0]] = math.lcm(self.divisible.get(lhs.args[0], 1), abs(k))
-                return
-            if isinstance(rhs, PyMod) and lhs == 0 and rhs.args[1].is_Integer:
-                k = int(rhs.args[1])
-                self.divisible[rhs.args[0]] = math.lcm(self.divisible.get(rhs.args[0], 1), abs(k))
+            m = lhs if isinstance(lhs, PyMod) and rhs == 0 else rhs if isinstance(rhs, PyMod) and lhs == 0 else None
+            if m is not None and m.args[1].is_Integer:
+                k, target = abs(int(m.args[1])), m.args[0]
+                self.divisible[target] = math.lcm(self.divisible.get(target, 1), k)
+                r = self.ranges.get(target)
+                if r is not None and k > 1:
+                    # A multiple of k inside [lo, hi]: round the bounds inward.
+                    lo = r.lower if r.lower in (-INF, INF) else -((-r.lower) // k) * k
+                    hi = r.upper if r.upper in (-INF, INF) else (r.upper // k) * k
+                    if lo <= hi:
+                        self.ranges[target] = ValueRange(lo, hi)
                 return
             self._maybe_replace(lhs, rhs, record_index)
             return
@@ -428,10 +432,10 @@ class ShapeEnv:
                     return False
             return None
         if isinstance(e, sympy.Rel):
-            if e in self._fact_set:
+            if e in self._fact_set or canonical_condition(e) in self._fact_set:
                 return True
             neg = sympy.Not(e)
-            if neg in self._fact_set:
+            if neg in self._fact_set or canonical_condition(neg) in self._fact_set:
                 return False
             return self._decide_by_facts(e, ranges)
         return None

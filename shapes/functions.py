@@ -135,3 +135,11 @@ class Where(sympy.Function):
 #: Every function class the engine may put into an expression; validation
 #: must translate each of these (and says so explicitly when it cannot).
 ENGINE_FUNCTIONS = (FloorDiv, PyMod, TrueDiv, ToFloat, TruncToInt, Where)
+
+
+# Print x*(a % b) with parentheses: these bind like multiplication.
+from sympy.printing.precedence import PRECEDENCE, PRECEDENCE_VALUES  # noqa: E402
+
+PRECEDENCE_VALUES.setdefault("FloorDiv", PRECEDENCE["Mul"])
+PRECEDENCE_VALUES.setdefault("PyMod", PRECEDENCE["Mul"])
+PRECEDENCE_VALUES.setdefault("TrueDiv", PRECEDENCE["Mul"])

@@ -88,7 +88,10 @@ def _exact_quotient(env, a, d):
     """``a / d`` as a polynomial with integer coefficients, if it is one and d != 0."""
     if d.is_number:
         return None
-    q = sympy.cancel(a / d)
+    # x // k with k | x is exactly x/k: lets T // (T // 8) cancel to 8.
+    exact = {f: f.args[0] / f.args[1] for f in (a.atoms(FloorDiv) | d.atoms(FloorDiv))
+             if _pos_int(f.args[1]) and divides(env, int(f.args[1]), f.args[0])}
+    q = sympy.cancel(a.xreplace(exact) / d.xreplace(exact)) if exact else sympy.cancel(a / d)
     num, den = q.as_numer_denom()
     if den != 1 or not q.is_polynomial() or not all(
         c.is_Integer for c in sympy.Poly(q, *sorted(q.free_symbols, key=str)).coeffs()
@@ -115,6 +118,58 @@ def rule_mod_cancel(env, e):
     return sympy.Integer(0)
 
 
+def _common_factor(env, a, b):
+    """A factor g with a = g*a', b = g*b' and g > 0 known; None if only 1."""
+    g = sympy.gcd_terms(sympy.gcd(a, b)) if not (a.is_number and b.is_number) else None
+    if g is None or g == 1 or g == -1 or g == 0:
+        return None
+    if g.is_number:
+        g = abs(g)
+        return g if g.is_Integer and g > 1 else None
+    if env.static_bool(sympy.Gt(g, 0), log=False) is not True:
+        return None
+    return g
+
+
+def rule_floordiv_gcd(env, e):
+    """(g*a) // (g*b)  ->  a // b   for g > 0 (the quotient a/b is unchanged)."""
+    if not isinstance(e, FloorDiv):
+        return None
+    a, b = e.args
+    g = _common_factor(env, a, b)
+    if g is None:
+        return None
+    na, nb = sympy.cancel(a / g), sympy.cancel(b / g)
+    if not (_is_int_poly(na) and _is_int_poly(nb)):
+        return None
+    return FloorDiv(na, nb)
+
+
+def rule_mod_gcd(env, e):
+    """(g*a) % (g*b)  ->  g*(a % b)   for g > 0."""
+    if not isinstance(e, PyMod):
+        return None
+    a, b = e.args
+    g = _common_factor(env, a, b)
+    if g is None:
+        return None
+    na, nb = sympy.cancel(a / g), sympy.cancel(b / g)
+    if not (_is_int_poly(na) and _is_int_poly(nb)):
+        return None
+    return g * PyMod(na, nb)
+
+
+def _is_int_poly(x) -> bool:
+    if x.is_Integer:
+        return True
+    if x.is_number:
+        return False
+    num, den = x.as_numer_denom()
+    if den != 1 or not x.is_polynomial():
+        return False
+    return all(c.is_Integer for c in sympy.Poly(x, *sorted(x.free_symbols, key=str)).coeffs())
+
+
 def rule_floordiv_nest(env, e):
     """(x // m) // n  ->  x // (m*n)   for positive constants m, n."""
     if not isinstance(e, FloorDiv) or not isinstance(e.args[0], FloorDiv):
@@ -136,16 +191,32 @@ def rule_floordiv_range(env, e):
 
 
 def rule_mul_floordiv_exact(env, e):
-    """c * (a // k)  ->  (c/k) * a   when k | a and k | c."""
+    """c * y * (a // k)  ->  (c/k) * y * a   when k | a and k | c."""
     if not e.is_Mul:
         return None
     c, rest = e.as_coeff_Mul()
-    if not c.is_Integer or not isinstance(rest, FloorDiv):
+    if not c.is_Integer:
         return None
-    k = _pos_int(rest.args[1])
-    if k is None or int(c) % k != 0 or not divides(env, k, rest.args[0]):
+    factors = sympy.Mul.make_args(rest)
+    for i, f in enumerate(factors):
+        if not isinstance(f, FloorDiv):
+            continue
+        k = _pos_int(f.args[1])
+        if k is None or int(c) % k != 0 or not divides(env, k, f.args[0]):
+            continue
+        others = factors[:i] + factors[i + 1:]
+        return sympy.Integer(int(c) // k) * f.args[0] * sympy.Mul(*others)
+    return None
+
+
+def rule_eq_zero_product(env, e):
+    """Eq(a*b, 0) -> Eq(a, 0) (likewise Ne) when b != 0 is known."""
+    if not isinstance(e, (sympy.Eq, sympy.Ne)) or e.rhs != 0 or not e.lhs.is_Mul:
         return None
-    return sympy.Integer(int(c) // k) * rest.args[0]
+    keep = [f for f in e.lhs.args if not (f.is_number or env.static_bool(sympy.Ne(f, 0), log=False) is True)]
+    if len(keep) == len(e.lhs.args):
+        return None
+    return type(e)(sympy.Mul(*keep), 0)
 
 
 def rule_mod_split(env, e):
@@ -208,11 +279,14 @@ def rule_where(env, e):
 RULES: dict[str, Callable] = {
     "floordiv_split": rule_floordiv_split,
     "floordiv_cancel": rule_floordiv_cancel,
+    "floordiv_gcd": rule_floordiv_gcd,
     "floordiv_nest": rule_floordiv_nest,
     "floordiv_range": rule_floordiv_range,
     "mul_floordiv_exact": rule_mul_floordiv_exact,
+    "eq_zero_product": rule_eq_zero_product,
     "mod_split": rule_mod_split,
     "mod_cancel": rule_mod_cancel,
+    "mod_gcd": rule_mod_gcd,
     "mod_divisible": rule_mod_divisible,
     "mod_range": rule_mod_range,
     "min_max": rule_min_max,
