@@ -15,14 +15,18 @@ class TraceError(SymshapeError, RuntimeError):
 
     ``exc`` is the original exception, ``provenance`` the user line it came
     from, and ``path`` the guards recorded before it (the sizes for which
-    the program takes the same path to the same error).
+    the program takes the same path to the same error).  ``env`` is the
+    trace's ShapeEnv as it stood: its ``records`` also hold the runtime
+    asserts that passed before the error, and its axioms the assumptions
+    (ranges, the 0/1 policy) the guards were simplified under.
     """
 
-    def __init__(self, message, *, exc=None, provenance=None, path=()):
+    def __init__(self, message, *, exc=None, provenance=None, path=(), env=None):
         super().__init__(message)
         self.exc = exc
         self.provenance = provenance
         self.path = tuple(path)
+        self.env = env
 
 
 class UnsupportedOpError(SymshapeError, NotImplementedError):

@@ -470,7 +470,11 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
     with enable_python_dispatcher(), _ModuleScope(program, builder), _Recorder(builder, env):
         try:
             out = call(*inputs)
-        except (SymshapeError, DataDependentError):
+        except (SymshapeError, DataDependentError) as e:
+            # Where the trace stood (records, axioms): the path to a data-dependent decision
+            # or an unsupported op is a region of sizes, which validation.dinfer reports.
+            if getattr(e, "env", None) is None:
+                e.env = env
             raise
         except Exception as e:  # the user's program raised: say where, and on which path
             prov = _user_frame_of(e)
@@ -478,7 +482,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
             raise TraceError(
                 f"the program raised {type(e).__name__} at {prov.filename}:{prov.lineno} (`{prov.code}`) "
                 f"when traced at {at or 'the given sizes'}: {_first_line(e)}",
-                exc=e, provenance=prov, path=env.guards,
+                exc=e, provenance=prov, path=env.guards, env=env,
             ) from e
 
     leaves, out_spec = pytree.tree_flatten(out)
