@@ -117,6 +117,7 @@ HANDLERS = {
     aten.masked_select.default: handle_masked_select,
     aten.index.Tensor: handle_index,
     aten._local_scalar_dense.default: handle_item,
+    aten.item.default: handle_item,
     aten._unique2.default: handle_unique,
     aten.unique_consecutive.default: handle_unique,
     aten.unique_dim.default: handle_unique,

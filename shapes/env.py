@@ -55,9 +55,10 @@ class DataDependentError(SymshapeError, RuntimeError):
         super().__init__(
             f"data-dependent condition {expr} at {provenance.filename}:{provenance.lineno}"
             f"{op}: `{provenance.code}`. {origins}. The value is only known at run time, so "
-            f"the trace cannot take a branch on it. If the condition always holds for your data, "
-            f"state it before this line with torch._check({_python_form(expr)}); the check is "
-            f"asserted at run time and assumed while tracing."
+            f"the trace cannot take a branch on it. State which way it goes for your data before "
+            f"this line, with torch._check({_python_form(expr)}) or "
+            f"torch._check({_python_form(sympy.Not(expr))}); the check is asserted at run time and "
+            f"assumed while tracing."
         )
 
 
@@ -602,6 +603,8 @@ def canonical_condition(e):
     if not isinstance(e, sympy.Rel) or not (e.lhs.is_integer and e.rhs.is_integer):
         return e
     lhs, rhs = e.lhs, e.rhs
+    if isinstance(e, (sympy.Eq, sympy.Ne)) and lhs.is_Symbol and rhs.is_Symbol and rhs.name < lhs.name:
+        return type(e)(rhs, lhs)  # symmetric: name order, so A == C reads the same every time
     if lhs.is_number and not rhs.is_number:
         e = e.reversed
         lhs, rhs = e.lhs, e.rhs
@@ -615,6 +618,19 @@ def canonical_condition(e):
             rel, rhs = sympy.Le, rhs - 1
         elif rel is sympy.Gt:
             rel, rhs = sympy.Ge, rhs + 1
+    if rhs.is_Integer:
+        k, x = lhs.as_coeff_Mul()
+        if k.is_Integer and k > 1:
+            k, r = int(k), int(rhs)
+            if rel in (sympy.Eq, sympy.Ne) and r % k == 0:
+                lhs, rhs = x, sympy.Integer(r // k)
+            elif rel in (sympy.Le, sympy.Lt, sympy.Ge, sympy.Gt):
+                # k*x <= r  <=>  x <= floor(r/k); k*x >= r  <=>  x >= ceil(r/k)
+                if rel is sympy.Lt:
+                    rel, r = sympy.Le, r - 1
+                elif rel is sympy.Gt:
+                    rel, r = sympy.Ge, r + 1
+                lhs, rhs = x, sympy.Integer(r // k if rel is sympy.Le else -((-r) // k))
     out = rel(lhs, rhs)
     return out if isinstance(out, sympy.Rel) else e
 

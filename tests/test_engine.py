@@ -1,0 +1,103 @@
+"""ShapeEnv unit behaviour: ranges, static decisions, guards, asserts, replacements."""
+import sympy
+import pytest
+
+from shapes import DataDependentError, GuardKind, ShapeEnv
+from shapes.functions import FloorDiv, PyMod
+from shapes.value_ranges import INF, ValueRange, bound
+
+
+def test_static_decision_needs_no_guard():
+    env = ShapeEnv()
+    B = env.create_symbol("B", 32)
+    assert env.evaluate(B >= 2) is True  # the 0/1 policy's range
+    assert env.evaluate(sympy.Eq(B, 1)) is False
+    assert env.guards == []
+
+
+def test_hint_decision_records_guard_and_implies_later_ones():
+    env = ShapeEnv()
+    B = env.create_symbol("B", 32)
+    assert env.evaluate(B > 16) is True
+    assert env.evaluate(B > 8) is True      # follows from the guard's range
+    assert env.evaluate(B <= 16) is False   # its negation
+    assert [str(g.expr) for g in env.guards] == ["B > 16"]
+    assert env.guards[0].kind is GuardKind.GUARD
+
+
+def test_zero_one_specialization_policy_is_switchable():
+    env = ShapeEnv()
+    assert env.create_symbol("B", 1) == 1
+    assert env.guards[0].kind is GuardKind.SPECIALIZATION
+    env2 = ShapeEnv(specialize_zero_one=False)
+    B = env2.create_symbol("B", 1)
+    assert B.is_Symbol and env2.ranges[B].lower == 0 and env2.guards == []
+
+
+def test_equality_unifies_symbols():
+    env = ShapeEnv()
+    A, C = env.create_symbol("A", 5), env.create_symbol("C", 5)
+    assert env.evaluate(sympy.Eq(A, C)) is True
+    assert env.simplify(C + 1) == A + 1
+
+
+def test_int_conversion_specializes():
+    env = ShapeEnv()
+    B = env.create_symbol("B", 12)
+    assert env.evaluate(B * 2) == 24
+    g = env.guards[0]
+    assert g.kind is GuardKind.SPECIALIZATION and g.expr == sympy.Eq(B, 12)
+    assert env.simplify(B + 1) == 13
+
+
+def test_divisibility_fact_simplifies_mod_and_floordiv():
+    env = ShapeEnv()
+    N = env.create_symbol("N", 64)
+    assert env.expect_true(sympy.Eq(PyMod(N, 8), 0))
+    assert env.divisible[N] == 8
+    assert env.simplify(PyMod(N, 4)) == 0
+    assert env.simplify(8 * FloorDiv(N, 8)) == N
+    assert env.ranges[N].lower == 8  # rounded up to a multiple
+    assert env.runtime_asserts and not env.guards
+
+
+def test_expect_true_is_assumed_never_a_guard():
+    env = ShapeEnv()
+    u = env.create_unbacked(kind="size")
+    N = env.create_symbol("N", 10)
+    assert env.expect_true(u <= N)
+    assert env.guards == [] and len(env.runtime_asserts) == 1
+    assert env.static_bool(u < N + 1) is True
+
+
+def test_unbacked_branch_raises_data_dependent_error():
+    env = ShapeEnv()
+    u = env.create_unbacked(kind="size")
+    with pytest.raises(DataDependentError, match="torch._check"):
+        env.evaluate(u > 2)
+    assert env.evaluate(u > 2, fallback=False) is False
+    assert env.evaluate(u >= 0) is True  # size-like: decided by range
+
+
+def test_value_ranges_are_sound_on_floor_semantics():
+    x = sympy.Symbol("x", integer=True)
+    r = bound(FloorDiv(x, 3), {x: ValueRange(-7, 7)})
+    vals = [v // 3 for v in range(-7, 8)]
+    assert r.lower <= min(vals) and r.upper >= max(vals)
+    r = bound(PyMod(x, 8), {x: ValueRange(-INF, INF)})
+    assert (r.lower, r.upper) == (0, 7)
+
+
+def test_factored_difference_decides_products():
+    env = ShapeEnv()
+    B, T = env.create_symbol("B", 4), env.create_symbol("T", 6)
+    assert env.static_bool(sympy.Ne(B * T, B)) is True  # B*(T-1) != 0
+
+
+def test_every_decision_is_logged():
+    env = ShapeEnv()
+    B = env.create_symbol("B", 32)
+    env.evaluate(B > 16)
+    env.evaluate(B > 8)
+    kinds = [e.kind for e in env.log]
+    assert "axiom" in kinds and "fact" in kinds and "static" in kinds

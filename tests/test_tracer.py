@@ -1,0 +1,241 @@
+"""Tracing real PyTorch programs at symbolic sizes (engine issue, acceptance 1-5)."""
+import inspect
+
+import pytest
+import sympy
+import torch
+
+import shapes
+from shapes import DataDependentError, GuardKind, GuardViolation, SpecError, TraceError
+from tests import programs as P
+
+
+def sym(tp, name):
+    return tp.env.symbols[name]
+
+
+def same_function(expr, fn, syms, points):
+    """expr (sympy) equals fn(*values) at every point."""
+    for pt in points:
+        val = expr.xreplace({s: sympy.Integer(v) for s, v in zip(syms, pt)})
+        if int(val) != fn(*pt):
+            return False
+    return True
+
+
+# -- acceptance 1: symbolic outputs -------------------------------------------------------
+
+
+def test_mlp_gelu_layernorm():
+    tp = shapes.trace(P.MLP(), "x: f32[B, T, 32]")
+    B, T = sym(tp, "B"), sym(tp, "T")
+    assert tp.output_shapes == [(B, T, 32)]
+    assert tp.guards == []
+
+
+def test_causal_attention_views_into_heads():
+    tp = shapes.trace(P.CausalSelfAttention(), "x: f32[B, T, 32]")
+    B, T = sym(tp, "B"), sym(tp, "T")
+    assert tp.output_shapes == [(B, T, 32)]
+    assert tp.guards == []
+
+
+def test_scaled_dot_product_attention():
+    tp = shapes.trace(P.SDPABlock(), "x: f32[B, T, 32]")
+    assert tp.output_shapes == [(sym(tp, "B"), sym(tp, "T"), 32)]
+
+
+def test_conv_pool_output_is_closed_form():
+    tp = shapes.trace(P.ConvPool(), "x: f32[B, 3, H, W]")
+    B, H, W = sym(tp, "B"), sym(tp, "H"), sym(tp, "W")
+    out = tp.output_shapes[0]
+    assert out[0] == B and out[1] == 8
+    pts = [(h,) for h in range(4, 60)]
+    assert same_function(out[2], lambda h: (h - 3 + 1) // 2, [H], pts)
+    assert same_function(out[3], lambda w: (w - 3 + 1) // 2, [W], pts)
+    # The conv's minimum size is a runtime assert, not a guard.
+    asserts = {str(g.expr) for g in tp.runtime_asserts}
+    assert "H >= 3" in asserts and "W >= 3" in asserts
+
+
+def test_cat_broadcast_and_reshape():
+    tp = shapes.trace(P.cat_last, "a: f32[B, N]", "b: f32[B, M]")
+    assert tp.output_shapes == [(sym(tp, "B"), sym(tp, "M") + sym(tp, "N"))]
+    tp = shapes.trace(P.broadcast_outer, "a: f32[A, 1]", "b: f32[1, C]")
+    assert tp.output_shapes == [(sym(tp, "A"), sym(tp, "C"))]
+    tp = shapes.trace(P.flatten_heads, "x: f32[B, 4, H]")
+    B, H = sym(tp, "B"), sym(tp, "H")
+    assert sympy.simplify(tp.output_shapes[0][0] - B * H) == 0
+
+
+# -- acceptance 2: guards are exact and minimal ------------------------------------------------
+
+
+def test_user_branch_gives_one_guard_with_user_line():
+    tp = shapes.trace(P.branch_on_size, "x: f32[B, 4]", dims={"B": 32})
+    assert len(tp.guards) == 1 and not tp.runtime_asserts
+    g = tp.guards[0]
+    assert str(g.expr) == "B > 16"
+    assert g.filename == inspect.getsourcefile(P)
+    src, start = inspect.getsourcelines(P.branch_on_size)
+    assert g.lineno == start + 1 and g.code == "if x.shape[0] > 16:"
+    assert g.op is None  # the user's own code asked
+
+
+def test_outer_broadcast_has_no_guards():
+    tp = shapes.trace(P.broadcast_outer, "a: f32[A, 1]", "b: f32[1, C]")
+    assert tp.records == []
+
+
+def test_equal_hints_unify():
+    tp = shapes.trace(P.add_same, "a: f32[A]", "b: f32[C]", dims={"A": 8, "C": 8})
+    A, C = sym(tp, "A"), sym(tp, "C")
+    assert len(tp.records) == 1 and tp.records[0].expr == sympy.Eq(A, C)
+    assert tp.env.replacements == {C: A}
+    assert tp.output_shapes == [(A,)]
+
+
+def test_view_minus_one_gives_divisibility_fact():
+    tp = shapes.trace(P.view_by_8, "x: f32[N]", dims={"N": 64})
+    N = sym(tp, "N")
+    assert tp.env.divisible.get(N) == 8
+    assert [str(g.expr) for g in tp.runtime_asserts] == ["Eq((N % 8), 0)"]
+    assert tp.output_shapes == [(shapes.functions.FloorDiv(N, 8), 8)]
+
+
+def test_matmul_gives_inner_dim_equality():
+    tp = shapes.trace(P.matmul, "a: f32[M, K]", "b: f32[J, N]", dims={"K": 16, "J": 16})
+    K, J = sym(tp, "K"), sym(tp, "J")
+    eqs = [g.expr for g in tp.records]
+    assert eqs == [sympy.Eq(J, K)]  # canonical order: by name
+    assert tp.env.replacements == {J: K}  # the later-named dim is expressed by the first
+    assert tp.output_shapes == [(sym(tp, "M"), sym(tp, "N"))]
+
+
+# -- acceptance 3: unbacked sizes -------------------------------------------------------------
+
+
+def test_branch_on_data_dependent_size_names_the_user_line():
+    with pytest.raises(DataDependentError) as ei:
+        shapes.trace(P.nonzero_slice, "x: f32[N, 4]", "mask: bool[M]")
+    err = ei.value
+    src, start = inspect.getsourcelines(P.nonzero_slice)
+    assert err.provenance.filename == inspect.getsourcefile(P)
+    assert err.provenance.lineno == start + 2 and "x[:n]" in err.provenance.code
+    assert "torch._check" in str(err) and "aten.slice" in str(err)
+
+
+def test_user_branch_on_unbacked_raises():
+    with pytest.raises(DataDependentError, match=r"if n > 2"):
+        shapes.trace(P.nonzero_branch, "x: f32[N]", "mask: bool[N]")
+
+
+def test_torch_check_makes_it_trace_and_is_checked_at_run_time():
+    tp = shapes.trace(P.nonzero_slice_checked, "x: f32[N, 4]", "mask: bool[M]")
+    assert tp.guards == []
+    (ra,) = tp.runtime_asserts
+    assert ra.kind is GuardKind.RUNTIME_ASSERT and ra.code == "torch._check(n <= x.shape[0])"
+    x, mask = torch.randn(10, 4), torch.tensor([1, 0, 1, 1, 0, 1, 0], dtype=torch.bool)
+    assert torch.equal(tp.run(x, mask), P.nonzero_slice_checked(x, mask))
+    with pytest.raises(GuardViolation, match="runtime assert"):
+        tp.run(torch.randn(3, 4), torch.ones(7, dtype=torch.bool))
+
+
+def test_count_bounded_by_numel_needs_no_check():
+    # Same-size mask: the nonzero count is at most N by the op's semantics.
+    tp = shapes.trace(P.nonzero_slice, "x: f32[N, 4]", "mask: bool[N]")
+    assert tp.records == []
+
+
+def test_item_gives_unbacked_scalar():
+    def f(x, y):
+        n = y.sum().item()
+        torch._check(n >= 0)
+        torch._check(n <= x.shape[0])
+        return x[:n].sum(0)
+
+    tp = shapes.trace(f, "x: f32[N, 3]", "y: i64[K]")
+    assert len(tp.runtime_asserts) == 2
+    x, y = torch.randn(9, 3), torch.tensor([1, 2, 3])
+    assert torch.allclose(tp.run(x, y), f(x, y))
+
+
+# -- acceptance 4: differential against eager ---------------------------------------------------
+
+DIFFERENTIAL = [
+    (P.MLP(), ["x: f32[B, T, 32]"], [(1, 3), (2, 5), (3, 17), (4, 8), (5, 2)], lambda b, t: [(b, t, 32)]),
+    (P.CausalSelfAttention(), ["x: f32[B, T, 32]"], [(2, 2), (3, 7), (2, 16), (5, 9), (4, 3)],
+     lambda b, t: [(b, t, 32)]),
+    (P.SDPABlock(), ["x: f32[B, T, 32]"], [(2, 2), (3, 7), (2, 16), (5, 9), (4, 3)], lambda b, t: [(b, t, 32)]),
+    (P.ConvPool(), ["x: f32[B, 3, H, W]"], [(2, 10, 12), (3, 9, 7), (2, 20, 15), (4, 11, 11), (2, 8, 30)],
+     lambda b, h, w: [(b, 3, h, w)]),
+    (P.cat_last, ["a: f32[B, N]", "b: f32[B, M]"], [(2, 3, 4), (5, 6, 7), (3, 2, 9), (7, 3, 3), (2, 10, 2)],
+     lambda b, n, m: [(b, n), (b, m)]),
+    (P.flatten_heads, ["x: f32[B, 4, H]"], [(2, 3), (3, 5), (4, 4), (5, 9), (2, 7)], lambda b, h: [(b, 4, h)]),
+    (P.view_by_8, ["x: f32[N]"], [(16,), (24,), (64,), (800,), (40,)], lambda n: [(n,)]),
+]
+
+
+@pytest.mark.parametrize("prog,specs,points,make", DIFFERENTIAL, ids=lambda v: getattr(v, "__name__", None)
+                         or type(v).__name__ if not isinstance(v, (list, tuple)) else None)
+def test_run_matches_eager(prog, specs, points, make):
+    torch.manual_seed(0)
+    tp = shapes.trace(prog, *specs)
+    for pt in points:
+        shapes_ = make(*pt)
+        inputs = [torch.randn(s) for s in shapes_]
+        assert tp.failing_guards({n: v for n, v in zip(tp.hints, pt)}) == [], pt
+        out = tp.run(*inputs)
+        ref = prog(*inputs)
+        assert out.shape == ref.shape
+        assert torch.allclose(out, ref, atol=1e-5, rtol=1e-4), pt
+        # and the symbolic output shape evaluates to the real one
+        subs = {tp.env.symbols[n]: v for n, v in zip(tp.hints, pt)}
+        assert tuple(int(sympy.sympify(e).xreplace(subs)) for e in tp.output_shapes[0]) == tuple(ref.shape)
+
+
+def test_run_rejects_inputs_that_violate_guards():
+    tp = shapes.trace(P.branch_on_size, "x: f32[B, 4]", dims={"B": 32})
+    with pytest.raises(GuardViolation, match=r"B > 16.*if x.shape\[0\] > 16"):
+        tp.run(torch.randn(5, 4))
+
+
+# -- acceptance 5: bad input ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("x f32[B]", "malformed input spec"),
+    ("x: f33[B]", "unknown dtype 'f33'"),
+    ("x: f32[B, 2.5]", "bad dim '2.5'"),
+    ("x: f32[B", "malformed input spec"),
+])
+def test_bad_specs(spec, msg):
+    with pytest.raises(SpecError, match=msg):
+        shapes.trace(P.view_by_8, spec)
+
+
+def test_wrong_number_of_inputs():
+    with pytest.raises(SpecError, match="takes 1 positional input"):
+        shapes.trace(P.view_by_8, "x: f32[N]", "y: f32[N]")
+    with pytest.raises(SpecError, match="missing: b"):
+        shapes.trace(P.matmul, "a: f32[M, K]")
+    tp = shapes.trace(P.view_by_8, "x: f32[N]")
+    with pytest.raises(SpecError, match="traced with 1 input"):
+        tp.run(torch.randn(8), torch.randn(8))
+
+
+def test_bad_dims_argument():
+    with pytest.raises(SpecError, match="no input spec uses"):
+        shapes.trace(P.view_by_8, "x: f32[N]", dims={"Q": 4})
+    with pytest.raises(SpecError, match="outside the range"):
+        shapes.trace(P.view_by_8, "x: f32[N]", dims={"N": (1, 8, 16)})
+
+
+def test_program_that_raises_names_the_line_and_path():
+    with pytest.raises(TraceError) as ei:
+        shapes.trace(P.raises_on_small, "x: f32[B]", dims={"B": 2})
+    err = ei.value
+    assert isinstance(err.exc, ValueError) and "need at least 4 rows" in str(err)
+    src, start = inspect.getsourcelines(P.raises_on_small)
+    assert err.provenance.lineno == start + 2
+    assert [str(g.expr) for g in err.path] == ["B < 4"]
