@@ -121,7 +121,8 @@ class Z3Translator:
             return 1 / r
         if isinstance(e, FloorDiv):
             return py_floordiv(t(e.args[0]), t(e.args[1]))
-        if isinstance(e, PyMod):
+        if isinstance(e, (PyMod, sympy.Mod)):
+            # sympy's Mod on integers also takes the sign of the divisor.
             return py_mod(t(e.args[0]), t(e.args[1]))
         if isinstance(e, TrueDiv):
             return _to_real(t(e.args[0])) / _to_real(t(e.args[1]))
@@ -134,7 +135,7 @@ class Z3Translator:
             return z3.ToInt(_to_real(t(e.args[0])))
         if isinstance(e, sympy.ceiling):
             return -z3.ToInt(-_to_real(t(e.args[0])))
-        if isinstance(e, Where):
+        if isinstance(e, (Where, sympy.ITE)):
             c, a, b = (t(x) for x in e.args)
             if z3.is_real(a) or z3.is_real(b):
                 a, b = _to_real(a), _to_real(b)
@@ -174,6 +175,15 @@ class Z3Translator:
             return z3.Or(*[t(a) for a in e.args])
         if isinstance(e, sympy.Implies):
             return z3.Implies(t(e.args[0]), t(e.args[1]))
+        if isinstance(e, sympy.Xor):
+            args = [t(a) for a in e.args]
+            r = args[0]
+            for a in args[1:]:
+                r = z3.Xor(r, a)
+            return r
+        if isinstance(e, sympy.Equivalent):
+            args = [t(a) for a in e.args]
+            return z3.And(*[args[0] == a for a in args[1:]])
         raise UntranslatableExpression(
             f"no Z3 translation for expression kind {type(e).__name__} (in {e}); "
             f"engine functions covered: {', '.join(f.__name__ for f in ENGINE_FUNCTIONS)}"

@@ -1,0 +1,489 @@
+"""Translation validation: replay the engine's decision log with Z3.
+
+The engine (:class:`shapes.env.ShapeEnv`) logs every decision it takes
+without a guard (see :class:`shapes.guard.LogEntry`).  This module proves
+each one from what the trace may assume:
+
+* ``axiom``: assumed (symbol ranges, op semantics); becomes a fact.
+* ``fact``: a guard or runtime assert.  ``before`` is the condition as first
+  raised, ``after`` the simplified form the engine keeps; they must be
+  equivalent under the facts known before it.  ``after`` becomes a fact.
+* ``static``: ``before`` was decided to be ``after`` (true/false) with no
+  guard; the facts known at that point must imply it.  A size-oblivious
+  decision may additionally assume that each data-dependent size is >= 2.
+* ``rewrite``: ``before == after`` must follow from the facts known then.
+* ``fallback``: a default taken for an undecidable condition; not a claim.
+
+At the end, the conjunction of the final guards must be equivalent to the
+conjunction of the guards as first raised (given the axioms).
+
+A step is checked by asking Z3 for facts ∧ ¬claim: ``unsat`` proves it,
+``sat`` gives a counterexample in concrete sizes (confirmed by evaluating
+the step with Python semantics), and a timeout is reported as *unknown*,
+never as sound.  One solver is used with push/pop while facts are added
+incrementally; identical claims are checked once (facts only grow, so a
+claim proven earlier stays proven), and syntactically trivial steps are
+skipped without a query.
+
+Run it while tracing with ``shapes.trace(..., translation_validation=True)``
+or ``SYMSHAPE_TRANSLATION_VALIDATION=1`` (the tracer finds
+:class:`TranslationValidator` through the ``symshape.checkers`` entry point),
+or afterwards with :func:`validate`.
+
+Example::
+
+    >>> import torch, shapes
+    >>> from validation.translation import validate
+    >>> tp = shapes.trace(lambda x: x.view(-1, 8), "x: f32[N]")
+    >>> validate(tp).ok
+    True
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Optional
+
+import sympy
+import z3
+
+from shapes.errors import SymshapeError
+from shapes.functions import FloorDiv, PyMod, TrueDiv
+from shapes.guard import LogEntry
+from shapes.provenance import Provenance, capture
+
+from .concrete import UnevaluableExpression, evaluate
+from .z3_translate import UntranslatableExpression, Z3Translator
+
+#: Per-query Z3 timeout (milliseconds); a timeout is reported as "unknown".
+DEFAULT_TIMEOUT_MS = 4000
+
+_CLAIM_KINDS = ("static", "rewrite", "fact")
+
+
+@dataclass
+class StepResult:
+    """The outcome of checking one log entry that failed to be proven.
+
+    ``status`` is ``"unsound"`` (Z3 found facts under which the claim is
+    false), ``"unknown"`` (Z3 gave up, e.g. a timeout) or ``"error"`` (an
+    expression could not be translated; ``message`` names the kind).
+    ``counterexample`` maps dim names to concrete values (ints; Fractions for
+    float symbols) for an unsound step; ``confirmed`` says that evaluating
+    the step there with Python semantics shows the violation, and ``note``
+    says what was seen there.
+    """
+
+    index: int
+    entry: LogEntry
+    status: str
+    claim: sympy.Basic = None
+    counterexample: dict = field(default_factory=dict)
+    confirmed: Optional[bool] = None
+    note: str = ""
+    provenance: Optional[Provenance] = None
+    message: str = ""
+
+    @property
+    def rule(self) -> str:
+        return self.entry.rule
+
+    @property
+    def kind(self) -> str:
+        return self.entry.kind
+
+    def describe(self) -> str:
+        e = self.entry
+        where = f" at {self.provenance}" if self.provenance is not None and self.provenance.lineno else ""
+        head = f"step #{self.index} ({e.kind}, rule {e.rule!r}){where}"
+        if e.kind == "static":
+            what = f"decided {e.before} to be {e.after} with {e.n_facts} fact(s)"
+        elif e.kind == "rewrite":
+            what = f"rewrote {e.before}  ->  {e.after}"
+        elif e.kind == "final":
+            what = "final guards are not equivalent to the guards as first raised"
+        else:
+            what = f"kept the guard {e.after} for the condition raised as {e.before}"
+        lines = [f"{self.status}: {head}: {what}"]
+        if self.counterexample:
+            cx = ", ".join(f"{k}={v}" for k, v in self.counterexample.items())
+            lines.append(f"  counterexample: {cx}" + (f" ({self.note})" if self.note else ""))
+        if self.message:
+            lines.append(f"  {self.message}")
+        return "\n".join(lines)
+
+
+@dataclass
+class ValidationReport:
+    """What translation validation found for one env.
+
+    ``checked`` counts log entries whose claim was covered (by a Z3 query,
+    an identical earlier claim, or a trivial syntactic check); ``failures``
+    holds unsound steps and untranslatable expressions (first one first),
+    ``unknown`` the steps Z3 could not decide in time (never counted as sound).
+    """
+
+    steps: int = 0
+    checked: int = 0
+    queries: int = 0
+    cached: int = 0
+    trivial: int = 0
+    skipped_fallbacks: int = 0
+    failures: list = field(default_factory=list)
+    unknown: list = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """No unsound step and no untranslatable expression (unknowns are listed separately)."""
+        return not self.failures
+
+    @property
+    def first_unsound(self) -> Optional[StepResult]:
+        for f in self.failures:
+            if f.status == "unsound":
+                return f
+        return None
+
+    def __str__(self) -> str:
+        lines = [f"translation validation: {self.checked} of {self.steps} log steps checked "
+                 f"({self.queries} Z3 queries, {self.cached} repeated, {self.trivial} trivial, "
+                 f"{self.skipped_fallbacks} fallbacks skipped) in {self.elapsed_s:.3f}s: "
+                 + ("sound" if self.ok and not self.unknown else
+                    "UNSOUND" if self.first_unsound else "errors" if self.failures else "unknown steps")]
+        for f in self.failures + self.unknown:
+            lines.append(f.describe())
+        return "\n".join(lines)
+
+    def raise_if_failed(self) -> None:
+        """Raise :class:`UnsoundStep` for the first failure, if any."""
+        if self.failures:
+            raise UnsoundStep(self, self.failures[0])
+
+
+class UnsoundStep(SymshapeError, AssertionError):
+    """The engine took a step that does not follow from what it may assume.
+
+    ``step`` is the :class:`StepResult` (index into ``env.log``, rule,
+    before/after, counterexample as ``{dim: value}``, user line if known);
+    ``report`` the whole :class:`ValidationReport`.
+    """
+
+    def __init__(self, report: ValidationReport, step: StepResult):
+        self.report = report
+        self.step = step
+        super().__init__("translation validation failed:\n" + step.describe())
+
+    @property
+    def counterexample(self) -> dict:
+        return self.step.counterexample
+
+
+class _Checker:
+    """One Z3 solver holding facts[0:k], checking claims with push/pop."""
+
+    def __init__(self, env, timeout_ms: int):
+        self.env = env
+        self.timeout_ms = timeout_ms
+        self.tr = Z3Translator()
+        self.solver = z3.Solver()
+        self.solver.set("timeout", timeout_ms)
+        self.n_asserted = 0
+        self.assumed: list = []      # z3 facts asserted so far (for the fallback solver)
+        self.fact_syms: set = set()  # sympy symbols mentioned by asserted facts
+        self.fact_set: set = set()   # asserted facts (and their conjuncts), for trivial checks
+
+    def advance(self, k: int) -> None:
+        """Assert facts up to (not including) index ``k``."""
+        facts = self.env.facts
+        while self.n_asserted < min(k, len(facts)):
+            f = facts[self.n_asserted]
+            zf = self.tr.to_z3(f)
+            self.solver.add(zf)
+            self.assumed.append(zf)
+            self.fact_syms |= f.free_symbols
+            self.fact_set.add(f)
+            self.fact_set.update(sympy.And.make_args(f))
+            self.n_asserted += 1
+
+    def check(self, claim_z3, extra=()):
+        """Z3's answer for facts ∧ extra ∧ ¬claim: (z3.unsat|sat|unknown, model or None)."""
+        s = self.solver
+        s.push()
+        try:
+            for x in extra:
+                s.add(x)
+            s.add(z3.Not(claim_z3))
+            r = s.check()
+            model = s.model() if r == z3.sat else None
+        finally:
+            s.pop()
+        if r == z3.unknown:
+            # The incremental core is weak on nonlinear integer arithmetic; a
+            # fresh solver runs the full tactic pipeline (nlsat and friends).
+            fresh = z3.Solver()
+            fresh.set("timeout", self.timeout_ms)
+            fresh.add(*self.assumed, *extra, z3.Not(claim_z3))
+            r = fresh.check()
+            model = fresh.model() if r == z3.sat else None
+        return r, model
+
+
+class TranslationValidator:
+    """Checks an env's decisions with Z3; plugged into the tracer as a checker.
+
+    Constructed with the env before tracing (it subscribes to
+    ``env.observers`` to note the user line of each distinct step and the
+    assumptions of size-oblivious decisions as they happen); ``finish``
+    replays the log, stores the report on the traced program as
+    ``validation_report`` and raises :class:`UnsoundStep` on a failure
+    (``raise_on_failure``).  Unknown steps give a warning.
+    """
+
+    def __init__(self, env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, raise_on_failure: bool = True):
+        self.env = env
+        self.timeout_ms = timeout_ms
+        self.raise_on_failure = raise_on_failure
+        self.provenance: dict[int, Provenance] = {}
+        self.oblivious: dict[int, tuple] = {}
+        self._seen: set = set()
+        self.report: Optional[ValidationReport] = None
+        env.observers.append(self._observe)
+
+    def _observe(self, entry: LogEntry, env) -> None:
+        if entry.kind not in ("static", "rewrite"):
+            return  # fact entries carry their provenance in env.records
+        index = len(env.log) - 1
+        if entry.rule == "size_oblivious":
+            self.oblivious[index] = _oblivious_symbols(env)
+        key = (entry.kind, entry.rule, entry.before, entry.after)
+        if key not in self._seen:
+            # Only the first occurrence can be the first unsound step: capture once.
+            self._seen.add(key)
+            self.provenance[index] = capture(env._current_op())
+
+    def validate(self) -> ValidationReport:
+        """Replay the env's log now and return the report."""
+        self.report = validate_env(self.env, timeout_ms=self.timeout_ms, provenance=self.provenance,
+                                   oblivious=self.oblivious)
+        return self.report
+
+    def finish(self, traced_program) -> ValidationReport:
+        """Called by the tracer with the traced program; raises on an unsound step."""
+        report = self.validate()
+        traced_program.validation_report = report
+        if self.env.observers and self._observe in self.env.observers:
+            self.env.observers.remove(self._observe)
+        if report.unknown:
+            warnings.warn(f"translation validation could not decide {len(report.unknown)} step(s) "
+                          f"in time; first: {report.unknown[0].describe()}", stacklevel=2)
+        if self.raise_on_failure:
+            report.raise_if_failed()
+        return report
+
+
+def _oblivious_symbols(env) -> tuple:
+    """Unbacked sizes a size-oblivious decision may assume to be >= 2 (as the engine does)."""
+    out = []
+    for s in env.unbacked:
+        r = env.ranges.get(s)
+        if s not in env.unbacked_float and r is not None and r.lower >= 0 and r.upper >= 2:
+            out.append(s)
+    return tuple(out)
+
+
+def validate(traced_program, **kw) -> ValidationReport:
+    """Validate the decision log of a :class:`~shapes.program.TracedProgram`."""
+    return validate_env(traced_program.env, **kw)
+
+
+def validate_env(env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, provenance: Optional[dict] = None,
+                 oblivious: Optional[dict] = None, stop_at_first: bool = True) -> ValidationReport:
+    """Prove every decision in ``env.log`` from the facts known when it was taken.
+
+    ``provenance`` / ``oblivious`` come from a :class:`TranslationValidator`
+    that watched the trace (user lines; the unbacked sizes assumed >= 2 by
+    each size-oblivious decision); without them, size-oblivious steps use
+    the env's final ranges.  Stops at the first unsound step unless
+    ``stop_at_first`` is False.
+    """
+    t0 = time.perf_counter()
+    provenance = provenance or {}
+    oblivious = oblivious or {}
+    report = ValidationReport(steps=len(env.log))
+    chk = _Checker(env, timeout_ms)
+    proven: set = set()
+    fact_no = 0
+    for i, e in enumerate(env.log):
+        if e.kind == "axiom":
+            continue
+        if e.kind == "fallback":
+            report.skipped_fallbacks += 1
+            continue
+        if e.kind not in _CLAIM_KINDS:
+            report.failures.append(StepResult(i, e, "error", message=f"unknown log entry kind {e.kind!r}"))
+            break
+        prov = provenance.get(i)
+        if e.kind == "fact":
+            rec = env.records[fact_no] if fact_no < len(env.records) else None
+            prov = rec.provenance if rec is not None else None
+            fact_no += 1
+        chk.advance(e.n_facts)
+        obl = ()
+        if e.rule == "size_oblivious":
+            obl = oblivious.get(i) or _oblivious_symbols(env)
+        key = (e.kind, e.before, e.after, obl)
+        if key in proven:
+            report.cached += 1
+            report.checked += 1
+            continue
+        if _trivial(e, chk, obl):
+            proven.add(key)
+            report.trivial += 1
+            report.checked += 1
+            continue
+        res = _check_step(i, e, chk, obl, prov)
+        report.queries += 1
+        if res is None:
+            proven.add(key)
+            report.checked += 1
+        elif res.status == "unknown":
+            report.unknown.append(res)
+        else:
+            report.failures.append(res)
+            if stop_at_first:
+                break
+    if not report.failures:
+        res = _check_final(env, chk)
+        if res is not None:
+            (report.unknown if res.status == "unknown" else report.failures).append(res)
+    report.elapsed_s = time.perf_counter() - t0
+    return report
+
+
+def _claim(e: LogEntry):
+    """The proposition a log entry asserts (a sympy boolean)."""
+    if e.kind == "static":
+        return e.before if e.after is sympy.true else sympy.Not(e.before)
+    if e.kind == "rewrite":
+        if _is_bool(e.before):
+            return sympy.Equivalent(e.before, e.after)
+        return sympy.Eq(e.before, e.after, evaluate=False)
+    return sympy.Equivalent(e.before, e.after)
+
+
+def _is_bool(x) -> bool:
+    return x.is_Boolean or isinstance(x, sympy.Rel)
+
+
+def _trivial(e: LogEntry, chk: _Checker, obl) -> bool:
+    """Steps sympy settles syntactically, without a Z3 query."""
+    if e.kind == "fact" and e.before == e.after:
+        return True
+    if e.kind == "static" and not obl:
+        if e.after is sympy.true and e.before in chk.fact_set:
+            return True
+    if e.kind == "rewrite" and not _is_bool(e.before) and not e.before.has(FloorDiv, PyMod, TrueDiv):
+        # Pure polynomial identities (no division that may be undefined).
+        try:
+            return sympy.expand(e.before - e.after) == 0
+        except Exception:  # noqa: BLE001 - a failed shortcut just means "ask Z3"
+            return False
+    return False
+
+
+def _check_step(i: int, e: LogEntry, chk: _Checker, obl, prov) -> Optional[StepResult]:
+    """None if proven, else a StepResult (unsound / unknown / error)."""
+    claim = _claim(e)
+    try:
+        cz = chk.tr.to_z3(claim)
+        extra = [chk.tr.to_z3(sympy.Ge(s, 2)) for s in obl]
+    except UntranslatableExpression as err:
+        return StepResult(i, e, "error", claim=claim, provenance=prov, message=str(err))
+    r, model = chk.check(cz, extra)
+    if r == z3.unsat:
+        return None
+    if r == z3.unknown:
+        return StepResult(i, e, "unknown", claim=claim, provenance=prov,
+                          message=f"Z3 could not decide the step ({chk.solver.reason_unknown() or 'timeout'}); "
+                                  f"it is NOT known to be sound")
+    syms = _relevant_symbols(claim, chk, obl)
+    cx = _model_values(model, chk.tr, syms)
+    assumptions = list(chk.env.facts[:chk.n_asserted]) + [sympy.Ge(s, 2) for s in obl]
+    confirmed, note = _confirm(claim, assumptions, cx, syms)
+    return StepResult(i, e, "unsound", claim=claim, counterexample={str(s): v for s, v in cx.items()},
+                      confirmed=confirmed, note=note, provenance=prov)
+
+
+def _relevant_symbols(claim, chk: _Checker, obl) -> list:
+    syms = set(claim.free_symbols) | set(obl)
+    # Facts over these symbols can involve others (B == 2*H); include those too.
+    for f in chk.env.facts[:chk.n_asserted]:
+        if f.free_symbols & syms:
+            syms |= f.free_symbols
+    return sorted(syms, key=str)
+
+
+def _model_values(model, tr: Z3Translator, syms) -> dict:
+    out = {}
+    for s in syms:
+        v = model.eval(tr.var(s), model_completion=True)
+        if z3.is_int_value(v):
+            out[s] = v.as_long()
+        elif z3.is_rational_value(v):
+            out[s] = Fraction(v.numerator_as_long(), v.denominator_as_long())
+        elif z3.is_true(v) or z3.is_false(v):
+            out[s] = z3.is_true(v)
+        elif z3.is_algebraic_value(v):
+            out[s] = Fraction(v.approx(20).as_fraction())
+        else:
+            out[s] = str(v)
+    return out
+
+
+def _confirm(claim, assumptions, cx: dict, syms) -> tuple:
+    """Evaluate the claim and the facts at the counterexample with Python semantics."""
+    try:
+        for f in assumptions:
+            try:
+                if not evaluate(f, cx):
+                    return False, f"the fact {f} does not hold there (translation mismatch)"
+            except ZeroDivisionError:
+                return False, f"the fact {f} divides by zero there"
+        try:
+            v = evaluate(claim, cx)
+        except ZeroDivisionError:
+            return True, "the step divides by zero there: the original raises, the result does not"
+        if v:
+            return False, "the claim holds there with Python semantics (translation mismatch)"
+        return True, "facts hold and the step is false there"
+    except (UnevaluableExpression, KeyError, TypeError) as err:
+        return None, f"could not evaluate concretely: {err}"
+
+
+def _check_final(env, chk: _Checker) -> Optional[StepResult]:
+    """axioms ∧ guards as first raised  <=>  axioms ∧ guards as kept."""
+    if not env.records:
+        return None
+    axioms = [e.after for e in env.log if e.kind == "axiom"]
+    orig = sympy.And(*axioms, *[g.original for g in env.records])
+    final = sympy.And(*axioms, *[g.expr for g in env.records])
+    entry = LogEntry("final", orig, final, "final_guards", 0)
+    try:
+        claim = chk.tr.to_z3(orig) == chk.tr.to_z3(final)
+    except UntranslatableExpression as err:
+        return StepResult(len(env.log), entry, "error", message=str(err))
+    s = z3.Solver()
+    s.set("timeout", chk.timeout_ms)
+    s.add(z3.Not(claim))
+    r = s.check()
+    if r == z3.unsat:
+        return None
+    if r == z3.unknown:
+        return StepResult(len(env.log), entry, "unknown", message="Z3 could not decide the final guard check")
+    syms = sorted(orig.free_symbols | final.free_symbols, key=str)
+    cx = _model_values(s.model(), chk.tr, syms)
+    return StepResult(len(env.log), entry, "unsound", claim=sympy.Equivalent(orig, final),
+                      counterexample={str(k): v for k, v in cx.items()})
