@@ -1,0 +1,677 @@
+"""Explain a traced program's guards: where each came from, what it costs, how to avoid it.
+
+:func:`explain` turns a :class:`~shapes.program.TracedProgram` into an
+:class:`Explanation`: a summary (which input dims stayed dynamic, which were
+specialized or unified and why, how many records come from the user's code
+and how many from inside torch) and one :class:`Entry` per guard,
+specialization and runtime assert.  Given a concrete point (``at``) it also
+says which records fail there and what that means for the call.
+
+The reports (:mod:`guards.report_text`, :mod:`guards.report_json`,
+:mod:`guards.report_html`) only render an Explanation; every judgement is
+made here, once.
+
+Example::
+
+    >>> import shapes, guards
+    >>> def f(x):
+    ...     if x.shape[0] > 16:
+    ...         return x * 2
+    ...     return x + 1
+    >>> tp = shapes.trace(f, "x: f32[B]", dims={"B": 32})
+    >>> ex = guards.explain(tp, at={"B": 4})
+    >>> ex.entries[0].user_expr, ex.entries[0].origin
+    ('x.shape[0] > 16', 'user_code')
+    >>> ex.at.verdict
+    'recompile'
+    >>> print(ex.at.reasons[0].splitlines()[0])  # doctest: +ELLIPSIS
+    this call would recompile because x.shape[0] > 16 is false at B=4 ...
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Union
+
+import sympy
+
+from shapes.errors import SymshapeError
+from shapes.functions import PyMod
+from shapes.guard import Decision, Guard, GuardKind
+
+from .render import source_names, to_python
+
+# Origins of a record: who asked the question that produced it.
+USER_CODE = "user_code"        # the user's own Python (a branch on a size, their torch._check)
+TORCH_OP = "torch_op"          # an ATen op's meta function, during dispatch
+TORCH_PYTHON = "torch_python"  # torch's Python code outside an op (torch.nn.functional.*)
+INPUT_SPEC = "input_spec"      # the example size itself (0/1 specialization at symbol creation)
+ORIGINS = (USER_CODE, TORCH_OP, TORCH_PYTHON, INPUT_SPEC)
+
+# What violating a record costs.
+COST_RECOMPILE = "recompile"
+COST_RUNTIME_ERROR = "runtime_error"
+COST_SPECIALIZED = "specialized"
+
+SNIPPET_CONTEXT = 3
+
+
+class ExplainError(SymshapeError, ValueError):
+    """A bad request to :func:`explain` (for example an ``at`` point naming unknown dims)."""
+
+
+@dataclass
+class DimInfo:
+    """One named input dim and what the trace did to it.
+
+    ``status`` is ``"dynamic"`` (still a free symbol; ``range`` is the sizes
+    this trace covers), ``"specialized"`` (fixed to ``value``) or
+    ``"unified"`` (replaced by ``unified_with``, an expression over other
+    dims, usually just another dim's name).  ``record`` is the index of the
+    record that caused a specialization or unification.
+    """
+
+    name: str
+    sources: list
+    example: int
+    status: str
+    range: tuple
+    value: Optional[int] = None
+    unified_with: Optional[str] = None
+    record: Optional[int] = None
+    reason: str = ""
+
+
+@dataclass
+class Entry:
+    """One guard, specialization or runtime assert, explained.
+
+    ``expr`` is the condition in dim names (``B > 16``), ``user_expr`` in the
+    user's terms (``x.shape[0] > 16``); both are tidied for reading (constants
+    moved to the right: ``T - 1 < 128`` reads ``T <= 128``) and ``raw`` keeps
+    the engine's own form.  ``origin`` is one of :data:`ORIGINS`; ``cost`` is
+    ``"recompile"``, ``"runtime_error"`` or ``"specialized"``.
+    """
+
+    index: int
+    kind: str
+    expr: str
+    user_expr: str
+    raw: str
+    original: str
+    negation: str
+    dims: list
+    data_dependent: list
+    file: str
+    line: int
+    code: str
+    function: str
+    snippet_start: int
+    snippet: list
+    op: Optional[str]
+    origin: str
+    origin_text: str
+    decided_by: str
+    decision_text: str
+    cost: str
+    cost_text: str
+    suggestion: Optional[str]
+    message: str
+    stack: list
+    fails_at_point: Optional[bool] = None
+
+    @property
+    def location(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass
+class AtResult:
+    """The records evaluated at one concrete point.
+
+    ``failing`` lists the indices of the records that are false there,
+    ``undecided`` those that depend on data (only known at run time) and
+    ``out_of_range`` the dims whose value lies outside what the trace
+    assumes without any record (the declared range, or sizes 0 and 1 under
+    the 0/1 policy).  ``verdict`` is ``"ok"``, ``"recompile"`` or
+    ``"runtime_error"``; ``reasons`` has one sentence per failure.
+    """
+
+    point: dict
+    failing: list
+    undecided: list
+    out_of_range: list
+    verdict: str
+    reasons: list
+
+
+@dataclass
+class Explanation:
+    """What :func:`explain` returns; render it with :meth:`text`, :meth:`to_dict` or :meth:`html`."""
+
+    program: str
+    inputs: list
+    example_sizes: dict
+    dims: list
+    data_dependent: list
+    counts: dict
+    static_decisions: int
+    entries: list
+    at: Optional[AtResult] = None
+    specialize_zero_one: bool = True
+
+    def text(self, width: int = 80) -> str:
+        """The plain-text report, every line at most ``width`` columns."""
+        from .report_text import render
+        return render(self, width=width)
+
+    def to_dict(self) -> dict:
+        """The JSON report as a dict (it validates against ``guards/report.schema.json``)."""
+        from .report_json import to_dict
+        return to_dict(self)
+
+    def json(self, indent: int = 2) -> str:
+        from .report_json import dumps
+        return dumps(self, indent=indent)
+
+    def html(self) -> str:
+        """The HTML report: one self-contained page (inline CSS and JS, no network)."""
+        from .report_html import render
+        return render(self)
+
+    def entry(self, index: int) -> Entry:
+        return self.entries[index]
+
+    def dim(self, name: str) -> DimInfo:
+        for d in self.dims:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+
+# ----------------------------------------------------------------------------- expressions
+
+_FLIP = {sympy.Lt: sympy.Gt, sympy.Le: sympy.Ge, sympy.Gt: sympy.Lt, sympy.Ge: sympy.Le,
+         sympy.Eq: sympy.Eq, sympy.Ne: sympy.Ne}
+
+
+def tidy(expr):
+    """An equivalent relation that reads better: constants on the right, no leading minus.
+
+    Only exact rewrites over integers: ``T - 1 < 128`` becomes ``T <= 128``,
+    ``16 < B`` becomes ``B > 16``; ``K == K2`` and ``N % 8 == 0`` are kept.
+
+    >>> T = sympy.Symbol("T", integer=True)
+    >>> tidy(T - 1 < 128)
+    T <= 128
+    """
+    if not isinstance(expr, sympy.Rel) or type(expr) not in _FLIP:
+        return expr
+    lhs, rhs = expr.lhs, expr.rhs
+    if not (lhs.is_integer and rhs.is_integer):
+        return expr
+    lhs_const = lhs.as_coeff_Add()[0] != 0
+    rhs_const = rhs.as_coeff_Add()[0] != 0
+    if rhs.is_number and not lhs_const:
+        return expr
+    if lhs.is_number and not rhs_const:
+        return _FLIP[type(expr)](rhs, lhs)
+    if not (lhs_const or rhs_const or lhs.is_number or rhs.is_number):
+        return expr  # K == K2: nothing to move
+    d = sympy.expand(lhs - rhs)
+    c, p = d.as_coeff_Add()
+    if p == 0:
+        return expr
+    op = type(expr)
+    if all(t.as_coeff_Mul()[0] < 0 for t in sympy.Add.make_args(p)):
+        p, c, op = -p, -c, _FLIP[op]
+    k = -c  # p op k
+    if op is sympy.Lt:
+        op, k = sympy.Le, k - 1
+    elif op is sympy.Gt:
+        op, k = sympy.Ge, k + 1
+    return op(p, k)
+
+
+def _negate(expr):
+    return tidy(sympy.Not(expr)) if isinstance(expr, sympy.Rel) else sympy.Not(expr)
+
+
+def _classify(e):
+    """(shape of the condition, details) for picking a suggestion."""
+    if isinstance(e, sympy.Eq):
+        a, b = e.lhs, e.rhs
+        if b.is_number and isinstance(a, PyMod) and a.args[1].is_Integer and b == 0:
+            return "divisible", (a.args[0], int(a.args[1]))
+        if a.is_number and isinstance(b, PyMod) and b.args[1].is_Integer and a == 0:
+            return "divisible", (b.args[0], int(b.args[1]))
+        if b.is_number and a.is_Symbol:
+            return "eq_const", (a, b)
+        if a.is_number and b.is_Symbol:
+            return "eq_const", (b, a)
+        if not a.is_number and not b.is_number:
+            return "eq_dims", (a, b)
+    if isinstance(e, sympy.Ne):
+        return "ne", (e.lhs, e.rhs)
+    if isinstance(e, (sympy.Ge, sympy.Gt)) and e.rhs.is_number:
+        return "lower", (e.lhs, e.rhs + (1 if isinstance(e, sympy.Gt) else 0))
+    if isinstance(e, (sympy.Le, sympy.Lt)) and e.rhs.is_number:
+        return "upper", (e.lhs, e.rhs - (1 if isinstance(e, sympy.Lt) else 0))
+    return "other", ()
+
+
+# ----------------------------------------------------------------------------- paths and source
+
+def short_path(filename: str) -> str:
+    """A path for reading: relative to the working directory when under it,
+    from ``site-packages/`` on for installed libraries."""
+    if not filename or filename.startswith("<"):
+        return filename or "<unknown>"
+    i = filename.rfind("site-packages" + os.sep)
+    if i >= 0:
+        return filename[i:]
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith(".." + os.sep + "..") else rel
+
+
+def _snippet(filename: str, lineno: int, context: int = SNIPPET_CONTEXT):
+    if not filename or filename.startswith("<") or lineno <= 0:
+        return lineno, []
+    lines = linecache.getlines(filename)
+    if not lines or lineno > len(lines):
+        return lineno, []
+    start = max(1, lineno - context)
+    end = min(len(lines), lineno + context)
+    return start, [lines[i - 1].rstrip("\n").rstrip() for i in range(start, end + 1)]
+
+
+# ----------------------------------------------------------------------------- explain
+
+def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
+    """Explain every guard, specialization and runtime assert of ``traced``.
+
+    Args:
+        traced: a :class:`~shapes.program.TracedProgram` (from :func:`shapes.trace`).
+        at: optionally a concrete point, ``{"B": 1, "T": 7}`` or ``"B=1,T=7"``,
+            naming every dim of the program; the result's ``at`` then says
+            which records fail there and whether the call would recompile or
+            fail at run time.
+
+    Raises :class:`ExplainError` when ``at`` names unknown dims, misses some,
+    or gives a negative size.
+
+    Example::
+
+        >>> import shapes, guards
+        >>> tp = shapes.trace(lambda x: x.view(-1, 8), "x: f32[N]")
+        >>> e = guards.explain(tp).entries[0]
+        >>> e.kind, e.user_expr, e.op
+        ('runtime_assert', 'x.shape[0] % 8 == 0', 'aten.view.default')
+        >>> e.suggestion.split(";")[0]
+        'pad x.shape[0] to a multiple of 8 (for example x = F.pad(x, ...)) or only pass sizes that are multiples of 8'
+    """
+    env = traced.env
+    names = source_names(env)
+    entries = [_entry(traced, g, names) for g in env.records]
+    dims = _dims(traced, entries)
+    dd = [{"name": str(s), "what": what} for s, what in env.unbacked.items()]
+    counts = _counts(entries)
+    static = sum(1 for e in env.log if e.kind == "static")
+    ex = Explanation(
+        program=_program_name(traced.program),
+        inputs=[str(s) for s in traced.specs],
+        example_sizes=dict(traced.hints),
+        dims=dims,
+        data_dependent=dd,
+        counts=counts,
+        static_decisions=static,
+        entries=entries,
+        specialize_zero_one=env.specialize_zero_one,
+    )
+    if at is not None:
+        ex.at = _evaluate_at(traced, ex, at)
+        failing = set(ex.at.failing)
+        undecided = set(ex.at.undecided)
+        for e in entries:
+            e.fails_at_point = None if e.index in undecided else e.index in failing
+    return ex
+
+
+def _program_name(program) -> str:
+    if hasattr(program, "__qualname__") and not hasattr(program, "forward"):
+        return program.__qualname__
+    return type(program).__name__
+
+
+def _origin(g: Guard):
+    if g.decided_by is Decision.ZERO_ONE:
+        return INPUT_SPEC, "the input spec: the example size chose a 0/1 specialization"
+    op = g.op
+    if op is None:
+        return USER_CODE, "your code (a branch, comparison or torch._check on a size)"
+    if op.startswith("aten.") or op.startswith("prims."):
+        return TORCH_OP, f"inside torch, by the op {op} (called from your line)"
+    return TORCH_PYTHON, f"inside torch, by {op} (torch Python code, called from your line)"
+
+
+def _hint_text(traced, syms) -> str:
+    vals = [f"{s}={traced.env.hints[s]}" for s in syms if s in traced.env.hints]
+    return ", ".join(vals)
+
+
+def _entry(traced, g: Guard, names) -> Entry:
+    env = traced.env
+    t = tidy(g.expr)
+    neg = _negate(g.expr)
+    user = to_python(t, names)
+    dim_expr = to_python(t)
+    neg_user = to_python(neg, names)
+    syms = sorted(g.expr.free_symbols | (g.original.free_symbols if g.original is not None else set()),
+                  key=str)
+    input_dims = [str(s) for s in syms if s in env.hints]
+    unbacked = [str(s) for s in syms if s in env.unbacked]
+    origin, origin_text = _origin(g)
+    prov = g.provenance
+    start, lines = _snippet(prov.filename, prov.lineno)
+    if origin == INPUT_SPEC:
+        start, lines = prov.lineno, []  # the line is the trace() call, not a cause
+    hints = _hint_text(traced, [s for s in syms if s in env.hints])
+
+    if g.decided_by is Decision.HINT:
+        decision = f"by the example sizes ({hints}): {user} held there" if hints else \
+            f"by the example sizes: {user} held there"
+    elif g.decided_by is Decision.ZERO_ONE:
+        decision = f"by the 0/1 specialization policy: the example size is {hints}"
+    elif g.decided_by is Decision.USER_CHECK:
+        who = "your torch._check" if origin == USER_CODE else f"a torch._check inside {g.op}"
+        decision = f"assumed, not decided: {who} asserts it (checked at run time)"
+    else:
+        decision = f"by converting a size to a Python int at the example sizes ({hints})"
+
+    if g.kind is GuardKind.GUARD:
+        cost = COST_RECOMPILE
+        cost_text = f"a recompile: calls where {neg_user} do not match this trace"
+    elif g.kind is GuardKind.RUNTIME_ASSERT:
+        cost = COST_RUNTIME_ERROR
+        cost_text = f"an error at run time when {neg_user}; never a recompile"
+    else:
+        cost = COST_SPECIALIZED
+        cost_text = f"the trace is only valid where {user}; any other size recompiles"
+
+    return Entry(
+        index=g.index, kind=g.kind.value, expr=dim_expr, user_expr=user, raw=str(g.expr),
+        original=to_python(g.original) if g.original is not None else dim_expr,
+        negation=neg_user, dims=input_dims, data_dependent=unbacked,
+        file=prov.filename, line=prov.lineno, code=prov.code, function=prov.function,
+        snippet_start=start, snippet=lines, op=g.op, origin=origin, origin_text=origin_text,
+        decided_by=g.decided_by.value, decision_text=decision, cost=cost, cost_text=cost_text,
+        suggestion=_suggest(traced, g, t, names, origin, user, neg_user), message=g.message,
+        stack=list(prov.stack),
+    )
+
+
+def _spec_with(traced, sym, value) -> Optional[str]:
+    """The input spec that mentions ``sym`` with the dim written as ``value``."""
+    for s in traced.specs:
+        if sym.name in s.dims:
+            dims = [str(value) if d == sym.name else str(d) for d in s.dims]
+            return str(s).split("[")[0] + "[" + ", ".join(dims) + "]"
+    return None
+
+
+def _src(sym, names) -> str:
+    return names.get(sym, str(sym))
+
+
+def _suggest(traced, g: Guard, t, names, origin, user, neg_user) -> Optional[str]:
+    """A concrete way to avoid the record or its cost, or None when there is nothing to do."""
+    env = traced.env
+    shape, det = _classify(t)
+    who = "your code" if origin == USER_CODE else (g.op or "torch")
+    unbacked = [s for s in t.free_symbols if s in env.unbacked]
+
+    if g.kind is GuardKind.SPECIALIZATION:
+        if shape == "eq_const":
+            sym, v = det
+            src = _src(sym, names)
+            spec = _spec_with(traced, sym, v)
+            static = f"mark the dim static by writing {v} in the spec ({spec})" if spec else \
+                f"mark the dim static"
+            if g.decided_by is Decision.ZERO_ONE:
+                return (f"give an example size >= 2 to keep {sym} dynamic (--dim {sym}=8, or "
+                        f"dims={{'{sym}': 8}}); if {src} is always {v}, {static}; or trace with "
+                        f"specialize_zero_one=False to keep 0 and 1 in the dynamic range")
+            if g.decided_by is Decision.INT_CONVERSION:
+                return (f"int()/float()/math.* turned {src} into the constant {v} here; keep it a "
+                        f"size: pass {src} itself to torch ops and use // and % instead of int(), "
+                        f"math.ceil or math.floor")
+            return (f"{who} compared {user} and it held at the example size, so {sym} is fixed to {v}; "
+                    f"if {src} is always {v}, {static}; if other sizes must work, trace at one of them "
+                    f"too, or avoid comparing the size with a constant (torch.cond / restructure)")
+        if g.decided_by is Decision.INT_CONVERSION:
+            return (f"int()/float()/math.* on a size made {user} a constant here; keep sizes "
+                    f"symbolic (use // and % instead of int(), math.ceil, math.floor)")
+        return None
+
+    if g.kind is GuardKind.GUARD:
+        if g.message == "this check fails at the example sizes":
+            return (f"the example sizes violate a torch._check, so the program raises there; "
+                    f"trace at example sizes where {neg_user} (--dim NAME=N)")
+        if shape == "eq_dims":
+            return (f"{who} needs {user}; give these dims one name in the input specs so they are "
+                    f"equal by construction (no guard), or state torch._check({user}) before this "
+                    f"line so it becomes a run-time check instead of a recompile")
+        if origin == USER_CODE:
+            dims = ", ".join(sorted(str(s) for s in t.free_symbols)) or "a size"
+            return (f"this branch specializes on {dims}: calls where {neg_user} take the other path "
+                    f"and recompile; if both paths are valid, use torch.cond or restructure so the code "
+                    f"does not branch on the size; if only this one is, torch._check({user})")
+        return (f"{who} took a size-dependent path here; calls where {neg_user} take another path and "
+                f"recompile; if every valid input satisfies it, state torch._check({user}) before this "
+                f"line: the trace then assumes it and checks it at run time, no recompile")
+
+    # Runtime asserts.
+    if unbacked:
+        what = "; ".join(f"{u} = {env.unbacked[u]}" for u in sorted(unbacked, key=str))
+        return (f"depends on data ({what}): checked when the program runs; calls whose data make "
+                f"{neg_user} raise; nothing to change if valid data always satisfy it")
+    if origin == USER_CODE:
+        return (f"your own torch._check: assumed while tracing and checked at run time; calls where "
+                f"{neg_user} raise; nothing to change if valid inputs always satisfy it")
+    if shape == "divisible":
+        e, k = det
+        if e.is_Symbol:
+            src = _src(e, names)
+            return (f"pad {src} to a multiple of {k} (for example x = F.pad(x, ...)) or only pass "
+                    f"sizes that are multiples of {k}; other sizes fail at run time in {g.op}")
+        parts = ", ".join(_src(s, names) for s in sorted(e.free_symbols, key=str))
+        return (f"make {to_python(e, names)} a multiple of {k}: pad one of {parts} (F.pad) or only "
+                f"pass such sizes; other sizes fail at run time in {g.op}")
+    if shape == "lower" and det[0].is_Symbol:
+        sym, b = det
+        src = _src(sym, names)
+        return (f"{src} must be at least {b} for {g.op}; pad it up to {b} (F.pad) or reject smaller "
+                f"inputs before this line")
+    if shape == "upper" and det[0].is_Symbol:
+        sym, b = det
+        src = _src(sym, names)
+        return (f"{src} must be at most {b} for {g.op}; truncate or split longer inputs into chunks "
+                f"of at most {b}, and declare the range (--dim {sym}=1..{b}, or dims={{'{sym}': (1, {b})}}) "
+                f"so that the check holds statically")
+    if shape == "eq_dims":
+        return (f"{g.op} needs {user}; give both dims one name in the input specs so it holds by "
+                f"construction and no run-time check is needed")
+    return f"{g.op} asserts {user}; calls where {neg_user} fail at run time"
+
+
+# ----------------------------------------------------------------------------- summary
+
+def _dims(traced, entries) -> list:
+    env = traced.env
+    out = []
+    for name, hint in traced.hints.items():
+        sym = env.symbols[name]
+        rng = env.ranges.get(sym)
+        lo = rng.lower if rng is not None else 0
+        hi = rng.upper if rng is not None else None
+        d = DimInfo(name=name, sources=list(env.sources.get(sym, [])), example=hint, status="dynamic",
+                    range=(_int_or_none(lo), _int_or_none(hi)))
+        if sym in env.replacements:
+            target = env.replacements[sym]
+            idx = env.replacement_reasons.get(sym, -1)
+            d.record = idx if idx is not None and idx >= 0 else None
+            why = ""
+            if d.record is not None:
+                e = entries[d.record]
+                why = f"record #{e.index} ({e.expr}, {e.kind} at {short_path(e.file)}:{e.line})"
+            if target.is_number:
+                d.status = "specialized"
+                d.value = int(target)
+                d.range = (d.value, d.value)
+                if d.record is not None and entries[d.record].decided_by == Decision.ZERO_ONE.value:
+                    d.reason = f"specialized to {d.value}: its example size is {d.value} (0/1 policy)"
+                elif d.record is not None:
+                    d.reason = f"specialized to {d.value} by {why}"
+                else:
+                    d.reason = f"specialized to {d.value}"
+            else:
+                d.status = "unified"
+                d.unified_with = to_python(target)
+                tr = _range_of(env, target)
+                d.range = tr
+                d.reason = f"unified with {d.unified_with}" + (f" by {why}" if why else "")
+        out.append(d)
+    return out
+
+
+def _range_of(env, e):
+    from shapes.value_ranges import bound
+    try:
+        r = bound(e, env.ranges)
+    except TypeError:
+        return (None, None)
+    return (_int_or_none(r.lower), _int_or_none(r.upper))
+
+
+def _int_or_none(v):
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    if f in (float("inf"), float("-inf")):
+        return None
+    return int(v)
+
+
+def _counts(entries) -> dict:
+    by_kind = {k.value: 0 for k in GuardKind}
+    by_origin = {o: 0 for o in ORIGINS}
+    by_op: dict = {}
+    for e in entries:
+        by_kind[e.kind] += 1
+        by_origin[e.origin] += 1
+        if e.op:
+            by_op[e.op] = by_op.get(e.op, 0) + 1
+    return {"total": len(entries), "by_kind": by_kind, "by_origin": by_origin,
+            "by_op": dict(sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
+# ----------------------------------------------------------------------------- at a point
+
+def parse_point(text: str) -> dict:
+    """``"B=1,T=7"`` -> ``{"B": 1, "T": 7}``."""
+    out = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        m = re.match(r"^\s*([A-Za-z_]\w*)\s*=\s*(\d+)\s*$", part)
+        if not m:
+            raise ExplainError(f"bad size {part!r} in {text!r}: expected NAME=INT, comma separated (B=1,T=7)")
+        out[m.group(1)] = int(m.group(2))
+    return out
+
+
+def _evaluate_at(traced, ex: Explanation, at) -> AtResult:
+    from .checker import check_sizes
+
+    point = parse_point(at) if isinstance(at, str) else {
+        (k if isinstance(k, str) else k.name): v for k, v in dict(at).items()}
+    dims = list(traced.hints)
+    unknown = [k for k in point if k not in traced.hints]
+    if unknown:
+        raise ExplainError(f"--at names {', '.join(unknown)}, which the program does not have; its dims are "
+                           f"{', '.join(dims) or 'none'}")
+    missing = [k for k in dims if k not in point]
+    if missing:
+        raise ExplainError(f"--at gives no value for {', '.join(missing)}; give every dim "
+                           f"({', '.join(f'{d}=N' for d in dims)})")
+    for k, v in point.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ExplainError(f"--at {k}={v!r}: sizes are non-negative integers")
+    point = {k: point[k] for k in dims}
+    at_text = ", ".join(f"{k}={v}" for k, v in point.items())
+    failed = check_sizes(traced, point)
+    failing = sorted(f.guard.index for f in failed)
+    env = traced.env
+    given = {env.symbols[k] for k in point}
+    undecided = [g.index for g in env.records if not g.expr.free_symbols <= given]
+
+    reasons = []
+    recompile = runtime = False
+    out_of_range = []
+    for name, v in point.items():
+        decl = traced.dims.get(name)
+        lo = decl.min if decl is not None else 0
+        hi = decl.max if decl is not None else float("inf")
+        sym = env.symbols[name]
+        if not (lo <= v <= hi):
+            why = f"outside the declared range [{lo}, {_fmt_hi(hi)}]"
+        elif env.specialize_zero_one and v in (0, 1) and traced.hints[name] not in (0, 1):
+            why = (f"{v}, but the trace assumes {name} >= 2: PyTorch specializes sizes 0 and 1, so "
+                   f"a call with {name}={v} gets its own trace")
+        else:
+            continue
+        out_of_range.append({"dim": name, "value": v, "reason": why})
+        recompile = True
+        reasons.append(f"this call would recompile because {name}={v} is {why}"
+                       if why.startswith("outside") else f"this call would recompile because {name} is {why}")
+
+    by_index = {e.index: e for e in ex.entries}
+    for i in failing:
+        e = by_index[i]
+        where = f"{e.kind} #{e.index} from {short_path(e.file)}:{e.line}"
+        if e.code:
+            where += f" `{e.code}`"
+        if e.op:
+            where += f" (in {e.op})"
+        if e.kind == GuardKind.RUNTIME_ASSERT.value:
+            runtime = True
+            reasons.append(f"this call would fail at run time because {e.user_expr} is false at "
+                           f"{at_text} ({e.expr}); {where}")
+        else:
+            recompile = True
+            what = "the trace specialized it" if e.kind == GuardKind.SPECIALIZATION.value else \
+                "the trace took the path where it holds"
+            reasons.append(f"this call would recompile because {e.user_expr} is false at {at_text} "
+                           f"({e.expr}; {what}); {where}")
+    verdict = "recompile" if recompile else "runtime_error" if runtime else "ok"
+    if verdict == "ok":
+        reasons.append(f"this call reuses the trace: every guard and check over input dims holds at "
+                       f"{at_text}")
+    if undecided:
+        reasons.append("not decidable from sizes alone (they depend on data, checked at run time): "
+                       + ", ".join(f"#{i}" for i in undecided))
+    return AtResult(point=point, failing=failing, undecided=undecided, out_of_range=out_of_range,
+                    verdict=verdict, reasons=reasons)
+
+
+def _fmt_hi(hi) -> str:
+    return "inf" if hi == float("inf") else str(hi)
