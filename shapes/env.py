@@ -97,6 +97,9 @@ class ShapeEnv:
         self.divisible: dict[sympy.Expr, int] = {}
         self.facts: list[sympy.Basic] = []
         self.records: list[Guard] = []
+        # Input-range assumptions (0/1 policy, user ranges): checked when the
+        # traced program runs, but not guards raised by the program itself.
+        self.constraints: list[Guard] = []
         self.log: list[LogEntry] = []
         self.op_stack: list[str] = []
         self.observers: list = []  # callables(entry) notified of every log entry
@@ -155,6 +158,17 @@ class ShapeEnv:
             if lo < 2 <= hi:
                 self.ranges[sym] = ValueRange(2, hi)
                 self._add_axiom(sympy.Ge(sym, 2), "zero_one_policy")
+        r = self.ranges[sym]
+        bounds = sympy.And(sympy.Ge(sym, r.lower) if r.lower > 0 else sympy.true,
+                           sympy.Le(sym, r.upper) if r.upper < INF else sympy.true)
+        if bounds is not sympy.true:
+            why = (f"the trace assumes {name} >= 2: sizes 0 and 1 are specialized (a size 0 or 1 "
+                   f"traces separately)" if r.lower == 2 and self.specialize_zero_one else
+                   f"the range given for {name}")
+            self.constraints.append(Guard(expr=bounds, kind=GuardKind.GUARD, provenance=Provenance(
+                filename="<input spec>", code=source or name), decided_by=Decision.ZERO_ONE
+                if r.lower == 2 and self.specialize_zero_one else Decision.USER_RANGE, original=bounds,
+                message=why, index=-1, symbols=(sym,)))
         return sym
 
     def create_unbacked(self, *, kind: str = "int", what: str = "", range: Optional[tuple] = None) -> sympy.Symbol:

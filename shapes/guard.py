@@ -37,6 +37,7 @@ class Decision(str, enum.Enum):
     ZERO_ONE = "zero_one"      # 0/1 specialization policy at symbol creation
     USER_CHECK = "user_check"  # torch._check / expect_true
     INT_CONVERSION = "int_conversion"  # int() of a size forced a constant
+    USER_RANGE = "user_range"  # the range the user gave for a dim
 
 
 @dataclass

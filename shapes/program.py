@@ -91,15 +91,21 @@ class TracedProgram:
                     values.setdefault(d, (n, where))
         return {self.env.symbols[k]: v for k, (v, _) in values.items()}
 
-    def failing_guards(self, sizes: dict) -> list[Guard]:
-        """Guards and runtime asserts over input dims that fail at ``sizes``
-        (a dict dim name or symbol -> int)."""
+    @property
+    def input_constraints(self) -> list[Guard]:
+        """What the trace assumed about input dims before the program ran: the
+        0/1 policy (``B >= 2``) and user-given ranges.  Checked by :meth:`run`."""
+        return list(self.env.constraints)
+
+    def failing_guards(self, sizes: dict, *, constraints: bool = True) -> list[Guard]:
+        """Input constraints, guards and runtime asserts over input dims that
+        fail at ``sizes`` (a dict dim name or symbol -> int)."""
         subs = {}
         for k, v in sizes.items():
             sym = self.env.symbols[k] if isinstance(k, str) else k
             subs[sym] = sympy.Integer(v)
         bad = []
-        for g in self.env.records:
+        for g in (self.env.constraints if constraints else []) + self.env.records:
             if not g.expr.free_symbols <= subs.keys():
                 continue
             if g.expr.xreplace(subs) is not sympy.true:
@@ -177,6 +183,8 @@ def _violation_message(g: Guard, vals) -> str:
     at = ", ".join(f"{k}={v}" for k, v in vals.items() if not isinstance(v, torch.Tensor))
     what = {GuardKind.GUARD: "guard", GuardKind.SPECIALIZATION: "specialization",
             GuardKind.RUNTIME_ASSERT: "runtime assert"}[g.kind]
+    if g.index < 0:
+        what = "input constraint"
     return f"{what} {g.expr} fails at {at}; it comes from {g.provenance}"
 
 

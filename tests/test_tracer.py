@@ -163,7 +163,7 @@ def test_item_gives_unbacked_scalar():
 # -- acceptance 4: differential against eager ---------------------------------------------------
 
 DIFFERENTIAL = [
-    (P.MLP(), ["x: f32[B, T, 32]"], [(1, 3), (2, 5), (3, 17), (4, 8), (5, 2)], lambda b, t: [(b, t, 32)]),
+    (P.MLP(), ["x: f32[B, T, 32]"], [(2, 3), (2, 5), (3, 17), (4, 8), (5, 2)], lambda b, t: [(b, t, 32)]),
     (P.CausalSelfAttention(), ["x: f32[B, T, 32]"], [(2, 2), (3, 7), (2, 16), (5, 9), (4, 3)],
      lambda b, t: [(b, t, 32)]),
     (P.SDPABlock(), ["x: f32[B, T, 32]"], [(2, 2), (3, 7), (2, 16), (5, 9), (4, 3)], lambda b, t: [(b, t, 32)]),

@@ -1,0 +1,92 @@
+"""transformers' GPT2Model and BertModel traced with symbolic batch and sequence length."""
+import pytest
+import sympy
+import torch
+
+import shapes
+
+transformers = pytest.importorskip("transformers")
+
+
+def tiny_gpt2():
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=100)
+    return transformers.GPT2Model(cfg).eval()
+
+
+def tiny_bert():
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                  intermediate_size=128, vocab_size=100, max_position_embeddings=128)
+    return transformers.BertModel(cfg).eval()
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    m = tiny_gpt2()
+    return m, shapes.trace(m, "ids: i64[B, T]")
+
+
+@pytest.fixture(scope="module")
+def bert():
+    m = tiny_bert()
+    return m, shapes.trace(m, "ids: i64[B, T]")
+
+
+def test_gpt2_outputs_are_symbolic(gpt2):
+    m, tp = gpt2
+    B, T = tp.env.symbols["B"], tp.env.symbols["T"]
+    assert tp.output_shapes[0] == (B, T, 64)
+    # No guards: every size question was decided statically.
+    assert tp.guards == []
+    # The position-embedding lookup bounds T by n_positions, as a runtime assert.
+    (ra,) = tp.runtime_asserts
+    assert ra.expr == sympy.Le(T, 128)
+    assert ra.filename.endswith("modeling_gpt2.py") and "wpe" in ra.code
+
+
+def test_gpt2_run_matches_eager(gpt2):
+    m, tp = gpt2
+    for b, t in [(2, 2), (2, 7), (3, 20), (2, 128), (4, 33)]:
+        ids = torch.randint(0, 100, (b, t))
+        with torch.no_grad():
+            ref = m(ids).last_hidden_state
+            out = tp.run(ids).last_hidden_state
+        assert torch.allclose(out, ref, atol=1e-5), (b, t)
+
+
+def test_gpt2_past_max_positions_is_rejected(gpt2):
+    m, tp = gpt2
+    with pytest.raises(shapes.GuardViolation, match="T <= 128"):
+        tp.run(torch.randint(0, 100, (2, 129)))
+
+
+def test_bert_outputs_are_symbolic(bert):
+    m, tp = bert
+    B, T = tp.env.symbols["B"], tp.env.symbols["T"]
+    assert tp.output_shapes == [(B, T, 64), (B, 64)]
+    (g,) = tp.guards
+    assert g.expr == sympy.Le(T, 128)  # slicing the position_ids buffer
+    assert g.filename.endswith("modeling_bert.py")
+
+
+def test_bert_run_matches_eager(bert):
+    m, tp = bert
+    for b, t in [(2, 2), (2, 9), (3, 31), (2, 128), (5, 4)]:
+        ids = torch.randint(0, 100, (b, t))
+        with torch.no_grad():
+            ref = m(ids)
+            out = tp.run(ids)
+        assert torch.allclose(out.last_hidden_state, ref.last_hidden_state, atol=1e-5), (b, t)
+        assert torch.allclose(out.pooler_output, ref.pooler_output, atol=1e-5), (b, t)
+
+
+def test_size_one_is_outside_the_trace(gpt2):
+    # The 0/1 policy: this trace assumed B >= 2; size 1 needs its own trace.
+    m, tp = gpt2
+    with pytest.raises(shapes.GuardViolation, match="input constraint B >= 2"):
+        tp.run(torch.randint(0, 100, (1, 5)))
+    tp1 = shapes.trace(m, "ids: i64[B, T]", dims={"B": 1})
+    ids = torch.randint(0, 100, (1, 5))
+    with torch.no_grad():
+        assert torch.allclose(tp1.run(ids).last_hidden_state, m(ids).last_hidden_state, atol=1e-5)
