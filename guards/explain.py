@@ -647,8 +647,11 @@ def _evaluate_at(traced, ex: Explanation, at) -> AtResult:
     by_index = {e.index: e for e in ex.entries}
     for i in failing:
         e = by_index[i]
-        where = f"{e.kind} #{e.index} from {short_path(e.file)}:{e.line}"
-        if e.code:
+        if e.origin == INPUT_SPEC:
+            where = f"{e.kind} #{e.index} from the example size ({e.decision_text})"
+        else:
+            where = f"{e.kind} #{e.index} from {short_path(e.file)}:{e.line}"
+        if e.code and e.origin != INPUT_SPEC:
             where += f" `{e.code}`"
         if e.op:
             where += f" (in {e.op})"
