@@ -1,0 +1,30 @@
+"""Shared test setup.
+
+The engine's own tests (modules ``test_engine*``, ``test_models*``,
+``test_tracer*``, and any module marked ``translation_validation``) run with
+``SYMSHAPE_TRANSLATION_VALIDATION=1``: every program they trace is replayed
+through Z3 by :mod:`validation.translation`, and an unsound engine step fails
+the test with the step and a counterexample.
+"""
+import pytest
+
+_VALIDATED_MODULES = ("test_engine", "test_models", "test_tracer")
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "translation_validation: trace with SYMSHAPE_TRANSLATION_VALIDATION=1 in this module")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _translation_validation_for_engine_tests(request):
+    # Module scope, so module-scoped fixtures that trace (e.g. a traced GPT2)
+    # are validated too: autouse fixtures are set up first within a scope.
+    name = request.module.__name__.rsplit(".", 1)[-1]
+    marked = any(m.name == "translation_validation" for m in getattr(request.module, "pytestmark", []))
+    if not (name.startswith(_VALIDATED_MODULES) or marked):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SYMSHAPE_TRANSLATION_VALIDATION", "1")
+        yield
