@@ -391,8 +391,10 @@ def _entry(traced, g: Guard, names) -> Entry:
     elif g.decided_by is Decision.USER_CHECK:
         who = "your torch._check" if origin == USER_CODE else f"a torch._check inside {g.op}"
         decision = f"assumed, not decided: {who} asserts it (checked at run time)"
-    else:
+    elif g.decided_by is Decision.INT_CONVERSION:
         decision = f"by converting a size to a Python int at the example sizes ({hints})"
+    else:
+        decision = f"by {g.decided_by.value.replace('_', ' ')}"
 
     if g.kind is GuardKind.GUARD:
         cost = COST_RECOMPILE
@@ -619,7 +621,10 @@ def _evaluate_at(traced, ex: Explanation, at) -> AtResult:
     point = {k: point[k] for k in dims}
     at_text = ", ".join(f"{k}={v}" for k, v in point.items())
     failed = check_sizes(traced, point)
-    failing = sorted(f.guard.index for f in failed)
+    # Input constraints (the 0/1 policy's B >= 2, ranges given with --dim) are
+    # what the trace assumed before the program ran: not records of the program
+    # (index < 0), reported as dims out of range.
+    failing = sorted(f.guard.index for f in failed if f.guard.index >= 0)
     env = traced.env
     given = {env.symbols[k] for k in point}
     undecided = [g.index for g in env.records if not g.expr.free_symbols <= given]
@@ -627,22 +632,21 @@ def _evaluate_at(traced, ex: Explanation, at) -> AtResult:
     reasons = []
     recompile = runtime = False
     out_of_range = []
-    for name, v in point.items():
-        decl = traced.dims.get(name)
-        lo = decl.min if decl is not None else 0
-        hi = decl.max if decl is not None else float("inf")
-        sym = env.symbols[name]
-        if not (lo <= v <= hi):
-            why = f"outside the declared range [{lo}, {_fmt_hi(hi)}]"
-        elif env.specialize_zero_one and v in (0, 1) and traced.hints[name] not in (0, 1):
-            why = (f"{v}, but the trace assumes {name} >= 2: PyTorch specializes sizes 0 and 1, so "
-                   f"a call with {name}={v} gets its own trace")
-        else:
+    for f in failed:
+        g = f.guard
+        if g.index >= 0:
             continue
-        out_of_range.append({"dim": name, "value": v, "reason": why})
-        recompile = True
-        reasons.append(f"this call would recompile because {name}={v} is {why}"
-                       if why.startswith("outside") else f"this call would recompile because {name} is {why}")
+        for sym in sorted(g.expr.free_symbols, key=str):
+            name = str(sym)
+            v = point.get(name)
+            if g.decided_by is Decision.ZERO_ONE and v is not None and v < 2:
+                why = (f"{name}={v}, but the trace assumes {name} >= 2: PyTorch specializes sizes 0 "
+                       f"and 1, so a call with {name}={v} gets its own trace")
+            else:
+                why = f"{name}={v} is outside the range the trace assumes for {name} ({f.in_dims})"
+            out_of_range.append({"dim": name, "value": v, "reason": why})
+            recompile = True
+            reasons.append(f"this call would recompile because {why}")
 
     by_index = {e.index: e for e in ex.entries}
     for i in failing:
@@ -675,6 +679,3 @@ def _evaluate_at(traced, ex: Explanation, at) -> AtResult:
     return AtResult(point=point, failing=failing, undecided=undecided, out_of_range=out_of_range,
                     verdict=verdict, reasons=reasons)
 
-
-def _fmt_hi(hi) -> str:
-    return "inf" if hi == float("inf") else str(hi)
