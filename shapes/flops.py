@@ -1,0 +1,656 @@
+"""Symbolic FLOP and memory-traffic counts of a PyTorch program.
+
+:func:`count_flops` traces the program once at symbolic sizes and returns a
+:class:`FlopReport` whose totals are closed forms over the named dims; at any
+concrete sizes on the traced path they equal what
+``torch.utils.flop_counter.FlopCounterMode`` reports for that run.
+
+Example::
+
+    >>> import torch
+    >>> import shapes
+    >>> r = shapes.count_flops(torch.nn.Linear(64, 32), "x: f32[B, 64]")
+    >>> r.total
+    4096*B
+    >>> r.evaluate({"B": 8})
+    32768
+
+Conventions (those of ``torch.utils.flop_counter``; the formulas are in
+:mod:`shapes.flop_formulas`):
+
+* a multiply-add is 2 FLOPs; only the matmul family (``mm``, ``addmm``,
+  ``bmm``, ``baddbmm``, ``_scaled_mm``), convolution (forward and backward,
+  transposed and grouped) and the fused scaled-dot-product-attention kernels
+  have FLOPs.  Every other op counts 0 FLOPs by this convention; the report
+  lists them (``zero_by_convention``) rather than hiding them, and points out
+  matrix ops that torch does not count either (``mv``, ``dot``, ...).
+* an op that torch's FlopCounterMode has a formula for but symshape has not
+  is listed in ``uncounted`` (and shown in the table): never silently 0.
+* bytes moved: for every op, ``numel * itemsize`` of each tensor argument
+  (read) plus each tensor output (written).  Views (``view``, ``transpose``,
+  ``expand``, ``split``, ``_unsafe_view``, ...) and allocations without
+  initialisation (``empty``) move 0 bytes.  Sizes are logical, so a broadcast
+  (expanded) argument counts its full logical size.  Arithmetic intensity is
+  FLOPs per byte moved, per op.
+
+Which ops are seen, and why totals agree with FlopCounterMode: the tracer
+records the ATen ops that reach a ``TorchDispatchMode`` when the program runs
+on meta tensors, i.e. after CompositeImplicitAutograd decomposition.
+FlopCounterMode is a dispatch mode too, and decomposes composite ops it has
+no formula for (``aten.linear``, ``aten.matmul``, ``aten.einsum``) into the
+same ``mm``/``addmm``/``bmm`` calls.  The one device-dependent decomposition
+is ``F.scaled_dot_product_attention``: on meta tensors (symshape's trace, and
+FlopCounterMode on meta) it decomposes into its math form, whose two
+``bmm`` calls are exactly the SDPA formula; on CPU tensors it runs the fused
+``_scaled_dot_product_flash_attention_for_cpu`` kernel, which torch's
+FlopCounterMode does not count (it reports 0 for attention on CPU) and
+symshape counts with the SDPA formula.  To compare with FlopCounterMode on CPU
+tensors, give it ``custom_mapping=shapes.flop_formulas.torch_cpu_mapping()``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+import sympy
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+
+from . import flop_formulas as ff
+from .errors import GuardViolation, SpecError, SymshapeError
+from .program import TracedProgram
+
+aten = torch.ops.aten
+
+# Size queries and symbolic arithmetic in the graph are not tensor ops.
+_SCALAR_OPS = frozenset(p for p in (
+    aten.sym_size, aten.sym_stride, aten.sym_numel, aten.sym_storage_offset,
+    getattr(aten, "_assert_scalar", None), getattr(aten, "sym_constrain_range", None),
+    getattr(aten, "sym_constrain_range_for_size", None),
+) if p is not None)
+
+# Ops that alias their input without an alias annotation in their schema, or
+# change only metadata in place: no data moves.
+_VIEW_LIKE = frozenset(p for p in (
+    aten._unsafe_view, getattr(aten, "_reshape_alias", None), aten.squeeze_, aten.unsqueeze_, aten.transpose_,
+    aten.t_, aten.as_strided_, aten.detach_, getattr(aten, "swapdims_", None), getattr(aten, "lift_fresh", None),
+) if p is not None)
+
+# Allocations that write nothing.
+_ALLOCATIONS = frozenset(p for p in (
+    aten.empty, aten.empty_strided, aten.empty_like, aten.new_empty, aten.new_empty_strided,
+) if p is not None)
+
+
+class FlopEvaluationError(SpecError):
+    """Sizes given to :meth:`FlopReport.evaluate` are missing, unknown or invalid."""
+
+
+def _is_view(func) -> bool:
+    packet = func._overloadpacket
+    if packet in _VIEW_LIKE:
+        return True
+    rets = func._schema.returns
+    # A view returns an alias of an input that it does not write; in-place ops
+    # (alias with is_write) read and write data.
+    return bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write for r in rets)
+
+
+@dataclass
+class OpCost:
+    """Totals for one ATen op (all its calls).
+
+    ``flops`` and ``bytes`` are sympy expressions over the program's dims;
+    ``kind`` is ``"counted"`` (has a formula), ``"uncounted"`` (torch counts
+    it, symshape has no formula), ``"zero"`` (0 FLOPs by convention) or
+    ``"view"`` (0 FLOPs, 0 bytes).
+    """
+
+    op: str
+    calls: int = 0
+    flops: Any = sympy.Integer(0)
+    bytes: Any = sympy.Integer(0)
+    kind: str = "zero"
+
+    @property
+    def intensity(self):
+        """FLOPs per byte moved (a sympy expression; ``nan`` when nothing moves)."""
+        if self.bytes == 0:
+            return sympy.nan
+        return self.flops / self.bytes
+
+
+@dataclass
+class ModuleCost:
+    """Totals for one nn.Module (its ops and its children's).
+
+    ``name`` is the qualified name (``"h.0.attn"``; ``""`` is the root),
+    ``by_op`` maps op names to FLOP expressions.
+    """
+
+    name: str
+    cls: str
+    flops: Any = sympy.Integer(0)
+    bytes: Any = sympy.Integer(0)
+    by_op: dict = field(default_factory=dict)
+    #: nesting depth in the module call stack (the root is 0); containers
+    #: that never run forward (``ModuleList``) are not levels.
+    depth: int = 0
+
+
+@dataclass
+class FlopValues:
+    """A :class:`FlopReport` evaluated at concrete sizes (all exact ints)."""
+
+    sizes: dict
+    flops: int
+    bytes: int
+    ops: dict  # op -> (calls, flops, bytes)
+    by_module: dict  # name -> (flops, bytes)
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else float("nan")
+
+
+class FlopReport:
+    """FLOPs and bytes moved of a traced program, as closed forms.
+
+    Attributes:
+        total: total FLOPs (sympy expression over the named dims).
+        total_bytes: total bytes moved.
+        by_op: op name (``"aten.addmm"``) -> FLOP expression, for ops with FLOPs
+            (the same keys FlopCounterMode reports).
+        ops: op name -> :class:`OpCost` for every tensor op the program ran.
+        by_module: qualified module name -> :class:`ModuleCost` (children
+            included); ``""`` is the root module.  Empty for a plain function.
+        uncounted: op name -> calls, for ops torch counts but symshape has no
+            formula for.  Empty when the totals are complete.
+        zero_by_convention: op name -> calls, for non-view ops without FLOPs by
+            torch's convention (elementwise, reductions, norms, ...).
+        matmul_like_uncounted: the subset of those that do matrix arithmetic
+            which torch's convention does not count (``aten.mv``, ...).
+        beyond_torch: op name -> calls, for ops symshape counts but torch's
+            FlopCounterMode has no formula for (see :mod:`shapes.flops`).
+        traced: the :class:`~shapes.program.TracedProgram`.
+
+    Example::
+
+        >>> import torch, shapes
+        >>> r = shapes.count_flops(lambda a, b: a @ b, "a: f32[M, K]", "b: f32[K, N]")
+        >>> r.total
+        2*K*M*N
+        >>> r.evaluate({"M": 2, "K": 3, "N": 4})
+        48
+    """
+
+    def __init__(self, traced: TracedProgram, name: str = "program"):
+        self.traced = traced
+        self.name = name
+        self.ops: dict[str, OpCost] = {}
+        self.by_module: dict[str, ModuleCost] = {}
+        self.uncounted: dict[str, int] = {}
+        self.zero_by_convention: dict[str, int] = {}
+        self.matmul_like_uncounted: dict[str, int] = {}
+        self.beyond_torch: dict[str, int] = {}
+        self.errors: dict[str, str] = {}
+        self.total = sympy.Integer(0)
+        self.total_bytes = sympy.Integer(0)
+        self._collect()
+
+    # -- building -------------------------------------------------------------------
+    def _collect(self):
+        env = self.traced.env
+        repl = env.replacements
+
+        def fix(e):
+            e = sympy.sympify(e)
+            return e.xreplace(repl) if repl else e
+
+        def value(a):
+            if isinstance(a, torch.fx.Node):
+                v = a.meta.get("val")
+                if isinstance(v, torch.Tensor):
+                    return ff.TensorArg(tuple(fix(_expr_of(s)) for s in v.shape), v.dtype)
+                if "expr" in a.meta:
+                    return fix(a.meta["expr"])
+                if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+                    return fix(v.node.expr)
+                return v
+            return a
+
+        def out_value(v):
+            if isinstance(v, torch.Tensor):
+                return ff.TensorArg(tuple(fix(_expr_of(s)) for s in v.shape), v.dtype)
+            if isinstance(v, (tuple, list)):
+                return type(v)(out_value(x) for x in v)
+            return v
+
+        counted_by_torch = ff.torch_counted()
+        op_terms: dict[str, list] = defaultdict(list)
+        byte_terms: dict[str, list] = defaultdict(list)
+        mod_terms: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        mod_bytes: dict[str, list] = defaultdict(list)
+        mod_cls: dict[str, str] = {}
+        mod_depth: dict[str, int] = {}
+        is_module = isinstance(self.traced.program, torch.nn.Module)
+
+        for node in self.traced.graph.nodes:
+            if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+                continue
+            func = node.target
+            packet = func._overloadpacket
+            if packet in _SCALAR_OPS:
+                continue
+            args = torch.fx.node.map_aggregate(node.args, value)
+            kwargs = torch.fx.node.map_aggregate(node.kwargs, value)
+            out = out_value(node.meta.get("val"))
+            ins = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, ff.TensorArg)]
+            outs = [x for x in pytree.tree_leaves(out) if isinstance(x, ff.TensorArg)]
+            if not ins and not outs:
+                continue
+            name = str(packet)
+            cost = self.ops.get(name)
+            if cost is None:
+                cost = self.ops[name] = OpCost(name)
+            cost.calls += 1
+
+            flops = sympy.Integer(0)
+            formula = ff.formula_for(packet)
+            view = _is_view(func)
+            if formula is not None:
+                try:
+                    flops = sympy.sympify(formula(ff.bind(func, args, kwargs), out))
+                    cost.kind = "counted"
+                except Exception as e:  # a formula that cannot read these arguments: say so
+                    self.errors[name] = f"{type(e).__name__}: {e}"
+                    cost.kind = "uncounted"
+                    self.uncounted[name] = self.uncounted.get(name, 0) + 1
+                if packet in ff.BEYOND_TORCH:
+                    self.beyond_torch[name] = self.beyond_torch.get(name, 0) + 1
+            elif packet in counted_by_torch:
+                cost.kind = "uncounted"
+                self.uncounted[name] = self.uncounted.get(name, 0) + 1
+            elif view:
+                cost.kind = "view"
+            else:
+                cost.kind = "zero"
+                self.zero_by_convention[name] = self.zero_by_convention.get(name, 0) + 1
+                if packet in ff.MATMUL_LIKE_UNCOUNTED:
+                    self.matmul_like_uncounted[name] = self.matmul_like_uncounted.get(name, 0) + 1
+
+            if view or packet in _ALLOCATIONS:
+                nbytes = sympy.Integer(0)
+            else:
+                nbytes = sympy.Add(*[t.nbytes for t in ins], *[t.nbytes for t in outs])
+            if flops != 0:
+                op_terms[name].append(flops)
+            byte_terms[name].append(nbytes)
+
+            if is_module:
+                # A module on the stack twice (recursion) counts once, as in
+                # torch's ModuleTracker.
+                for depth, (qual, cls) in enumerate(dict.fromkeys(node.meta.get("module_path", ()))):
+                    mod_cls.setdefault(qual, cls)
+                    mod_depth[qual] = min(depth, mod_depth.get(qual, depth))
+                    if flops != 0:
+                        mod_terms[qual][name].append(flops)
+                    mod_bytes[qual].append(nbytes)
+
+        for name, cost in self.ops.items():
+            cost.flops = _sum(op_terms.get(name, ()))
+            cost.bytes = _sum(byte_terms.get(name, ()))
+        self.total = _nice(_sum(c.flops for c in self.ops.values()))
+        self.total_bytes = _nice(_sum(c.bytes for c in self.ops.values()))
+        for cost in self.ops.values():
+            cost.flops, cost.bytes = _nice(cost.flops), _nice(cost.bytes)
+        self.by_op = {n: c.flops for n, c in self.ops.items() if c.flops != 0}
+        # First-run order: parents before children, in execution order.
+        for qual in mod_cls:
+            by_op = {n: _sum(ts) for n, ts in mod_terms[qual].items()}
+            self.by_module[qual] = ModuleCost(qual, mod_cls[qual], _sum(by_op.values()), _sum(mod_bytes[qual]),
+                                              by_op, mod_depth[qual])
+
+    # -- evaluation -----------------------------------------------------------------
+    @property
+    def dims(self) -> list[str]:
+        """The named dims of the program's inputs, in spec order."""
+        names = []
+        for s in self.traced.specs:
+            for d in s.dims:
+                if isinstance(d, str) and d not in names:
+                    names.append(d)
+        return names
+
+    def _substitution(self, sizes: Mapping) -> dict:
+        if not isinstance(sizes, Mapping):
+            raise FlopEvaluationError(f"sizes must be a dict of dim name -> int, got {type(sizes).__name__}")
+        env = self.traced.env
+        dims = self.dims
+        given: dict[str, int] = {}
+        for k, v in sizes.items():
+            key = k.name if isinstance(k, sympy.Symbol) else k
+            if key not in dims:
+                raise FlopEvaluationError(
+                    f"unknown dim {key!r}: the program's dims are {', '.join(dims) or '(none)'}")
+            if isinstance(v, bool) or not isinstance(v, (int, sympy.Integer)) or int(v) < 0:
+                raise FlopEvaluationError(f"size of {key} must be a non-negative int, got {v!r}")
+            given[key] = int(v)
+        missing = [d for d in dims if d not in given]
+        if missing:
+            raise FlopEvaluationError(
+                f"no size given for dim(s) {', '.join(missing)}; evaluating needs every dim of "
+                f"{', '.join(dims)} (e.g. {{{', '.join(repr(d) + ': 8' for d in dims)}}})")
+        # Guards first: they name the source line that decided the path.
+        zero_one = [k for k, v in given.items() if v in (0, 1)] if env.specialize_zero_one else []
+        fix = (f"; sizes 0 and 1 ({', '.join(zero_one)}) are specialized by PyTorch's policy: count with "
+               f"specialize_zero_one=False (--no-specialize-01 on the command line) to evaluate there"
+               if zero_one else "; count again with example sizes on that path (dims=...)")
+        bad = self.traced.failing_guards(given)
+        if bad:
+            g = bad[0]
+            at = ", ".join(f"{k}={v}" for k, v in given.items())
+            if g.index < 0:  # an input constraint (0/1 policy, the user's range), not a program guard
+                raise GuardViolation(f"at {at} the input constraint {g.expr} fails ({g.message}), so the "
+                                     f"closed form does not apply{fix}", guard=g, values=given)
+            raise GuardViolation(
+                f"at {at} the program takes another path: the guard {g.expr} from {g.provenance} fails, "
+                f"so the closed form does not apply{fix}", guard=g, values=given)
+        for name, v in given.items():
+            r = env.ranges.get(env.symbols[name])
+            if r is not None and not (r.lower <= v <= r.upper):
+                raise GuardViolation(
+                    f"{name}={v} lies outside the range [{r.lower}, {r.upper}] the count was derived for{fix}")
+        return {env.symbols[k]: sympy.Integer(v) for k, v in given.items()}
+
+    def _eval(self, expr, subs) -> int:
+        v = sympy.sympify(expr).xreplace(subs)
+        if not v.is_Integer:
+            v = sympy.simplify(v)
+        if not v.is_Integer:
+            free = ", ".join(sorted(map(str, v.free_symbols)))
+            env = self.traced.env
+            what = "; ".join(env.describe_symbol(s) for s in v.free_symbols if s in env.unbacked) or free
+            raise SymshapeError(f"the count {expr} does not reduce to an integer at these sizes "
+                                f"(it depends on {what or v})")
+        return int(v)
+
+    def evaluate(self, sizes: Mapping, expr=None) -> int:
+        """Total FLOPs (or ``expr``, e.g. ``report.total_bytes``) at ``sizes``, exactly.
+
+        ``sizes`` maps every dim name to an int.  Raises
+        :class:`FlopEvaluationError` for missing or unknown dims and
+        :class:`~shapes.errors.GuardViolation` for sizes off the traced path.
+
+        Example::
+
+            >>> import torch, shapes
+            >>> shapes.count_flops(torch.nn.Linear(4, 3), "x: f32[B, 4]").evaluate({"B": 5})
+            120
+        """
+        subs = self._substitution(sizes)
+        return self._eval(self.total if expr is None else expr, subs)
+
+    def at(self, sizes: Mapping) -> FlopValues:
+        """Every count of the report at ``sizes`` (a :class:`FlopValues`)."""
+        subs = self._substitution(sizes)
+        ops = {n: (c.calls, self._eval(c.flops, subs), self._eval(c.bytes, subs)) for n, c in self.ops.items()}
+        mods = {n: (self._eval(m.flops, subs), self._eval(m.bytes, subs)) for n, m in self.by_module.items()}
+        return FlopValues({s.name: int(v) for s, v in subs.items()}, self._eval(self.total, subs),
+                          self._eval(self.total_bytes, subs), ops, mods)
+
+    # -- presentation ---------------------------------------------------------------
+    def table(self, sizes: Optional[Mapping] = None, width: int = 80) -> str:
+        """A readable table (``width`` columns) of the ops; with ``sizes``, their values too."""
+        return _render_table(self, sizes, width)
+
+    def module_table(self, sizes: Optional[Mapping] = None, depth: int = 2, width: int = 80) -> str:
+        """FLOPs and bytes per module, down to ``depth`` levels below the root."""
+        return _render_modules(self, sizes, depth, width)
+
+    def to_dict(self, sizes_list=()) -> dict:
+        """A JSON-ready dict: expressions as strings, and exact values at each of ``sizes_list``."""
+        d = {
+            "program": self.name,
+            "inputs": [str(s) for s in self.traced.specs],
+            "dims": self.dims,
+            "total_flops": str(self.total),
+            "total_bytes": str(self.total_bytes),
+            "ops": [{"op": c.op, "calls": c.calls, "kind": c.kind, "flops": str(c.flops), "bytes": str(c.bytes)}
+                    for c in self._ordered_ops()],
+            "by_module": {n: {"class": m.cls, "flops": str(m.flops), "bytes": str(m.bytes),
+                              "by_op": {k: str(v) for k, v in m.by_op.items()}} for n, m in self.by_module.items()},
+            "uncounted": dict(self.uncounted),
+            "zero_by_convention": dict(self.zero_by_convention),
+            "matmul_like_uncounted": dict(self.matmul_like_uncounted),
+            "beyond_torch": dict(self.beyond_torch),
+            "conventions": "torch.utils.flop_counter: multiply-add = 2 FLOPs; matmul family, convolution and "
+                           "SDPA counted; other ops 0 FLOPs; bytes = tensor inputs read + outputs written, "
+                           "views 0",
+        }
+        ats = []
+        for sizes in sizes_list:
+            v = self.at(sizes)
+            ats.append({
+                "sizes": v.sizes, "flops": v.flops, "bytes": v.bytes,
+                "intensity": _finite(v.intensity),
+                "ops": [{"op": n, "calls": c, "flops": f, "bytes": b,
+                         "intensity": _finite(f / b if b else float("nan"))} for n, (c, f, b) in v.ops.items()],
+                "by_module": {n: {"flops": f, "bytes": b} for n, (f, b) in v.by_module.items()},
+            })
+        if ats:
+            d["at"] = ats
+        return d
+
+    def to_json(self, sizes_list=(), indent: int = 2) -> str:
+        return json.dumps(self.to_dict(sizes_list), indent=indent)
+
+    def _ordered_ops(self):
+        order = {"counted": 0, "uncounted": 1, "zero": 2, "view": 3}
+        return sorted(self.ops.values(), key=lambda c: (order[c.kind], c.op))
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def __repr__(self) -> str:
+        return f"<FlopReport {self.name}: {self.total} FLOPs, {len(self.ops)} ops>"
+
+
+def _finite(x: float):
+    return None if isinstance(x, float) and math.isnan(x) else x
+
+
+def _sum(terms):
+    terms = list(terms)
+    if not terms:
+        return sympy.Integer(0)
+    return sympy.expand(sympy.Add(*terms))
+
+
+def _nice(e):
+    """The shorter of the expanded and the factored form (ties: expanded).
+
+    Products of output sizes (``N*(H//2 + 1)*(W//2 + 1)``) read best factored,
+    sums of weight and activation bytes (``384*B + 8320``) expanded.
+    """
+    if e.is_number:
+        return e
+    f = sympy.factor(e)
+    return f if len(str(f)) < len(str(e)) else e
+
+
+def _expr_of(s):
+    if isinstance(s, torch.SymInt):
+        return s.node.expr
+    return sympy.Integer(int(s))
+
+
+# --------------------------------------------------------------------------- tables
+
+def _human(n) -> str:
+    n = int(n)
+    for unit, scale in (("T", 10**12), ("G", 10**9), ("M", 10**6), ("K", 10**3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3f}{unit}"
+    return str(n)
+
+
+def _grid(rows, widths, aligns, sep="  ") -> list[str]:
+    """Rows of cells, each cell wrapped to its column; a wrapped row spans lines."""
+    lines = []
+    for row in rows:
+        cells = [textwrap.wrap(str(c), w, break_on_hyphens=False) or [""] for c, w in zip(row, widths)]
+        for i in range(max(len(c) for c in cells)):
+            parts = []
+            for c, w, a in zip(cells, widths, aligns):
+                s = c[i] if i < len(c) else ""
+                parts.append(s.rjust(w) if a == ">" else s.ljust(w))
+            lines.append(sep.join(parts).rstrip())
+    return lines
+
+
+def _wrapped(label: str, text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label),
+                         break_on_hyphens=False) or [label.rstrip()]
+
+
+def _render_table(r: FlopReport, sizes, width: int) -> str:
+    lines = [f"FLOPs of {r.name}({', '.join(str(s) for s in r.traced.specs)})"]
+    lines += _wrapped("  total FLOPs  ", str(r.total), width)
+    lines += _wrapped("  total bytes  ", str(r.total_bytes), width)
+    shown = [c for c in r._ordered_ops() if c.kind in ("counted", "uncounted") or c.bytes != 0]
+    lines.append("")
+    opw = max([len("op")] + [len(c.op) + (4 if c.kind == "uncounted" else 0) for c in shown])
+    callw = 5
+    rows = [(c.op + (" (!)" if c.kind == "uncounted" else ""), c.calls,
+             str(c.flops) if c.kind != "uncounted" else "?", str(c.bytes)) for c in shown]
+    lines += _expr_table("op", rows, width, with_calls=True)
+    if sizes is not None:
+        v = r.at(sizes)
+        lines.append("")
+        lines.append("at " + ", ".join(f"{k}={n}" for k, n in v.sizes.items()) +
+                     f": {v.flops:,} FLOPs, {v.bytes:,} bytes, {_ratio(v.flops, v.bytes)} FLOP/byte")
+        numw = 10
+        opw2 = min(max(opw, len("op")), width - callw - 2 * numw - 7 - 8)
+        rows = [(c.op, c.calls, _human(v.ops[c.op][1]), _human(v.ops[c.op][2]),
+                 _ratio(v.ops[c.op][1], v.ops[c.op][2])) for c in shown]
+        lines += _grid([("op", "calls", "FLOPs", "bytes", "FLOP/B")] + rows, (opw2, callw, numw, numw, 7),
+                       ("<", ">", ">", ">", ">"))
+    notes = []
+    if r.uncounted:
+        notes.append(("UNCOUNTED (torch counts these, symshape has no formula; totals exclude them): ",
+                      r.uncounted))
+    if r.matmul_like_uncounted:
+        notes.append(("matrix ops torch's convention counts as 0 FLOPs: ", r.matmul_like_uncounted))
+    if r.beyond_torch:
+        notes.append(("counted here, not by torch's FlopCounterMode: ", r.beyond_torch))
+    if r.zero_by_convention:
+        notes.append(("0 FLOPs by convention: ", r.zero_by_convention))
+    views = {c.op: c.calls for c in r.ops.values() if c.kind == "view"}
+    if views:
+        notes.append(("views (0 FLOPs, 0 bytes): ", views))
+    if notes:
+        lines.append("")
+    for label, d in notes:
+        lines += _wrapped(label, ", ".join(f"{k} x{n}" for k, n in sorted(d.items())), width)
+    return "\n".join(lines)
+
+
+def _expr_table(first: str, rows, width: int, with_calls: bool) -> list[str]:
+    """Rows of (name, [calls,] FLOPs, bytes) with symbolic cells: columns when
+    they fit in ``width``, else one block per row."""
+    namew = max([len(first)] + [len(x[0]) for x in rows])
+    fw = max([len("FLOPs")] + [len(x[-2]) for x in rows])
+    bw = max([len("bytes")] + [len(x[-1]) for x in rows])
+    if with_calls:
+        if namew + 5 + fw + bw + 6 <= width:
+            return _grid([(first, "calls", "FLOPs", "bytes")] + list(rows), (namew, 5, fw, bw), ("<", ">", "<", "<"))
+    elif namew + fw + bw + 4 <= width:
+        return _grid([(first, "FLOPs", "bytes")] + list(rows), (namew, fw, bw), ("<", "<", "<"))
+    lines = []
+    for row in rows:
+        head = row[0]
+        if with_calls:
+            head += f"  ({row[1]} call{'s' if row[1] != 1 else ''})"
+        lines.append(head)
+        indent = " " * (len(row[0]) - len(row[0].lstrip()))
+        lines += _wrapped(indent + "    FLOPs  ", row[-2], width)
+        lines += _wrapped(indent + "    bytes  ", row[-1], width)
+    return lines
+
+
+def _ratio(f: int, b: int) -> str:
+    return f"{f / b:.2f}" if b else "-"
+
+
+def _render_modules(r: FlopReport, sizes, depth: int, width: int) -> str:
+    if not r.by_module:
+        return f"{r.name} is not an nn.Module: no module breakdown"
+    v = r.at(sizes) if sizes is not None else None
+    mods = [m for m in r.by_module.values() if m.depth <= depth]
+    namew = min(width - 41, max(len("module"), *(2 * m.depth + len(m.name or m.cls) +
+                                                 (len(m.cls) + 3 if m.name else 0) for m in mods)))
+    names = []
+    for m in mods:
+        label = ("  " * m.depth) + (m.name or m.cls)
+        if m.name and len(label) + len(m.cls) + 3 <= namew:
+            label += f" ({m.cls})"  # the class when it fits
+        names.append(label)
+    if v is None:
+        rows = [(n, str(_nice(m.flops)), str(_nice(m.bytes))) for n, m in zip(names, mods)]
+        return "\n".join(_expr_table("module", rows, width, with_calls=False))
+    rows = []
+    for n, m in zip(names, mods):
+        f, b = v.by_module[m.name]
+        share = f"{100 * f / v.flops:.1f}%" if v.flops else "-"
+        rows.append((n, _human(f), share, _human(b), _ratio(f, b)))
+    return "\n".join(_grid([("module", "FLOPs", "%", "bytes", "FLOP/B")] + rows, (namew, 10, 6, 10, 7),
+                           ("<", ">", ">", ">", ">")))
+
+
+# --------------------------------------------------------------------------- entry point
+
+def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True) -> FlopReport:
+    """Count the FLOPs and bytes moved of ``program`` as closed forms over its dims.
+
+    Args:
+        program: a function or nn.Module (traced with :func:`shapes.trace`), or
+            an already traced :class:`~shapes.program.TracedProgram` (then no
+            specs).
+        *specs: input specs, e.g. ``"ids: i64[B, T]"``.
+        dims: example sizes / ranges of the dims, as for :func:`shapes.trace`;
+            the closed form holds for the sizes that take the same path (the
+            trace's guards), which :meth:`FlopReport.evaluate` checks.
+        specialize_zero_one: PyTorch's 0/1 specialization policy (sizes
+            are then assumed >= 2); turn off to evaluate at size 1.
+
+    Returns a :class:`FlopReport`.  Conventions are torch.utils.flop_counter's:
+    see :mod:`shapes.flops`.
+
+    Example::
+
+        >>> import torch, shapes
+        >>> r = shapes.count_flops(torch.nn.Conv2d(3, 8, 3), "x: f32[N, 3, 32, 32]")
+        >>> r.total
+        777600*N
+    """
+    if isinstance(program, TracedProgram):
+        if specs:
+            raise SpecError("count_flops got a TracedProgram and input specs; the program is already traced")
+        traced = program
+        program = traced.program
+    else:
+        from .tracer import trace
+        traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one)
+    return FlopReport(traced, name=_name_of(program))
+
+
+def _name_of(program) -> str:
+    if isinstance(program, torch.nn.Module):
+        return type(program).__name__
+    return getattr(program, "__name__", None) or type(program).__name__
