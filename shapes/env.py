@@ -430,6 +430,22 @@ class ShapeEnv:
                     v = None
                 if v is not None:
                     return v
+        if isinstance(e, sympy.Rel) and e.has(FloorDiv):
+            # x // k with k | x known is exactly x/k: bound the exact form.
+            exact = {f: f.args[0] / f.args[1] for f in e.atoms(FloorDiv)
+                     if f.args[1].is_Integer and f.args[1] > 0
+                     and _simplify.divides(self, int(f.args[1]), f.args[0])}
+            if exact:
+                ex = e.xreplace(exact)
+                if isinstance(ex, sympy.Rel):
+                    try:
+                        v = bound(type(ex)(sympy.factor(ex.lhs - ex.rhs), 0), ranges).known_bool()
+                    except TypeError:
+                        v = None
+                    if v is not None:
+                        return v
+                elif ex in (sympy.true, sympy.false):
+                    return bool(ex)
         if isinstance(e, sympy.Not):
             inner = self._decide(e.args[0], size_oblivious)
             return None if inner is None else not inner

@@ -36,6 +36,10 @@ def known_divisor(env: "ShapeEnv", e) -> int:
             prod *= k
         return max(d, prod) if prod % d == 0 or d % prod == 0 else math.lcm(d, prod)
     if e.is_Add:
+        # x + (-x) % k is the next multiple of k: padding to a multiple.
+        for m in e.args:
+            if isinstance(m, PyMod) and m.args[1].is_Integer and sympy.expand(e - m + m.args[0]) == 0:
+                d = math.lcm(d, abs(int(m.args[1])))
         g = 0
         for a in e.args:
             g = math.gcd(g, known_divisor(env, a))
@@ -92,12 +96,11 @@ def _exact_quotient(env, a, d):
     exact = {f: f.args[0] / f.args[1] for f in (a.atoms(FloorDiv) | d.atoms(FloorDiv))
              if _pos_int(f.args[1]) and divides(env, int(f.args[1]), f.args[0])}
     q = sympy.cancel(a.xreplace(exact) / d.xreplace(exact)) if exact else sympy.cancel(a / d)
-    num, den = q.as_numer_denom()
-    if den != 1 or not q.is_polynomial() or not all(
-        c.is_Integer for c in sympy.Poly(q, *sorted(q.free_symbols, key=str)).coeffs()
-    ) if q.free_symbols else not q.is_Integer:
+    if not _is_int_poly(q):
         return None
-    if env.static_bool(sympy.Ne(d, 0), log=False) is not True:
+    # x // k with k | x is nonzero exactly when x is: ranges alone lose that.
+    nz = d.args[0] if isinstance(d, FloorDiv) and d in exact else d
+    if env.static_bool(sympy.Ne(nz, 0), log=False) is not True:
         return None
     return q
 
@@ -160,14 +163,22 @@ def rule_mod_gcd(env, e):
 
 
 def _is_int_poly(x) -> bool:
-    if x.is_Integer:
-        return True
-    if x.is_number:
-        return False
-    num, den = x.as_numer_denom()
-    if den != 1 or not x.is_polynomial():
-        return False
-    return all(c.is_Integer for c in sympy.Poly(x, *sorted(x.free_symbols, key=str)).coeffs())
+    """A sum of integer multiples of products of atoms (symbols or function
+    applications like T // 8) with natural powers: an integer for integer atoms."""
+    for term in sympy.Add.make_args(x):
+        c, rest = term.as_coeff_Mul()
+        if not c.is_Integer:
+            return False
+        for f in sympy.Mul.make_args(rest):
+            if f.is_Pow:
+                f, ex = f.args
+                if not (ex.is_Integer and ex > 0):
+                    return False
+            if f.is_number and not f.is_Integer:
+                return False
+            if not (f.is_Integer or f.is_Symbol or (isinstance(f, sympy.Function) and f.is_integer)):
+                return False
+    return True
 
 
 def rule_floordiv_nest(env, e):
