@@ -60,7 +60,7 @@ def _pow(a, n):
 
 _GLOBALS = {"Fraction": Fraction, "_td": _td, "_ite": _ite, "_and": _and, "_or": _or, "_pow": _pow,
             "_floor": math.floor, "_ceil": math.ceil, "_trunc": math.trunc, "__builtins__": {
-                "min": min, "max": max, "abs": abs}}
+                "min": min, "max": max, "abs": abs, "len": len, "bool": bool, "int": int}}
 
 
 def _src(e, names: Mapping[sympy.Symbol, str]) -> str:

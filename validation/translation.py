@@ -134,6 +134,7 @@ class ValidationReport:
     failures: list = field(default_factory=list)
     unknown: list = field(default_factory=list)
     elapsed_s: float = 0.0
+    env: object = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -179,6 +180,11 @@ class UnsoundStep(SymshapeError, AssertionError):
     @property
     def counterexample(self) -> dict:
         return self.step.counterexample
+
+    @property
+    def env(self):
+        """The ShapeEnv whose log holds the step (its ``facts`` are what the step could use)."""
+        return self.report.env
 
 
 class _Checker:
@@ -312,7 +318,7 @@ def validate_env(env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, provenance: Optio
     t0 = time.perf_counter()
     provenance = provenance or {}
     oblivious = oblivious or {}
-    report = ValidationReport(steps=len(env.log))
+    report = ValidationReport(steps=len(env.log), env=env)
     chk = _Checker(env, timeout_ms)
     proven: set = set()
     fact_no = 0
