@@ -1,0 +1,97 @@
+"""Small programs whose validity depends on input sizes, for dinfer.
+
+Each one is valid for some sizes only, or branches on a size.  Try::
+
+    dinfer examples/shape_zoo.py:pad_to_multiple -i "x: f32[B, T]" --dim B=1..8 --dim T=1..64
+
+``CASES`` lists them with specs and dim ranges small enough to check every
+point against eager PyTorch (tests/test_dinfer.py, bench/dinfer_bench.py).
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def matmul_chain(a, b, c):
+    """(a @ b) @ c: inner sizes must agree."""
+    return (a @ b) @ c
+
+
+def view_k(x):
+    """Flatten into rows of 4: the number of elements must be a multiple of 4."""
+    return x.view(-1, 4)
+
+
+def size_branch(x):
+    """Long inputs are cut to 8 and viewed as 2x4; short ones must pair up."""
+    if x.shape[0] > 8:
+        return x[:8].view(2, 4)
+    return x.view(-1, 2)
+
+
+def chunk_add(x):
+    """Three chunks, first plus last: the last chunk must match or broadcast."""
+    a, b, c = x.chunk(3, dim=0)
+    return a + c
+
+
+def split_pairs(x):
+    """Split into pieces of 4 and stack two of them: needs exactly two pieces of 4."""
+    first, second = x.split(4, dim=-1)
+    return torch.stack([first, second])
+
+
+class ConvPool(nn.Module):
+    """conv 3x3 -> max-pool 2 -> conv 3x3: needs a minimum spatial size."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3)
+        self.pool = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(4, 4, 3)
+
+    def forward(self, x):
+        return self.conv2(F.relu(self.pool(self.conv1(x))))
+
+
+def broadcast_add(a, b):
+    """a + b for a: [A, B], b: [C]: C must equal B or one of them be 1."""
+    return a + b
+
+
+def pad_to_multiple(x):
+    """Pad T up to a multiple of 4, then need at least two blocks of 4."""
+    B, T = x.shape
+    r = (-T) % 4
+    x = F.pad(x, (0, r))
+    blocks = x.shape[1] // 4
+    torch._check(blocks >= 2, lambda: f"need at least two blocks of 4, got {blocks}")
+    return x.view(B, blocks, 4).sum(-1)
+
+
+def unfold_pairs(x):
+    """Windows of 4 with step 2, regrouped in pairs: needs N >= 4 and an even window count."""
+    B = x.shape[0]
+    w = x.unfold(-1, 4, 2)
+    return w.reshape(B, -1, 8)
+
+
+def nonzero_rows(x):
+    """Rows with a positive sum, viewed in pairs: how many there are depends on the data."""
+    idx = torch.nonzero(x.sum(-1) > 0).squeeze(-1)
+    return x[idx].view(-1, 2 * x.shape[1])
+
+
+# name, program (a function or a module class), specs, dims: small boxes, every point checked eagerly.
+CASES = [
+    ("matmul_chain", matmul_chain, ["a: f32[M, K]", "b: f32[J, N]", "c: f32[L, 3]"],
+     {"M": (1, 3), "K": (1, 4), "J": (1, 4), "N": (1, 4), "L": (1, 4)}),
+    ("view_k", view_k, ["x: f32[N, M]"], {"N": (1, 12), "M": (1, 12)}),
+    ("size_branch", size_branch, ["x: f32[N]"], {"N": (1, 24)}),
+    ("chunk_add", chunk_add, ["x: f32[N, 2]"], {"N": (1, 24)}),
+    ("split_pairs", split_pairs, ["x: f32[B, N]"], {"B": (1, 4), "N": (1, 16)}),
+    ("conv_pool", ConvPool, ["x: f32[1, 1, H, W]"], {"H": (1, 14), "W": (1, 14)}),
+    ("broadcast_add", broadcast_add, ["a: f32[A, B]", "b: f32[C]"], {"A": (1, 6), "B": (1, 6), "C": (1, 6)}),
+    ("pad_to_multiple", pad_to_multiple, ["x: f32[B, T]"], {"B": (1, 4), "T": (1, 24)}),
+    ("unfold_pairs", unfold_pairs, ["x: f32[B, N]"], {"B": (1, 4), "N": (1, 24)}),
+]
