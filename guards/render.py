@@ -9,6 +9,8 @@ Example::
     'B % 8 == 0'
     >>> to_python(B > 16, names={B: "x.shape[0]"})
     'x.shape[0] > 16'
+    >>> to_python(B - 1 < 128)
+    'B - 1 < 128'
 """
 from __future__ import annotations
 
@@ -33,6 +35,13 @@ class PythonPrinter(StrPrinter):
         super().__init__({"order": "none"})
         self.names = dict(names or {})
 
+    def _as_ordered_terms(self, expr, order=None):
+        # A sum reads "T - 1", not sympy's "-1 + T": numeric terms go last.
+        terms = super()._as_ordered_terms(expr, order=order)
+        if expr.is_Add:
+            terms = [t for t in terms if not t.is_number] + [t for t in terms if t.is_number]
+        return terms
+
     def _print_Symbol(self, s):
         return self.names.get(s, s.name)
 
@@ -56,6 +65,9 @@ class PythonPrinter(StrPrinter):
 
     def _print_PyMod(self, e):
         return f"{self._paren(e.args[0])} % {self._paren(e.args[1])}"
+
+    # sympy's Mod has Python's sign convention (the divisor's sign): same text.
+    _print_Mod = _print_PyMod
 
     def _print_TrueDiv(self, e):
         return f"{self._paren(e.args[0])} / {self._paren(e.args[1])}"
