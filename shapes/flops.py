@@ -344,12 +344,15 @@ class FlopReport:
         missing = [d for d in dims if d not in given]
         if missing:
             raise FlopEvaluationError(
-                f"no size given for dim(s) {', '.join(missing)}; evaluating needs every dim of "
-                f"{', '.join(dims)} (e.g. {{{', '.join(repr(d) + ': 8' for d in dims)}}})")
+                f"no size given for dim(s) {', '.join(missing)}; evaluating needs a size for every dim "
+                f"of the program: {', '.join(dims)}")
         # Guards first: they name the source line that decided the path.
         zero_one = [k for k, v in given.items() if v in (0, 1)] if env.specialize_zero_one else []
-        fix = (f"; sizes 0 and 1 ({', '.join(zero_one)}) are specialized by PyTorch's policy: count with "
-               f"specialize_zero_one=False (--no-specialize-01 on the command line) to evaluate there"
+        # A trace at sizes >= 2 decides broadcasting questions that size 1 answers differently: the
+        # count at size 1 is another trace, with 1 as the example size.
+        fix = (f"; sizes 0 and 1 take their own path: count again with that example size (dims="
+               f"{{{', '.join(f'{k!r}: {given[k]}' for k in zero_one)}}}, or --dim "
+               f"{','.join(f'{k}={given[k]}' for k in zero_one)} on the command line)"
                if zero_one else "; count again with example sizes on that path (dims=...)")
         bad = self.traced.failing_guards(given)
         if bad:
@@ -405,8 +408,9 @@ class FlopReport:
                           self._eval(self.total_bytes, subs), ops, mods)
 
     # -- presentation ---------------------------------------------------------------
-    def table(self, sizes: Optional[Mapping] = None, width: int = 80) -> str:
-        """A readable table (``width`` columns) of the ops; with ``sizes``, their values too."""
+    def table(self, sizes=None, width: int = 80) -> str:
+        """A readable table (``width`` columns) of the ops as closed forms; with
+        ``sizes`` (a dict, or a list of dicts), their values and intensity there."""
         return _render_table(self, sizes, width)
 
     def module_table(self, sizes: Optional[Mapping] = None, depth: int = 2, width: int = 80) -> str:
@@ -525,21 +529,21 @@ def _render_table(r: FlopReport, sizes, width: int) -> str:
     lines += _wrapped("  total bytes  ", str(r.total_bytes), width)
     shown = [c for c in r._ordered_ops() if c.kind in ("counted", "uncounted") or c.bytes != 0]
     lines.append("")
-    opw = max([len("op")] + [len(c.op) + (4 if c.kind == "uncounted" else 0) for c in shown])
-    callw = 5
     rows = [(c.op + (" (!)" if c.kind == "uncounted" else ""), c.calls,
              str(c.flops) if c.kind != "uncounted" else "?", str(c.bytes)) for c in shown]
     lines += _expr_table("op", rows, width, with_calls=True)
-    if sizes is not None:
-        v = r.at(sizes)
+    points = [] if sizes is None else [sizes] if isinstance(sizes, Mapping) else list(sizes)
+    for pt in points:
+        v = r.at(pt)
         lines.append("")
-        lines.append("at " + ", ".join(f"{k}={n}" for k, n in v.sizes.items()) +
-                     f": {v.flops:,} FLOPs, {v.bytes:,} bytes, {_ratio(v.flops, v.bytes)} FLOP/byte")
+        lines += _wrapped("at " + ", ".join(f"{k}={n}" for k, n in v.sizes.items()) + ": ",
+                          f"{v.flops:,} FLOPs, {v.bytes:,} bytes, {_ratio(v.flops, v.bytes)} FLOP/byte", width)
         numw = 10
-        opw2 = min(max(opw, len("op")), width - callw - 2 * numw - 7 - 8)
+        opw = max([len("op")] + [len(c.op) for c in shown])
+        opw = min(opw, width - 5 - 2 * numw - 7 - 8)
         rows = [(c.op, c.calls, _human(v.ops[c.op][1]), _human(v.ops[c.op][2]),
                  _ratio(v.ops[c.op][1], v.ops[c.op][2])) for c in shown]
-        lines += _grid([("op", "calls", "FLOPs", "bytes", "FLOP/B")] + rows, (opw2, callw, numw, numw, 7),
+        lines += _grid([("op", "calls", "FLOPs", "bytes", "FLOP/B")] + rows, (opw, 5, numw, numw, 7),
                        ("<", ">", ">", ">", ">"))
     notes = []
     if r.uncounted:
@@ -627,7 +631,8 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True) ->
             the closed form holds for the sizes that take the same path (the
             trace's guards), which :meth:`FlopReport.evaluate` checks.
         specialize_zero_one: PyTorch's 0/1 specialization policy (sizes
-            are then assumed >= 2); turn off to evaluate at size 1.
+            are then assumed >= 2).  A count valid at size 1 needs an
+            example size of 1 (``dims={"B": 1}``) either way.
 
     Returns a :class:`FlopReport`.  Conventions are torch.utils.flop_counter's:
     see :mod:`shapes.flops`.

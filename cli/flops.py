@@ -1,0 +1,49 @@
+"""``symshape flops FILE.py:NAME -i SPEC [--at B=8,T=1024] [--json]``: symbolic FLOP counts.
+
+Prints the total FLOPs and bytes moved as closed forms over the named dims,
+per ATen op, and (with ``--at``) their exact values and arithmetic intensity
+at concrete sizes.  Conventions are torch.utils.flop_counter's (see
+:mod:`shapes.flops`).
+
+Example::
+
+    symshape flops examples/mlp.py:MLP -i "x: f32[B, T, 64]" --at B=8,T=1024
+"""
+from __future__ import annotations
+
+from shapes.flops import count_flops
+
+from .loader import load_program, parse_dim_args, parse_point
+
+
+def register(sub):
+    p = sub.add_parser("flops", help="count FLOPs and bytes moved as closed forms over the named dims")
+    p.add_argument("target", help="FILE.py:NAME (a function, an nn.Module instance or class)")
+    p.add_argument("-i", "--input", action="append", required=True, metavar="SPEC",
+                   help='input spec, one per positional input, e.g. "ids: i64[B, T]"')
+    p.add_argument("--dim", action="append", metavar="NAME=LO..HI", help="dim range or example size")
+    p.add_argument("--at", action="append", metavar="B=8,T=1024",
+                   help="also evaluate at these sizes (every dim; repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON (expressions as strings, exact ints)")
+    p.add_argument("--modules", action="store_true", help="also print the per-module breakdown")
+    p.add_argument("--depth", type=int, default=2, help="module levels shown with --modules (default 2)")
+    p.add_argument("--width", type=int, default=80, help="table width in columns (default 80)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    prog = load_program(args.target)
+    report = count_flops(prog, *args.input, dims=parse_dim_args(args.dim))
+    points = [parse_point(a) for a in args.at or []]
+    if args.json:
+        # Evaluate before printing anything, so a bad --at is one error line.
+        print(report.to_json(points))
+        return 0
+    tables = [report.table(points or None, width=args.width)]
+    if args.modules:
+        if points:
+            tables += [report.module_table(pt, depth=args.depth, width=args.width) for pt in points]
+        else:
+            tables.append(report.module_table(depth=args.depth, width=args.width))
+    print("\n\n".join(tables))
+    return 0

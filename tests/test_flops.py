@@ -1,0 +1,422 @@
+"""Symbolic FLOP counts (shapes.count_flops) against torch.utils.flop_counter.FlopCounterMode.
+
+FlopCounterMode runs on real CPU tensors at each size; models that call
+F.scaled_dot_product_attention get ``torch_cpu_mapping()`` (torch has no
+formula for the fused CPU attention kernel), and the transformers models are
+also compared with plain FlopCounterMode on meta tensors.
+"""
+import copy
+import json
+import math
+import textwrap
+
+import pytest
+import sympy
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode, flop_registry, register_flop_formula
+
+import shapes
+from cli.main import main as cli_main
+from shapes.flop_formulas import torch_cpu_mapping
+from shapes.flops import FlopEvaluationError
+from shapes.functions import FloorDiv
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+
+# --------------------------------------------------------------------------- models
+
+class MLP(nn.Module):
+    def __init__(self, d=32, hidden=96):
+        super().__init__()
+        self.fc1 = nn.Linear(d, hidden)
+        self.fc2 = nn.Linear(hidden, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.norm(x + self.fc2(F.gelu(self.fc1(x))))
+
+
+class ConvNet(nn.Module):
+    """Strided, padded, dilated, grouped and transposed convolutions and a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.grouped = nn.Conv2d(8, 16, 3, padding=2, dilation=2, groups=4)
+        self.up = nn.ConvTranspose2d(16, 8, 4, stride=2, padding=1)
+        self.conv1d = nn.Conv1d(8, 4, 5, stride=3)
+        self.head = nn.Linear(4, 10)
+
+    def forward(self, x):
+        x = F.relu(self.stem(x))
+        x = F.relu(self.grouped(x))
+        x = self.up(x)
+        x = F.max_pool2d(x, 2)
+        x = self.conv1d(x.flatten(2))
+        return self.head(x.mean(-1))
+
+
+class HandAttention(nn.Module):
+    """Causal multi-head attention written out with matmul/softmax (no SDPA)."""
+
+    def __init__(self, d=48, heads=3):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=-1)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        return self.proj(y)
+
+
+class GQAttention(nn.Module):
+    """F.scaled_dot_product_attention with grouped-query heads (4 query heads, 2 KV heads)."""
+
+    def __init__(self, d=32, hq=4, hkv=2):
+        super().__init__()
+        self.hq, self.hkv, self.hd = hq, hkv, d // hq
+        self.q = nn.Linear(d, d)
+        self.kv = nn.Linear(d, 2 * hkv * self.hd)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q = self.q(x).view(B, T, self.hq, self.hd).transpose(1, 2)
+        k, v = self.kv(x).view(B, T, 2, self.hkv, self.hd).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        return y.transpose(1, 2).reshape(B, T, -1)
+
+
+def tiny_gpt2():
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=100)
+    return transformers.GPT2Model(cfg).eval()
+
+
+def tiny_bert():
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                  intermediate_size=128, vocab_size=100, max_position_embeddings=128)
+    return transformers.BertModel(cfg).eval()
+
+
+def torch_flops(model, *inputs, mapping=None, meta=False):
+    """FlopCounterMode's total (and counter) for one real run."""
+    if meta:
+        model = copy.deepcopy(model).to("meta")
+        inputs = [t.to("meta") for t in inputs]
+    with FlopCounterMode(display=False, custom_mapping=mapping) as counter, torch.no_grad():
+        model(*inputs)
+    return counter.get_total_flops(), counter
+
+
+def float_input(*shape):
+    return torch.randn(*shape)
+
+
+def ids_input(B, T):
+    return torch.randint(0, 100, (B, T))
+
+
+# name -> (model factory, spec, dim names, sizes, input maker, uses SDPA)
+CASES = {
+    "mlp": (MLP, "x: f32[B, T, 32]", [dict(B=2, T=3), dict(B=5, T=17), dict(B=8, T=64)],
+            lambda s: [float_input(s["B"], s["T"], 32)], False),
+    "convnet": (ConvNet, "x: f32[N, 3, H, W]", [dict(N=2, H=16, W=16), dict(N=3, H=21, W=34),
+                                                   dict(N=2, H=40, W=27)],
+                lambda s: [float_input(s["N"], 3, s["H"], s["W"])], False),
+    "hand_attention": (HandAttention, "x: f32[B, T, 48]", [dict(B=2, T=5), dict(B=3, T=16), dict(B=4, T=33)],
+                       lambda s: [float_input(s["B"], s["T"], 48)], False),
+    "gqa_sdpa": (GQAttention, "x: f32[B, T, 32]", [dict(B=2, T=4), dict(B=3, T=19), dict(B=2, T=64)],
+                 lambda s: [float_input(s["B"], s["T"], 32)], True),
+    "gpt2": (tiny_gpt2, "ids: i64[B, T]", [dict(B=2, T=8), dict(B=3, T=33), dict(B=4, T=100)],
+             lambda s: [ids_input(s["B"], s["T"])], True),
+    "bert": (tiny_bert, "ids: i64[B, T]", [dict(B=2, T=7), dict(B=3, T=32), dict(B=2, T=128)],
+             lambda s: [ids_input(s["B"], s["T"])], True),
+}
+
+
+@pytest.fixture(scope="module")
+def counted():
+    """Each model counted once, symbolically."""
+    out = {}
+    for name, (make, spec, _, _, _) in CASES.items():
+        torch.manual_seed(0)
+        model = make().eval()
+        out[name] = (model, shapes.count_flops(model, spec))
+    return out
+
+
+# --------------------------------------------------------------------------- acceptance 1: equal to FlopCounterMode
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_total_equals_flop_counter_mode_on_cpu(counted, name):
+    model, report = counted[name]
+    _, _, sizes_list, make_inputs, sdpa = CASES[name]
+    assert not report.uncounted
+    for sizes in sizes_list:
+        torch.manual_seed(1)
+        expected, _ = torch_flops(model, *make_inputs(sizes), mapping=torch_cpu_mapping() if sdpa else None)
+        assert expected > 0
+        assert report.evaluate(sizes) == expected, sizes
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "gqa_sdpa"])
+def test_total_equals_plain_flop_counter_mode_on_meta(counted, name):
+    # On meta tensors SDPA decomposes into its math form (two bmm): torch's own
+    # count, without any custom mapping, is exactly symshape's.
+    model, report = counted[name]
+    _, _, sizes_list, make_inputs, _ = CASES[name]
+    for sizes in sizes_list:
+        expected, _ = torch_flops(model, *make_inputs(sizes), meta=True)
+        assert report.evaluate(sizes) == expected, sizes
+
+
+@pytest.mark.parametrize("name", ["gpt2", "bert", "convnet"])
+def test_by_module_and_by_op_equal_flop_counter_mode(counted, name):
+    model, report = counted[name]
+    _, _, sizes_list, make_inputs, sdpa = CASES[name]
+    sizes = sizes_list[1]
+    _, counter = torch_flops(model, *make_inputs(sizes), meta=sdpa)
+    counts = counter.get_flop_counts()
+    root = type(model).__name__
+    values = report.at(sizes)
+    for mod_name, ops in counts.items():
+        if mod_name == "Global":
+            continue
+        ours = "" if mod_name == root else mod_name[len(root) + 1:]
+        assert values.by_module[ours][0] == sum(ops.values()), mod_name
+        for op, n in ops.items():
+            assert report.evaluate(sizes, report.by_module[ours].by_op[str(op)]) == n, (mod_name, op)
+    for op, n in counts["Global"].items():
+        assert report.evaluate(sizes, report.by_op[str(op)]) == n
+    assert set(report.by_op) == {str(op) for op in counts["Global"]}
+
+
+# --------------------------------------------------------------------------- acceptance 2: textbook closed forms
+
+def test_linear_closed_form():
+    r = shapes.count_flops(nn.Linear(64, 32), "x: f32[B, T, 64]")
+    B, T = r.traced.symbol("B"), r.traced.symbol("T")
+    # One multiply-add per input feature, output feature and row.
+    assert sympy.expand(r.total - 2 * B * T * 64 * 32) == 0
+    assert set(r.by_op) == {"aten.addmm"} or set(r.by_op) == {"aten.mm"}
+
+
+def test_linear_bytes_closed_form():
+    r = shapes.count_flops(nn.Linear(64, 32), "x: f32[B, 64]")
+    B = r.traced.symbol("B")
+    # addmm reads input, weight and bias and writes the output; the weight's .t() is a view.
+    assert sympy.expand(r.total_bytes - 4 * (B * 64 + 64 * 32 + 32 + B * 32)) == 0
+    assert r.ops["aten.t"].kind == "view" and r.ops["aten.t"].bytes == 0
+    assert sympy.simplify(r.ops["aten.addmm"].intensity - (2 * B * 64 * 32) / (4 * (B * 64 + 64 * 32 + 32 + B * 32))) == 0
+
+
+def test_conv2d_closed_form():
+    c_in, c_out, k, s, p, d = 3, 8, 3, 2, 1, 1
+    r = shapes.count_flops(nn.Conv2d(c_in, c_out, k, stride=s, padding=p, dilation=d), "x: f32[N, 3, H, W]")
+    N, H, W = (r.traced.symbol(n) for n in "NHW")
+    h_out = FloorDiv(H + 2 * p - d * (k - 1) - 1, s) + 1
+    w_out = FloorDiv(W + 2 * p - d * (k - 1) - 1, s) + 1
+    expected = 2 * N * c_out * h_out * w_out * c_in * k * k
+    assert sympy.expand(r.total - expected) == 0
+    assert r.evaluate({"N": 2, "H": 31, "W": 8}) == 2 * 2 * 8 * 16 * 4 * 3 * 9
+
+
+def test_grouped_and_transposed_conv_closed_forms():
+    r = shapes.count_flops(nn.Conv2d(8, 16, 3, groups=4, bias=False), "x: f32[N, 8, H, W]")
+    N, H, W = (r.traced.symbol(n) for n in "NHW")
+    # Each output channel sees C_in/groups input channels.
+    assert sympy.expand(r.total - 2 * N * 16 * (H - 2) * (W - 2) * (8 // 4) * 9) == 0
+
+    r = shapes.count_flops(nn.ConvTranspose2d(6, 4, 3, stride=2), "x: f32[N, 6, H, W]")
+    N, H, W = (r.traced.symbol(n) for n in "NHW")
+    # A transposed convolution scatters the filter once per *input* point.
+    assert sympy.expand(r.total - 2 * N * H * W * 6 * 4 * 9) == 0
+
+
+def test_matmul_closed_forms():
+    r = shapes.count_flops(lambda a, b: a @ b, "a: f32[B, M, K]", "b: f32[B, K, N]")
+    B, M, K, N = (r.traced.symbol(n) for n in "BMKN")
+    assert sympy.expand(r.total - 2 * B * M * K * N) == 0
+    assert r.by_module == {}  # a plain function has no module breakdown
+
+
+def test_sdpa_closed_form():
+    r = shapes.count_flops(lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                           "q: f32[B, 8, S, 16]", "k: f32[B, 8, L, 16]", "v: f32[B, 8, L, 32]")
+    B, S, L = (r.traced.symbol(n) for n in "BSL")
+    # Q @ K^T and P @ V.
+    assert sympy.expand(r.total - (2 * B * 8 * S * L * 16 + 2 * B * 8 * S * L * 32)) == 0
+
+
+# --------------------------------------------------------------------------- never silently zero
+
+def test_ops_torch_counts_without_a_symshape_formula_are_uncounted():
+    lib = "symshape_flops_test"
+    if not hasattr(torch.ops, lib) or not hasattr(getattr(torch.ops, lib), "outer_mm"):
+        @torch.library.custom_op(f"{lib}::outer_mm", mutates_args=())
+        def outer_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return a @ b
+
+        @outer_mm.register_fake
+        def _(a, b):
+            return a.new_empty(a.shape[0], b.shape[1])
+
+    packet = getattr(torch.ops, lib).outer_mm
+    if packet not in flop_registry:
+        register_flop_formula(packet)(lambda a, b, *args, out_shape=None, **kw: 2 * a[0] * a[1] * b[1])
+
+    def prog(a, b):
+        return packet(a, b) + torch.mm(a, b)
+
+    r = shapes.count_flops(prog, "a: f32[M, K]", "b: f32[K, N]")
+    assert r.uncounted == {f"{lib}.outer_mm": 1}
+    assert r.ops[f"{lib}.outer_mm"].kind == "uncounted"
+    assert "UNCOUNTED" in r.table() and f"{lib}.outer_mm" in r.table()
+    M, K, N = (r.traced.symbol(n) for n in "MKN")
+    assert sympy.expand(r.total - 2 * M * K * N) == 0  # only the mm
+
+
+def test_zero_flop_ops_are_listed():
+    r = shapes.count_flops(lambda A, v: torch.relu(A @ v).sum(), "A: f32[M, K]", "v: f32[K]")
+    # torch's convention counts matrix-vector products as 0; the report says so.
+    assert r.total == 0
+    assert r.matmul_like_uncounted == {"aten.mv": 1}
+    assert {"aten.mv", "aten.relu", "aten.sum"} <= set(r.zero_by_convention)
+    text = r.table()
+    assert "matrix ops torch's convention counts as 0 FLOPs: aten.mv x1" in text
+    A, v = torch.randn(5, 7), torch.randn(7)
+    with FlopCounterMode(display=False) as counter:
+        torch.relu(A @ v).sum()
+    assert r.evaluate({"M": 5, "K": 7}) == counter.get_total_flops() == 0
+    M, K = r.traced.symbol("M"), r.traced.symbol("K")
+    # Bytes still count: mv reads A and v and writes M floats.
+    assert sympy.expand(r.ops["aten.mv"].bytes - 4 * (M * K + K + M)) == 0
+
+
+# --------------------------------------------------------------------------- evaluation and presentation
+
+def test_evaluate_errors(counted):
+    _, r = counted["bert"]
+    with pytest.raises(FlopEvaluationError, match="no size given for dim.* T"):
+        r.evaluate({"B": 2})
+    with pytest.raises(FlopEvaluationError, match="unknown dim 'X'"):
+        r.evaluate({"B": 2, "T": 4, "X": 1})
+    with pytest.raises(FlopEvaluationError, match="non-negative int"):
+        r.evaluate({"B": 2, "T": 4.5})
+    # BERT's position embeddings guard T <= 128: beyond it the closed form does not apply.
+    with pytest.raises(shapes.GuardViolation, match="T <= 128"):
+        r.evaluate({"B": 2, "T": 129})
+    with pytest.raises(shapes.GuardViolation, match=r"dims=\{'B': 1\}"):
+        r.evaluate({"B": 1, "T": 8})
+    assert isinstance(r.evaluate({"B": 2, "T": 128}), int)
+
+
+def test_evaluate_at_size_one_needs_a_trace_at_size_one():
+    r = shapes.count_flops(nn.Linear(8, 4), "x: f32[B, 8]")
+    with pytest.raises(shapes.GuardViolation, match="sizes 0 and 1 take their own path"):
+        r.evaluate({"B": 1})
+    r1 = shapes.count_flops(nn.Linear(8, 4), "x: f32[B, 8]", dims={"B": 1})
+    assert r1.evaluate({"B": 1}) == 64
+
+
+def test_count_flops_accepts_a_traced_program():
+    tp = shapes.trace(nn.Linear(8, 4), "x: f32[B, 8]")
+    r = shapes.count_flops(tp)
+    assert r.evaluate({"B": 3}) == 3 * 2 * 8 * 4
+    with pytest.raises(shapes.SpecError):
+        shapes.count_flops(tp, "x: f32[B, 8]")
+
+
+def test_table_fits_80_columns(counted):
+    _, r = counted["gpt2"]
+    text = r.table({"B": 8, "T": 128})
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "aten.addmm" in text and "aten.bmm" in text and "FLOP/B" in text
+    assert f"{r.evaluate({'B': 8, 'T': 128}):,} FLOPs" in text
+    mods = r.module_table({"B": 8, "T": 128})
+    assert max(len(line) for line in mods.splitlines()) <= 80
+    assert "h.0 (GPT2Block)" in mods
+    _, conv = counted["convnet"]
+    assert max(len(line) for line in conv.table().splitlines()) <= 80
+
+
+def test_bytes_at_sizes_match_tensor_sizes(counted):
+    model, r = counted["mlp"]
+    v = r.at({"B": 2, "T": 3})
+    x = torch.randn(2, 3, 32)
+    # layer_norm reads x (+ weight, bias) and writes out, mean, rstd.
+    ln_bytes = 4 * (x.numel() + 32 + 32) + 4 * (x.numel() + 2 * 2 * 3)
+    assert v.ops["aten.native_layer_norm"][2] == ln_bytes
+    assert v.bytes == sum(b for _, _, b in v.ops.values())
+    assert v.flops == r.evaluate({"B": 2, "T": 3})
+
+
+# --------------------------------------------------------------------------- CLI
+
+PROGRAM = textwrap.dedent("""
+    import torch.nn as nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 8)
+
+        def forward(self, x):
+            return self.fc(x).relu()
+""")
+
+
+@pytest.fixture
+def program_file(tmp_path):
+    p = tmp_path / "block.py"
+    p.write_text(PROGRAM)
+    return str(p)
+
+
+def test_cli_table(program_file, capsys):
+    rc = cli_main(["flops", f"{program_file}:Block", "-i", "x: f32[B, T, 16]", "--at", "B=8,T=1024", "--modules"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "256*B*T" in out  # 2 * 16 * 8 FLOPs per token
+    assert f"{256 * 8 * 1024:,} FLOPs" in out
+    assert "fc (Linear)" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_cli_json(program_file, capsys):
+    rc = cli_main(["flops", f"{program_file}:Block", "-i", "x: f32[B, T, 16]", "--at", "B=2,T=3", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    assert data["dims"] == ["B", "T"]
+    assert sympy.sympify(data["total_flops"]) == 256 * sympy.Symbol("B") * sympy.Symbol("T")
+    assert data["at"][0]["flops"] == 256 * 6
+    assert data["at"][0]["sizes"] == {"B": 2, "T": 3}
+    assert {o["op"] for o in data["ops"] if o["kind"] == "counted"} == {"aten.addmm"}
+
+
+def test_cli_missing_dim_is_one_error_line(program_file, capsys):
+    rc = cli_main(["flops", f"{program_file}:Block", "-i", "x: f32[B, T, 16]", "--at", "B=8"])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert captured.out == ""
+    err = captured.err.strip()
+    assert len(err.splitlines()) == 1
+    assert "no size given for dim(s) T" in err
+
+
+def test_cli_bad_at_syntax(program_file, capsys):
+    rc = cli_main(["flops", f"{program_file}:Block", "-i", "x: f32[B, T, 16]", "--at", "B=eight"])
+    assert rc == 2
+    assert "bad size" in capsys.readouterr().err
