@@ -407,7 +407,7 @@ def _entry(traced, g: Guard, names) -> Entry:
         cost_text = f"the trace is only valid where {user}; any other size recompiles"
 
     return Entry(
-        index=g.index, kind=g.kind.value, expr=dim_expr, user_expr=user, raw=str(g.expr),
+        index=g.index, kind=g.kind.value, expr=dim_expr, user_expr=user, raw=to_python(g.expr),
         original=to_python(g.original) if g.original is not None else dim_expr,
         negation=neg_user, dims=input_dims, data_dependent=unbacked,
         file=prov.filename, line=prov.lineno, code=prov.code, function=prov.function,

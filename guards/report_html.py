@@ -238,7 +238,7 @@ def _record(e: Entry) -> str:
     rows = [
         ("in dims", f"<code>{_e(e.expr)}</code>"
          + (f' &nbsp; <span class="mono" style="color:var(--muted)">as traced: {_e(e.raw)}</span>'
-            if e.raw.replace(" ", "") != e.expr.replace(" ", "") else "")),
+            if e.raw != e.expr else "")),
         ("where", where),
         ("asked by", _e(e.origin_text)),
         ("decided", _e(e.decision_text)),

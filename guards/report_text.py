@@ -61,8 +61,9 @@ def summary_lines(ex: Explanation, width: int = 80) -> list:
         origin += " (" + ", ".join(f"{op} {n}" for op, n in ex.counts["by_op"].items()) + ")"
     origin += f", input spec {o[INPUT_SPEC]}"
     out += _field("by origin", origin, width, 0)
-    out += _field("static", f"{ex.static_decisions} size conditions were decided from known facts, "
-                  "with no guard", width, 0)
+    n = ex.static_decisions
+    out += _field("static", f"{_plural(n, 'size condition')} {'was' if n == 1 else 'were'} decided "
+                  "from known facts, with no guard", width, 0)
     out.append("")
     out.append("Dims")
     if not ex.dims:
@@ -104,7 +105,7 @@ def entry_lines(e: Entry, width: int = 80) -> list:
     out = [("-- " + title + " ").ljust(min(width, 60), "-")]
     out += _wrap(e.user_expr, width, "  ", "    ")
     out += _field("in dims", e.expr, width)
-    if e.raw.replace(" ", "") != e.expr.replace(" ", "") and e.raw != e.expr:
+    if e.raw != e.expr:
         out += _field("as traced", e.raw, width)
     if e.origin == INPUT_SPEC:
         out += _field("where", "the input spec (the example size); no source line caused it", width)
