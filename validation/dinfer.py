@@ -24,9 +24,14 @@ Example::
     >>> space = dinfer(f, "x: f32[N]", dims={"N": (1, 32)})
     >>> space.complete, len(space.classes)
     (True, 4)
-    >>> [(c.describe(), c.ok) for c in space.classes]  # doctest: +NORMALIZE_WHITESPACE
-    [('N <= 8 and N % 2 == 0', True), ('N >= 9', True), ('N >= 2 and N <= 7 and N % 2 != 0', False),
-     ('N == 1', False)]
+    >>> for c in space.classes:
+    ...     print(c.outcome(), "|", c.describe(), "|", c.example)
+    ok | N <= 8 and N % 2 == 0 | {'N': 2}
+    RuntimeError | N >= 2 and N <= 8 and N % 2 != 0 | {'N': 3}
+    ok | N >= 9 | {'N': 9}
+    RuntimeError | N == 1 | {'N': 1}
+    >>> space.valid_ranges
+    {'N': (2, 32)}
 """
 from __future__ import annotations
 
@@ -429,6 +434,27 @@ class _Search:
             s.pop()
         return base, None
 
+    def _valid_extent(self):
+        """Each dim's smallest and largest size over the ok classes (None where Z3 gave no answer)."""
+        ok_terms = [t for c, t in zip(self.space.classes, self.class_terms) if c.status is Status.OK]
+        if not ok_terms:
+            return
+        union = z3.Or(*ok_terms)
+        for n in self.names:
+            ends = []
+            for maximize in (False, True):
+                o = z3.Optimize()
+                o.set(timeout=min(self.z.timeout_ms, 3000))
+                o.add(*self.z.domain, union)
+                h = o.maximize(self.z.vars[n]) if maximize else o.minimize(self.z.vars[n])
+                if o.check() != z3.sat:
+                    ends = None
+                    break
+                v = (o.upper(h) if maximize else o.lower(h))
+                # An objective without an upper end comes back as an infinity term, not a number.
+                ends.append(v.as_long() if z3.is_int_value(v) else math.inf)
+            self.space.valid_ranges[n] = tuple(ends) if ends else None
+
     def _finish_examples(self):
         for c, t in zip(self.space.classes, self.class_terms):
             if c.imprecise:
@@ -473,6 +499,7 @@ class _Search:
                 break
             point = nxt
         self._finish_examples()
+        self._valid_extent()
         sp.elapsed = time.monotonic() - t0
         return sp
 

@@ -247,6 +247,10 @@ class InputSpace:
         overlaps: ``(i, j, point)`` for classes whose predicates share a
             point (the engine's path conditions are then imprecise).
         warnings: anything else the user should know (engine imprecision).
+        valid_ranges: dim name -> ``(smallest, largest)`` size over the ok
+            classes (each dim on its own; None where Z3 gave no answer).  For
+            a conv net this is the minimum spatial size, for GPT-2 the
+            maximum number of positions.
     """
 
     specs: tuple
@@ -262,6 +266,7 @@ class InputSpace:
     overlaps: list = field(default_factory=list)
     warnings: list = field(default_factory=list)
     program_name: str = ""
+    valid_ranges: dict = field(default_factory=dict)
 
     # -- queries ----------------------------------------------------------------------
     def _point(self, sizes, kw) -> dict:
@@ -328,6 +333,8 @@ class InputSpace:
             "time_s": round(self.elapsed, 3),
             "example_order": "smallest sum of sizes, ties broken by the first dim, then the next",
             "valid_when": " or ".join(_paren(c.describe()) for c in self.ok_classes) or "False",
+            "valid_ranges": {n: (None if r is None else [r[0], None if r[1] == math.inf else r[1]])
+                             for n, r in self.valid_ranges.items()},
             "classes": [c.to_dict() for c in self.classes],
             "overlaps": [{"classes": [i, j], "point": p} for i, j, p in self.overlaps],
             "warnings": list(self.warnings),
@@ -377,6 +384,12 @@ class InputSpace:
         lines.append(f"{len(self.classes)} class(es), {n_ok} ok, {len(self.error_classes)} failing, "
                      f"{len(self.classes) - n_ok - len(self.error_classes)} unknown; "
                      f"{self.traces} trace(s) in {self.elapsed:.2f} s")
+        if self.valid_ranges:
+            lines.append("runs for sizes within: " + ", ".join(
+                f"{n} {_range_text(*r)}" if r else f"{n} ?" for n, r in self.valid_ranges.items())
+                + "  (each dim's smallest..largest over the ok classes)")
+        elif self.classes:
+            lines.append("runs for no size in the ranges" if self.complete else "no ok size found")
         verdict = "complete: " if self.complete else "INCOMPLETE: "
         lines.append(verdict + self.reason)
         if self.unexplored_example:
