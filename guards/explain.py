@@ -372,8 +372,11 @@ def _entry(traced, g: Guard, names) -> Entry:
     user = to_python(t, names)
     dim_expr = to_python(t)
     neg_user = to_python(neg, names)
-    syms = sorted(g.expr.free_symbols | (g.original.free_symbols if g.original is not None else set()),
-                  key=str)
+    # The dims a record is about: those of its final condition, plus dims of the
+    # original question that were since replaced (unified or specialized), which
+    # the final form no longer names.
+    orig = g.original.free_symbols if g.original is not None else set()
+    syms = sorted(g.expr.free_symbols | {s for s in orig if s in env.replacements}, key=str)
     input_dims = [str(s) for s in syms if s in env.hints]
     unbacked = [str(s) for s in syms if s in env.unbacked]
     origin, origin_text = _origin(g)

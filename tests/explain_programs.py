@@ -30,3 +30,10 @@ def conv_only(x, w):
 def size_as_int(x):
     n = int(x.shape[0])
     return x.reshape(n, -1)
+
+
+def several(x, y):
+    if x.shape[0] > 4:
+        x = x * 2
+    z = x.view(x.shape[0], -1, 8)
+    return z.sum(0), y.sum(0)
