@@ -17,7 +17,13 @@ from .loader import load_program, parse_dim_args, parse_point
 
 
 def register(sub):
-    p = sub.add_parser("flops", help="count FLOPs and bytes moved as closed forms over the named dims")
+    p = sub.add_parser(
+        "flops", help="count FLOPs and bytes moved as closed forms over the named dims",
+        description="Count FLOPs and bytes moved as closed forms over the named dims.",
+        epilog="Conventions are torch.utils.flop_counter's: a multiply-add is 2 FLOPs; the matmul family, "
+               "convolution and scaled-dot-product attention have FLOPs, other ops count 0 (listed, never "
+               "hidden; ops torch counts but symshape cannot are marked UNCOUNTED). Bytes moved: tensor "
+               "inputs read plus outputs written per op; views move 0 bytes.")
     p.add_argument("target", help="FILE.py:NAME (a function, an nn.Module instance or class)")
     p.add_argument("-i", "--input", action="append", required=True, metavar="SPEC",
                    help='input spec, one per positional input, e.g. "ids: i64[B, T]"')

@@ -46,6 +46,13 @@ FlopCounterMode on meta) it decomposes into its math form, whose two
 FlopCounterMode does not count (it reports 0 for attention on CPU) and
 symshape counts with the SDPA formula.  To compare with FlopCounterMode on CPU
 tensors, give it ``custom_mapping=shapes.flop_formulas.torch_cpu_mapping()``.
+
+Known divergence: the tracer runs torch's Python decompositions (as
+``torch.compile`` and ``torch.export`` do), and its ``matmul`` folds a vector
+times a batch of matrices (``[K] @ [B, K, N]``) into ``aten.mv``, which
+torch's convention counts as 0 FLOPs; eager ATen usually runs ``aten.bmm``
+there (which it counts), depending on strides and ``requires_grad``.  Such
+``mv`` calls are listed in ``matmul_like_uncounted`` and in the table.
 """
 from __future__ import annotations
 
@@ -177,6 +184,8 @@ class FlopReport:
             which torch's convention does not count (``aten.mv``, ...).
         beyond_torch: op name -> calls, for ops symshape counts but torch's
             FlopCounterMode has no formula for (see :mod:`shapes.flops`).
+        errors: op name -> why its formula could not read its arguments (the
+            op is then in ``uncounted``).
         traced: the :class:`~shapes.program.TracedProgram`.
 
     Example::
@@ -378,9 +387,9 @@ class FlopReport:
         if not v.is_Integer:
             free = ", ".join(sorted(map(str, v.free_symbols)))
             env = self.traced.env
-            what = "; ".join(env.describe_symbol(s) for s in v.free_symbols if s in env.unbacked) or free
-            raise SymshapeError(f"the count {expr} does not reduce to an integer at these sizes "
-                                f"(it depends on {what or v})")
+            what = "; ".join(f"{s} = {env.describe_symbol(s)}" for s in sorted(v.free_symbols, key=str)
+                             if s in env.unbacked) or free
+            raise SymshapeError(f"the count {expr} is {v} at these sizes: it depends on data ({what})")
         return int(v)
 
     def evaluate(self, sizes: Mapping, expr=None) -> int:
@@ -433,6 +442,7 @@ class FlopReport:
             "zero_by_convention": dict(self.zero_by_convention),
             "matmul_like_uncounted": dict(self.matmul_like_uncounted),
             "beyond_torch": dict(self.beyond_torch),
+            "formula_errors": dict(self.errors),
             "conventions": "torch.utils.flop_counter: multiply-add = 2 FLOPs; matmul family, convolution and "
                            "SDPA counted; other ops 0 FLOPs; bytes = tensor inputs read + outputs written, "
                            "views 0",
