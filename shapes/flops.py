@@ -652,7 +652,7 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True) ->
         >>> import torch, shapes
         >>> r = shapes.count_flops(torch.nn.Conv2d(3, 8, 3), "x: f32[N, 3, 32, 32]")
         >>> r.total
-        777600*N
+        388800*N
     """
     if isinstance(program, TracedProgram):
         if specs:
