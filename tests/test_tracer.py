@@ -53,9 +53,15 @@ def test_conv_pool_output_is_closed_form():
     pts = [(h,) for h in range(4, 60)]
     assert same_function(out[2], lambda h: (h - 3 + 1) // 2, [H], pts)
     assert same_function(out[3], lambda w: (w - 3 + 1) // 2, [W], pts)
-    # The conv's minimum size is a runtime assert, not a guard.
-    asserts = {str(g.expr) for g in tp.runtime_asserts}
-    assert "H >= 3" in asserts and "W >= 3" in asserts
+    # The minimum spatial size is a runtime assert (an error, not a recompile):
+    # conv 3x3 then pool 2 needs H >= 4.  (torch versions phrase the checks
+    # differently, so check what they mean, not their text.)
+    def fails(records, h, w):
+        vals = {H: sympy.Integer(h), W: sympy.Integer(w), B: sympy.Integer(2)}
+        return any(g.expr.xreplace(vals) is not sympy.true for g in records)
+    assert [h for h in range(2, 13) if fails(tp.runtime_asserts, h, 20)] == [2, 3]
+    # (torch 2.11's pool meta checks W with a branch, i.e. a guard, instead)
+    assert all(fails(tp.records, 20, w) for w in (2, 3)) and not fails(tp.records, 20, 20)
 
 
 def test_cat_broadcast_and_reshape():
@@ -180,11 +186,17 @@ DIFFERENTIAL = [
                          or type(v).__name__ if not isinstance(v, (list, tuple)) else None)
 def test_run_matches_eager(prog, specs, points, make):
     torch.manual_seed(0)
-    tp = shapes.trace(prog, *specs)
+    first = shapes.trace(prog, *specs)
     for pt in points:
         shapes_ = make(*pt)
         inputs = [torch.randn(s) for s in shapes_]
-        assert tp.failing_guards({n: v for n, v in zip(tp.hints, pt)}) == [], pt
+        sizes = dict(zip(first.hints, pt))
+        tp = first
+        if first.failing_guards(sizes):
+            # Another path (torch versions differ in what their meta kernels
+            # guard on): retrace there, as a compiler would recompile.
+            tp = shapes.trace(prog, *specs, dims=sizes)
+            assert tp.failing_guards(sizes) == []
         out = tp.run(*inputs)
         ref = prog(*inputs)
         assert out.shape == ref.shape
