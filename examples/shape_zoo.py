@@ -44,14 +44,18 @@ def split_pairs(x):
 class ConvPool(nn.Module):
     """conv 3x3 -> max-pool 2 -> conv 3x3: needs a minimum spatial size."""
 
-    def __init__(self):
+    def __init__(self, in_channels=3):
         super().__init__()
-        self.conv1 = nn.Conv2d(1, 4, 3)
+        self.conv1 = nn.Conv2d(in_channels, 4, 3)
         self.pool = nn.MaxPool2d(2)
         self.conv2 = nn.Conv2d(4, 4, 3)
 
     def forward(self, x):
         return self.conv2(F.relu(self.pool(self.conv1(x))))
+
+
+# An instance, for the command line: dinfer examples/shape_zoo.py:conv_pool -i "x: f32[B, 3, H, W]" ...
+conv_pool = ConvPool().eval()
 
 
 def broadcast_add(a, b):
@@ -90,7 +94,7 @@ CASES = [
     ("size_branch", size_branch, ["x: f32[N]"], {"N": (1, 24)}),
     ("chunk_add", chunk_add, ["x: f32[N, 2]"], {"N": (1, 24)}),
     ("split_pairs", split_pairs, ["x: f32[B, N]"], {"B": (1, 4), "N": (1, 16)}),
-    ("conv_pool", ConvPool, ["x: f32[1, 1, H, W]"], {"H": (1, 14), "W": (1, 14)}),
+    ("conv_pool", ConvPool, ["x: f32[1, 3, H, W]"], {"H": (1, 14), "W": (1, 14)}),
     ("broadcast_add", broadcast_add, ["a: f32[A, B]", "b: f32[C]"], {"A": (1, 6), "B": (1, 6), "C": (1, 6)}),
     ("pad_to_multiple", pad_to_multiple, ["x: f32[B, T]"], {"B": (1, 4), "T": (1, 24)}),
     ("unfold_pairs", unfold_pairs, ["x: f32[B, N]"], {"B": (1, 4), "N": (1, 24)}),

@@ -168,7 +168,7 @@ def test_conv_reports_minimum_spatial_size():
     assert space.classify(N=2, H=2, W=100).ok is False
     assert space.classify(N=2, H=3, W=3).ok is True
     # Conv -> pool -> conv needs 8x8.
-    space = dinfer(zoo.ConvPool().eval(), "x: f32[1, 1, H, W]", dims={"H": (1, 512), "W": (1, 512)})
+    space = dinfer(zoo.ConvPool().eval(), "x: f32[1, 3, H, W]", dims={"H": (1, 512), "W": (1, 512)})
     assert space.complete
     assert space.valid_ranges == {"H": (8, 512), "W": (8, 512)}
     (ok,) = space.ok_classes
@@ -262,13 +262,21 @@ def test_cli_table_and_progress(capsys):
 
 
 def test_cli_json_and_quiet(capsys):
-    rc = main(["dinfer", f"{ZOO_PATH}:ConvPool", "-i", "x: f32[1, 1, H, W]", "--dim", "H=1..64,W=1..64",
+    rc = main(["dinfer", f"{ZOO_PATH}:conv_pool", "-i", "x: f32[B, 3, H, W]", "--dim", "B=1..4,H=1..64,W=1..64",
                "--json", "--quiet"])
     out, err = capsys.readouterr()
     assert rc == 0 and err == ""
     d = json.loads(out)
-    assert d["complete"] and d["valid_ranges"] == {"H": [8, 64], "W": [8, 64]}
-    assert d["program"].endswith("shape_zoo.py:ConvPool")
+    assert d["complete"] and d["valid_ranges"] == {"B": [1, 4], "H": [8, 64], "W": [8, 64]}
+    assert d["program"].endswith("shape_zoo.py:conv_pool")
+
+
+def test_cli_module_class_target(capsys):
+    # NAME may be an nn.Module subclass constructible without arguments.
+    rc = dinfer_main([f"{ZOO_PATH}:ConvPool", "-i", "x: f32[1, 3, H, W]", "--dim", "H=1..32,W=8", "-q"])
+    out, _ = capsys.readouterr()
+    assert rc == 0 and "complete: Z3 proved" in out
+    assert "runs for sizes within: H 8..32, W 8..8" in out
 
 
 def test_cli_budget_flags(capsys):

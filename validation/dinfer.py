@@ -434,6 +434,11 @@ class _Search:
             s.pop()
         return base, None
 
+    def _post_timeout_ms(self) -> int:
+        """Per-query timeout for the work after the search (0: no time left for it)."""
+        left = self.post_deadline - time.monotonic()
+        return max(0, min(self.z.timeout_ms, 3000, int(left * 1000)))
+
     def _valid_extent(self):
         """Each dim's smallest and largest size over the ok classes (None where Z3 gave no answer)."""
         ok_terms = [t for c, t in zip(self.space.classes, self.class_terms) if c.status is Status.OK]
@@ -443,8 +448,12 @@ class _Search:
         for n in self.names:
             ends = []
             for maximize in (False, True):
+                ms = self._post_timeout_ms()
+                if not ms:
+                    ends = None
+                    break
                 o = z3.Optimize()
-                o.set(timeout=min(self.z.timeout_ms, 3000))
+                o.set(timeout=ms)
                 o.add(*self.z.domain, union)
                 h = o.maximize(self.z.vars[n]) if maximize else o.minimize(self.z.vars[n])
                 if o.check() != z3.sat:
@@ -457,9 +466,10 @@ class _Search:
 
     def _finish_examples(self):
         for c, t in zip(self.space.classes, self.class_terms):
-            if c.imprecise:
-                continue
-            p = self.z.minimize(t, min(self.z.timeout_ms, 3000))
+            ms = self._post_timeout_ms()
+            if c.imprecise or not ms:
+                continue  # the example stays the traced point, marked not minimal
+            p = self.z.minimize(t, ms)
             if p is not None:
                 c.example, c.example_minimal = p, True
 
@@ -498,6 +508,8 @@ class _Search:
                 sp.unexplored_example = nxt
                 break
             point = nxt
+        # Minimal examples and valid ranges get their own allowance after the search.
+        self.post_deadline = time.monotonic() + max(5.0, 0.5 * self.time_budget)
         self._finish_examples()
         self._valid_extent()
         sp.elapsed = time.monotonic() - t0

@@ -387,7 +387,8 @@ class InputSpace:
         if self.valid_ranges:
             lines.append("runs for sizes within: " + ", ".join(
                 f"{n} {_range_text(*r)}" if r else f"{n} ?" for n, r in self.valid_ranges.items())
-                + "  (each dim's smallest..largest over the ok classes)")
+                + "  (each dim's smallest..largest over the ok classes"
+                + (")" if self.complete else " found so far)"))
         elif self.classes:
             lines.append("runs for no size in the ranges" if self.complete else "no ok size found")
         verdict = "complete: " if self.complete else "INCOMPLETE: "
