@@ -322,7 +322,8 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
     dims = _dims(traced, entries)
     dd = [{"name": str(s), "what": what} for s, what in env.unbacked.items()]
     counts = _counts(entries)
-    static = sum(1 for e in env.log if e.kind == "static")
+    # Distinct conditions: the engine asks many of them more than once.
+    static = len({e.before for e in env.log if e.kind == "static"})
     ex = Explanation(
         program=_program_name(traced.program),
         inputs=[str(s) for s in traced.specs],
@@ -382,8 +383,12 @@ def _entry(traced, g: Guard, names) -> Entry:
     origin, origin_text = _origin(g)
     prov = g.provenance
     start, lines = _snippet(prov.filename, prov.lineno)
+    file, line, code, function = prov.filename, prov.lineno, prov.code, prov.function
     if origin == INPUT_SPEC:
-        start, lines = prov.lineno, []  # the line is the trace() call, not a cause
+        # The engine's provenance here is whoever called trace() (under the CLI,
+        # the console script): not a cause.  The cause is the spec's example size.
+        file, line, function, start, lines = "<input spec>", 0, "", 0, []
+        code = ", ".join(src for s in syms for src in env.sources.get(s, []))
     hints = _hint_text(traced, [s for s in syms if s in env.hints])
 
     if g.decided_by is Decision.HINT:
@@ -413,7 +418,7 @@ def _entry(traced, g: Guard, names) -> Entry:
         index=g.index, kind=g.kind.value, expr=dim_expr, user_expr=user, raw=to_python(g.expr),
         original=to_python(g.original) if g.original is not None else dim_expr,
         negation=neg_user, dims=input_dims, data_dependent=unbacked,
-        file=prov.filename, line=prov.lineno, code=prov.code, function=prov.function,
+        file=file, line=line, code=code, function=function,
         snippet_start=start, snippet=lines, op=g.op, origin=origin, origin_text=origin_text,
         decided_by=g.decided_by.value, decision_text=decision, cost=cost, cost_text=cost_text,
         suggestion=_suggest(traced, g, t, names, origin, user, neg_user), message=g.message,

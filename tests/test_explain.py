@@ -127,6 +127,9 @@ def test_gpt2_position_bound_names_the_transformers_line(gpt2):
     assert "at most 128" in e.suggestion
     assert [d.status for d in ex.dims] == ["dynamic", "dynamic"]
     assert ex.dim("T").range == (2, 128) and ex.dim("B").range == (2, None)
+    text = guards.explain(tp, at={"B": 2, "T": 200}).text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "site-packages/transformers/models/gpt2/modeling_gpt2.py:" in text.replace("\n", "")
 
 
 # -- acceptance 2: --at names exactly the failing records ------------------------------------
@@ -245,6 +248,8 @@ def test_summary_dims_dynamic_specialized_unified():
     assert "0/1 policy" in b.reason
     (e,) = ex.entries
     assert (e.kind, e.origin, e.decided_by) == ("specialization", "input_spec", "zero_one")
+    # No source line caused it: the report names the spec's dim instead of the trace() caller.
+    assert (e.file, e.line, e.code, e.snippet) == ("<input spec>", 0, "x.shape[0]", [])
     assert ex.dim("T").status == "dynamic"
 
 
