@@ -571,7 +571,9 @@ def _render_table(r: FlopReport, sizes, width: int) -> str:
     if notes:
         lines.append("")
     for label, d in notes:
-        lines += _wrapped(label, ", ".join(f"{k} x{n}" for k, n in sorted(d.items())), width)
+        # A NUL keeps "op xN" on one line through the wrapping.
+        text = ", ".join(f"{k}\0x{n}" for k, n in sorted(d.items()))
+        lines += [line.replace("\0", " ") for line in _wrapped(label, text, width)]
     return "\n".join(lines)
 
 

@@ -312,6 +312,80 @@ def test_sdpa_closed_form():
     assert sympy.expand(r.total - (2 * B * 8 * S * L * 16 + 2 * B * 8 * S * L * 32)) == 0
 
 
+aten = torch.ops.aten
+
+
+def conv_backward(g, x, w):
+    return aten.convolution_backward(g, x, w, [8], [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, True])
+
+
+def conv_transpose_backward(g, x, w):
+    return aten.convolution_backward(g, x, w, [6], [1, 1], [1, 1], [1, 1], True, [0, 0], 1, [True, True, False])
+
+
+@pytest.mark.parametrize("fn,specs,shapes_", [
+    (conv_backward, ("g: f32[N, 8, H, W]", "x: f32[N, 3, H, W]", "w: f32[8, 3, 3, 3]"),
+     [(2, 8, 9, 7), (2, 3, 9, 7), (8, 3, 3, 3)]),
+    (conv_transpose_backward, ("g: f32[N, 6, H, W]", "x: f32[N, 4, H, W]", "w: f32[4, 6, 3, 3]"),
+     [(2, 6, 9, 7), (2, 4, 9, 7), (4, 6, 3, 3)]),
+])
+def test_convolution_backward_equals_flop_counter_mode(fn, specs, shapes_):
+    r = shapes.count_flops(fn, *specs)
+    with FlopCounterMode(display=False) as counter:
+        fn(*[torch.randn(*s) for s in shapes_])
+    assert r.evaluate({"N": 2, "H": 9, "W": 7}) == counter.get_total_flops() > 0
+
+
+def efficient(q, k, v):
+    return aten._scaled_dot_product_efficient_attention(q, k, v, None, True)
+
+
+def efficient_backward(q, k, v):
+    out, lse, seed, offset = aten._scaled_dot_product_efficient_attention(q, k, v, None, True)
+    return aten._scaled_dot_product_efficient_attention_backward(out, q, k, v, None, out, lse, seed, offset, 0.0,
+                                                                 [True, True, True, False])
+
+
+def flash(q, k, v):
+    return aten._scaled_dot_product_flash_attention(q, k, v)
+
+
+def flash_backward(q, k, v):
+    out, lse, cq, ck, mq, mk, seed, offset, _ = aten._scaled_dot_product_flash_attention(q, k, v)
+    return aten._scaled_dot_product_flash_attention_backward(out, q, k, v, out, lse, cq, ck, mq, mk, 0.0, False,
+                                                             seed, offset)
+
+
+@pytest.mark.parametrize("fn", [efficient, efficient_backward, flash, flash_backward])
+def test_fused_attention_kernels_equal_flop_counter_mode_on_meta(fn):
+    # CUDA kernels: their meta implementations let both counters run here.
+    # The flash kernels need equal query and value head dims.
+    dv = 16 if fn in (flash, flash_backward) else 8
+    r = shapes.count_flops(fn, "q: f32[B, 4, S, 16]", "k: f32[B, 4, L, 16]", f"v: f32[B, 4, L, {dv}]")
+    q = torch.randn(2, 4, 5, 16, device="meta")
+    k = torch.randn(2, 4, 7, 16, device="meta")
+    v = torch.randn(2, 4, 7, dv, device="meta")
+    with FlopCounterMode(display=False) as counter:
+        fn(q, k, v)
+    assert r.evaluate({"B": 2, "S": 5, "L": 7}) == counter.get_total_flops() > 0
+    assert not r.uncounted and not r.beyond_torch
+
+
+def test_fused_cpu_attention_is_counted_and_flagged():
+    def fn(q, k, v):
+        return aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[0]
+
+    r = shapes.count_flops(fn, "q: f32[B, 2, S, 8]", "k: f32[B, 2, S, 8]", "v: f32[B, 2, S, 8]")
+    B, S = r.traced.symbol("B"), r.traced.symbol("S")
+    assert sympy.expand(r.total - 2 * (2 * B * 2 * S * S * 8)) == 0
+    assert r.beyond_torch == {"aten._scaled_dot_product_flash_attention_for_cpu": 1}
+    assert "counted here, not by torch's FlopCounterMode" in r.table()
+    q = torch.randn(3, 2, 6, 8)
+    with FlopCounterMode(display=False, custom_mapping=torch_cpu_mapping()) as counter:
+        fn(q, q, q)
+    assert r.evaluate({"B": 3, "S": 6}) == counter.get_total_flops()
+
+
 # --------------------------------------------------------------------------- never silently zero
 
 def test_ops_torch_counts_without_a_symshape_formula_are_uncounted():
