@@ -211,6 +211,22 @@ def test_runtime_assert_on_data_dependent_size_is_data_dependent():
         zoo.nonzero_rows(x)  # three: the view fails
 
 
+def unique_rows(x):
+    if x.shape[0] < 3:
+        return x.view(-1, 2)
+    return torch.unique(x, dim=0)  # symshape cannot model unique(dim=...)
+
+
+def test_unsupported_op_is_unknown_and_the_search_goes_on():
+    space = dinfer(unique_rows, "x: f32[N, 2]", dims={"N": (1, 10)})
+    assert space.complete
+    c = space.classify(N=7)
+    assert c.status is Status.UNSUPPORTED and c.ok is None and "unique" in c.message
+    assert c.describe() == "N >= 3"
+    assert space.classify(N=2).ok is True and space.classify(N=1).ok is True
+    assert "some sizes are data-dependent or unsupported" in space.table()
+
+
 def test_budget_stop_is_honest():
     name, program, specs, dims = zoo.CASES[0]
     space = dinfer(program, *specs, dims=dims, max_classes=3)

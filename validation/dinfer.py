@@ -279,6 +279,8 @@ class _Search:
                             decision=ClassError(type(e).__name__, what, p.filename, p.lineno, p.code, p.op))
         except UnsupportedOpError as e:
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None), message=_first_line(e))
+        except SymshapeError:
+            raise  # e.g. translation validation found an unsound engine step: never a class
         except Exception as e:  # symshape failed outside the program call: say so, never guess
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None),
                             message=f"symshape failed: {type(e).__name__}: {_first_line(e)}")
@@ -367,14 +369,14 @@ class _Search:
             if bad:
                 imprecise = (f"engine bug: the path condition {bad[0]} is false at the traced point "
                              f"{point}; the class is this one point")
-                self.space.warnings.append(f"class {idx}: {imprecise}")
         if not imprecise:
             try:
                 conds = self._simplify(conds)
                 term = self.z.conj(conds)
-            except UntranslatableExpression as e:
+            except (UntranslatableExpression, z3.Z3Exception) as e:
                 imprecise = f"no Z3 translation for a path condition ({e}); the class is this one point"
         if imprecise:
+            self.space.warnings.append(f"class {idx}: {imprecise}")
             conds = tuple(sympy.Eq(self.symbols[n], v) for n, v in point.items())
             term = self.z.conj(conds)
         status, message = oc.status, oc.message

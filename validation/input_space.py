@@ -388,7 +388,9 @@ class InputSpace:
             lines.append("runs for sizes within: " + ", ".join(
                 f"{n} {_range_text(*r)}" if r else f"{n} ?" for n, r in self.valid_ranges.items())
                 + "  (each dim's smallest..largest over the ok classes"
-                + (")" if self.complete else " found so far)"))
+                + (")" if self.complete else " found so far)")
+                + ("; some sizes are data-dependent or unsupported" if any(c.ok is None for c in self.classes)
+                   else ""))
         elif self.classes:
             lines.append("runs for no size in the ranges" if self.complete else "no ok size found")
         verdict = "complete: " if self.complete else "INCOMPLETE: "
