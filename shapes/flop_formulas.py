@@ -77,7 +77,7 @@ class TensorArg:
 
 
 def _itemsize(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype, device="meta").element_size()
+    return dtype.itemsize
 
 
 def _shape(x):

@@ -294,6 +294,15 @@ def test_bytes_follow_the_dtype():
     assert sympy.expand(r.total_bytes - 2 * (M * K + K * N + M * N)) == 0
 
 
+def test_bytes_of_list_arguments_and_views():
+    r = shapes.count_flops(lambda a, b: torch.cat([a, b.t()]), "a: f32[N, 4]", "b: f32[4, M]")
+    N, M = r.traced.symbol("N"), r.traced.symbol("M")
+    # cat reads both list elements and writes their concatenation; the transpose moves nothing.
+    assert sympy.expand(r.ops["aten.cat"].bytes - 2 * 4 * 4 * (N + M)) == 0
+    assert r.ops["aten.t"].kind == "view" and r.ops["aten.t"].bytes == 0
+    assert sympy.expand(r.total_bytes - r.ops["aten.cat"].bytes) == 0
+
+
 def test_data_dependent_count_says_so():
     def masked(x, w):
         return x[x.sum(-1) > 0] @ w
