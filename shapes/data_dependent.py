@@ -84,6 +84,12 @@ def handle_item(env, func, args, kwargs):
     return sym_value(env, u, int), {u: ("value",)}
 
 
+def handle_is_nonzero(env, func, args, kwargs):
+    """``bool(tensor)``: the truth of a one-element tensor's value."""
+    u = env.create_unbacked(kind="bool", what=f"truth value of a tensor (bool(tensor) at {_where(env)})")
+    return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
+
+
 def handle_unique(env, func, args, kwargs):
     x = args[0]
     name = func.overloadpacket.__name__
@@ -118,6 +124,7 @@ HANDLERS = {
     aten.index.Tensor: handle_index,
     aten._local_scalar_dense.default: handle_item,
     aten.item.default: handle_item,
+    aten.is_nonzero.default: handle_is_nonzero,
     aten._unique2.default: handle_unique,
     aten.unique_consecutive.default: handle_unique,
     aten.unique_dim.default: handle_unique,

@@ -150,7 +150,8 @@ class ShapeEnv:
                                   sympy.Le(sym, hi) if hi < INF else sympy.true), "range")
         if self.specialize_zero_one:
             if hint in (0, 1):
-                prov = capture(self._current_op())
+                # The spec, not whoever called trace(), is where this comes from.
+                prov = Provenance(filename="<input spec>", code=source or name)
                 self._record(sympy.Eq(sym, hint), GuardKind.SPECIALIZATION, prov, Decision.ZERO_ONE,
                              message=f"example size {hint}: sizes 0 and 1 are specialized")
                 return sympy.Integer(hint)

@@ -39,6 +39,7 @@ class TracedProgram:
     hints: dict
     dims: dict
     dim_symbols: dict = field(default_factory=dict)
+    by_keyword: bool = False  # inputs were passed to the program by parameter name
 
     @property
     def guards(self) -> list[Guard]:

@@ -331,26 +331,39 @@ class _ModuleScope:
         self.builder.module_stack.clear()
 
 
-def _check_arity(program, n: int):
+def _binding(program, names: list) -> bool:
+    """How inputs are passed: True to pass them by keyword (every spec is named
+    after a parameter and they are not simply the leading positionals, e.g.
+    ``ids`` and ``attention_mask`` of a transformers model), False for
+    positional.  Raises SpecError when the inputs cannot be passed at all."""
     fn = program.forward if isinstance(program, torch.nn.Module) else program
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
-        return
+        return False
     params = list(sig.parameters.values())
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return
+    fname = getattr(fn, "__qualname__", repr(fn))
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    by_name = {p.name: p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    n = len(names)
+    if names and all(nm in by_name for nm in names) and names != [p.name for p in positional[:n]]:
+        missing = [p.name for p in params if p.default is p.empty and p.name not in names
+                   and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if missing:
+            raise SpecError(f"{fname} needs input(s) {', '.join(missing)}, which no spec names")
+        return True
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return False
     required = [p for p in positional if p.default is p.empty]
-    name = getattr(fn, "__qualname__", repr(fn))
     if n > len(positional):
         raise SpecError(
-            f"{name} takes {len(positional)} positional input(s) ({', '.join(p.name for p in positional)}) "
-            f"but {n} input spec(s) were given"
+            f"{fname} takes {len(positional)} positional input(s) ({', '.join(p.name for p in positional)}) "
+            f"but {n} input spec(s) were given; name a spec after a parameter to pass it by keyword"
         )
     if n < len(required):
         missing = ", ".join(p.name for p in required[n:])
-        raise SpecError(f"{name} needs {len(required)} input(s) but {n} spec(s) were given; missing: {missing}")
+        raise SpecError(f"{fname} needs {len(required)} input(s) but {n} spec(s) were given; missing: {missing}")
+    return False
 
 
 def _user_frame_of(exc: BaseException) -> Provenance:
@@ -418,7 +431,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
         if s.name in seen:
             raise SpecError(f"two inputs are named {s.name!r}; give each input spec its own name")
         seen.add(s.name)
-    _check_arity(program, len(parsed))
+    by_keyword = _binding(program, [s.name for s in parsed])
     names = []
     for s in parsed:
         for d in s.dims:
@@ -462,14 +475,14 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
                 by_id[id(p)] = n
                 builder.add_attr(n, state[n])
 
-        def call(*a):
-            return torch.func.functional_call(program, state, a, strict=False, tie_weights=False)
+        def call(*a, **kw):
+            return torch.func.functional_call(program, state, a, kw, strict=False, tie_weights=False)
     else:
         call = program
 
     with enable_python_dispatcher(), _ModuleScope(program, builder), _Recorder(builder, env):
         try:
-            out = call(*inputs)
+            out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}) if by_keyword else call(*inputs)
         except (SymshapeError, DataDependentError) as e:
             # Where the trace stood (records, axioms): the path to a data-dependent decision
             # or an unsupported op is a region of sizes, which validation.dinfer reports.
@@ -496,18 +509,40 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
             output_shapes.append(tuple(env.simplify(_expr_of(s)) for s in leaf.shape))
         elif isinstance(leaf, SymTypes):
             out_nodes.append(builder.expr_node(leaf.node.expr))
-        else:
+        elif leaf is None or isinstance(leaf, (bool, int, float, str, torch.dtype, torch.device)):
             out_nodes.append(leaf)
+        else:
+            # An object the graph does not reproduce (e.g. a transformers cache that
+            # holds meta tensors): run() returns a marker that says so when used.
+            out_nodes.append(UntracedOutput(type(leaf).__qualname__))
     builder.graph.output(tuple(out_nodes))
 
     tp = TracedProgram(
         program=program, specs=parsed, env=env, graph=builder.graph, constants=builder.constants,
         output_shapes=output_shapes, out_spec=out_spec, hints=hints, dims=dmap,
-        dim_symbols=dim_symbols,
+        dim_symbols=dim_symbols, by_keyword=by_keyword,
     )
     for c in checkers:
         c.finish(tp)
     return tp
+
+
+class UntracedOutput:
+    """Stands in for an output object the traced graph does not reproduce."""
+
+    def __init__(self, typename: str):
+        self._typename = typename
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"symshape: this output was a {self._typename}, which the traced graph does not reproduce "
+            f"(only tensors, sizes and plain values are outputs of the graph)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<untraced {self._typename}>"
 
 
 def _first_line(e: BaseException) -> str:

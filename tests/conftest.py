@@ -21,7 +21,10 @@ def _translation_validation_for_engine_tests(request):
     # Module scope, so module-scoped fixtures that trace (e.g. a traced GPT2)
     # are validated too: autouse fixtures are set up first within a scope.
     name = request.module.__name__.rsplit(".", 1)[-1]
-    marked = any(m.name == "translation_validation" for m in getattr(request.module, "pytestmark", []))
+    marks = getattr(request.module, "pytestmark", [])
+    if not isinstance(marks, (list, tuple)):
+        marks = [marks]  # pytest allows a single mark
+    marked = any(m.name == "translation_validation" for m in marks)
     if not (name.startswith(_VALIDATED_MODULES) or marked):
         yield
         return
