@@ -349,7 +349,8 @@ class InputSpace:
         head = f"{self.program_name}({', '.join(str(s) for s in self.specs)})" if self.program_name else \
             ", ".join(str(s) for s in self.specs)
         lines.append(f"dinfer {head}")
-        lines.append("  ranges: " + ", ".join(f"{n} in {_range_text(lo, hi)}" for n, (lo, hi) in self.dims.items()))
+        lines.append("  ranges: " + (", ".join(f"{n} in {_range_text(lo, hi)}" for n, (lo, hi) in self.dims.items())
+                                     or "none (every size is static)"))
         for n in self.defaulted:
             lo, hi = self.dims[n]
             lines.append(f"  note: no range given for {n}; searched the default {_range_text(lo, hi)}")
@@ -391,6 +392,8 @@ class InputSpace:
                 + (")" if self.complete else " found so far)")
                 + ("; some sizes are data-dependent or unsupported" if any(c.ok is None for c in self.classes)
                    else ""))
+        elif self.ok_classes:
+            lines.append("runs" if not self.dims else "runs for some sizes (no answer from Z3 for their extent)")
         elif self.classes:
             lines.append("runs for no size in the ranges" if self.complete else "no ok size found")
         verdict = "complete: " if self.complete else "INCOMPLETE: "
