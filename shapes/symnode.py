@@ -217,11 +217,17 @@ class SymExprNode:
     pow_by_natural = pow
     float_pow = pow
 
+    # sympy's own Min/Max constructors prove argument orderings with their
+    # generic machinery (slow, and unlogged); ours decide it in simplify.
     def sym_min(self, other):
-        return self._make(sympy.Min(self.expr, other.expr), self._num_type(other))
+        if self.expr == other.expr:
+            return self
+        return self._make(sympy.Min(self.expr, other.expr, evaluate=False), self._num_type(other))
 
     def sym_max(self, other):
-        return self._make(sympy.Max(self.expr, other.expr), self._num_type(other))
+        if self.expr == other.expr:
+            return self
+        return self._make(sympy.Max(self.expr, other.expr, evaluate=False), self._num_type(other))
 
     def sym_float(self):
         if self.pytype is builtins.float:
