@@ -31,9 +31,20 @@ from .guard import Decision
 from .provenance import capture
 
 
+_REFLEXIVE = {sympy.Eq: True, sympy.Le: True, sympy.Ge: True, sympy.Ne: False, sympy.Lt: False, sympy.Gt: False}
+
+
 def _rel(op):
+    # torch's helpers compare sizes tens of thousands of times per model; sympy's
+    # evaluating constructors are the bottleneck, so decide the trivial cases
+    # here and leave the rest unevaluated for the engine's (logged) reasoning.
     def f(self, other):
-        return self._make(op(self.expr, other.expr), builtins.bool)
+        a, b = self.expr, other.expr
+        if a.is_number and b.is_number:
+            return self.wrap_bool(builtins.bool(op(a, b)))
+        if a == b:
+            return self.wrap_bool(_REFLEXIVE[op])
+        return SymExprNode(self.env, op(a, b, evaluate=False), builtins.bool)
     return f
 
 
