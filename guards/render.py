@@ -52,25 +52,39 @@ class PythonPrinter(StrPrinter):
                                "GreaterThan": ">=", "Equality": "==", "Unequality": "!="}.get(name, e.rel_op)
         if name == "LessThan":
             sym = "<="
-        return f"{self._print(e.lhs)} {sym} {self._print(e.rhs)}"
+        return f"{self._bare(e.lhs)} {sym} {self._bare(e.rhs)}"
 
     def _paren(self, x):
         s = self._print(x)
-        if x.is_Atom or isinstance(x, (sympy.Function,)) and not isinstance(x, (FloorDiv, PyMod, TrueDiv)):
-            return s
+        if x.is_Atom or isinstance(x, (sympy.Function, FloorDiv, PyMod, TrueDiv, sympy.Mod)):
+            return s  # atoms, calls, and // % (already parenthesized)
         return f"({s})"
 
+    # // and % are always printed inside parentheses: next to * or unary minus
+    # Python would otherwise group them differently (2*(N + 2)//3 is not
+    # 2*((N + 2)//3)).  _bare() drops the outer pair where nothing can bind.
     def _print_FloorDiv(self, e):
-        return f"{self._paren(e.args[0])} // {self._paren(e.args[1])}"
+        return f"({self._paren(e.args[0])} // {self._paren(e.args[1])})"
 
     def _print_PyMod(self, e):
-        return f"{self._paren(e.args[0])} % {self._paren(e.args[1])}"
+        return f"({self._paren(e.args[0])} % {self._paren(e.args[1])})"
+
+    def parenthesize(self, item, level, strict=False):
+        if isinstance(item, (FloorDiv, PyMod, TrueDiv, sympy.Mod)):
+            return self._print(item)  # prints its own parentheses
+        return super().parenthesize(item, level, strict)
+
+    def _bare(self, x):
+        s = self._print(x)
+        if isinstance(x, (FloorDiv, PyMod, TrueDiv, sympy.Mod)) and s.startswith("(") and s.endswith(")"):
+            return s[1:-1]
+        return s
 
     # sympy's Mod has Python's sign convention (the divisor's sign): same text.
     _print_Mod = _print_PyMod
 
     def _print_TrueDiv(self, e):
-        return f"{self._paren(e.args[0])} / {self._paren(e.args[1])}"
+        return f"({self._paren(e.args[0])} / {self._paren(e.args[1])})"
 
     def _print_ToFloat(self, e):
         return f"float({self._print(e.args[0])})"
@@ -114,7 +128,8 @@ class PythonPrinter(StrPrinter):
 
 def to_python(expr, names: Optional[Mapping] = None) -> str:
     """``expr`` as a Python expression; ``names`` renames symbols (e.g. to ``x.shape[0]``)."""
-    return PythonPrinter(names).doprint(sympy.sympify(expr))
+    expr = sympy.sympify(expr)
+    return PythonPrinter(names)._bare(expr)
 
 
 def source_names(env) -> dict:

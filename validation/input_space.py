@@ -30,49 +30,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import sympy
 
-from guards.render import PythonPrinter
+from guards.render import to_python  # noqa: F401  (re-exported: dinfer prints with it)
 from shapes.functions import FloorDiv, PyMod, TrueDiv
-
-_DIVS = (FloorDiv, PyMod, TrueDiv)
-
-
-class _Printer(PythonPrinter):
-    """guards.render's printer with every ``//``, ``%`` and ``/`` in parentheses unless it
-    is a whole side of a comparison: its ``Mul`` printing drops them in ``N - 2*((N+2)//3)``
-    (printed ``N - 2*(2 + N) // 3``, which Python reads as ``N - (2*(2 + N))//3``)."""
-
-    def _print_FloorDiv(self, e):
-        return f"({super()._print_FloorDiv(e)})"
-
-    def _print_PyMod(self, e):
-        return f"({super()._print_PyMod(e)})"
-
-    def _print_TrueDiv(self, e):
-        return f"({super()._print_TrueDiv(e)})"
-
-    def _paren(self, x):
-        if isinstance(x, _DIVS):
-            return self._print(x)  # already in parentheses
-        return super()._paren(x)
-
-    def parenthesize(self, item, level, strict=False):
-        if isinstance(item, _DIVS):
-            return self._print(item)
-        return super().parenthesize(item, level, strict)
-
-    def bare(self, x):
-        s = self._print(x)
-        return s[1:-1] if isinstance(x, _DIVS) else s
-
-    def _print_Relational(self, e):
-        op = {"Equality": "==", "Unequality": "!=", "StrictLessThan": "<", "LessThan": "<=",
-              "StrictGreaterThan": ">", "GreaterThan": ">="}[type(e).__name__]
-        return f"{self.bare(e.lhs)} {op} {self.bare(e.rhs)}"
-
-
-def to_python(expr) -> str:
-    """``expr`` as Python source over the dim names (evaluates like the engine's sympy form)."""
-    return _Printer().bare(sympy.sympify(expr))
 
 
 class Status(str, enum.Enum):
