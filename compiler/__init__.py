@@ -1,1 +1,16 @@
-"""symshape: compiler."""
+"""symshape's dynamic-shape compiler: traced graphs -> fused C++/Triton kernels.
+
+Sizes are run-time arguments: one compiled artifact serves every size that
+satisfies the trace's guards.
+
+Example::
+
+    >>> import torch, compiler
+    >>> f = compiler.compile(lambda x: torch.nn.functional.gelu(x) + 1, "x: f32[N, 8]")
+    >>> x = torch.randn(5, 8)
+    >>> torch.allclose(f(x), torch.nn.functional.gelu(x) + 1, atol=1e-6)
+    True
+"""
+from .runtime import STATS, CompiledProgram, compile
+
+__all__ = ["compile", "CompiledProgram", "STATS"]

@@ -1,0 +1,353 @@
+"""Lower a traced ATen graph into loop-level IR and extern (ATen) calls.
+
+Every tensor value becomes a :class:`TensorBox`: a function from an index
+(sympy exprs) to a Val.  Pointwise ops compose these functions, views remap
+indices, reductions create :class:`~compiler.ir.Reduction` objects.  Nothing
+is materialized until something needs a real tensor (an extern op or a
+graph output); the scheduler then fuses what must be computed.
+
+Example::
+
+    >>> import torch, shapes
+    >>> from compiler.lowering import lower
+    >>> tp = shapes.trace(lambda x: torch.relu(x) * 2, "x: f32[N]")
+    >>> lp = lower(tp)
+    >>> [type(i).__name__ for i in lp.items]
+    ['StoreItem']
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import sympy
+import torch
+import torch.fx
+
+from shapes.functions import FloorDiv, PyMod
+
+from . import ops_lowering
+from .ir import KERNEL_DTYPES, Buffer, Const, Load, Op, RedRef, Reduction, SizeVal, contiguous_strides, \
+    flat_index
+
+
+class Unsupported(Exception):
+    """This op (or use of it) runs as an ATen extern instead."""
+
+
+@dataclass(eq=False)
+class TensorBox:
+    shape: tuple
+    dtype: torch.dtype
+    fn: Any  # idx -> Val
+    node: Optional[torch.fx.Node] = None
+    buf: Optional[Buffer] = None  # a real tensor exists at run time under buf.name
+    view_of: Optional["TensorBox"] = None  # replayable eagerly on view_of's real tensor
+
+    def __call__(self, idx):
+        # Memoized per index: ops that use an operand twice would otherwise
+        # rebuild its whole expression twice per level (exponential in depth).
+        idx = tuple(idx)
+        cache = self.__dict__.setdefault("_cache", {})
+        v = cache.get(idx)
+        if v is None:
+            v = cache[idx] = self.fn(idx)
+        return v
+
+
+@dataclass(frozen=True)
+class SizeExpr:
+    """A size computation (a SymInt in the graph)."""
+
+    expr: Any
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A run-time value in an extern's argument template."""
+
+    kind: str  # "buf" | "size"
+    value: Any
+
+
+@dataclass
+class ExternItem:
+    target: Any
+    args: Any
+    kwargs: Any
+    out: Any  # Buffer, or a str key holding a tuple
+    node: Optional[torch.fx.Node] = None
+
+
+@dataclass
+class StoreItem:
+    buffer: Buffer
+    box: TensorBox
+
+
+@dataclass
+class LoweredProgram:
+    inputs: list
+    consts: list  # (Buffer, attribute target)
+    buffers: dict
+    items: list
+    reductions: dict
+    outputs: list  # Ref | python constant
+    symbols: list = field(default_factory=list)
+    externs: int = 0
+
+
+def _is_dense(shape, strides, hints) -> bool:
+    """Strides describe a permutation of a contiguous layout (no gaps, no overlap)."""
+    try:
+        sz = [int(sympy.sympify(s).xreplace(hints)) for s in shape]
+        st = [int(sympy.sympify(s).xreplace(hints)) for s in strides]
+    except (TypeError, ValueError):
+        return False
+    order = sorted((i for i in range(len(sz)) if sz[i] != 1), key=lambda i: st[i])
+    acc = 1
+    for i in order:
+        if st[i] != acc:
+            return False
+        acc *= sz[i]
+    return True
+
+
+class Lowerer:
+    def __init__(self, tp):
+        self.tp = tp
+        self.buffers: dict[str, Buffer] = {}
+        self.items: list = []
+        self.reductions: dict[int, Reduction] = {}
+        self.vals: dict[torch.fx.Node, Any] = {}
+        self.hints = {s: sympy.Integer(v) for s, v in tp.env.hints.items()}
+        self.externs = 0
+
+    # -- buffers and boxes --------------------------------------------------------------
+    def new_buffer(self, name, shape, dtype, kind, strides=None) -> Buffer:
+        base, k = name, 1
+        while name in self.buffers:
+            name = f"{base}_{k}"
+            k += 1
+        b = Buffer(name, tuple(shape), tuple(strides) if strides is not None else contiguous_strides(shape),
+                   dtype, kind)
+        self.buffers[name] = b
+        return b
+
+    def buffer_box(self, buf: Buffer, node=None) -> TensorBox:
+        return TensorBox(buf.shape, buf.dtype, lambda idx: Load(buf.name, flat_index(idx, buf.strides), buf.dtype),
+                         node=node, buf=buf)
+
+    def reduction(self, op, outer, rsize, body, dtype) -> Reduction:
+        r = Reduction(len(self.reductions), op, tuple(outer), rsize, body, dtype)
+        self.reductions[r.id] = r
+        return r
+
+    def realize(self, box: TensorBox) -> Buffer:
+        """A real tensor for ``box``: replay a view eagerly, or store it with a kernel."""
+        if box.buf is not None:
+            return box.buf
+        name = box.node.name if box.node is not None else "tmp"
+        if box.view_of is not None and box.view_of.buf is not None and box.node is not None:
+            buf = self.new_buffer(name, box.shape, box.dtype, "extern")
+            self.items.append(ExternItem(box.node.target, self.template(box.node.args),
+                                         self.template(box.node.kwargs), buf, box.node))
+        else:
+            strides = None
+            val = box.node.meta.get("val") if box.node is not None else None
+            if isinstance(val, torch.Tensor) and tuple(val.shape) and all(
+                    isinstance(s, (int, torch.SymInt)) for s in val.stride()):
+                st = tuple(sympy.sympify(s.node.expr if isinstance(s, torch.SymInt) else s) for s in val.stride())
+                if _is_dense(box.shape, st, self.hints):
+                    strides = st
+            buf = self.new_buffer(name, box.shape, box.dtype, "kernel", strides)
+            self.items.append(StoreItem(buf, box))
+        box.buf = buf
+        return buf
+
+    def template(self, a):
+        """Extern arguments: tensors become buffer refs, SymInts size refs."""
+        if isinstance(a, torch.fx.Node):
+            v = self.vals[a]
+            if isinstance(v, TensorBox):
+                return Ref("buf", self.realize(v).name)
+            if isinstance(v, SizeExpr):
+                return Ref("size", v.expr)
+            if isinstance(v, Ref):
+                return v
+            if isinstance(v, tuple):
+                return tuple(self.template_value(x) for x in v)
+            return v
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.template(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self.template(v) for k, v in a.items()}
+        if isinstance(a, torch.device) and a.type == "meta":
+            return Ref("device", None)
+        return a
+
+    def template_value(self, v):
+        if isinstance(v, TensorBox):
+            return Ref("buf", self.realize(v).name)
+        if isinstance(v, SizeExpr):
+            return Ref("size", v.expr)
+        return v
+
+    # -- the walk ------------------------------------------------------------------------
+    def run(self) -> LoweredProgram:
+        g = self.tp.graph
+        mutating = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                       and n.target._schema.is_mutable for n in g.nodes)
+        inputs, consts, outputs = [], [], []
+        for node in g.nodes:
+            if node.op == "placeholder":
+                val = node.meta["val"]
+                buf = self.new_buffer(node.name, node.meta["shape"], val.dtype, "input")
+                inputs.append(buf)
+                self.vals[node] = self.buffer_box(buf, node)
+            elif node.op == "get_attr":
+                val = node.meta["val"]
+                buf = self.new_buffer(node.name, node.meta["shape"], val.dtype, "const")
+                consts.append((buf, node.target))
+                self.vals[node] = self.buffer_box(buf, node)
+            elif node.op == "call_function":
+                self.vals[node] = self.call(node, force_extern=mutating)
+            elif node.op == "output":
+                for a in node.args[0]:
+                    outputs.append(self.template(a) if isinstance(a, torch.fx.Node) else a)
+        syms = sorted(self.tp.env.hints.keys(), key=lambda s: s.name)
+        return LoweredProgram(inputs, consts, self.buffers, self.items, self.reductions, outputs,
+                              [s for s in syms if s.name in self.tp.env.symbols], self.externs)
+
+    def call(self, node, force_extern=False):
+        if "expr" in node.meta and "val" not in node.meta:
+            return SizeExpr(node.meta["expr"])
+        if "val" not in node.meta and node.target in _SIZE_OPS:
+            # An intermediate of a folded size expression (the tracer keeps no expr for it).
+            args = [a.expr if isinstance(a, SizeExpr) else sympy.sympify(a) for a in self.arg(node.args)]
+            return SizeExpr(_SIZE_OPS[node.target](*args))
+        if node.target is operator.getitem:
+            src = self.vals[node.args[0]]
+            if isinstance(src, tuple):
+                return src[node.args[1]]
+            buf = self.new_buffer(node.name, node.meta["shape"], node.meta["val"].dtype, "extern")
+            self.items.append(ExternItem(operator.getitem, (src, node.args[1]), {}, buf, node))
+            return self.buffer_box(buf, node)
+        handler = None if force_extern else ops_lowering.HANDLERS.get(node.target)
+        if handler is not None and _kernel_dtypes_ok(node):
+            try:
+                return handler(self, node, *[self.arg(a) for a in node.args],
+                               **{k: self.arg(v) for k, v in node.kwargs.items()})
+            except Unsupported:
+                pass
+        return self.extern(node)
+
+    def arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.vals[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.arg(x) for x in a)
+        return a
+
+    def extern(self, node):
+        self.externs += 1
+        args, kwargs = self.template(node.args), self.template(node.kwargs)
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            buf = self.new_buffer(node.name, node.meta["shape"], val.dtype, "extern")
+            self.items.append(ExternItem(node.target, args, kwargs, buf, node))
+            return self.buffer_box(buf, node)
+        key = Ref("buf", self.new_buffer(node.name, (), torch.float32, "tuple").name)
+        self.items.append(ExternItem(node.target, args, kwargs, key, node))
+        return key
+
+    # -- helpers for op handlers -----------------------------------------------------------
+    def out_box(self, node, fn, shape=None, dtype=None) -> TensorBox:
+        return TensorBox(tuple(shape if shape is not None else node.meta["shape"]),
+                         dtype or node.meta["val"].dtype, fn, node=node)
+
+    def value(self, a, idx, out_shape, dtype=None):
+        """``a`` (a box, scalar or size) at the output index ``idx``, broadcast."""
+        if isinstance(a, TensorBox):
+            n, k = len(out_shape), len(a.shape)
+            sub = tuple(sympy.Integer(0) if (a.shape[i] == 1 and out_shape[n - k + i] != 1) else idx[n - k + i]
+                        for i in range(k))
+            v = a(sub)
+        elif isinstance(a, SizeExpr):
+            v = SizeVal(a.expr, torch.int64)
+        elif isinstance(a, bool):
+            v = Const(a, torch.bool)
+        elif isinstance(a, int):
+            v = Const(a, dtype if dtype is not None else torch.int64)
+        elif isinstance(a, float):
+            v = Const(a, dtype if dtype is not None and dtype.is_floating_point else torch.float64)
+        else:
+            raise Unsupported(f"operand {a!r}")
+        return cast(v, dtype) if dtype is not None else v
+
+    def reduce(self, box: TensorBox, dims, keepdim, op, dtype, node=None) -> TensorBox:
+        """``op`` over ``dims`` of ``box``; the result box reads the reduction."""
+        n = len(box.shape)
+        dims = sorted({d % n for d in dims}) if dims else list(range(n))
+        outer_dims = [i for i in range(n) if i not in dims]
+        outer = tuple(box.shape[i] for i in outer_dims)
+        rsizes = [box.shape[i] for i in dims]
+        rsize = sympy.Mul(*rsizes) if rsizes else sympy.Integer(1)
+
+        def body(ov, r):
+            idx = [None] * n
+            for i, v in zip(outer_dims, ov):
+                idx[i] = v
+            rem = r
+            for d in reversed(dims[1:]):
+                idx[d] = PyMod(rem, box.shape[d])
+                rem = FloorDiv(rem, box.shape[d])
+            if dims:
+                idx[dims[0]] = rem
+            return cast(box(idx), dtype)
+
+        red = self.reduction(op, outer, rsize, body, dtype)
+        if keepdim:
+            shape = tuple(sympy.Integer(1) if i in dims else box.shape[i] for i in range(n))
+            fn = lambda idx: RedRef(red.id, tuple(idx[i] for i in outer_dims), dtype)  # noqa: E731
+        else:
+            shape = outer
+            fn = lambda idx: RedRef(red.id, tuple(idx), dtype)  # noqa: E731
+        out = TensorBox(shape, dtype, fn, node=node)
+        out.rsize = rsize
+        return out
+
+
+_SIZE_OPS = {operator.add: operator.add, operator.mul: operator.mul, operator.sub: operator.sub,
+             operator.neg: operator.neg, operator.floordiv: FloorDiv, operator.mod: PyMod,
+             torch.sym_min: sympy.Min, torch.sym_max: sympy.Max}
+
+
+def cast(v, dtype):
+    if dtype is None or v.dtype == dtype:
+        return v
+    if isinstance(v, Const):
+        return Const(v.value if dtype.is_floating_point else (bool(v.value) if dtype == torch.bool
+                                                               else int(v.value)), dtype)
+    return Op("cast", (v,), dtype)
+
+
+def _kernel_dtypes_ok(node) -> bool:
+    vals = [node.meta.get("val")]
+    for a in node.all_input_nodes:
+        vals.append(a.meta.get("val"))
+    for v in vals:
+        for t in (v if isinstance(v, (tuple, list)) else (v,)):
+            if isinstance(t, torch.Tensor) and t.dtype not in KERNEL_DTYPES:
+                return False
+    return True
+
+
+def lower(tp) -> LoweredProgram:
+    """Lower a :class:`~shapes.program.TracedProgram`; raises :class:`Unsupported`
+    for graphs with data-dependent sizes (the runtime then runs them eagerly)."""
+    for n in tp.graph.nodes:
+        if n.meta.get("unbacked_bindings"):
+            raise Unsupported("data-dependent sizes")
+    return Lowerer(tp).run()

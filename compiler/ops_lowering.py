@@ -1,0 +1,461 @@
+"""Per-ATen-op lowerings: pointwise math, views as index remaps, reductions.
+
+Each handler takes ``(lowerer, node, *args, **kwargs)`` with graph nodes
+replaced by lowered values and returns a TensorBox (or a tuple of them);
+raising :class:`~compiler.lowering.Unsupported` makes the op an extern.
+Ops not listed here are externs.
+
+Example::
+
+    >>> import torch
+    >>> from compiler.ops_lowering import HANDLERS
+    >>> torch.ops.aten.gelu.default in HANDLERS
+    True
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from shapes.functions import FloorDiv, PyMod
+
+from .ir import Const, Op, RedRef, SizeVal
+
+aten = torch.ops.aten
+HANDLERS: dict = {}
+
+
+def register(*ops):
+    def deco(fn):
+        for op in ops:
+            HANDLERS[op] = fn
+        return fn
+    return deco
+
+
+def _L():
+    from . import lowering
+    return lowering
+
+
+def _dt(node):
+    return node.meta["val"].dtype
+
+
+def _meta(a):
+    return a.meta["val"] if hasattr(a, "meta") else a
+
+
+def _pointwise(lw, node, args, f, compute=None):
+    """out[idx] = f(*args at idx), args cast to ``compute`` (default: the output dtype)."""
+    L = _L()
+    shape = tuple(node.meta["shape"])
+    dt = compute or _dt(node)
+    out = _dt(node)
+
+    def fn(idx):
+        vals = [lw.value(a, idx, shape, dt) for a in args]
+        return L.cast(f(*vals), out)
+    return lw.out_box(node, fn)
+
+
+def _op(name):
+    return lambda *vs: Op(name, tuple(vs), vs[0].dtype)
+
+
+def _promoted(node):
+    """The dtype torch computes a binary op in (comparisons, where)."""
+    tensors = [a for a in node.args if hasattr(a, "meta")]
+    metas = [_meta(a) for a in node.args[:2]]
+    try:
+        return torch.result_type(*metas) if len(metas) == 2 else metas[0].dtype
+    except (TypeError, RuntimeError, AttributeError):
+        return tensors[0].meta["val"].dtype
+
+
+# -- arithmetic ------------------------------------------------------------------------------
+@register(aten.add.Tensor, aten.add.Scalar)
+def _add(lw, node, a, b, alpha=1):
+    if alpha != 1:
+        return _pointwise(lw, node, [a, b, alpha], lambda x, y, k: Op("add", (x, Op("mul", (y, k), y.dtype)), x.dtype))
+    return _pointwise(lw, node, [a, b], _op("add"))
+
+
+@register(aten.sub.Tensor, aten.sub.Scalar)
+def _sub(lw, node, a, b, alpha=1):
+    if alpha != 1:
+        return _pointwise(lw, node, [a, b, alpha], lambda x, y, k: Op("sub", (x, Op("mul", (y, k), y.dtype)), x.dtype))
+    return _pointwise(lw, node, [a, b], _op("sub"))
+
+
+@register(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(lw, node, a, b, alpha=1):
+    return _pointwise(lw, node, [b, a, alpha], lambda y, x, k: Op("sub", (y, Op("mul", (x, k), x.dtype)), x.dtype))
+
+
+@register(aten.mul.Tensor, aten.mul.Scalar)
+def _mul(lw, node, a, b):
+    return _pointwise(lw, node, [a, b], _op("mul"))
+
+
+@register(aten.div.Tensor, aten.div.Scalar)
+def _div(lw, node, a, b):
+    if not _dt(node).is_floating_point:
+        raise _L().Unsupported("integer true division")
+    return _pointwise(lw, node, [a, b], _op("div"))
+
+
+for _name in ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "reciprocal", "sin", "cos",
+              "floor", "ceil", "log1p", "expm1", "relu"):
+    register(getattr(aten, _name).default)(
+        (lambda nm: lambda lw, node, a: _pointwise(lw, node, [a], _op(nm)))(_name))
+
+
+@register(aten.logical_not.default, aten.bitwise_not.default)
+def _not(lw, node, a):
+    if _dt(node) != torch.bool:
+        raise _L().Unsupported("bitwise not on integers")
+    return _pointwise(lw, node, [a], _op("not"), compute=torch.bool)
+
+
+@register(aten.logical_and.default, aten.logical_or.default)
+def _logical(lw, node, a, b):
+    nm = "and" if node.target == aten.logical_and.default else "or"
+    return _pointwise(lw, node, [a, b], _op(nm), compute=torch.bool)
+
+
+@register(aten.gelu.default)
+def _gelu(lw, node, a, approximate="none"):
+    def f(x):
+        dt = x.dtype
+        c = lambda v: Const(v, dt)  # noqa: E731
+        half_x = Op("mul", (c(0.5), x), dt)
+        if approximate == "tanh":
+            cube = Op("mul", (Op("mul", (x, x), dt), x), dt)
+            inner = Op("mul", (c(math.sqrt(2 / math.pi)), Op("add", (x, Op("mul", (c(0.044715), cube), dt)), dt)), dt)
+            t = Op("tanh", (inner,), dt)
+        else:
+            t = Op("erf", (Op("mul", (x, c(math.sqrt(0.5))), dt),), dt)
+        return Op("mul", (half_x, Op("add", (c(1.0), t), dt)), dt)
+    return _pointwise(lw, node, [a], f)
+
+
+@register(aten.silu.default)
+def _silu(lw, node, a):
+    return _pointwise(lw, node, [a], lambda x: Op("mul", (x, Op("sigmoid", (x,), x.dtype)), x.dtype))
+
+
+@register(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor)
+def _pow(lw, node, a, b):
+    if isinstance(b, (int, float)) and not isinstance(b, bool):
+        if b == 2:
+            return _pointwise(lw, node, [a], lambda x: Op("mul", (x, x), x.dtype))
+        if b == 0.5:
+            return _pointwise(lw, node, [a], _op("sqrt"))
+        if b == 1:
+            return _pointwise(lw, node, [a], lambda x: x)
+    if not _dt(node).is_floating_point:
+        raise _L().Unsupported("integer pow")
+    return _pointwise(lw, node, [a, b], _op("pow"))
+
+
+@register(aten.maximum.default, aten.minimum.default)
+def _maxmin(lw, node, a, b):
+    return _pointwise(lw, node, [a, b], _op("maximum" if node.target == aten.maximum.default else "minimum"))
+
+
+def _clamp(x, lo, hi):
+    if lo is not None:
+        x = Op("maximum", (x, lo), x.dtype)
+    if hi is not None:
+        x = Op("minimum", (x, hi), x.dtype)
+    return x
+
+
+@register(aten.clamp.default)
+def _clamp_h(lw, node, a, min=None, max=None):
+    args = [a] + [v for v in (min, max) if v is not None]
+    return _pointwise(lw, node, args, lambda x, *r: _clamp(x, r[0] if min is not None else None,
+                                                        r[-1] if max is not None else None))
+
+
+@register(aten.clamp_min.default)
+def _clamp_min(lw, node, a, lo):
+    return _pointwise(lw, node, [a, lo], lambda x, v: _clamp(x, v, None))
+
+
+@register(aten.clamp_max.default)
+def _clamp_max(lw, node, a, hi):
+    return _pointwise(lw, node, [a, hi], lambda x, v: _clamp(x, None, v))
+
+
+for _name, _op_name in (("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge"), ("eq", "eq"), ("ne", "ne")):
+    @register(getattr(aten, _name).Tensor, getattr(aten, _name).Scalar)
+    def _cmp(lw, node, a, b, _o=_op_name):
+        return _pointwise(lw, node, [a, b], lambda x, y: Op(_o, (x, y), torch.bool), compute=_promoted(node))
+
+
+@register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
+def _where(lw, node, c, a, b):
+    L = _L()
+    shape, dt = tuple(node.meta["shape"]), _dt(node)
+
+    def fn(idx):
+        cv = lw.value(c, idx, shape, torch.bool)
+        return Op("where", (cv, lw.value(a, idx, shape, dt), lw.value(b, idx, shape, dt)), dt)
+    return lw.out_box(node, fn)
+
+
+@register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(lw, node, x, mask, v):
+    shape, dt = tuple(node.meta["shape"]), _dt(node)
+    if isinstance(v, _L().TensorBox) and v.shape:
+        raise _L().Unsupported("masked_fill value with dims")
+
+    def fn(idx):
+        fill = lw.value(v, idx, shape, dt) if not isinstance(v, _L().TensorBox) else _L().cast(v(()), dt)
+        return Op("where", (lw.value(mask, idx, shape, torch.bool), fill, lw.value(x, idx, shape, dt)), dt)
+    return lw.out_box(node, fn)
+
+
+@register(aten._to_copy.default)
+def _to_copy(lw, node, a, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+             memory_format=None):
+    if layout not in (None, torch.strided) or (device is not None and torch.device(device).type != "meta"):
+        raise _L().Unsupported("device or layout change")
+    return _pointwise(lw, node, [a], lambda x: x, compute=a.dtype if isinstance(a, _L().TensorBox) else None)
+
+
+@register(aten.clone.default)
+def _clone(lw, node, a, memory_format=None):
+    return lw.out_box(node, a.fn)
+
+
+@register(aten.full.default)
+def _full(lw, node, size, value, dtype=None, layout=None, device=None, pin_memory=None):
+    dt = _dt(node)
+    return lw.out_box(node, lambda idx: _L().cast(lw.value(value, idx, (), dt), dt))
+
+
+@register(aten.scalar_tensor.default)
+def _scalar_tensor(lw, node, value, dtype=None, layout=None, device=None, pin_memory=None):
+    return _full(lw, node, (), value)
+
+
+@register(aten.zeros.default, aten.ones.default)
+def _zeros(lw, node, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return _full(lw, node, size, 0 if node.target == aten.zeros.default else 1)
+
+
+# -- views ---------------------------------------------------------------------------------------
+def _view_box(lw, node, src, remap):
+    box = lw.out_box(node, lambda idx: src(remap(idx)))
+    box.view_of = src
+    return box
+
+
+def _groups(src, dst):
+    """Pair runs of dims with equal size products; None when sizes do not pair up."""
+    s_nz = [i for i, v in enumerate(src) if v != 1]
+    d_nz = [i for i, v in enumerate(dst) if v != 1]
+    groups, i, j = [], 0, 0
+    while i < len(d_nz) and j < len(s_nz):
+        gd, gs = [d_nz[i]], [s_nz[j]]
+        pd, ps = dst[d_nz[i]], src[s_nz[j]]
+        i, j = i + 1, j + 1
+        while sympy.expand(pd - ps) != 0:
+            ratio = sympy.cancel(ps / pd)
+            num, den = sympy.fraction(ratio)
+            if den == 1 and i < len(d_nz):
+                gd.append(d_nz[i]); pd = pd * dst[d_nz[i]]; i += 1  # noqa: E702
+            elif num == 1 and j < len(s_nz):
+                gs.append(s_nz[j]); ps = ps * src[s_nz[j]]; j += 1  # noqa: E702
+            else:
+                return None
+        groups.append((gd, gs))
+    if i != len(d_nz) or j != len(s_nz):
+        return None
+    return groups
+
+
+def view_remap(src, dst):
+    """Index map dst idx -> src idx of a contiguous reshape from ``src`` to ``dst``."""
+    src, dst = tuple(src), tuple(dst)
+    groups = _groups(src, dst) or [([i for i, v in enumerate(dst) if v != 1],
+                                    [i for i, v in enumerate(src) if v != 1])]
+
+    def remap(idx):
+        out = [sympy.Integer(0)] * len(src)
+        for gd, gs in groups:
+            lin = sympy.Integer(0)
+            for d in gd:
+                lin = lin * dst[d] + idx[d]
+            rem = lin
+            for s in reversed(gs[1:]):
+                out[s] = PyMod(rem, src[s])
+                rem = FloorDiv(rem, src[s])
+            if gs:
+                out[gs[0]] = rem
+        return tuple(out)
+    return remap
+
+
+@register(aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
+          aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.alias.default, aten.detach.default,
+          aten.lift_fresh_copy.default)
+def _view(lw, node, src, *rest, **kw):
+    remap = view_remap(src.shape, node.meta["shape"])
+    box = _view_box(lw, node, src, remap)
+    if node.target == aten.lift_fresh_copy.default:
+        box.view_of = None  # a copy, not a view
+    return box
+
+
+@register(aten.expand.default)
+def _expand(lw, node, src, sizes, implicit=False):
+    out = tuple(node.meta["shape"])
+    n, k = len(out), len(src.shape)
+    return _view_box(lw, node, src, lambda idx: tuple(
+        sympy.Integer(0) if (src.shape[i] == 1 and out[n - k + i] != 1) else idx[n - k + i] for i in range(k)))
+
+
+@register(aten.permute.default)
+def _permute(lw, node, src, dims):
+    n = len(src.shape)
+    dims = [d % n for d in dims]
+
+    def remap(idx):
+        out = [None] * n
+        for i, d in enumerate(dims):
+            out[d] = idx[i]
+        return tuple(out)
+    return _view_box(lw, node, src, remap)
+
+
+@register(aten.t.default, aten.transpose.int)
+def _transpose(lw, node, src, d0=0, d1=1):
+    n = len(src.shape)
+    if n < 2:
+        return _view_box(lw, node, src, lambda idx: idx)
+    dims = list(range(n))
+    dims[d0 % n], dims[d1 % n] = dims[d1 % n], dims[d0 % n]
+    return _permute(lw, node, src, dims)
+
+
+@register(aten.slice.Tensor)
+def _slice(lw, node, src, dim=0, start=None, end=None, step=1):
+    n = len(src.shape)
+    dim = dim % n
+    size = src.shape[dim]
+    if start is None:
+        start = 0
+    if not isinstance(start, int) or not isinstance(step, int) or step < 1:
+        raise _L().Unsupported("symbolic slice start")
+    if start < 0:
+        if not size.is_Integer:
+            raise _L().Unsupported("negative start on a symbolic dim")
+        start = max(0, start + int(size))
+    return _view_box(lw, node, src, lambda idx: tuple(
+        idx[i] if i != dim else start + step * idx[i] for i in range(n)))
+
+
+@register(aten.select.int)
+def _select(lw, node, src, dim, index):
+    n = len(src.shape)
+    dim = dim % n
+    if not isinstance(index, int):
+        raise _L().Unsupported("symbolic select index")
+    if index < 0:
+        if not src.shape[dim].is_Integer:
+            raise _L().Unsupported("negative index on a symbolic dim")
+        index += int(src.shape[dim])
+    return _view_box(lw, node, src, lambda idx: tuple(idx[:dim]) + (sympy.Integer(index),) + tuple(idx[dim:]))
+
+
+# -- reductions ----------------------------------------------------------------------------------
+def _acc_dtype(node):
+    return _dt(node)
+
+
+@register(aten.sum.dim_IntList, aten.sum.default)
+def _sum(lw, node, a, dim=None, keepdim=False, dtype=None):
+    return lw.reduce(a, list(dim or []), keepdim, "sum", _dt(node), node)
+
+
+@register(aten.mean.dim, aten.mean.default)
+def _mean(lw, node, a, dim=None, keepdim=False, dtype=None):
+    dt = _dt(node)
+    s = lw.reduce(a, list(dim or []), keepdim, "sum", dt, None)
+    n = s.rsize
+    return lw.out_box(node, lambda idx: Op("div", (s(idx), SizeVal(n, dt)), dt))
+
+
+@register(aten.amax.default, aten.amin.default)
+def _amax(lw, node, a, dim=(), keepdim=False):
+    return lw.reduce(a, list(dim or []), keepdim, "max" if node.target == aten.amax.default else "min",
+                     _dt(node), node)
+
+
+def _softmax_parts(lw, x, dim):
+    dt = x.dtype
+    m = lw.reduce(x, [dim], True, "max", dt)
+    shape = x.shape
+    e = _L().TensorBox(shape, dt, lambda idx: Op("exp", (Op("sub", (x(idx), m(idx)), dt),), dt))
+    s = lw.reduce(e, [dim], True, "sum", dt)
+    return m, e, s
+
+
+@register(aten._softmax.default)
+def _softmax(lw, node, x, dim, half_to_float):
+    if half_to_float or x.dtype != _dt(node):
+        raise _L().Unsupported("softmax with a dtype change")
+    m, e, s = _softmax_parts(lw, x, dim)
+    return lw.out_box(node, lambda idx: Op("div", (e(idx), s(idx)), x.dtype))
+
+
+@register(aten._log_softmax.default)
+def _log_softmax(lw, node, x, dim, half_to_float):
+    if half_to_float or x.dtype != _dt(node):
+        raise _L().Unsupported("log_softmax with a dtype change")
+    dt = x.dtype
+    m, e, s = _softmax_parts(lw, x, dim)
+    return lw.out_box(node, lambda idx: Op("sub", (Op("sub", (x(idx), m(idx)), dt),
+                                                    Op("log", (s(idx),), dt)), dt))
+
+
+@register(aten.native_layer_norm.default)
+def _layer_norm(lw, node, x, normalized_shape, weight, bias, eps):
+    L = _L()
+    dt = x.dtype
+    if not dt.is_floating_point:
+        raise L.Unsupported("integer layer norm")
+    n = len(x.shape)
+    dims = list(range(n - len(normalized_shape), n))
+    total = lw.reduce(x, dims, True, "sum", dt)
+    N = SizeVal(total.rsize, dt)
+    mean = L.TensorBox(total.shape, dt, lambda idx: Op("div", (total(idx), N), dt))
+    centered = L.TensorBox(x.shape, dt, lambda idx: Op("sub", (x(idx), mean(idx)), dt))
+    sq = L.TensorBox(x.shape, dt, lambda idx: Op("mul", (centered(idx), centered(idx)), dt))
+    var = lw.reduce(sq, dims, True, "sum", dt)
+    rstd = L.TensorBox(var.shape, dt, lambda idx: Op("rsqrt", (Op("add", (Op("div", (var(idx), N), dt),
+                                                                         Const(float(eps), dt)), dt),), dt))
+    shape = x.shape
+
+    def out(idx):
+        v = Op("mul", (centered(idx), rstd(idx)), dt)
+        if weight is not None:
+            v = Op("mul", (v, lw.value(weight, idx, shape, dt)), dt)
+        if bias is not None:
+            v = Op("add", (v, lw.value(bias, idx, shape, dt)), dt)
+        return v
+    outs = [n_ for n_ in node.users]  # getitem nodes carry the fx node for layouts
+    by_index = {u.args[1]: u for u in outs if u.target.__name__ == "getitem"}
+    boxes = []
+    for i, (fn, shp) in enumerate(((out, shape), (mean.fn, mean.shape), (rstd.fn, rstd.shape))):
+        boxes.append(L.TensorBox(tuple(shp), dt, fn, node=by_index.get(i)))
+    return tuple(boxes)
+
+
+__all__ = ["HANDLERS", "register", "view_remap", "RedRef"]

@@ -1,0 +1,262 @@
+"""Compiled programs: guard checks, size binding, buffers, kernels and externs.
+
+:func:`compile` traces a program once and returns a callable.  A call binds
+the input sizes to the dim symbols, picks the compiled variant whose guards
+hold (retracing and compiling a new variant only when none does), allocates
+buffers from the symbolic shapes and runs the steps: fused kernels (C++ or
+Triton) and ATen calls for everything the compiler does not lower.
+
+Example::
+
+    >>> import torch, compiler
+    >>> f = compiler.compile(lambda x: torch.softmax(x * 2, -1), "x: f32[B, T]")
+    >>> x = torch.randn(3, 5)
+    >>> torch.allclose(f(x), torch.softmax(x * 2, -1), atol=1e-6)
+    True
+    >>> f(torch.randn(7, 33)).shape, f.stats["variants"]
+    (torch.Size([7, 33]), 1)
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Optional
+
+import sympy
+import torch
+from torch.utils import _pytree as pytree
+
+import shapes
+from shapes.errors import GuardViolation, SpecError
+from shapes.guard import GuardKind
+from shapes.spec import Dim, parse_dims, parse_spec
+
+from .exprs import compile_exprs
+from .ir import Kernel
+from .lowering import Ref, Unsupported, lower
+from .scheduler import schedule
+
+#: Process-wide counters: traces, compiled variants, kernels built, calls.
+STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0}
+
+
+def _guard_fn(exprs, symbols):
+    if not exprs:
+        return lambda *a: True
+    f = compile_exprs([sympy.And(*exprs)], symbols)
+    return lambda *a: bool(f(*a)[0])
+
+
+def _fetch(mod, target):
+    obj = mod
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class Variant:
+    """One trace compiled for the sizes where its guards hold."""
+
+    def __init__(self, tp, target: str):
+        self.tp = tp
+        self.target = target
+        env = tp.env
+        self.symbols = [env.symbols[n] for n in sorted(env.symbols)]
+        guards = [g.expr for g in env.constraints + env.records if g.kind is not GuardKind.RUNTIME_ASSERT
+                  and g.expr.free_symbols <= set(self.symbols)]
+        asserts = [g for g in env.records if g.kind is GuardKind.RUNTIME_ASSERT
+                   and g.expr.free_symbols <= set(self.symbols)]
+        self.holds = _guard_fn(guards, self.symbols)
+        self.asserts = [(g, _guard_fn([g.expr], self.symbols)) for g in asserts]
+        self.eager = False
+        try:
+            self.lp = lower(tp)
+        except Unsupported:
+            self.eager = True  # data-dependent sizes: run the graph with ATen (still correct)
+            STATS["eager_variants"] += 1
+            return
+        self.steps = schedule(self.lp)
+        self.kernels = [s for s in self.steps if isinstance(s, Kernel)]
+        STATS["kernels"] += len(self.kernels)
+        if target == "cpp":
+            from .cpp_codegen import make_launchers
+        else:
+            from .triton_codegen import make_launchers
+        self.launchers = make_launchers(self.lp, self.steps)
+        self._plan()
+
+    # -- planning: everything symbolic is turned into index lookups once --------------
+    def _plan(self):
+        lp = self.lp
+        exprs: dict[Any, int] = {}
+
+        def slot(e):
+            e = sympy.sympify(e)
+            if e not in exprs:
+                exprs[e] = len(exprs)
+            return exprs[e]
+
+        def tmpl(a):
+            if isinstance(a, Ref):
+                if a.kind == "size":
+                    return ("size", slot(a.value))
+                return (a.kind, a.value)
+            if isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
+                return type(a)(tmpl(x) for x in a)
+            if isinstance(a, dict):
+                return {k: tmpl(v) for k, v in a.items()}
+            return a
+
+        plan = []
+        for s in self.steps:
+            if isinstance(s, Kernel):
+                names = self.launchers[s.name][0]
+                writes = [b for b, *_ in s.inner_stores + s.row_stores]
+                allocs = [(b.name, [slot(x) for x in b.shape], [slot(x) for x in b.strides], b.dtype) for b in writes]
+                contig = [lp.buffers[n].kind != "kernel" for n in names]
+                plan.append(("kernel", s.name, names, allocs, contig))
+            else:
+                out = s.out.name if hasattr(s.out, "name") else s.out.value
+                plan.append(("extern", s.target, tmpl(s.args), tmpl(s.kwargs), out))
+        self.outputs = [tmpl(o) for o in lp.outputs]
+        self.plan = plan
+        self.size_fn = compile_exprs(list(exprs), lp.symbols)
+        self.sym_index = [self.symbols.index(s) for s in lp.symbols]
+
+    def run(self, tensors, values: tuple):
+        """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
+        for g, ok in self.asserts:
+            if not ok(*values):
+                at = ", ".join(f"{s}={v}" for s, v in zip(self.symbols, values))
+                raise GuardViolation(f"runtime assert {g.expr} fails at {at}; it comes from {g.provenance}",
+                                     guard=g, values=dict(zip(self.symbols, values)))
+        if self.eager:
+            return self.tp.run(*tensors)
+        lp = self.lp
+        device = tensors[0].device if tensors else torch.device("cpu")
+        env = {}
+        for b, t in zip(lp.inputs, tensors):
+            env[b.name] = t
+        mod = self.tp.program if isinstance(self.tp.program, torch.nn.Module) else None
+        for b, target in lp.consts:
+            c = self.tp.constants.get(target)
+            env[b.name] = c.to(device) if c is not None else _fetch(mod, target)
+        kvals = tuple(values[i] for i in self.sym_index)
+        sizes = self.size_fn(*kvals)
+
+        def resolve(a):
+            if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str):
+                kind, v = a
+                if kind == "buf":
+                    return env[v]
+                if kind == "size":
+                    return sizes[v]
+                if kind == "device":
+                    return device
+            if isinstance(a, (list, tuple)):
+                return type(a)(resolve(x) for x in a)
+            if isinstance(a, dict):
+                return {k: resolve(v) for k, v in a.items()}
+            return a
+
+        for step in self.plan:
+            if step[0] == "kernel":
+                _, name, names, allocs, contig = step
+                for bname, shp, st, dt in allocs:
+                    env[bname] = torch.empty_strided([sizes[i] for i in shp], [sizes[i] for i in st],
+                                                     dtype=dt, device=device)
+                args = [env[n] if not c or env[n].is_contiguous() else env[n].contiguous()
+                        for n, c in zip(names, contig)]
+                self.launchers[name][1](args, kvals)
+            else:
+                _, target, args, kwargs, out = step
+                env[out] = target(*resolve(args), **resolve(kwargs))
+        leaves = [resolve(o) for o in self.outputs]
+        return pytree.tree_unflatten(leaves, self.tp.out_spec)
+
+
+class CompiledProgram:
+    """A callable serving every input size; see :func:`compile`."""
+
+    def __init__(self, program, specs, dims, target, _tp=None):
+        self.program = program
+        self.specs = [parse_spec(s) for s in specs]
+        self.dims = dict(dims or {})
+        self.target = target
+        self.variants: list[Variant] = []
+        self.stats = {"traces": 0, "variants": 0, "calls": 0}
+        names = []
+        for s in self.specs:
+            for d in s.dims:
+                if isinstance(d, str) and d not in names:
+                    names.append(d)
+        self.names = sorted(names)
+        self._bind = [[(self.names.index(d) if isinstance(d, str) else None, d) for d in s.dims]
+                      for s in self.specs]
+        self._add(_tp if _tp is not None else self._trace(None))
+
+    def _trace(self, values: Optional[tuple]):
+        dims = dict(self.dims)
+        if values is not None:
+            parsed = parse_dims(self.dims, self.names)
+            for n, v in zip(self.names, values):
+                d = parsed.get(n, Dim())
+                if not (d.min <= v <= d.max):
+                    raise GuardViolation(f"dim {n} = {v} lies outside its range [{d.min}, {d.max}]")
+                dims[n] = Dim(d.min, d.max, v)
+        STATS["traces"] += 1
+        self.stats["traces"] += 1
+        return shapes.trace(self.program, *self.specs, dims=dims)
+
+    def _add(self, tp) -> Variant:
+        v = Variant(tp, self.target)
+        self.variants.append(v)
+        STATS["variants"] += 1
+        self.stats["variants"] += 1
+        return v
+
+    def bind(self, tensors) -> tuple:
+        if len(tensors) != len(self.specs):
+            raise SpecError(f"expected {len(self.specs)} input(s), got {len(tensors)}")
+        vals = [None] * len(self.names)
+        for t, s, bind in zip(tensors, self.specs, self._bind):
+            if not isinstance(t, torch.Tensor) or t.dim() != len(bind) or t.dtype != s.dtype:
+                raise SpecError(f"input {s.name} does not match the spec `{s}` "
+                                f"(got {getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))})")
+            for n, (i, d) in zip(t.shape, bind):
+                if i is None:
+                    if n != d:
+                        raise GuardViolation(f"{s.name} has size {n} where the spec `{s}` fixes {d}")
+                elif vals[i] is None:
+                    vals[i] = int(n)
+                elif vals[i] != n:
+                    raise GuardViolation(f"dim {self.names[i]} is {vals[i]} and {n} in one call")
+        return tuple(vals)
+
+    def variant_for(self, values) -> Variant:
+        for v in self.variants:
+            if v.holds(*values):
+                return v
+        return self._add(self._trace(values))
+
+    def __call__(self, *tensors):
+        self.stats["calls"] += 1
+        STATS["calls"] += 1
+        values = self.bind(tensors)
+        return self.variant_for(values).run(tensors, values)
+
+
+def compile(program, *specs, dims=None, target: str = "cpp") -> CompiledProgram:
+    """Compile ``program`` for inputs matching ``specs`` (``"x: f32[B, T, 64]"``).
+
+    ``target``: ``"cpp"`` (CPU tensors) or ``"triton"`` (CUDA tensors, or CPU
+    under ``TRITON_INTERPRET=1``).  The result checks the guards of its trace
+    on every call and retraces only when they fail; ``.stats`` counts traces
+    and compiled variants.
+    """
+    if target not in ("cpp", "triton"):
+        raise ValueError(f"target must be 'cpp' or 'triton', got {target!r}")
+    return CompiledProgram(program, specs, dims, target)
+
+
+__all__ = ["compile", "CompiledProgram", "Variant", "STATS", "math", "operator"]

@@ -1,0 +1,169 @@
+"""Group lowered stores and reductions into fused kernels.
+
+Pointwise chains are already fused by lowering (values are inlined index
+functions).  The scheduler decides *where* each materialized buffer is
+computed: a kernel iterates rows over an ``outer`` shape; per row it runs the
+reductions its stores need (prologues inlined into the reduction body),
+then writes its stores (epilogues that read the row's reduction results).
+A store joins an existing kernel with the same rows when every buffer it
+reads is produced by an earlier step; a reduction read at other rows (or
+from another kernel) is materialized into its own buffer.
+
+Example::
+
+    >>> import torch, shapes
+    >>> from compiler.lowering import lower
+    >>> from compiler.scheduler import schedule
+    >>> tp = shapes.trace(lambda x: torch.softmax(x, -1) * 2, "x: f32[B, 16]")
+    >>> steps = schedule(lower(tp))
+    >>> [(type(s).__name__, len(s.reductions)) for s in steps]
+    [('Kernel', 2)]
+"""
+from __future__ import annotations
+
+import sympy
+
+from .ir import JVAR, RVAR, Buffer, Kernel, Load, Op, RedRef, contiguous_strides, flat_index, loop_var, walk
+from .lowering import ExternItem, LoweredProgram, StoreItem
+
+
+class _Scheduler:
+    def __init__(self, lp: LoweredProgram):
+        self.lp = lp
+        self.steps: list = []
+        self.pos: dict[str, int] = {b.name: -1 for b in lp.inputs}
+        self.pos.update({b.name: -1 for b, _ in lp.consts})
+
+    def run(self):
+        for item in self.lp.items:
+            if isinstance(item, ExternItem):
+                self.steps.append(item)
+                if isinstance(item.out, Buffer):
+                    self.pos[item.out.name] = len(self.steps) - 1
+                else:
+                    self.pos[item.out.value] = len(self.steps) - 1
+            elif isinstance(item, StoreItem):
+                buf = item.buffer
+                if buf.shape and not self._reads_reduction_per_element(item.box, len(buf.shape)):
+                    outer = tuple(buf.shape[:-1])
+                    self.place(outer, lambda ov: item.box(ov + (JVAR,)), buf, inner=True)
+                elif buf.shape:
+                    # A reduction result itself (x.sum(-1) of shape (B, T)): one row per element.
+                    self.place(tuple(buf.shape), lambda ov: item.box(ov), buf, inner=False)
+                else:
+                    self.place((), lambda ov: item.box(()), buf, inner=False)
+        for i, s in enumerate(self.steps):
+            if isinstance(s, Kernel):
+                s.name = f"kernel{i}"
+        return self.steps
+
+    def _reads_reduction_per_element(self, box, rank) -> bool:
+        ov = tuple(loop_var(f"x{i}") for i in range(rank - 1)) + (JVAR,)
+        for n in walk(box(ov)):
+            if isinstance(n, RedRef) and any(JVAR in sympy.sympify(i).free_symbols for i in n.index) \
+                    and _same_rows(self.lp.reductions[n.red].outer, box.shape):
+                return True
+        return False
+
+    def materialize(self, red) -> Buffer:
+        """A buffer holding reduction ``red`` for every outer point (computed once)."""
+        if red.buffer is None:
+            buf = Buffer(f"red{red.id}", red.outer, contiguous_strides(red.outer), red.dtype, "kernel")
+            self.lp.buffers[buf.name] = buf
+            red.buffer = buf.name
+            self.place(red.outer, lambda ov: RedRef(red.id, ov, red.dtype), buf, inner=False)
+        return self.lp.buffers[red.buffer]
+
+    def analyze(self, value, outer, ov, deps, fused, reads):
+        """Rewrite ``value`` for a kernel over ``outer``: reductions at this row stay
+        RedRefs (computed in the kernel, listed in ``fused``), others become Loads."""
+        memo = {}
+
+        def rw(n):
+            got = memo.get(id(n))
+            if got is not None:
+                return got[1]
+            if isinstance(n, Load):
+                reads.add(n.buf)
+                deps.append(self.pos[n.buf])
+                out = n
+            elif isinstance(n, RedRef):
+                red = self.lp.reductions[n.red]
+                idx = tuple(n.index)
+                free = set().union(*[sympy.sympify(i).free_symbols for i in idx]) if idx else set()
+                if JVAR not in free and RVAR not in free and _same_rows(red.outer, outer):
+                    # Rows of the reduction correspond one to one to the kernel's rows
+                    # (possibly through a reshape): compute it in the row loop.
+                    key = (red.id, idx)
+                    if key not in fused:
+                        body = rw(red.body(idx, RVAR))
+                        fused[key] = (red, idx, body)
+                    out = n
+                else:
+                    buf = self.materialize(red)
+                    reads.add(buf.name)
+                    deps.append(self.pos[buf.name])
+                    out = Load(buf.name, flat_index(n.index, buf.strides), red.dtype)
+            elif isinstance(n, Op):
+                out = Op(n.op, tuple(rw(a) for a in n.args), n.dtype)
+            else:
+                out = n
+            memo[id(n)] = (n, out)
+            return out
+        return rw(value)
+
+    def place(self, outer, make_value, buf: Buffer, inner: bool):
+        outer = tuple(outer)
+        ov = tuple(loop_var(f"x{i}") for i in range(len(outer)))
+        deps, fused, reads = [], {}, set()
+        value = self.analyze(make_value(ov), outer, ov, deps, fused, reads)
+        first = max(deps, default=-1) + 1
+        best, best_score = None, -1
+        for p in range(first, len(self.steps)):
+            k = self.steps[p]
+            if isinstance(k, Kernel) and k.outer == outer:
+                have = {(r.id, i) for r, i, _ in k.reductions}
+                score = len(have & fused.keys())
+                if score >= best_score:
+                    best, best_score = p, score
+        if best is None:
+            self.steps.append(Kernel("", outer))
+            best = len(self.steps) - 1
+        k = self.steps[best]
+        have = {(r.id, i) for r, i, _ in k.reductions}
+        for key, (red, idx, body) in fused.items():  # insertion order is dependency order
+            if key not in have:
+                k.reductions.append((red, idx, body))
+        k.reads |= reads
+        if inner:
+            k.inner_stores.append((buf, buf.shape[-1], value))
+        else:
+            k.row_stores.append((buf, value))
+        self.pos[buf.name] = best
+
+
+def _same_rows(a, b) -> bool:
+    if tuple(a) == tuple(b):
+        return True
+    return sympy.expand(sympy.Mul(*a) - sympy.Mul(*b)) == 0
+
+
+def schedule(lp: LoweredProgram) -> list:
+    """Steps to run in order: :class:`~compiler.lowering.ExternItem` and
+    :class:`~compiler.ir.Kernel` objects."""
+    return _Scheduler(lp).run()
+
+
+def describe(steps) -> str:
+    """A one-line-per-step summary (for debugging and the bench)."""
+    lines = []
+    for s in steps:
+        if isinstance(s, Kernel):
+            lines.append(f"{s.name}: rows={list(s.outer)} reductions={len(s.reductions)} "
+                         f"stores={[b.name for b, *_ in s.inner_stores + s.row_stores]}")
+        else:
+            lines.append(f"extern {getattr(s.target, '__name__', s.target)}")
+    return "\n".join(lines)
+
+
+__all__ = ["schedule", "describe", "sympy"]

@@ -1,0 +1,129 @@
+"""The C++ path of compiler.compile: results equal eager at many sizes, one
+compiled artifact per guard set, ATen fallback for ops it does not lower."""
+import torch
+import pytest
+
+import compiler
+from compiler import cpp_codegen
+from compiler.ir import Kernel
+from compiler.lowering import ExternItem
+from tests.compiler_programs import Attention, MLPBlock, pointwise_zoo, reductions, views
+
+
+def _close(out, ref, atol=1e-5, rtol=1e-4):
+    out = out if isinstance(out, (tuple, list)) else [out]
+    ref = ref if isinstance(ref, (tuple, list)) else [ref]
+    assert len(out) == len(ref)
+    for o, r in zip(out, ref):
+        assert o.shape == r.shape and o.dtype == r.dtype, (o.shape, r.shape, o.dtype, r.dtype)
+        assert torch.allclose(o, r, atol=atol, rtol=rtol, equal_nan=True), (o - r).abs().max()
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_mlp_layernorm_gelu_many_sizes_one_variant(approximate):
+    torch.manual_seed(0)
+    m = MLPBlock(approximate=approximate).eval()
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    builds = cpp_codegen.BUILD_COUNT["gcc"]
+    for B, T in [(2, 3), (4, 17), (3, 64), (7, 2)]:
+        x = torch.randn(B, T, 32)
+        with torch.no_grad():
+            _close(f(x), m(x))
+    assert f.stats["variants"] == 1 and f.stats["traces"] == 1
+    assert cpp_codegen.BUILD_COUNT["gcc"] == builds  # no rebuild for new sizes
+    v = f.variants[0]
+    kernels = [s for s in v.steps if isinstance(s, Kernel)]
+    # LayerNorm (2 reductions + normalize) is one kernel; GELU and the residual fuse
+    # into the kernels around the two matmuls (which stay ATen externs).
+    assert len(kernels) == 3 and any(len(k.reductions) == 2 for k in kernels)
+    assert sum(isinstance(s, ExternItem) and "addmm" in str(s.target) for s in v.steps) == 2
+
+
+def test_attention_block_matches_eager():
+    torch.manual_seed(0)
+    a = Attention().eval()
+    f = compiler.compile(a, "x: f32[B, T, 32]")
+    for B, T in [(2, 5), (3, 9), (2, 31)]:
+        x = torch.randn(B, T, 32)
+        with torch.no_grad():
+            _close(f(x), a(x))
+    assert f.stats["variants"] == 1
+
+
+def test_pointwise_ops_fuse_into_one_kernel():
+    f = compiler.compile(pointwise_zoo, "x: f32[B, T]", "y: f32[B, T]")
+    for B, T in [(3, 7), (5, 40)]:
+        x, y = torch.randn(B, T), torch.randn(B, T)
+        _close(f(x, y), pointwise_zoo(x, y))
+    steps = f.variants[0].steps
+    assert len(steps) == 1 and isinstance(steps[0], Kernel) and not steps[0].reductions
+
+
+def test_reductions_over_any_dims():
+    f = compiler.compile(reductions, "x: f32[B, T, C]")
+    for shape in [(3, 7, 6), (2, 5, 33)]:
+        x = torch.randn(*shape)
+        _close(f(x), reductions(x))
+
+
+def test_views_as_index_remaps():
+    f = compiler.compile(views, "x: f32[B, T, 8]")
+    for shape in [(3, 7, 8), (2, 4, 8)]:
+        x = torch.randn(*shape)
+        _close(f(x), views(x))
+    assert not any(isinstance(s, ExternItem) for s in f.variants[0].steps)
+
+
+def test_unsupported_op_falls_back_to_aten():
+    def prog(x):
+        y = torch.cumsum(torch.relu(x), dim=1)  # not lowered: an ATen extern
+        return torch.softmax(y * 0.1, -1) + x.flip(0)
+
+    f = compiler.compile(prog, "x: f32[B, T]")
+    for B, T in [(3, 5), (6, 19)]:
+        x = torch.randn(B, T)
+        _close(f(x), prog(x))
+    names = [str(s.target) for s in f.variants[0].steps if isinstance(s, ExternItem)]
+    assert any("cumsum" in n for n in names) and any("flip" in n for n in names)
+
+
+def test_float64_and_int_inputs():
+    def prog(x, i):
+        return (x * i).sum(-1), (i > 2).sum(-1), torch.exp(x).amax(0)
+
+    f = compiler.compile(prog, "x: f64[N, K]", "i: i64[N, K]")
+    x, i = torch.randn(4, 9, dtype=torch.float64), torch.randint(0, 5, (4, 9))
+    _close(f(x, i), prog(x, i), atol=1e-12, rtol=1e-12)
+
+
+def test_guard_failure_recompiles_once_per_branch():
+    def prog(x):
+        if x.shape[0] > 8:
+            return x.sum(-1)
+        return x.amax(-1)
+
+    f = compiler.compile(prog, "x: f32[N, 4]", dims={"N": 4})
+    for n in (3, 5, 8):
+        x = torch.randn(n, 4)
+        _close(f(x), prog(x))
+    assert f.stats["variants"] == 1
+    for n in (9, 20, 4):
+        x = torch.randn(n, 4)
+        _close(f(x), prog(x))
+    assert f.stats["variants"] == 2
+
+
+def test_non_contiguous_input_and_output_layout():
+    f = compiler.compile(lambda x: (x.t() * 2).exp(), "x: f32[A, B]")
+    base = torch.randn(6, 5)
+    x = base.t()  # non-contiguous real input
+    _close(f(x), (x.t() * 2).exp())
+    # Buffers take the layout eager gives for inputs like the traced (contiguous) ones.
+    xc = x.contiguous()
+    assert f(xc).stride() == (xc.t() * 2).exp().stride() == (1, 6)
+
+
+def test_size_mismatch_is_an_error():
+    f = compiler.compile(lambda x, y: x + y, "x: f32[N]", "y: f32[N]")
+    with pytest.raises(compiler.runtime.GuardViolation):
+        f(torch.randn(3), torch.randn(4))
