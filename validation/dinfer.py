@@ -332,13 +332,50 @@ class _Search:
                 merged.append((i + 0.5, sympy.Le(s, int(h))))
         return [c for _, c in sorted(rest + merged, key=lambda t: t[0])]
 
+    def _as_interval(self, c):
+        """A condition on one dim that holds exactly on an interval of the box, as its
+        bounds (``(T + (-T) % 4) // 4 >= 2`` is ``T >= 5``); else ``[c]``.  Z3 proves
+        the equivalence, so the replacement never changes which sizes are in a class."""
+        syms = c.free_symbols
+        if len(syms) != 1 or _bound_of(c) is not None:
+            return [c]
+        (sym,) = syms
+        v, t = self.z.vars.get(sym.name), self.z.term(c)
+        if v is None:
+            return [c]
+        ends = []
+        for direction in ("min", "max"):
+            o = z3.Optimize()
+            o.set(timeout=min(self.z.timeout_ms, 2000))
+            o.add(*self.z.domain, t)
+            h = o.minimize(v) if direction == "min" else o.maximize(v)
+            if o.check() != z3.sat:
+                return [c]
+            val = o.lower(h) if direction == "min" else o.upper(h)
+            if not z3.is_int_value(val):
+                ends.append(None)  # unbounded on that side
+            else:
+                ends.append(val.as_long())
+        lo, hi = ends
+        interval = []
+        if lo is not None:
+            interval.append(sympy.Ge(sym, lo))
+        if hi is not None:
+            interval.append(sympy.Le(sym, hi))
+        if not interval:
+            return [c]
+        s = self.z.solver(min(self.z.timeout_ms, 2000))
+        s.add(t != z3.And(*[self.z.term(x) for x in interval]))
+        return interval if s.check() == z3.unsat else [c]
+
     def _simplify(self, conds):
         out, seen = [], set()
-        for c in conds:
-            if c is sympy.true or c in seen:
-                continue
-            seen.add(c)
-            out.append(c)
+        for c0 in conds:
+            for c in self._as_interval(c0) if c0 is not sympy.true else [c0]:
+                if c is sympy.true or c in seen:
+                    continue
+                seen.add(c)
+                out.append(c)
         out = self._merge_bounds(out)
         # Drop each condition the others imply inside the box (last first: later guards
         # are usually the specific ones, earlier ones often follow from them).
