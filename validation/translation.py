@@ -11,11 +11,24 @@ each one from what the trace may assume:
 * ``static``: ``before`` was decided to be ``after`` (true/false) with no
   guard; the facts known at that point must imply it.  A size-oblivious
   decision may additionally assume that each data-dependent size is >= 2.
+
 * ``rewrite``: ``before == after`` must follow from the facts known then.
 * ``fallback``: a default taken for an undecidable condition; not a claim.
 
 At the end, the conjunction of the final guards must be equivalent to the
 conjunction of the guards as first raised (given the axioms).
+
+Semantics are Python's on exact numbers: ``//`` and ``%`` floor, floats
+are modeled as reals (the engine's constant folding of ``/`` to a double is
+not a logged step).  A claim must hold wherever the expressions the program
+computed (a step's ``before``, the facts) are defined: their divisors are
+assumed nonzero, as the program would have raised otherwise.  ``after`` gets
+no such help (Z3 sees a division by zero as an arbitrary value), so a step
+may not introduce a division by zero, but it may remove one: replacing
+``Where(c, x // m, y)`` by ``y`` when ``c`` is known false is a refinement,
+and sympy's own folding (``0 * (x // m)`` is ``0``) does the same.  With
+``strict_division=True`` that is reported too: ``(n*m)//m -> n`` where ``m``
+may be 0 changes a ZeroDivisionError into a value.
 
 A step is checked by asking Z3 for facts ∧ ¬claim: ``unsat`` proves it,
 ``sat`` gives a counterexample in concrete sizes (confirmed by evaluating
@@ -40,6 +53,7 @@ Example::
 """
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -190,9 +204,10 @@ class UnsoundStep(SymshapeError, AssertionError):
 class _Checker:
     """One Z3 solver holding facts[0:k], checking claims with push/pop."""
 
-    def __init__(self, env, timeout_ms: int):
+    def __init__(self, env, timeout_ms: int, strict_division: bool = False):
         self.env = env
         self.timeout_ms = timeout_ms
+        self.strict_division = strict_division
         self.tr = Z3Translator()
         self.solver = z3.Solver()
         self.solver.set("timeout", timeout_ms)
@@ -207,6 +222,9 @@ class _Checker:
         while self.n_asserted < min(k, len(facts)):
             f = facts[self.n_asserted]
             zf = self.tr.to_z3(f)
+            if not self.strict_division:
+                # A fact is a condition the program computed: its divisions were defined.
+                zf = z3.And(zf, *[self.tr.to_z3(sympy.Ne(d, 0)) for d in divisors(f)])
             self.solver.add(zf)
             self.assumed.append(zf)
             self.fact_syms |= f.free_symbols
@@ -246,11 +264,16 @@ class TranslationValidator:
     replays the log, stores the report on the traced program as
     ``validation_report`` and raises :class:`UnsoundStep` on a failure
     (``raise_on_failure``).  Unknown steps give a warning.
+    ``SYMSHAPE_TRANSLATION_VALIDATION=strict`` turns on ``strict_division``.
     """
 
-    def __init__(self, env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, raise_on_failure: bool = True):
+    def __init__(self, env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, raise_on_failure: bool = True,
+                 strict_division: Optional[bool] = None):
         self.env = env
         self.timeout_ms = timeout_ms
+        if strict_division is None:  # SYMSHAPE_TRANSLATION_VALIDATION=strict
+            strict_division = os.environ.get("SYMSHAPE_TRANSLATION_VALIDATION", "").lower() == "strict"
+        self.strict_division = strict_division
         self.raise_on_failure = raise_on_failure
         self.provenance: dict[int, Provenance] = {}
         self.oblivious: dict[int, tuple] = {}
@@ -273,7 +296,7 @@ class TranslationValidator:
     def validate(self) -> ValidationReport:
         """Replay the env's log now and return the report."""
         self.report = validate_env(self.env, timeout_ms=self.timeout_ms, provenance=self.provenance,
-                                   oblivious=self.oblivious)
+                                   oblivious=self.oblivious, strict_division=self.strict_division)
         return self.report
 
     def finish(self, traced_program) -> ValidationReport:
@@ -306,20 +329,22 @@ def validate(traced_program, **kw) -> ValidationReport:
 
 
 def validate_env(env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, provenance: Optional[dict] = None,
-                 oblivious: Optional[dict] = None, stop_at_first: bool = True) -> ValidationReport:
+                 oblivious: Optional[dict] = None, stop_at_first: bool = True,
+                 strict_division: bool = False) -> ValidationReport:
     """Prove every decision in ``env.log`` from the facts known when it was taken.
 
     ``provenance`` / ``oblivious`` come from a :class:`TranslationValidator`
     that watched the trace (user lines; the unbacked sizes assumed >= 2 by
     each size-oblivious decision); without them, size-oblivious steps use
     the env's final ranges.  Stops at the first unsound step unless
-    ``stop_at_first`` is False.
+    ``stop_at_first`` is False.  ``strict_division``: also report steps that
+    remove a division by zero (see the module docstring).
     """
     t0 = time.perf_counter()
     provenance = provenance or {}
     oblivious = oblivious or {}
     report = ValidationReport(steps=len(env.log), env=env)
-    chk = _Checker(env, timeout_ms)
+    chk = _Checker(env, timeout_ms, strict_division)
     proven: set = set()
     fact_no = 0
     for i, e in enumerate(env.log):
@@ -406,6 +431,9 @@ def _check_step(i: int, e: LogEntry, chk: _Checker, obl, prov) -> Optional[StepR
     try:
         cz = chk.tr.to_z3(claim)
         extra = [chk.tr.to_z3(sympy.Ge(s, 2)) for s in obl]
+        if not chk.strict_division:
+            # Claimed only where the program's own expression is defined.
+            extra += [chk.tr.to_z3(sympy.Ne(d, 0)) for d in divisors(e.before)]
     except UntranslatableExpression as err:
         return StepResult(i, e, "error", claim=claim, provenance=prov, message=str(err))
     r, model = chk.check(cz, extra)
@@ -418,17 +446,27 @@ def _check_step(i: int, e: LogEntry, chk: _Checker, obl, prov) -> Optional[StepR
     syms = _relevant_symbols(claim, chk, obl)
     cx = _model_values(model, chk.tr, syms)
     assumptions = list(chk.env.facts[:chk.n_asserted]) + [sympy.Ge(s, 2) for s in obl]
+    if not chk.strict_division:
+        assumptions += [sympy.Ne(d, 0) for d in divisors(e.before)]
+        assumptions += [sympy.Ne(d, 0) for f in chk.env.facts[:chk.n_asserted] for d in divisors(f)]
     confirmed, note = _confirm(claim, assumptions, cx, syms)
     return StepResult(i, e, "unsound", claim=claim, counterexample={str(s): v for s, v in cx.items()},
                       confirmed=confirmed, note=note, provenance=prov)
 
 
+def divisors(e) -> list:
+    """The symbolic divisors of every //, % and / in ``e``."""
+    out = []
+    for x in sympy.preorder_traversal(e):
+        if isinstance(x, (FloorDiv, PyMod, TrueDiv, sympy.Mod)) and not x.args[1].is_number:
+            out.append(x.args[1])
+    return out
+
+
 def _relevant_symbols(claim, chk: _Checker, obl) -> list:
-    syms = set(claim.free_symbols) | set(obl)
-    # Facts over these symbols can involve others (B == 2*H); include those too.
-    for f in chk.env.facts[:chk.n_asserted]:
-        if f.free_symbols & syms:
-            syms |= f.free_symbols
+    # Every symbol of the facts too: the counterexample is a complete assignment
+    # that can be replayed (the facts must hold there).
+    syms = set(claim.free_symbols) | set(obl) | chk.fact_syms
     return sorted(syms, key=str)
 
 

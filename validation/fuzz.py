@@ -1,0 +1,526 @@
+"""Fuzz the engine's range analysis and static decisions against brute force and Z3.
+
+Each *scenario* is a fresh :class:`~shapes.env.ShapeEnv` with one to three
+symbols (backed sizes with ranges, data-dependent integers that may be
+negative) and sometimes a few facts (runtime asserts, guards decided by the
+example sizes, divisibility, a linear equality).  For each random expression
+over those symbols the fuzzer checks:
+
+* ``bound``: :func:`shapes.value_ranges.bound` with the env's ranges must
+  contain the expression's value at every point that satisfies the facts;
+* ``simplify``: :meth:`ShapeEnv.simplify` (the rewrite rules) must not change
+  the value at such a point where the expression is defined (removing a
+  division by zero is a refinement, as in :mod:`validation.translation`);
+* ``static``: a decision of :meth:`ShapeEnv.static_bool` on a random
+  condition must match the condition's value at every such point.
+
+Brute force evaluates every expression at all points (every point of the
+domain when it is small, else boundary and random points); Z3 checks a sample
+of expressions exactly.  Being imprecise (a wider bound, an undecided
+condition) is allowed and counted; being unsound never.  A Z3 witness is
+always confirmed by evaluating at it with Python semantics, so a fault in
+the Z3 translation shows up as a ``translation mismatch``, not as a false
+alarm.
+
+Example::
+
+    >>> from validation.fuzz import run_fuzz
+    >>> res = run_fuzz(200, seed=1)
+    >>> res.unsound_count
+    0
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import sympy
+import z3
+
+from shapes.env import ShapeEnv
+from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
+from shapes.value_ranges import INF, bound
+
+from .concrete import compile_expr, evaluate
+from .translation import _model_values, divisors, validate_env
+from .z3_translate import Z3Translator
+
+_RELS = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
+_EXHAUSTIVE_MAX = 600   # domains up to this many points are enumerated completely
+_RANDOM_POINTS = 60
+
+
+@dataclass
+class FuzzCase:
+    """One unsound (or mismatching) finding, with what is needed to replay it."""
+
+    check: str               # "bound" | "simplify" | "static" | "translation" | "validation"
+    expr: sympy.Basic
+    engine: object           # the engine's answer (a ValueRange, simplified expr, or bool)
+    point: dict              # {symbol name: value} where it fails
+    actual: object           # the value there
+    ranges: dict
+    facts: list
+    found_by: str            # "brute force" | "z3"
+
+    def __str__(self) -> str:
+        at = ", ".join(f"{k}={v}" for k, v in self.point.items())
+        return (f"[{self.check}, {self.found_by}] {self.expr}: engine says {self.engine}, "
+                f"but at {at} it is {self.actual} (ranges {self.ranges}, facts {self.facts})")
+
+
+@dataclass
+class FuzzResult:
+    """Counts of a fuzzing run; ``unsound`` lists the findings (should be empty)."""
+
+    expressions: int = 0
+    checks: int = 0
+    points_evaluated: int = 0
+    static_decided: int = 0
+    z3_checks: int = 0
+    z3_unknown: int = 0
+    imprecise_bound: int = 0
+    imprecise_static: int = 0
+    undefined_everywhere: int = 0
+    validated_envs: int = 0
+    validated_steps: int = 0
+    translation_mismatches: list = field(default_factory=list)
+    unsound: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+    elapsed_s: float = 0.0
+    seed: int = 0
+
+    @property
+    def unsound_count(self) -> int:
+        return len(self.unsound)
+
+    def table(self) -> str:
+        """A printable summary table."""
+        rows = [
+            ("seed", self.seed),
+            ("expressions checked", self.expressions),
+            ("checks (bound + simplify + static)", self.checks),
+            ("points evaluated (brute force)", self.points_evaluated),
+            ("static decisions taken", self.static_decided),
+            ("Z3 checks (sample)", self.z3_checks),
+            ("Z3 unknown (timeout)", self.z3_unknown),
+            ("envs translation-validated", f"{self.validated_envs} ({self.validated_steps} steps)"),
+            ("undefined everywhere (engine raised ZeroDivisionError)", self.undefined_everywhere),
+            ("imprecise bounds (exact domain)", self.imprecise_bound),
+            ("imprecise static (undecided, yet constant)", self.imprecise_static),
+            ("translation mismatches", len(self.translation_mismatches)),
+            ("errors", len(self.errors)),
+            ("UNSOUND", self.unsound_count),
+            ("time", f"{self.elapsed_s:.1f} s"),
+        ]
+        w = max(len(r[0]) for r in rows)
+        return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+
+
+# ---------------------------------------------------------------------------- generation
+
+
+class _Gen:
+    """Random expressions over a scenario's symbols."""
+
+    def __init__(self, rng: random.Random, syms):
+        self.rng = rng
+        self.syms = syms
+
+    def leaf(self):
+        r = self.rng
+        if r.random() < 0.75:
+            return r.choice(self.syms)
+        return sympy.Integer(r.randint(-6, 12))
+
+    def divisor(self, depth):
+        r = self.rng
+        p = r.random()
+        if p < 0.55:
+            return sympy.Integer(r.choice([1, 2, 3, 4, 5, 7, 8, 16, -1, -2, -3, -8]))
+        if p < 0.8:
+            return r.choice(self.syms) + r.randint(0, 3)
+        return self.int_expr(depth - 1)
+
+    def int_expr(self, depth: int):
+        r = self.rng
+        if depth <= 0 or r.random() < 0.2:
+            return self.leaf()
+        d = depth - 1
+        op = r.choices(["add", "sub", "cmul", "mul", "pow", "fdiv", "mod", "min", "max", "where", "abs",
+                        "trunc"], weights=[14, 8, 10, 5, 2, 14, 14, 6, 6, 4, 3, 3])[0]
+        if op == "add":
+            return self.int_expr(d) + self.int_expr(d)
+        if op == "sub":
+            return self.int_expr(d) - self.int_expr(d)
+        if op == "cmul":
+            return r.choice([-3, -2, -1, 2, 3, 4, 8]) * self.int_expr(d)
+        if op == "mul":
+            return self.int_expr(d) * self.int_expr(d)
+        if op == "pow":
+            return self.int_expr(d) ** r.choice([2, 3])
+        if op == "fdiv":
+            return FloorDiv(self.int_expr(d), self.divisor(d))
+        if op == "mod":
+            return PyMod(self.int_expr(d), self.divisor(d))
+        if op == "min":
+            return sympy.Min(self.int_expr(d), self.int_expr(d))
+        if op == "max":
+            return sympy.Max(self.int_expr(d), self.int_expr(d))
+        if op == "where":
+            return Where(self.bool_expr(d), self.int_expr(d), self.int_expr(d))
+        if op == "abs":
+            x = self.int_expr(d)
+            return sympy.Max(x, -x)  # how the engine spells abs() of an int
+        return TruncToInt(TrueDiv(self.int_expr(d), self.divisor(d)))
+
+    def real_expr(self, depth: int):
+        r = self.rng
+        if r.random() < 0.5:
+            return TrueDiv(self.int_expr(depth - 1), self.divisor(depth))
+        return ToFloat(self.int_expr(depth - 1)) * sympy.Rational(r.randint(-3, 3), r.randint(1, 4))
+
+    def rel(self, depth: int):
+        r = self.rng
+        a = self.int_expr(depth)
+        b = self.int_expr(max(0, depth - 1)) if r.random() < 0.5 else sympy.Integer(r.randint(-4, 20))
+        return r.choice(_RELS)(a, b)
+
+    def bool_expr(self, depth: int):
+        r = self.rng
+        p = r.random()
+        if depth <= 1 or p < 0.7:
+            return self.rel(max(depth, 1))
+        if p < 0.8:
+            return sympy.Not(self.rel(depth - 1))
+        return r.choice([sympy.And, sympy.Or])(self.rel(depth - 1), self.rel(depth - 1))
+
+
+def _new_scenario(rng: random.Random):
+    """An env with 1-3 symbols and maybe a few facts; returns (env, symbols, domains)."""
+    env = ShapeEnv(specialize_zero_one=rng.random() < 0.3)
+    syms, domains = [], []
+    for i in range(rng.choice([1, 2, 2, 3])):
+        kind = rng.random()
+        if kind < 0.45:  # a backed size with a small range (exhaustive brute force)
+            lo = rng.choice([0, 1, 2, 3, 5, 8])
+            hi = lo + rng.randint(0, 14 if i < 2 else 6)
+        elif kind < 0.7:  # a backed size, unbounded above
+            lo, hi = rng.choice([0, 1, 2]), INF
+        elif kind < 0.85:  # data-dependent int, possibly negative, bounded
+            lo = rng.randint(-12, 0)
+            hi = lo + rng.randint(0, 20)
+        else:  # data-dependent int, unbounded
+            lo, hi = -INF, INF
+        if kind < 0.7:
+            hint = rng.randint(lo, lo + 12 if hi == INF else hi)
+            if env.specialize_zero_one and hint in (0, 1):
+                hint = max(2, lo) if hi == INF or hi >= 2 else hint
+            if env.specialize_zero_one and hint in (0, 1):
+                env.specialize_zero_one = False
+            s = env.create_symbol("abc"[i], hint, range=(lo, hi))
+        else:
+            s = env.create_unbacked(kind="int", range=(lo, hi))
+        if not s.is_Symbol:
+            continue
+        syms.append(s)
+        domains.append((env.ranges[s].lower, env.ranges[s].upper))
+    if not syms:
+        return _new_scenario(rng)
+    if rng.random() < 0.4:
+        _add_facts(rng, env, syms)
+    return env, syms, domains
+
+
+def _add_facts(rng, env: ShapeEnv, syms) -> None:
+    for _ in range(rng.randint(1, 2)):
+        a = rng.choice(syms)
+        b = rng.choice(syms)
+        c = rng.randint(2, 10)
+        f = rng.choice([
+            sympy.Le(a, b + rng.randint(0, 3)), sympy.Eq(PyMod(a, rng.choice([2, 4, 8])), 0),
+            sympy.Ge(a, c), sympy.Lt(a + b, c + 8), sympy.Ne(a, c), sympy.Gt(a, c),
+            sympy.Eq(a, 2 * b) if a != b else sympy.Ge(a, 1),
+        ])
+        try:
+            if rng.random() < 0.5 and not env.has_unbacked(f):
+                env.evaluate(f)          # a guard, decided by the example sizes
+            else:
+                env.expect_true(f)       # a runtime assert
+        except Exception:  # noqa: BLE001 - a contradictory fact is just not added
+            pass
+
+
+def _points(rng, syms, domains, facts):
+    """Points satisfying the facts; the bool says whether they are the whole domain."""
+    sizes = [hi - lo + 1 if hi != INF and lo != -INF else None for lo, hi in domains]
+    total = 1
+    for s in sizes:
+        total = total * s if s is not None and total is not None else None
+    if total is not None and total <= _EXHAUSTIVE_MAX:
+        cands = list(itertools.product(*[range(int(lo), int(hi) + 1) for lo, hi in domains]))
+        exhaustive = True
+    else:
+        cands = set()
+        per = [_candidates(rng, lo, hi) for lo, hi in domains]
+        for combo in itertools.product(*[p[:4] for p in per]):
+            cands.add(combo)
+        for _ in range(_RANDOM_POINTS):
+            cands.add(tuple(rng.choice(p) for p in per))
+        cands = sorted(cands)
+        exhaustive = False
+    fact_fns = [compile_expr(f, syms) for f in facts if f.free_symbols <= set(syms)]
+    out = []
+    for p in cands:
+        try:
+            if all(fn(*p) for fn in fact_fns):
+                out.append(p)
+        except ZeroDivisionError:
+            pass
+    return out, exhaustive
+
+
+def _candidates(rng, lo, hi):
+    vals = set()
+    flo = lo if lo != -INF else -10**6
+    fhi = hi if hi != INF else 10**6
+    for v in (lo, lo + 1, hi - 1, hi, 0, 1, -1, 2, 7, 8, 9, 15, 16, 17, 63, 64, 100, 1000, 10**6, -8, -9, -100):
+        if v not in (INF, -INF) and flo <= v <= fhi:
+            vals.add(int(v))
+    for _ in range(12):
+        base = flo if flo > -100 else rng.randint(-100, 0)
+        vals.add(int(min(fhi, base + rng.randint(0, 60))))
+        vals.add(rng.randint(int(flo), int(fhi)))
+    return sorted(vals)
+
+
+# ---------------------------------------------------------------------------- checking
+
+
+class _Z3Side:
+    """Exact checks of one scenario's claims with Z3 (facts asserted once)."""
+
+    def __init__(self, env, timeout_ms):
+        self.tr = Z3Translator()
+        self.s = z3.Solver()
+        self.s.set("timeout", timeout_ms)
+        self.s.add(*[self.tr.to_z3(f) for f in env.facts])
+
+    def witness(self, violation, defined_of):
+        """A model of facts ∧ defined ∧ violation, "unknown", or None (none exists)."""
+        s = self.s
+        s.push()
+        try:
+            for d in divisors(defined_of):
+                s.add(self.tr.to_z3(sympy.Ne(d, 0)))
+            s.add(violation)
+            r = s.check()
+            return s.model() if r == z3.sat else "unknown" if r == z3.unknown else None
+        finally:
+            s.pop()
+
+
+_UNDEFINED = object()
+
+
+def _is_real(e) -> bool:
+    """Real-valued: the engine folds constant ``/`` to a double, so compare with a tolerance."""
+    return not e.is_integer
+
+
+def _safe(fn, p):
+    try:
+        return fn(*p)
+    except ZeroDivisionError:
+        return None
+
+
+class _Fuzzer:
+    def __init__(self, seed, z3_every, z3_timeout_ms, validate_every, max_depth):
+        self.rng = random.Random(seed)
+        self.res = FuzzResult(seed=seed)
+        self.z3_every = z3_every
+        self.z3_timeout_ms = z3_timeout_ms
+        self.validate_every = validate_every
+        self.max_depth = max_depth
+
+    def scenario(self, n_exprs: int, index: int):
+        rng = self.rng
+        env, syms, domains = _new_scenario(rng)
+        pts, exhaustive = _points(rng, syms, domains, env.facts)
+        if not pts:
+            return 0
+        gen = _Gen(rng, syms)
+        z3side = None
+        done = 0
+        while done < n_exprs:
+            kind = rng.random()
+            depth = rng.randint(1, self.max_depth)
+            try:
+                e = gen.real_expr(depth) if kind < 0.1 else gen.int_expr(depth)
+                c = gen.bool_expr(depth)
+            except ZeroDivisionError:
+                continue  # a structurally zero divisor: draw again
+            done += 1
+            use_z3 = self.res.expressions % self.z3_every == 0
+            if use_z3 and z3side is None:
+                z3side = _Z3Side(env, self.z3_timeout_ms)
+            self.check(env, syms, pts, exhaustive, e, c, z3side if use_z3 else None)
+        if self.validate_every and index % self.validate_every == 0:
+            rep = validate_env(env, timeout_ms=self.z3_timeout_ms)
+            self.res.validated_envs += 1
+            self.res.validated_steps += rep.checked
+            for f in rep.failures:
+                if f.status == "unsound" and f.confirmed:
+                    self.res.unsound.append(FuzzCase("validation", f.claim, f.entry, f.counterexample, False,
+                                                     dict(env.ranges), list(env.facts), "z3"))
+                elif f.status == "unsound":
+                    self.res.translation_mismatches.append(f.describe())
+                else:
+                    self.res.errors.append(f.describe())
+            self.res.z3_unknown += len(rep.unknown)
+        return done
+
+    def _case(self, check, env, syms, e, engine, p, actual, by):
+        point = {str(s): v for s, v in zip(syms, p)} if not isinstance(p, dict) else p
+        self.res.unsound.append(FuzzCase(check, e, engine, point, actual,
+                                         {str(k): v for k, v in env.ranges.items()}, list(env.facts), by))
+
+    def check(self, env, syms, pts, exhaustive, e, c, z3side):
+        res = self.res
+        res.expressions += 1
+        try:
+            r = bound(e, env.ranges)
+            fe, fc = compile_expr(e, syms), compile_expr(c, syms)
+            simp = self._engine(env.simplify, e, fe, pts)
+            v = self._engine(env.static_bool, c, fc, pts)
+            fs = compile_expr(simp, syms) if simp is not None else None
+        except Exception as err:  # noqa: BLE001 - recorded: the engine must handle every kind it builds
+            res.errors.append(f"{type(err).__name__}: {err} (expr {e}, cond {c})")
+            return
+        if v is _UNDEFINED:
+            v = None
+        res.checks += 3
+        res.static_decided += v is not None
+        real = _is_real(e)
+        vals, cvals = [], []
+        for p in pts:
+            x = _safe(fe, p)
+            res.points_evaluated += 1
+            y = _safe(fs, p) if fs is not None else x
+            if x is not None:
+                vals.append(x)
+                if not (r.lower <= x <= r.upper):
+                    self._case("bound", env, syms, e, r, p, x, "brute force")
+                    return
+                if y is None or not (abs(y - x) <= 1e-12 * max(1, abs(x)) if real else y == x):
+                    self._case("simplify", env, syms, e, simp, p, y, "brute force")
+                    return
+            cv = _safe(fc, p)
+            if cv is not None:
+                cvals.append(cv)
+                if v is not None and bool(cv) != v:
+                    self._case("static", env, syms, c, v, p, cv, "brute force")
+                    return
+        if exhaustive:
+            if vals and (r.lower < min(vals) or r.upper > max(vals)):
+                res.imprecise_bound += 1
+            if v is None and cvals and len(set(map(bool, cvals))) == 1:
+                res.imprecise_static += 1
+        if z3side is not None and fs is not None and not real:
+            self.z3_check(env, syms, z3side, e, r, simp, c, v)
+
+    def _engine(self, fn, expr, compiled, pts):
+        """``fn(expr)``; a ZeroDivisionError is accepted only where ``expr`` is undefined everywhere."""
+        try:
+            return fn(expr)
+        except ZeroDivisionError as err:
+            for p in pts:
+                if _safe(compiled, p) is not None:
+                    raise RuntimeError(f"the engine raised ZeroDivisionError ({err}) on {expr}, "
+                                       f"which is defined at {p}") from err
+            self.res.undefined_everywhere += 1
+            return _UNDEFINED if fn.__name__ == "static_bool" else None
+
+    def z3_check(self, env, syms, z3side, e, r, simp, c, v):
+        res = self.res
+        tr = z3side.tr
+        ze, zs, zc = tr.to_z3(e), tr.to_z3(simp), tr.to_z3(c)
+        claims = []
+        viol = []
+        if r.lower != -INF:
+            viol.append(ze < tr.to_z3(sympy.Rational(r.lower) if not isinstance(r.lower, int) else sympy.Integer(r.lower)))
+        if r.upper != INF:
+            viol.append(ze > tr.to_z3(sympy.Rational(r.upper) if not isinstance(r.upper, int) else sympy.Integer(r.upper)))
+        if viol:
+            claims.append(("bound", e, r, z3.Or(*viol), e))
+        if simp != e:
+            claims.append(("simplify", e, simp, ze != zs, e))
+        if v is not None:
+            claims.append(("static", c, v, zc if not v else z3.Not(zc), c))
+        for check, expr, engine, violation, defined_of in claims:
+            res.z3_checks += 1
+            m = z3side.witness(violation, defined_of)
+            if m is None:
+                continue
+            if m == "unknown":
+                res.z3_unknown += 1
+                continue
+            pt = _model_values(m, tr, syms)
+            self.confirm(check, env, syms, expr, engine, pt, simp)
+        if v is None and self.rng.random() < 0.5:
+            # Could the engine have decided it?  Count as imprecise if Z3 proves it constant.
+            for val in (True, False):
+                res.z3_checks += 1
+                if z3side.witness(z3.Not(zc) if val else zc, c) is None:
+                    res.imprecise_static += 1
+                    break
+
+    def confirm(self, check, env, syms, expr, engine, pt, simp):
+        """A Z3 witness: unsound if Python semantics agree; else a translation mismatch."""
+        named = {str(k): v for k, v in pt.items()}
+        try:
+            if not all(evaluate(f, pt) for f in env.facts):
+                raise ValueError("facts do not hold at the witness")
+            x = evaluate(expr, pt)
+            if check == "bound":
+                bad = not (engine.lower <= x <= engine.upper)
+            elif check == "simplify":
+                try:
+                    bad = evaluate(simp, pt) != x
+                except ZeroDivisionError:
+                    bad = True
+            else:
+                bad = bool(x) != engine
+        except (ZeroDivisionError, ValueError) as err:
+            self.res.translation_mismatches.append(f"{check} {expr} at {named}: {err}")
+            return
+        if bad:
+            self._case(check, env, syms, expr, engine, named, x, "z3")
+        else:
+            self.res.translation_mismatches.append(f"{check} {expr} at {named}: Z3 witness not confirmed")
+
+
+def run_fuzz(n_exprs: int, *, seed: int = 0, z3_every: int = 10, z3_timeout_ms: int = 500,
+             validate_every: int = 5, max_depth: int = 3, per_scenario: int = 25,
+             time_limit_s: Optional[float] = None) -> FuzzResult:
+    """Check ``n_exprs`` random expressions; returns a :class:`FuzzResult`.
+
+    ``z3_every``: every n-th expression is also checked exactly with Z3;
+    ``validate_every``: every n-th scenario's whole decision log is replayed
+    by :func:`validation.translation.validate_env`.  ``time_limit_s`` stops
+    early (the result says how many were checked).
+    """
+    t0 = time.perf_counter()
+    fz = _Fuzzer(seed, z3_every, z3_timeout_ms, validate_every, max_depth)
+    i = 0
+    while fz.res.expressions < n_exprs:
+        fz.scenario(min(per_scenario, n_exprs - fz.res.expressions), i)
+        i += 1
+        if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+            break
+    fz.res.elapsed_s = time.perf_counter() - t0
+    return fz.res
