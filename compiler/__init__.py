@@ -12,5 +12,6 @@ Example::
     True
 """
 from .runtime import STATS, CompiledProgram, compile
+from .backend import BACKEND_STATS, symshape_backend  # registers backend="symshape"
 
-__all__ = ["compile", "CompiledProgram", "STATS"]
+__all__ = ["compile", "CompiledProgram", "STATS", "BACKEND_STATS", "symshape_backend"]

@@ -1,0 +1,155 @@
+"""``torch.compile(model, backend="symshape", dynamic=True)``.
+
+Dynamo hands over a GraphModule and example inputs whose sizes are its own
+SymInts.  Each dynamic size becomes a named dim of an input spec (``s0``,
+``s1``... from dynamo's symbols; static sizes stay static), the GraphModule is
+retraced by symshape's tracer at the example sizes and compiled once; the
+returned callable serves every size that satisfies symshape's guards.
+
+Example::
+
+    >>> import torch, compiler
+    >>> m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+    >>> f = torch.compile(m, backend="symshape", dynamic=True)
+    >>> with torch.no_grad():
+    ...     ok = all(torch.allclose(f(x), m(x), atol=1e-5) for x in (torch.randn(3, 8), torch.randn(9, 8)))
+    >>> ok
+    True
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from shapes.spec import InputSpec
+
+from .runtime import CompiledProgram
+
+#: Graphs dynamo handed to the backend, and how many of them run eagerly.
+BACKEND_STATS = {"graphs": 0, "eager_graphs": 0}
+
+
+def _hint(s) -> int:
+    if isinstance(s, int):
+        return s
+    h = s.node.hint
+    if h is None:
+        h = s.node.shape_env.size_hint(s.node.expr)
+    return int(h)
+
+
+def _plan_inputs(gm, example_inputs):
+    """Specs for the tensor inputs and how to rebuild dynamo's argument list from them."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    specs, dims, layout, where = [], {}, [], {}
+    tensors = 0
+    for i, ex in enumerate(example_inputs):
+        meta = placeholders[i].meta.get("example_value") if i < len(placeholders) else None
+        if not isinstance(ex, torch.Tensor):
+            continue
+        ev = meta if isinstance(meta, torch.Tensor) else ex
+        spec_dims = []
+        for d, (s, real) in enumerate(zip(ev.shape, ex.shape)):
+            if isinstance(s, torch.SymInt) and not s.node.expr.is_Integer:
+                e = s.node.expr
+                name = str(e) if e.is_Symbol else f"a{i}_{d}"  # a compound size: its own dim
+                spec_dims.append(name)
+                dims[name] = _hint(real) if isinstance(real, (int, torch.SymInt)) else int(real)
+                if e.is_Symbol:
+                    where.setdefault(e, (tensors, d))
+            else:
+                spec_dims.append(int(s))
+        specs.append(InputSpec(f"arg{i}", ex.dtype, tuple(spec_dims)))
+        tensors += 1
+    tensors = 0
+    for ex in example_inputs:
+        if isinstance(ex, torch.Tensor):
+            layout.append(("tensor", tensors))
+            tensors += 1
+        elif isinstance(ex, torch.SymInt) and ex.node.expr in where:
+            layout.append(("size", where[ex.node.expr]))
+        elif isinstance(ex, (int, float, bool)) or (isinstance(ex, torch.SymInt) and ex.node.expr.is_Integer):
+            layout.append(("const", int(ex) if isinstance(ex, torch.SymInt) else ex))
+        else:
+            return None
+    return specs, dims, layout
+
+
+def _specialize_scalars(gm, example_inputs):
+    """Dynamo passes Python float attributes (LayerNorm's eps) as 0-dim tensors read
+    with ``.item()``: bake in the example value (checked on every call) so the
+    graph has no data-dependent values.  Returns the new module and the checks."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    todo = []
+    for i, (p, ex) in enumerate(zip(placeholders, example_inputs)):
+        if isinstance(ex, torch.Tensor) and ex.dim() == 0 and ex.device.type == "cpu" and p.users and all(
+                u.op == "call_method" and u.target == "item" for u in p.users):
+            todo.append((i, ex.item()))
+    if not todo:
+        return gm, []
+    g = torch.fx.Graph()
+    env = {}
+    out = g.graph_copy(gm.graph, env)
+    g.output(out)
+    new_ph = [n for n in g.nodes if n.op == "placeholder"]
+    for i, value in todo:
+        for item in list(new_ph[i].users):
+            for u in list(item.users):
+                u.args = torch.fx.node.map_arg(u.args, lambda a: value if a is item else a)
+                u.kwargs = torch.fx.node.map_arg(u.kwargs, lambda a: value if a is item else a)
+            g.erase_node(item)
+    return torch.fx.GraphModule(gm, g), todo
+
+
+def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
+    """The dynamo backend; ``options["target"]`` picks ``cpp`` or ``triton``
+    (default: triton for CUDA inputs, cpp otherwise; ``$SYMSHAPE_TARGET`` overrides)."""
+    BACKEND_STATS["graphs"] += 1
+    eager_gm = gm
+    gm, scalars = _specialize_scalars(gm, example_inputs)
+    planned = _plan_inputs(gm, example_inputs)
+    if planned is None:
+        BACKEND_STATS["eager_graphs"] += 1
+        return eager_gm.forward
+    specs, dims, layout = planned
+    cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
+    target = options.get("target") or os.environ.get("SYMSHAPE_TARGET") or ("triton" if cuda else "cpp")
+
+    def program(*tensors):
+        args = []
+        for kind, v in layout:
+            if kind == "tensor":
+                args.append(tensors[v])
+            elif kind == "size":
+                args.append(tensors[v[0]].shape[v[1]])
+            else:
+                args.append(v)
+        return gm(*args)
+
+    program.__signature__ = None  # takes *tensors; keeps the tracer's arity check quiet
+    compiled = CompiledProgram(program, specs, dims, target)
+    tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
+
+    def run(*args):
+        tensors = [args[i] for i in tensor_pos]
+        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors) or any(
+                args[i].item() != v for i, v in scalars):
+            # Kernels compute values only: when autograd must record (or a baked-in
+            # scalar changed), run dynamo's graph as it is.
+            return eager_gm(*args)
+        return compiled(*tensors)
+
+    run.compiled = compiled
+    return run
+
+
+def _register():
+    from torch._dynamo.backends import registry
+    # With the package's entry point discovered, dynamo registers it on lookup;
+    # registering again would be a duplicate.
+    if "symshape" not in registry._BACKENDS and "symshape" not in registry._COMPILER_FNS:
+        registry.register_backend(symshape_backend, name="symshape")
+
+
+_register()
