@@ -10,7 +10,7 @@ Example::
     >>> from compiler.exprs import to_cpp, simplify_index
     >>> B = sympy.Symbol("B", integer=True)
     >>> to_cpp(FloorDiv(B - 9, 8))
-    'sym_floordiv(B - 9, 8)'
+    'sym_floordiv(-9 + B, 8)'
     >>> y = sympy.Symbol("y", integer=True, nonnegative=True)
     >>> simplify_index(16 * B * FloorDiv(y, B) + 16 * (y % B))
     16*y
