@@ -107,8 +107,12 @@ class _Scope:
             code = f"({to_triton(e, self.g.sym_names)}).to({TL[v.dtype]})"
         elif isinstance(v, Load):
             idx = self.g.index(v.index)
-            m = f", mask={self.mask}, other=0" if self.mask else ""
-            code = f"tl.load({self.g.ptr[v.buf]} + ({idx}){m})"
+            if self.mask:
+                # + zvec: a block-shaped pointer even where the index is the same for the
+                # whole block (Triton broadcasts the mask to the pointer, not back).
+                code = f"tl.load({self.g.ptr[v.buf]} + ({idx}) + zvec, mask={self.mask}, other=0)"
+            else:
+                code = f"tl.load({self.g.ptr[v.buf]} + ({idx}))"
         elif isinstance(v, Op):
             code = self.op(v, [self.emit(a) for a in v.args])
         else:
@@ -189,6 +193,7 @@ class _KernelGen:
         for s in syms:
             lines.append(f"    {s} = {s}.to(tl.int64)  # int64 index math whatever the size")
         ind = "    "
+        lines.append(f"{ind}zvec = tl.zeros([BLOCK], dtype=tl.int64)")
         rows = sympy.Mul(*k.outer) if k.outer else sympy.Integer(1)
         if not k.reductions:
             # Flat blocks over each store's elements.
