@@ -402,8 +402,10 @@ class ShapeEnv:
             return self.ranges
         r = dict(self.ranges)
         for s, what in self.unbacked.items():
-            if s in r and r[s].lower >= 0:
-                r[s] = ValueRange(max(2, r[s].lower), max(2, r[s].upper))
+            # Only sizes that can be >= 2: a boolean item() in [0, 1] made [2, 2]
+            # would decide Eq(b, 1) False with no guard (found by translation validation).
+            if s in r and r[s].lower >= 0 and r[s].upper >= 2:
+                r[s] = ValueRange(max(2, r[s].lower), r[s].upper)
         return r
 
     def _decide(self, e, size_oblivious: bool) -> Optional[bool]:

@@ -16,6 +16,7 @@ import shapes
 import shapes.env as shapes_env
 import shapes.simplify as simplify
 import shapes.value_ranges as value_ranges
+from torch.fx.experimental.symbolic_shapes import guard_size_oblivious
 from shapes.env import ShapeEnv
 from shapes.functions import ENGINE_FUNCTIONS, FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from shapes.value_ranges import ValueRange
@@ -444,3 +445,45 @@ def test_validator_reports_first_step_and_stops_tracing():
     rep = v.validate()
     assert rep.first_unsound.rule == "made_up" and rep.first_unsound.index == len(env.log) - 1
     assert rep.first_unsound.counterexample["n"] >= 4
+
+
+def prog_bool_item(x):
+    b = (x > 0).any().item()
+    if guard_size_oblivious(b):
+        return x * 2
+    return x
+
+
+def _old_ranges_for(self, size_oblivious):
+    """The engine's size-oblivious ranges before the fix: every unbacked symbol with
+    lower >= 0 widened to [max(2, lo), max(2, hi)], booleans in [0, 1] included."""
+    if not size_oblivious:
+        return self.ranges
+    r = dict(self.ranges)
+    for s in self.unbacked:
+        if s in r and r[s].lower >= 0:
+            r[s] = ValueRange(max(2, r[s].lower), max(2, r[s].upper))
+    return r
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_size_oblivious_boolean_item_is_not_decided(monkeypatch):
+    """Engine bug found by validation: a boolean item() was assumed to be >= 2 by
+    size-oblivious reasoning, so `guard_size_oblivious(b)` was False with no guard."""
+    with pytest.raises(shapes.DataDependentError):
+        shapes.trace(prog_bool_item, "x: f32[N]", translation_validation=True)
+    monkeypatch.setattr(ShapeEnv, "_ranges_for", _old_ranges_for)
+    err = trace_unsound(prog_bool_item, "x: f32[N]")
+    assert (err.step.kind, err.step.rule) == ("static", "size_oblivious")
+    assert err.counterexample["u0"] == 1
+    assert_counterexample_violates(err, err.env)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_size_oblivious_decisions_validate_under_their_assumption():
+    """A nonzero count is assumed >= 2 by size-oblivious reasoning; validation allows exactly that."""
+    def f(x):
+        n = torch.nonzero(x).shape[0]
+        return x * 2 if guard_size_oblivious(n == 1) else x
+    tp = trace_clean(f, "x: f32[N, M]")
+    assert any(e.rule == "size_oblivious" for e in tp.env.log)

@@ -240,11 +240,17 @@ def _add_facts(rng, env: ShapeEnv, syms) -> None:
         a = rng.choice(syms)
         b = rng.choice(syms)
         c = rng.randint(2, 10)
+        k = rng.choice([2, 3, 4, 8])
         f = rng.choice([
-            sympy.Le(a, b + rng.randint(0, 3)), sympy.Eq(PyMod(a, rng.choice([2, 4, 8])), 0),
-            sympy.Ge(a, c), sympy.Lt(a + b, c + 8), sympy.Ne(a, c), sympy.Gt(a, c),
-            sympy.Eq(a, 2 * b) if a != b else sympy.Ge(a, 1),
+            sympy.Le(a, b + rng.randint(0, 3)), sympy.Eq(PyMod(a, k), 0), sympy.Eq(PyMod(a, k), rng.randint(0, k - 1)),
+            sympy.Ge(a, c), sympy.Lt(a + b, c + 8), sympy.Ne(a, c), sympy.Gt(a, c), sympy.Ne(a, b),
+            sympy.Eq(a, 2 * b) if a != b else sympy.Ge(a, 1), sympy.Eq(a + b, c + 4),
+            sympy.Ge(FloorDiv(a, k), rng.randint(0, 3)), sympy.Le(FloorDiv(a + b, k), c),
+            sympy.Le(k * a, c + 20), sympy.Gt(k * a, c), sympy.Le(a * b, 10 * c),
+            sympy.Ge(sympy.Min(a, b), 2), sympy.Le(sympy.Max(a, c), 12),
         ])
+        if f in (sympy.true, sympy.false):
+            continue
         try:
             if rng.random() < 0.5 and not env.has_unbacked(f):
                 env.evaluate(f)          # a guard, decided by the example sizes
