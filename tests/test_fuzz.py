@@ -57,3 +57,16 @@ def test_fuzz_catches_a_wrong_mod_range(monkeypatch):
     assert res.unsound
     assert any(isinstance(x, type(sympy.Integer(8))) and x == 8 for c in res.unsound
                for x in sympy.preorder_traversal(c.expr))
+
+
+def test_fuzz_catches_the_size_oblivious_boolean_bug(monkeypatch):
+    """The engine bug translation validation found (a boolean item() widened to [2, 2]
+    by size-oblivious reasoning) is also found by the fuzzer when reinstated."""
+    from shapes.env import ShapeEnv
+    from tests.test_translation_validation import _old_ranges_for
+    monkeypatch.setattr(ShapeEnv, "_ranges_for", _old_ranges_for)
+    res = run_fuzz(2000, seed=0)
+    cases = [c for c in res.unsound if c.check == "static (size-oblivious)"]
+    assert cases
+    c = cases[0]
+    assert evaluate(c.expr, {s: c.point[s.name] for s in c.expr.free_symbols}) != c.engine

@@ -12,7 +12,9 @@ over those symbols the fuzzer checks:
   the value at such a point where the expression is defined (removing a
   division by zero is a refinement, as in :mod:`validation.translation`);
 * ``static``: a decision of :meth:`ShapeEnv.static_bool` on a random
-  condition must match the condition's value at every such point.
+  condition must match the condition's value at every such point; a
+  size-oblivious decision, at every such point where the data-dependent
+  sizes are >= 2.
 
 Brute force evaluates every expression at all points (every point of the
 domain when it is small, else boundary and random points); Z3 checks a sample
@@ -45,7 +47,7 @@ from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Wher
 from shapes.value_ranges import INF, bound
 
 from .concrete import compile_expr, evaluate
-from .translation import _model_values, divisors, validate_env
+from .translation import _model_values, _oblivious_symbols, divisors, validate_env
 from .z3_translate import Z3Translator
 
 _RELS = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
@@ -208,14 +210,18 @@ def _new_scenario(rng: random.Random):
         if kind < 0.45:  # a backed size with a small range (exhaustive brute force)
             lo = rng.choice([0, 1, 2, 3, 5, 8])
             hi = lo + rng.randint(0, 14 if i < 2 else 6)
-        elif kind < 0.7:  # a backed size, unbounded above
+        elif kind < 0.62:  # a backed size, unbounded above
             lo, hi = rng.choice([0, 1, 2]), INF
-        elif kind < 0.85:  # data-dependent int, possibly negative, bounded
+        elif kind < 0.74:  # data-dependent int, possibly negative, bounded
             lo = rng.randint(-12, 0)
             hi = lo + rng.randint(0, 20)
-        else:  # data-dependent int, unbounded
+        elif kind < 0.82:  # data-dependent int, unbounded
             lo, hi = -INF, INF
-        if kind < 0.7:
+        elif kind < 0.93:  # data-dependent size (a count): size-oblivious reasoning applies
+            lo, hi = 0, rng.choice([INF, rng.randint(0, 12)])
+        else:  # data-dependent boolean (item() of a bool tensor)
+            lo, hi = 0, 1
+        if kind < 0.62:
             hint = rng.randint(lo, lo + 12 if hi == INF else hi)
             if env.specialize_zero_one and hint in (0, 1):
                 hint = max(2, lo) if hi == INF or hi >= 2 else hint
@@ -223,7 +229,8 @@ def _new_scenario(rng: random.Random):
                 env.specialize_zero_one = False
             s = env.create_symbol("abc"[i], hint, range=(lo, hi))
         else:
-            s = env.create_unbacked(kind="int", range=(lo, hi))
+            ukind = "int" if kind < 0.82 else "size" if kind < 0.93 else "bool"
+            s = env.create_unbacked(kind=ukind, range=(lo, hi))
         if not s.is_Symbol:
             continue
         syms.append(s)
@@ -315,11 +322,12 @@ class _Z3Side:
         self.s.set("timeout", timeout_ms)
         self.s.add(*[self.tr.to_z3(f) for f in env.facts])
 
-    def witness(self, violation, defined_of):
-        """A model of facts ∧ defined ∧ violation, "unknown", or None (none exists)."""
+    def witness(self, violation, defined_of, extra=()):
+        """A model of facts ∧ extra ∧ defined ∧ violation, "unknown", or None (none exists)."""
         s = self.s
         s.push()
         try:
+            s.add(*extra)
             for d in divisors(defined_of):
                 s.add(self.tr.to_z3(sympy.Ne(d, 0)))
             s.add(violation)
@@ -438,6 +446,47 @@ class _Fuzzer:
                 res.imprecise_static += 1
         if z3side is not None and fs is not None and not real:
             self.z3_check(env, syms, z3side, e, r, simp, c, v)
+        if env.unbacked and self.rng.random() < 0.3:
+            self.check_oblivious(env, syms, pts, c, fc, z3side)
+
+    def check_oblivious(self, env, syms, pts, c, fc, z3side):
+        """A size-oblivious decision must hold wherever the data-dependent sizes are >= 2."""
+        res = self.res
+        try:
+            v = env.static_bool(c, size_oblivious=True)
+        except ZeroDivisionError:
+            return
+        res.checks += 1
+        if v is None:
+            return
+        res.static_decided += 1
+        big = _oblivious_symbols(env)
+        idx = [i for i, s in enumerate(syms) if s in big]
+        for p in pts:
+            if any(p[i] < 2 for i in idx):
+                continue
+            cv = _safe(fc, p)
+            if cv is not None and bool(cv) != v:
+                self._case("static (size-oblivious)", env, syms, c, v, p, cv, "brute force")
+                return
+        if z3side is not None:
+            res.z3_checks += 1
+            zc = z3side.tr.to_z3(c)
+            extra = [z3side.tr.to_z3(sympy.Ge(s, 2)) for s in big]
+            m = z3side.witness(z3.Not(zc) if v else zc, c, extra)
+            if m == "unknown":
+                res.z3_unknown += 1
+            elif m is not None:
+                pt = _model_values(m, z3side.tr, syms)
+                named = {str(k): val for k, val in pt.items()}
+                try:
+                    bad = bool(evaluate(c, pt)) != v and all(evaluate(f, pt) for f in env.facts)
+                except ZeroDivisionError:
+                    bad = False
+                if bad:
+                    self._case("static (size-oblivious)", env, syms, c, v, named, not v, "z3")
+                else:
+                    res.translation_mismatches.append(f"size-oblivious {c} at {named}: witness not confirmed")
 
     def _engine(self, fn, expr, compiled, pts):
         """``fn(expr)``; a ZeroDivisionError is accepted only where ``expr`` is undefined everywhere."""
