@@ -15,6 +15,7 @@ import sys
 import torch
 
 from shapes.errors import SymshapeError
+from shapes.spec import parse_sizes
 
 
 class CliError(SymshapeError):
@@ -90,13 +91,5 @@ def parse_dim_args(items) -> dict:
 
 
 def parse_point(text: str) -> dict:
-    """``"B=1,T=7"`` -> ``{"B": 1, "T": 7}``."""
-    out = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        m = re.match(r"^\s*([A-Za-z_]\w*)\s*=\s*(\d+)\s*$", part)
-        if not m:
-            raise CliError(f"bad size {part!r} in {text!r}: expected NAME=INT, comma separated (B=1,T=7)")
-        out[m.group(1)] = int(m.group(2))
-    return out
+    """``"B=1,T=7"`` -> ``{"B": 1, "T": 7}`` (see :func:`shapes.spec.parse_sizes`)."""
+    return parse_sizes(text)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import sympy
 from sympy.printing.str import StrPrinter
 
-from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
+from shapes.functions import FloorDiv, PyMod
 
 
 def nonneg(e, size_syms=None) -> bool:

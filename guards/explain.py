@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import linecache
 import os
-import re
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
 import sympy
@@ -41,6 +39,8 @@ import sympy
 from shapes.errors import SymshapeError
 from shapes.functions import PyMod
 from shapes.guard import Decision, Guard, GuardKind
+from shapes.errors import SpecError
+from shapes.spec import parse_sizes
 
 from .render import source_names, to_python
 
@@ -596,23 +596,17 @@ def _counts(entries) -> dict:
 
 # ----------------------------------------------------------------------------- at a point
 
-def parse_point(text: str) -> dict:
-    """``"B=1,T=7"`` -> ``{"B": 1, "T": 7}``."""
-    out = {}
-    for part in text.split(","):
-        if not part.strip():
-            continue
-        m = re.match(r"^\s*([A-Za-z_]\w*)\s*=\s*(\d+)\s*$", part)
-        if not m:
-            raise ExplainError(f"bad size {part!r} in {text!r}: expected NAME=INT, comma separated (B=1,T=7)")
-        out[m.group(1)] = int(m.group(2))
-    return out
+def _parse_at(text: str) -> dict:
+    try:
+        return parse_sizes(text)
+    except SpecError as e:
+        raise ExplainError(str(e)) from e
 
 
 def _evaluate_at(traced, ex: Explanation, at) -> AtResult:
     from .checker import check_sizes
 
-    point = parse_point(at) if isinstance(at, str) else {
+    point = _parse_at(at) if isinstance(at, str) else {
         (k if isinstance(k, str) else k.name): v for k, v in dict(at).items()}
     dims = list(traced.hints)
     unknown = [k for k in point if k not in traced.hints]

@@ -17,10 +17,9 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 import sympy
-from sympy.printing.precedence import precedence
 from sympy.printing.str import StrPrinter
 
-from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
+from shapes.functions import FloorDiv, PyMod, TrueDiv
 
 _REL = {"==": "==", "!=": "!=", "<": "<", "<=": "<=", ">": ">", ">=": ">="}
 _PREC_MUL = 50

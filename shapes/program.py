@@ -1,9 +1,8 @@
 """A traced program: its graph, env, guards, and a runner for real tensors."""
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any
 
 import sympy
 import torch

@@ -162,3 +162,46 @@ def default_hints(names, dims: Mapping[str, Dim]) -> dict[str, int]:
         hints[n] = int(v)
         used.add(int(v))
     return hints
+
+
+def parse_specs(specs) -> tuple[list[InputSpec], list[str]]:
+    """Parse several specs; returns them and their dim names in first-use order.
+
+    Raises :class:`SpecError` for a malformed spec or two inputs with one name.
+
+    >>> parsed, names = parse_specs(["a: f32[B, N]", "b: f32[B, M]"])
+    >>> names
+    ['B', 'N', 'M']
+    """
+    parsed = [parse_spec(s) for s in specs]
+    seen = set()
+    for s in parsed:
+        if s.name in seen:
+            raise SpecError(f"two inputs are named {s.name!r}; give each input spec its own name")
+        seen.add(s.name)
+    names: list[str] = []
+    for s in parsed:
+        for d in s.dims:
+            if isinstance(d, str) and d not in names:
+                names.append(d)
+    return parsed, names
+
+
+_POINT = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(\d+)\s*$")
+
+
+def parse_sizes(text: str) -> dict[str, int]:
+    """``"B=1,T=7"`` -> ``{"B": 1, "T": 7}``; raises :class:`SpecError` with the expected form.
+
+    >>> parse_sizes("B=1, T=7")
+    {'B': 1, 'T': 7}
+    """
+    out = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        m = _POINT.match(part)
+        if not m:
+            raise SpecError(f"bad size {part!r} in {text!r}: expected NAME=INT, comma separated (B=1,T=7)")
+        out[m.group(1)] = int(m.group(2))
+    return out

@@ -19,15 +19,12 @@ Example::
 from __future__ import annotations
 
 import builtins
-import math
-from typing import Optional
 
 import sympy
 import torch
 
 from . import torch_adapter
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
-from .guard import Decision
 from .provenance import capture
 
 

@@ -10,11 +10,9 @@ Example::
 """
 from __future__ import annotations
 
-import builtins
 import inspect
 import operator
 import os
-import sys
 import traceback
 from typing import Any, Callable, Optional
 
@@ -31,8 +29,8 @@ from .errors import SpecError, SymshapeError, TraceError, UnsupportedOpError
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from .program import TracedProgram
 from .provenance import Provenance, _is_engine, _is_library
-from .spec import Dim, default_hints, parse_dims, parse_spec
-from .symnode import SymExprNode, sym_value
+from .spec import Dim, default_hints, parse_dims, parse_specs
+from .symnode import sym_value
 
 SymTypes = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -425,18 +423,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
     """
     if not callable(program):
         raise SpecError(f"program must be a function or an nn.Module, got {type(program).__name__}")
-    parsed = [parse_spec(s) for s in specs]
-    seen = set()
-    for s in parsed:
-        if s.name in seen:
-            raise SpecError(f"two inputs are named {s.name!r}; give each input spec its own name")
-        seen.add(s.name)
+    parsed, names = parse_specs(specs)
     by_keyword = _binding(program, [s.name for s in parsed])
-    names = []
-    for s in parsed:
-        for d in s.dims:
-            if isinstance(d, str) and d not in names:
-                names.append(d)
     dmap = parse_dims(dims, names)
     hints = default_hints(names, dmap)
 

@@ -46,7 +46,7 @@ import z3
 from shapes.env import DataDependentError
 from shapes.errors import SpecError, SymshapeError, TraceError, UnsupportedOpError
 from shapes.functions import FloorDiv, PyMod, TrueDiv
-from shapes.spec import Dim, default_hints, parse_dims, parse_spec
+from shapes.spec import Dim, default_hints, parse_dims, parse_specs
 from shapes.tracer import trace
 
 from .input_space import ClassError, InputSpace, ShapeClass, Status, _holds, to_python
@@ -116,17 +116,7 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
 
 def _resolve_dims(specs, dims):
     """Names in order, their ``(lo, hi)`` boxes, the first point, and which got the default range."""
-    parsed = [parse_spec(s) for s in specs]
-    seen = set()
-    for s in parsed:
-        if s.name in seen:
-            raise SpecError(f"two inputs are named {s.name!r}; give each input spec its own name")
-        seen.add(s.name)
-    names = []
-    for s in parsed:
-        for d in s.dims:
-            if isinstance(d, str) and d not in names:
-                names.append(d)
+    parsed, names = parse_specs(specs)
     given = dict(dims or {})
     pinned = {k: v for k, v in given.items() if isinstance(v, int) and not isinstance(v, bool)}
     # An int pins the dim (a one-point range); everything else is checked by the engine's parser.

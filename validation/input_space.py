@@ -26,12 +26,11 @@ import enum
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional, Sequence
+from typing import Mapping, Optional
 
 import sympy
 
 from guards.render import to_python  # noqa: F401  (re-exported: dinfer prints with it)
-from shapes.functions import FloorDiv, PyMod, TrueDiv
 
 
 class Status(str, enum.Enum):
