@@ -487,3 +487,16 @@ def test_size_oblivious_decisions_validate_under_their_assumption():
         return x * 2 if guard_size_oblivious(n == 1) else x
     tp = trace_clean(f, "x: f32[N, M]")
     assert any(e.rule == "size_oblivious" for e in tp.env.log)
+
+
+def test_float_folding_is_checked_up_to_rounding():
+    """`/` of constants folds to Python's double; a wrong float is still caught."""
+    env = ShapeEnv()
+    u = env.create_unbacked(kind="size")
+    env.expect_true(sympy.Eq(u, 7))
+    assert env.simplify(TrueDiv(-5, u)) == sympy.Float(-5 / 7)  # logged as a replacement rewrite
+    rep = validate_env(env)
+    assert rep.ok and not rep.unknown and rep.queries >= 1, str(rep)
+    env.log_step("rewrite", TrueDiv(-5, u), sympy.Float(-0.7142), "made_up")
+    rep = validate_env(env)
+    assert rep.first_unsound.rule == "made_up" and rep.first_unsound.counterexample == {"u0": 7}

@@ -19,8 +19,10 @@ At the end, the conjunction of the final guards must be equivalent to the
 conjunction of the guards as first raised (given the axioms).
 
 Semantics are Python's on exact numbers: ``//`` and ``%`` floor, floats
-are modeled as reals (the engine's constant folding of ``/`` to a double is
-not a logged step).  A claim must hold wherever the expressions the program
+are modeled as reals.  The engine folds a constant ``/`` to the double Python
+computes (``-5/7`` becomes ``-0.714285714285714``), so a real-valued rewrite
+whose result holds a float constant is checked up to a relative error of
+:data:`FLOAT_RTOL` instead of exactly.  A claim must hold wherever the expressions the program
 computed (a step's ``before``, the facts) are defined: their divisors are
 assumed nonzero, as the program would have raised otherwise.  ``after`` gets
 no such help (Z3 sees a division by zero as an arbitrary value), so a step
@@ -73,6 +75,10 @@ from .z3_translate import UntranslatableExpression, Z3Translator
 
 #: Per-query Z3 timeout (milliseconds); a timeout is reported as "unknown".
 DEFAULT_TIMEOUT_MS = 4000
+#: Relative error allowed where a real-valued rewrite's result holds a float
+#: constant (the engine folded a `/` to a double): far above rounding, far
+#: below any wrong rule.
+FLOAT_RTOL = sympy.Rational(1, 10**9)
 
 _CLAIM_KINDS = ("static", "rewrite", "fact")
 
@@ -401,6 +407,10 @@ def _claim(e: LogEntry):
     if e.kind == "rewrite":
         if _is_bool(e.before):
             return sympy.Equivalent(e.before, e.after)
+        if not e.after.is_integer and (e.after.has(sympy.Float) or e.before.has(sympy.Float)):
+            # The engine folds a constant `/` to the double Python computes; Z3's
+            # reals are exact, so such a step is checked up to float rounding.
+            return sympy.Le(sympy.Abs(e.before - e.after), FLOAT_RTOL * sympy.Max(1, sympy.Abs(e.after)))
         return sympy.Eq(e.before, e.after, evaluate=False)
     return sympy.Equivalent(e.before, e.after)
 
