@@ -17,9 +17,8 @@ import os
 import sys
 
 from guards.explain import ExplainError, explain
-from shapes import trace
 
-from .loader import CliError, load_program, parse_dim_args, parse_point
+from .loader import CliError, load_program, parse_dim_args, parse_point, trace_for
 
 FORMATS = ("text", "json", "html")
 
@@ -48,7 +47,7 @@ def run(args) -> int:
     if args.at is not None and not point:
         raise CliError(f"--at {args.at!r} names no sizes; give NAME=INT pairs, e.g. --at B=1,T=7")
     prog = load_program(args.target)
-    tp = trace(prog, *args.input, dims=parse_dim_args(args.dim))
+    tp = trace_for(prog, args.input, parse_dim_args(args.dim), [point] if point else [])
     try:
         ex = explain(tp, at=point)
     except ExplainError as e:

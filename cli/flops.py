@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from shapes.flops import count_flops
 
-from .loader import load_program, parse_dim_args, parse_point
+from .loader import load_program, parse_dim_args, parse_point, trace_for
 
 
 def register(sub):
@@ -39,8 +39,9 @@ def register(sub):
 
 def run(args) -> int:
     prog = load_program(args.target)
-    report = count_flops(prog, *args.input, dims=parse_dim_args(args.dim))
     points = [parse_point(a) for a in args.at or []]
+    traced = trace_for(prog, args.input, parse_dim_args(args.dim), points)
+    report = count_flops(traced)
     if args.json:
         # Evaluate before printing anything, so a bad --at is one error line.
         print(report.to_json(points))

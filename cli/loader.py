@@ -93,3 +93,27 @@ def parse_dim_args(items) -> dict:
 def parse_point(text: str) -> dict:
     """``"B=1,T=7"`` -> ``{"B": 1, "T": 7}`` (see :func:`shapes.spec.parse_sizes`)."""
     return parse_sizes(text)
+
+
+def trace_for(program, specs, dims, points=()):
+    """Trace at the default example sizes; if the program raises there and the
+    user gave concrete points (``--at``), trace at the first point where it runs
+    instead, so a report about those sizes is still possible."""
+    from shapes import TraceError, trace
+
+    try:
+        return trace(program, *specs, dims=dims)
+    except TraceError as first:
+        for pt in points:
+            hinted = dict(dims or {})
+            for name, v in pt.items():
+                cur = hinted.get(name)
+                if isinstance(cur, tuple) and len(cur) >= 2:
+                    hinted[name] = (cur[0], cur[1], v)
+                elif cur is None:
+                    hinted[name] = v
+            try:
+                return trace(program, *specs, dims=hinted)
+            except TraceError:
+                continue
+        raise first

@@ -48,14 +48,16 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
-def main(argv=None) -> int:
-    return _run(argv, build_parser())
+def main(argv=None, prog: str = "symshape") -> int:
+    parser = build_parser()
+    parser.prog = prog
+    return _run(argv, parser)
 
 
 def dinfer_main(argv=None) -> int:
     """The ``dinfer`` command: same as ``symshape dinfer``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    return main(["dinfer"] + argv)
+    return main(["dinfer"] + argv, prog="dinfer")
 
 
 if __name__ == "__main__":
