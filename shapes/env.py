@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable, Optional
+from typing import Optional
 
 import sympy
 
 from . import simplify as _simplify
+from .conditions import canonical_condition, decide_normal, normal_form
+from .errors import DataDependentError
 from .functions import FloorDiv, PyMod
-from .errors import SymshapeError
 from .guard import Decision, Guard, GuardKind, LogEntry
 from .provenance import Provenance, capture
 from .value_ranges import INF, ValueRange, bound
@@ -37,40 +38,6 @@ from .value_ranges import INF, ValueRange, bound
 _NO_FALLBACK = object()
 UNBACKED_PREFIX = "u"
 _UNBACKED_NAME = re.compile(r"^u\d+$")
-
-
-class DataDependentError(SymshapeError, RuntimeError):
-    """A decision needs the value of a data-dependent (unbacked) size.
-
-    The message names the user's source line and the op, and says how to
-    make the trace go through (``torch._check``).
-    """
-
-    def __init__(self, expr, provenance: Provenance, unbacked: Iterable[sympy.Symbol], env: "ShapeEnv"):
-        self.expr = expr
-        self.provenance = provenance
-        self.unbacked = tuple(unbacked)
-        origins = "; ".join(f"{u} = {env.describe_symbol(u)}" for u in self.unbacked)
-        op = f" (asked by {provenance.op})" if provenance.op else ""
-        super().__init__(
-            f"data-dependent condition {expr} at {provenance.filename}:{provenance.lineno}"
-            f"{op}: `{provenance.code}`. {origins}. The value is only known at run time, so "
-            f"the trace cannot take a branch on it. State which way it goes for your data before "
-            f"this line, with torch._check({_python_form(expr)}) or "
-            f"torch._check({_python_form(sympy.Not(expr))}); the check is asserted at run time and "
-            f"assumed while tracing."
-        )
-
-
-def _python_form(expr) -> str:
-    s = str(expr)
-    m = re.match(r"^Eq\((.*), (.*)\)$", s)
-    if m:
-        return f"{m.group(1)} == {m.group(2)}"
-    m = re.match(r"^Ne\((.*), (.*)\)$", s)
-    if m:
-        return f"{m.group(1)} != {m.group(2)}"
-    return s
 
 
 class ShapeEnv:
@@ -479,7 +446,7 @@ class ShapeEnv:
             forms = []
             for f in self.facts:
                 for a in sympy.And.make_args(self._apply_replacements(f)):
-                    nf = _normal_form(a)
+                    nf = normal_form(a)
                     if nf is not None:
                         forms.append(nf)
             self._fact_forms = forms
@@ -492,7 +459,7 @@ class ShapeEnv:
         for ``s`` in {1, -1}; the range of ``d`` is then bounded by the fact's
         range for ``g`` plus the range of ``rest``.
         """
-        q = _normal_form(e)
+        q = normal_form(e)
         if q is None:
             return None
         d, qop = q
@@ -515,7 +482,7 @@ class ShapeEnv:
                 best = dr if best is None else best.intersect(dr) if _overlap(best, dr) else best
         if best is None:
             return None
-        return _decide_normal(best, qop)
+        return decide_normal(best, qop)
 
     # ------------------------------------------------------------------ hints
 
@@ -628,46 +595,6 @@ class ShapeEnv:
         return [e.after for e in self.log if e.kind == "axiom"]
 
 
-def canonical_condition(e):
-    """Readable normal form of an integer comparison: constants on the right,
-    strict bounds made inclusive (``T - 1 < 128`` -> ``T <= 128``)."""
-    if isinstance(e, sympy.Not) and isinstance(e.args[0], sympy.Rel):
-        e = sympy.Not(e.args[0])  # sympy already flips relationals; this keeps Eq/Ne simple
-    if not isinstance(e, sympy.Rel) or not (e.lhs.is_integer and e.rhs.is_integer):
-        return e
-    lhs, rhs = e.lhs, e.rhs
-    if isinstance(e, (sympy.Eq, sympy.Ne)) and lhs.is_Symbol and rhs.is_Symbol and rhs.name < lhs.name:
-        return type(e)(rhs, lhs)  # symmetric: name order, so A == C reads the same every time
-    if lhs.is_number and not rhs.is_number:
-        e = e.reversed
-        lhs, rhs = e.lhs, e.rhs
-    c, rest = lhs.as_coeff_Add()
-    moved = c != 0 and rhs.is_number and not rest.is_number
-    if moved:
-        lhs, rhs = rest, rhs - c
-    rel = type(e)
-    if moved and rhs.is_Integer:
-        if rel is sympy.Lt:
-            rel, rhs = sympy.Le, rhs - 1
-        elif rel is sympy.Gt:
-            rel, rhs = sympy.Ge, rhs + 1
-    if rhs.is_Integer:
-        k, x = lhs.as_coeff_Mul()
-        if k.is_Integer and k > 1:
-            k, r = int(k), int(rhs)
-            if rel in (sympy.Eq, sympy.Ne) and r % k == 0:
-                lhs, rhs = x, sympy.Integer(r // k)
-            elif rel in (sympy.Le, sympy.Lt, sympy.Ge, sympy.Gt):
-                # k*x <= r  <=>  x <= floor(r/k); k*x >= r  <=>  x >= ceil(r/k)
-                if rel is sympy.Lt:
-                    rel, r = sympy.Le, r - 1
-                elif rel is sympy.Gt:
-                    rel, r = sympy.Ge, r + 1
-                lhs, rhs = x, sympy.Integer(r // k if rel is sympy.Le else -((-r) // k))
-    out = rel(lhs, rhs)
-    return out if isinstance(out, sympy.Rel) else e
-
-
 def _negate(e):
     n = sympy.Not(e)
     return n
@@ -693,34 +620,3 @@ def _overlap(a: ValueRange, b: ValueRange) -> bool:
     return max(a.lower, b.lower) <= min(a.upper, b.upper)
 
 
-def _normal_form(rel):
-    """``rel`` as ``(d, op)`` meaning ``d op 0`` with op in {"<=", "=="};
-    strict integer inequalities become ``d + 1 <= 0``. None if not integer."""
-    if not isinstance(rel, sympy.Rel):
-        return None
-    lhs, rhs = rel.lhs, rel.rhs
-    if not (lhs.is_integer and rhs.is_integer):
-        return None
-    if isinstance(rel, sympy.Eq):
-        return sympy.expand(lhs - rhs), "=="
-    if isinstance(rel, sympy.Ne):
-        return sympy.expand(lhs - rhs), "!="
-    if isinstance(rel, sympy.Le):
-        return sympy.expand(lhs - rhs), "<="
-    if isinstance(rel, sympy.Lt):
-        return sympy.expand(lhs - rhs + 1), "<="
-    if isinstance(rel, sympy.Ge):
-        return sympy.expand(rhs - lhs), "<="
-    if isinstance(rel, sympy.Gt):
-        return sympy.expand(rhs - lhs + 1), "<="
-    return None
-
-
-def _decide_normal(r: ValueRange, op: str) -> Optional[bool]:
-    if op == "<=":
-        return True if r.upper <= 0 else False if r.lower > 0 else None
-    if op == "==":
-        return True if r.lower == r.upper == 0 else False if (r.lower > 0 or r.upper < 0) else None
-    if op == "!=":
-        return False if r.lower == r.upper == 0 else True if (r.lower > 0 or r.upper < 0) else None
-    return None
