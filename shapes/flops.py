@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
@@ -420,11 +419,13 @@ class FlopReport:
     def table(self, sizes=None, width: int = 80) -> str:
         """A readable table (``width`` columns) of the ops as closed forms; with
         ``sizes`` (a dict, or a list of dicts), their values and intensity there."""
-        return _render_table(self, sizes, width)
+        from .flop_tables import render_table
+        return render_table(self, sizes, width)
 
     def module_table(self, sizes: Optional[Mapping] = None, depth: int = 2, width: int = 80) -> str:
         """FLOPs and bytes per module, down to ``depth`` levels below the root."""
-        return _render_modules(self, sizes, depth, width)
+        from .flop_tables import render_modules
+        return render_modules(self, sizes, depth, width)
 
     def to_dict(self, sizes_list=()) -> dict:
         """A JSON-ready dict: expressions as strings, and exact values at each of ``sizes_list``."""
@@ -505,131 +506,6 @@ def _expr_of(s):
 
 
 # --------------------------------------------------------------------------- tables
-
-def _human(n) -> str:
-    n = int(n)
-    for unit, scale in (("T", 10**12), ("G", 10**9), ("M", 10**6), ("K", 10**3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3f}{unit}"
-    return str(n)
-
-
-def _grid(rows, widths, aligns, sep="  ") -> list[str]:
-    """Rows of cells, each cell wrapped to its column; a wrapped row spans lines."""
-    lines = []
-    for row in rows:
-        cells = [textwrap.wrap(str(c), w, break_on_hyphens=False) or [""] for c, w in zip(row, widths)]
-        for i in range(max(len(c) for c in cells)):
-            parts = []
-            for c, w, a in zip(cells, widths, aligns):
-                s = c[i] if i < len(c) else ""
-                parts.append(s.rjust(w) if a == ">" else s.ljust(w))
-            lines.append(sep.join(parts).rstrip())
-    return lines
-
-
-def _wrapped(label: str, text: str, width: int) -> list[str]:
-    return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label),
-                         break_on_hyphens=False) or [label.rstrip()]
-
-
-def _render_table(r: FlopReport, sizes, width: int) -> str:
-    lines = [f"FLOPs of {r.name}({', '.join(str(s) for s in r.traced.specs)})"]
-    lines += _wrapped("  total FLOPs  ", str(r.total), width)
-    lines += _wrapped("  total bytes  ", str(r.total_bytes), width)
-    shown = [c for c in r._ordered_ops() if c.kind in ("counted", "uncounted") or c.bytes != 0]
-    lines.append("")
-    rows = [(c.op + (" (!)" if c.kind == "uncounted" else ""), c.calls,
-             str(c.flops) if c.kind != "uncounted" else "?", str(c.bytes)) for c in shown]
-    lines += _expr_table("op", rows, width, with_calls=True)
-    points = [] if sizes is None else [sizes] if isinstance(sizes, Mapping) else list(sizes)
-    for pt in points:
-        v = r.at(pt)
-        lines.append("")
-        lines += _wrapped("at " + ", ".join(f"{k}={n}" for k, n in v.sizes.items()) + ": ",
-                          f"{v.flops:,} FLOPs, {v.bytes:,} bytes, {_ratio(v.flops, v.bytes)} FLOP/byte", width)
-        numw = 10
-        opw = max([len("op")] + [len(c.op) for c in shown])
-        opw = min(opw, width - 5 - 2 * numw - 7 - 8)
-        rows = [(c.op, c.calls, _human(v.ops[c.op][1]), _human(v.ops[c.op][2]),
-                 _ratio(v.ops[c.op][1], v.ops[c.op][2])) for c in shown]
-        lines += _grid([("op", "calls", "FLOPs", "bytes", "FLOP/B")] + rows, (opw, 5, numw, numw, 7),
-                       ("<", ">", ">", ">", ">"))
-    notes = []
-    if r.uncounted:
-        notes.append(("UNCOUNTED (torch counts these, symshape has no formula; totals exclude them): ",
-                      r.uncounted))
-    if r.matmul_like_uncounted:
-        notes.append(("matrix ops torch's convention counts as 0 FLOPs: ", r.matmul_like_uncounted))
-    if r.beyond_torch:
-        notes.append(("counted here, not by torch's FlopCounterMode: ", r.beyond_torch))
-    if r.zero_by_convention:
-        notes.append(("0 FLOPs by convention: ", r.zero_by_convention))
-    views = {c.op: c.calls for c in r.ops.values() if c.kind == "view"}
-    if views:
-        notes.append(("views (0 FLOPs, 0 bytes): ", views))
-    if notes:
-        lines.append("")
-    for label, d in notes:
-        # A NUL keeps "op xN" on one line through the wrapping.
-        text = ", ".join(f"{k}\0x{n}" for k, n in sorted(d.items()))
-        lines += [line.replace("\0", " ") for line in _wrapped(label, text, width)]
-    return "\n".join(lines)
-
-
-def _expr_table(first: str, rows, width: int, with_calls: bool) -> list[str]:
-    """Rows of (name, [calls,] FLOPs, bytes) with symbolic cells: columns when
-    they fit in ``width``, else one block per row."""
-    namew = max([len(first)] + [len(x[0]) for x in rows])
-    fw = max([len("FLOPs")] + [len(x[-2]) for x in rows])
-    bw = max([len("bytes")] + [len(x[-1]) for x in rows])
-    if with_calls:
-        if namew + 5 + fw + bw + 6 <= width:
-            return _grid([(first, "calls", "FLOPs", "bytes")] + list(rows), (namew, 5, fw, bw), ("<", ">", "<", "<"))
-    elif namew + fw + bw + 4 <= width:
-        return _grid([(first, "FLOPs", "bytes")] + list(rows), (namew, fw, bw), ("<", "<", "<"))
-    lines = []
-    for row in rows:
-        head = row[0]
-        if with_calls:
-            head += f"  ({row[1]} call{'s' if row[1] != 1 else ''})"
-        lines.append(head)
-        indent = " " * (len(row[0]) - len(row[0].lstrip()))
-        lines += _wrapped(indent + "    FLOPs  ", row[-2], width)
-        lines += _wrapped(indent + "    bytes  ", row[-1], width)
-    return lines
-
-
-def _ratio(f: int, b: int) -> str:
-    return f"{f / b:.2f}" if b else "-"
-
-
-def _render_modules(r: FlopReport, sizes, depth: int, width: int) -> str:
-    if not r.by_module:
-        return f"{r.name} is not an nn.Module: no module breakdown"
-    v = r.at(sizes) if sizes is not None else None
-    mods = [m for m in r.by_module.values() if m.depth <= depth]
-    namew = min(width - 41, max(len("module"), *(2 * m.depth + len(m.name or m.cls) +
-                                                 (len(m.cls) + 3 if m.name else 0) for m in mods)))
-    names = []
-    for m in mods:
-        label = ("  " * m.depth) + (m.name or m.cls)
-        if m.name and len(label) + len(m.cls) + 3 <= namew:
-            label += f" ({m.cls})"  # the class when it fits
-        names.append(label)
-    if v is None:
-        rows = [(n, str(_nice(m.flops)), str(_nice(m.bytes))) for n, m in zip(names, mods)]
-        return "\n".join(_expr_table("module", rows, width, with_calls=False))
-    rows = []
-    for n, m in zip(names, mods):
-        f, b = v.by_module[m.name]
-        share = f"{100 * f / v.flops:.1f}%" if v.flops else "-"
-        rows.append((n, _human(f), share, _human(b), _ratio(f, b)))
-    return "\n".join(_grid([("module", "FLOPs", "%", "bytes", "FLOP/B")] + rows, (namew, 10, 6, 10, 7),
-                           ("<", ">", ">", ">", ">")))
-
-
-# --------------------------------------------------------------------------- entry point
 
 def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True) -> FlopReport:
     """Count the FLOPs and bytes moved of ``program`` as closed forms over its dims.
