@@ -43,7 +43,13 @@ def _is_library(filename: str) -> bool:
         return True
     # The standard library (contextlib, functools, ...) is never "user code",
     # but site-packages is: transformers' modeling files are where users look.
+    # Pure plumbing packages (decorator wrappers) are skipped like the stdlib.
+    if os.path.basename(filename) in _PLUMBING_FILES:
+        return True
     return filename.startswith(_STDLIB_DIR) and "site-packages" not in filename
+
+
+_PLUMBING_FILES = frozenset({"typing_extensions.py"})
 
 
 @dataclass(frozen=True)
