@@ -23,7 +23,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import data_dependent, index_bounds
+from . import data_dependent, eager_checks, index_bounds
 from .env import DataDependentError, ShapeEnv
 from .errors import SpecError, SymshapeError, TraceError, UnsupportedOpError
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
@@ -270,6 +270,9 @@ class _Recorder(TorchDispatchMode):
             for cond, msg in index_bounds.lookup_checks(func, args, b.bounds_of):
                 if not self.env.expect_true(cond, message=msg):
                     raise IndexError(f"index out of range in self ({msg})")
+            for cond, msg in eager_checks.checks(func, args):
+                if not self.env.expect_true(cond, message=msg):
+                    raise RuntimeError(msg)
             handler = data_dependent.HANDLERS.get(func)
             res = handler(self.env, func, args, kwargs) if handler else None
             if res is None:
