@@ -171,8 +171,9 @@ def test_conv_reports_minimum_spatial_size():
     space = dinfer(zoo.ConvPool().eval(), "x: f32[1, 3, H, W]", dims={"H": (1, 512), "W": (1, 512)})
     assert space.complete
     assert space.valid_ranges == {"H": (8, 512), "W": (8, 512)}
-    (ok,) = space.ok_classes
-    assert ok.example == {"H": 8, "W": 8}
+    # (torch versions differ in how many ok classes: 2.11's pool meta guards on parity)
+    assert min((c.example for c in space.ok_classes), key=lambda e: (e["H"] + e["W"], e["H"])) == {"H": 8, "W": 8}
+    assert space.classify(H=8, W=8).ok is True and space.classify(H=7, W=8).ok is False
 
 
 def data_branch(x):
@@ -279,7 +280,7 @@ def test_cli_table_and_progress(capsys):
 
 def test_cli_json_and_quiet(capsys):
     rc = main(["dinfer", f"{ZOO_PATH}:conv_pool", "-i", "x: f32[B, 3, H, W]", "--dim", "B=1..4,H=1..64,W=1..64",
-               "--json", "--quiet"])
+               "--json", "--quiet", "--max-classes", "256"])
     out, err = capsys.readouterr()
     assert rc == 0 and err == ""
     d = json.loads(out)
