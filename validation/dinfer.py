@@ -27,7 +27,7 @@ Example::
     >>> for c in space.classes:
     ...     print(c.outcome(), "|", c.describe(), "|", c.example)
     ok | N <= 8 and N % 2 == 0 | {'N': 2}
-    RuntimeError | N >= 2 and N <= 8 and N % 2 != 0 | {'N': 3}
+    RuntimeError | 2 <= N <= 8 and N % 2 != 0 | {'N': 3}
     ok | N >= 9 | {'N': 9}
     RuntimeError | N == 1 | {'N': 1}
     >>> space.valid_ranges

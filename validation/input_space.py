@@ -151,8 +151,19 @@ class ShapeClass:
         """The predicate as a Python expression over the dim names."""
         if not self.conditions:
             return "True"
-        return " and ".join(_paren(to_python(c)) if isinstance(c, sympy.Or) else to_python(c)
-                            for c in self.conditions)
+        parts, conds, i = [], list(self.conditions), 0
+        while i < len(conds):
+            c = conds[i]
+            nxt = conds[i + 1] if i + 1 < len(conds) else None
+            # A merged interval reads as one chained comparison: 2 <= N <= 8.
+            if (isinstance(c, sympy.Ge) and isinstance(nxt, sympy.Le) and c.lhs.is_Symbol
+                    and nxt.lhs == c.lhs and c.rhs.is_Integer and nxt.rhs.is_Integer):
+                parts.append(f"{c.rhs} <= {to_python(c.lhs)} <= {nxt.rhs}")
+                i += 2
+                continue
+            parts.append(_paren(to_python(c)) if isinstance(c, sympy.Or) else to_python(c))
+            i += 1
+        return " and ".join(parts)
 
     def outcome(self) -> str:
         """One short phrase: ``ok``, ``RuntimeError``, ``data-dependent``, ``unsupported``."""
