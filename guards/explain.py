@@ -250,7 +250,8 @@ def short_path(filename: str) -> str:
         rel = os.path.relpath(filename)
     except ValueError:
         return filename
-    return filename if rel.startswith(".." + os.sep + "..") else rel
+    # Outside the working directory an absolute path reads better than ../..
+    return filename if rel.startswith(".." + os.sep) else rel
 
 
 def _snippet(filename: str, lineno: int, context: int = SNIPPET_CONTEXT):
