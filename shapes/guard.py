@@ -77,6 +77,10 @@ class Guard:
     def __str__(self) -> str:
         return f"[{self.kind.value}] {self.expr}  at {self.provenance}"
 
+    def __repr__(self) -> str:
+        op = f" in {self.op}" if self.op else ""
+        return f"<Guard {self.kind.value}: {self.expr} at {self.provenance.location()}{op}>"
+
 
 @dataclass(frozen=True)
 class LogEntry:
