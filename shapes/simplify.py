@@ -134,10 +134,8 @@ def _common_factor(env, a, b):
     return g
 
 
-def rule_floordiv_gcd(env, e):
-    """(g*a) // (g*b)  ->  a // b   for g > 0 (the quotient a/b is unchanged)."""
-    if not isinstance(e, FloorDiv):
-        return None
+def _cancel_common(env, e):
+    """(g, a/g, b/g) for ``e = f(a, b)`` with a common factor g > 0, else None."""
     a, b = e.args
     g = _common_factor(env, a, b)
     if g is None:
@@ -145,21 +143,23 @@ def rule_floordiv_gcd(env, e):
     na, nb = sympy.cancel(a / g), sympy.cancel(b / g)
     if not (_is_int_poly(na) and _is_int_poly(nb)):
         return None
-    return FloorDiv(na, nb)
+    return g, na, nb
+
+
+def rule_floordiv_gcd(env, e):
+    """(g*a) // (g*b)  ->  a // b   for g > 0 (the quotient a/b is unchanged)."""
+    if not isinstance(e, FloorDiv):
+        return None
+    c = _cancel_common(env, e)
+    return None if c is None else FloorDiv(c[1], c[2])
 
 
 def rule_mod_gcd(env, e):
     """(g*a) % (g*b)  ->  g*(a % b)   for g > 0."""
     if not isinstance(e, PyMod):
         return None
-    a, b = e.args
-    g = _common_factor(env, a, b)
-    if g is None:
-        return None
-    na, nb = sympy.cancel(a / g), sympy.cancel(b / g)
-    if not (_is_int_poly(na) and _is_int_poly(nb)):
-        return None
-    return g * PyMod(na, nb)
+    c = _cancel_common(env, e)
+    return None if c is None else c[0] * PyMod(c[1], c[2])
 
 
 def _is_int_poly(x) -> bool:
