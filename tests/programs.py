@@ -117,3 +117,20 @@ def raises_on_small(x):
     if x.shape[0] < 4:
         raise ValueError("need at least 4 rows")
     return x * 2
+
+
+def tiny_gpt2():
+    """transformers' GPT2Model from a small config (no download)."""
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=100)
+    return transformers.GPT2Model(cfg).eval()
+
+
+def tiny_bert():
+    """transformers' BertModel from a small config (no download)."""
+    import transformers
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
+                                  intermediate_size=128, vocab_size=100, max_position_embeddings=128)
+    return transformers.BertModel(cfg).eval()

@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode, flop_registry, register_flop_formula
 
 import shapes
+from tests import programs as P
+from tests.programs import tiny_bert, tiny_gpt2
 from cli.main import main as cli_main
 from shapes.flop_formulas import torch_cpu_mapping
 from shapes.flops import FlopEvaluationError
@@ -28,17 +30,6 @@ transformers.logging.set_verbosity_error()
 
 
 # --------------------------------------------------------------------------- models
-
-class MLP(nn.Module):
-    def __init__(self, d=32, hidden=96):
-        super().__init__()
-        self.fc1 = nn.Linear(d, hidden)
-        self.fc2 = nn.Linear(hidden, d)
-        self.norm = nn.LayerNorm(d)
-
-    def forward(self, x):
-        return self.norm(x + self.fc2(F.gelu(self.fc1(x))))
-
 
 class ConvNet(nn.Module):
     """Strided, padded, dilated, grouped and transposed convolutions and a linear head."""
@@ -97,19 +88,6 @@ class GQAttention(nn.Module):
         return y.transpose(1, 2).reshape(B, T, -1)
 
 
-def tiny_gpt2():
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=100)
-    return transformers.GPT2Model(cfg).eval()
-
-
-def tiny_bert():
-    torch.manual_seed(0)
-    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                                  intermediate_size=128, vocab_size=100, max_position_embeddings=128)
-    return transformers.BertModel(cfg).eval()
-
-
 def torch_flops(model, *inputs, mapping=None, meta=False):
     """FlopCounterMode's total (and counter) for one real run."""
     if meta:
@@ -130,7 +108,7 @@ def ids_input(B, T):
 
 # name -> (model factory, spec, dim names, sizes, input maker, uses SDPA)
 CASES = {
-    "mlp": (MLP, "x: f32[B, T, 32]", [dict(B=2, T=3), dict(B=5, T=17), dict(B=8, T=64)],
+    "mlp": (lambda: P.MLP(32, 96), "x: f32[B, T, 32]", [dict(B=2, T=3), dict(B=5, T=17), dict(B=8, T=64)],
             lambda s: [float_input(s["B"], s["T"], 32)], False),
     "convnet": (ConvNet, "x: f32[N, 3, H, W]", [dict(N=2, H=16, W=16), dict(N=3, H=21, W=34),
                                                    dict(N=2, H=40, W=27)],

@@ -4,21 +4,9 @@ import sympy
 import torch
 
 import shapes
+from tests.programs import tiny_bert, tiny_gpt2
 
 transformers = pytest.importorskip("transformers")
-
-
-def tiny_gpt2():
-    torch.manual_seed(0)
-    cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=100)
-    return transformers.GPT2Model(cfg).eval()
-
-
-def tiny_bert():
-    torch.manual_seed(0)
-    cfg = transformers.BertConfig(num_hidden_layers=2, hidden_size=64, num_attention_heads=4,
-                                  intermediate_size=128, vocab_size=100, max_position_embeddings=128)
-    return transformers.BertModel(cfg).eval()
 
 
 @pytest.fixture(scope="module")
