@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, Optional
 
 import sympy
@@ -56,13 +57,85 @@ class SizeVal:
     dtype: torch.dtype
 
 
+class OpKind(str, Enum):
+    """The elementwise operations kernels compute; each code generator has one table entry per kind.
+
+    A ``str`` enum, so ``Op("add", ...)`` and ``Op(OpKind.ADD, ...)`` build the same value.
+
+    >>> OpKind("add") is OpKind.ADD, OpKind.WHERE.arity
+    (True, 3)
+    """
+
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    NEG = "neg"
+    RELU = "relu"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    ERF = "erf"
+    ABS = "abs"
+    POW = "pow"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+    WHERE = "where"
+    CAST = "cast"  # converts to the Op's dtype
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    EQ = "eq"
+    NE = "ne"
+    AND = "and"
+    OR = "or"
+    NOT = "not"
+    RECIPROCAL = "reciprocal"
+    SIN = "sin"
+    COS = "cos"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    LOG1P = "log1p"
+    EXPM1 = "expm1"
+
+    @property
+    def arity(self) -> int:
+        return 3 if self is OpKind.WHERE else 2 if self.value in _BINARY_KINDS else 1
+
+
+_BINARY_KINDS = {"add", "sub", "mul", "div", "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne",
+                 "and", "or"}
+
+
+class UnknownOpKind(ValueError):
+    """An IR ``Op`` named an operation that no code generator knows."""
+
+
 @dataclass(frozen=True)
 class Op:
-    """An elementwise operation; ``op`` names one of :data:`OPS`."""
+    """An elementwise operation of kind :class:`OpKind` on ``args`` (IR values).
 
-    op: str
+    >>> Op("mul", (Const(2.0, torch.float32), Const(3.0, torch.float32)), torch.float32).op is OpKind.MUL
+    True
+    """
+
+    op: OpKind
     args: tuple
     dtype: torch.dtype
+
+    def __post_init__(self):
+        try:
+            kind = OpKind(self.op)
+        except ValueError:
+            raise UnknownOpKind(f"IR op {self.op!r} is not an OpKind; add it to compiler.ir.OpKind and to "
+                                f"every code generator's op table") from None
+        if len(self.args) != kind.arity:
+            raise ValueError(f"IR op {kind.value} takes {kind.arity} operand(s), got {len(self.args)}")
+        object.__setattr__(self, "op", kind)
 
     def __hash__(self):
         # Cached: DAGs are hashed at every CSE lookup, and recomputing is quadratic.
@@ -80,15 +153,6 @@ class RedRef:
     red: int
     index: tuple
     dtype: torch.dtype
-
-
-#: op name -> number of operands.  ``cast`` converts to the Op's dtype.
-OPS = {
-    "add": 2, "sub": 2, "mul": 2, "div": 2, "neg": 1, "relu": 1, "exp": 1, "log": 1, "sqrt": 1,
-    "rsqrt": 1, "tanh": 1, "sigmoid": 1, "erf": 1, "abs": 1, "pow": 2, "maximum": 2, "minimum": 2,
-    "where": 3, "cast": 1, "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2, "and": 2, "or": 2,
-    "not": 1, "reciprocal": 1, "sin": 1, "cos": 1, "floor": 1, "ceil": 1, "log1p": 1, "expm1": 1,
-}
 
 
 @dataclass(eq=False)

@@ -31,6 +31,7 @@ from shapes.errors import GuardViolation, SpecError
 from shapes.guard import GuardKind
 from shapes.spec import Dim, parse_dims, parse_spec
 
+from .codegen import TARGETS
 from .exprs import compile_exprs
 from .ir import Kernel
 from .lowering import Ref, Unsupported, lower
@@ -78,11 +79,7 @@ class Variant:
         self.steps = schedule(self.lp)
         self.kernels = [s for s in self.steps if isinstance(s, Kernel)]
         STATS["kernels"] += len(self.kernels)
-        if target == "cpp":
-            from .cpp_codegen import make_launchers
-        else:
-            from .triton_codegen import make_launchers
-        self.launchers = make_launchers(self.lp, self.steps)
+        self.launchers = TARGETS[target].make_launchers(self.lp, self.steps)
         self._plan()
 
     # -- planning: everything symbolic is turned into index lookups once --------------

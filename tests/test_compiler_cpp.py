@@ -4,7 +4,7 @@ import torch
 import pytest
 
 import compiler
-from compiler import cpp_codegen
+from compiler.codegen import cpp as cpp_codegen
 from compiler.ir import Kernel
 from compiler.lowering import ExternItem
 from tests.compiler_programs import Attention, MLPBlock, pointwise_zoo, reductions, views

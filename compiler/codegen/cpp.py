@@ -1,0 +1,226 @@
+"""C++/OpenMP kernels for scheduled groups, built with gcc and loaded by ctypes.
+
+Every kernel is ``extern "C" void NAME(void** bufs, const int64_t* sizes)``:
+buffer pointers in the kernel's argument order and the program's dim values,
+so one shared object serves every size.  Shared objects are cached by source
+hash under ``$SYMSHAPE_CACHE`` (default ``~/.cache/symshape``).
+
+Example::
+
+    >>> import torch, shapes
+    >>> from compiler.lowering import lower
+    >>> from compiler.scheduler import schedule
+    >>> from compiler.codegen.cpp import CPP
+    >>> lp = lower(shapes.trace(lambda x: torch.relu(x) + 1, "x: f32[N]"))
+    >>> "extern \\"C\\" void kernel0" in CPP.generate(lp, schedule(lp))[0]
+    True
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import math
+import os
+import subprocess
+import tempfile
+import threading
+
+import torch
+
+from ..exprs import to_cpp
+from ..ir import JVAR, RVAR, OpKind, flat_index
+from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
+
+CTYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
+          torch.bool: "bool"}
+
+PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+#include <algorithm>
+#include <limits>
+// Python semantics for // and % (floor), used where operands may be negative.
+static inline int64_t sym_floordiv(int64_t a, int64_t b) {
+  int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q--; return q; }
+static inline int64_t sym_mod(int64_t a, int64_t b) {
+  int64_t r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+static inline int64_t sym_ipow(int64_t b, int64_t e) { int64_t r = 1; while (e-- > 0) r *= b; return r; }
+template <typename T> static inline T nan_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
+template <typename T> static inline T nan_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
+"""
+
+# Enough work per call before OpenMP threads pay for themselves.
+PARALLEL_WORK = 32768
+
+
+def _minmax(which):
+    def spell(a, v, t):
+        if v.dtype.is_floating_point:
+            return f"nan_{which}<{t}>({a[0]}, {a[1]})"
+        return f"std::{which}<{t}>({a[0]}, {a[1]})"
+    return spell
+
+
+OP_TABLE = {
+    **infix_table({**INFIX, OpKind.AND: "&&", OpKind.OR: "||"}),
+    OpKind.NEG: lambda a, v, t: f"-{a[0]}",
+    OpKind.NOT: lambda a, v, t: f"!{a[0]}",
+    OpKind.CAST: lambda a, v, t: f"({a[0]} != 0)" if v.dtype == torch.bool else f"static_cast<{t}>({a[0]})",
+    OpKind.RELU: lambda a, v, t: f"({a[0]} < 0 ? ({t})0 : {a[0]})",
+    OpKind.WHERE: lambda a, v, t: f"({a[0]} ? {a[1]} : {a[2]})",
+    OpKind.RSQRT: lambda a, v, t: f"({t})1 / std::sqrt({a[0]})",
+    OpKind.RECIPROCAL: lambda a, v, t: f"({t})1 / {a[0]}",
+    OpKind.SIGMOID: lambda a, v, t: f"({t})1 / (({t})1 + std::exp(-{a[0]}))",
+    OpKind.MAXIMUM: _minmax("max"),
+    OpKind.MINIMUM: _minmax("min"),
+    **{k: call(f"std::{k.value}") for k in (OpKind.ABS, OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.TANH, OpKind.ERF,
+                                          OpKind.SIN, OpKind.COS, OpKind.FLOOR, OpKind.CEIL, OpKind.LOG1P,
+                                          OpKind.EXPM1, OpKind.POW)},
+}
+
+
+def _const(v, dtype) -> str:
+    if dtype == torch.bool:
+        return "true" if v else "false"
+    if dtype.is_floating_point:
+        v = float(v)
+        if math.isnan(v):
+            return "NAN"
+        if math.isinf(v):
+            return ("-" if v < 0 else "") + f"(({CTYPES[dtype]})INFINITY)"
+        s = repr(v)
+        return s + ("f" if dtype == torch.float32 else "")
+    return f"((int64_t){int(v)}LL)" if dtype == torch.int64 else str(int(v))
+
+
+def cache_dir() -> str:
+    """Where built kernels are cached (``$SYMSHAPE_CACHE`` or ``~/.cache/symshape``)."""
+    d = os.environ.get("SYMSHAPE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "symshape")
+    os.makedirs(os.path.join(d, "cpp"), exist_ok=True)
+    return os.path.join(d, "cpp")
+
+
+CXXFLAGS = ["-O3", "-fopenmp", "-march=native", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno"]
+_lock = threading.Lock()
+BUILD_COUNT = {"gcc": 0}
+
+
+def build(source: str) -> ctypes.CDLL:
+    """Compile ``source`` (once per distinct source and flags) and load it."""
+    key = hashlib.sha256((source + " ".join(CXXFLAGS)).encode()).hexdigest()[:24]
+    d = cache_dir()
+    so = os.path.join(d, f"k_{key}.so")
+    with _lock:
+        if not os.path.exists(so):
+            fd, tmp_cpp = tempfile.mkstemp(suffix=".cpp", dir=d)
+            with os.fdopen(fd, "w") as f:
+                f.write(source)
+            tmp_so = tmp_cpp[:-4] + ".so"
+            cxx = os.environ.get("CXX", "g++")
+            r = subprocess.run([cxx, *CXXFLAGS, tmp_cpp, "-o", tmp_so], capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"symshape: C++ kernel build failed:\n{r.stderr[-4000:]}\nsource: {tmp_cpp}")
+            os.replace(tmp_so, so)  # atomic: concurrent builders never load a half-written file
+            os.unlink(tmp_cpp)
+            BUILD_COUNT["gcc"] += 1
+        return ctypes.CDLL(so)
+
+
+class CppTarget(Target):
+    """C++17 with OpenMP: rows of a kernel in parallel, reductions as scalar loops."""
+
+    name = "C++"
+    op_table = OP_TABLE
+
+    def type_name(self, dtype) -> str:
+        return CTYPES[dtype]
+
+    def const(self, value, dtype) -> str:
+        return _const(value, dtype)
+
+    def declare(self, name, code, dtype) -> str:
+        return f"const {CTYPES[dtype]} {name} = {code};"
+
+    def load(self, scope: Scope, v) -> str:
+        return f"{scope.g.ptr[v.buf]}[{scope.g.index(v.index)}]"
+
+    def size_value(self, gen, v):
+        return declare(f"(({CTYPES[v.dtype]})({gen.expr(v.expr)}))")
+
+    def print_expr(self, e, names) -> str:
+        return to_cpp(e, names)
+
+    def kernel_source(self, g: KernelGen):
+        k, lp = g.kernel, g.lp
+        out = [f'extern "C" void {k.name}(void** bufs, const int64_t* sizes) {{']
+        for i, s in enumerate(lp.symbols):
+            out.append(f"  const int64_t {g.sym_names[s]} = sizes[{i}]; (void){g.sym_names[s]};")
+        for i, name in enumerate(g.args):
+            ct = CTYPES[lp.buffers[name].dtype]
+            q = "" if name in g.written else "const "
+            out.append(f"  {q}{ct}* __restrict__ {g.ptr[name]} = ({q}{ct}*)bufs[{i}];")
+        ov = k.outer_vars
+        rows = " * ".join(f"(int64_t)({g.expr(s)})" for s in k.outer) or "1"
+        work = " + ".join([f"(int64_t)({g.expr(r.rsize)})" for r, _, _ in k.reductions]
+                          + [f"(int64_t)({g.expr(L)})" for _, L, _ in k.inner_stores] + ["1"])
+        out.append(f"  const bool par = ({rows}) * ({work}) >= {PARALLEL_WORK};")
+        ind = "  "
+        if ov:
+            coll = f" collapse({len(ov)})" if len(ov) > 1 else ""
+            out.append(f"  #pragma omp parallel for{coll} if(par)")
+            for v, s in zip(ov, k.outer):
+                out.append(f"{ind}for (int64_t {v} = 0; {v} < {g.expr(s)}; {v}++)")
+                ind += "  "
+            out.append(f"{ind[:-2]}{{")
+        row = Scope(g, ind)
+        for n, (red, _, body) in enumerate(k.reductions):
+            ct = CTYPES[red.dtype]
+            fl = red.dtype.is_floating_point
+            ident = {"sum": _const(0, red.dtype),
+                     "max": _const(-math.inf, red.dtype) if fl else f"std::numeric_limits<{ct}>::lowest()",
+                     "min": _const(math.inf, red.dtype) if fl else f"std::numeric_limits<{ct}>::max()"}[red.op]
+            row.lines.append(f"{ind}{ct} red{n} = {ident};")
+            row.lines.append(f"{ind}for (int64_t {RVAR} = 0; {RVAR} < {g.expr(red.rsize)}; {RVAR}++) {{")
+            inner = Scope(g, ind + "  ", parent=row)
+            v = inner.emit(body)
+            acc = f"red{n}"
+            upd = {"sum": f"{acc} += {v};",
+                   "max": f"{acc} = ({v} > {acc} || {v} != {v}) ? {v} : {acc};",
+                   "min": f"{acc} = ({v} < {acc} || {v} != {v}) ? {v} : {acc};"}[red.op]
+            row.lines += inner.lines + [f"{ind}  {upd}", f"{ind}}}"]
+        for buf, value in k.row_stores:
+            v = row.emit(value)
+            row.lines.append(f"{ind}{g.ptr[buf.name]}[{g.index(flat_index(ov, buf.strides))}] = {v};")
+        for buf, L, value in k.inner_stores:
+            if not ov and not k.reductions:
+                row.lines.append(f"{ind}#pragma omp parallel for if(par)")
+            row.lines.append(f"{ind}for (int64_t {JVAR} = 0; {JVAR} < {g.expr(L)}; {JVAR}++) {{")
+            inner = Scope(g, ind + "  ", parent=row)
+            v = inner.emit(value)
+            idx = g.index(flat_index(ov + (JVAR,), buf.strides))
+            row.lines += inner.lines + [f"{ind}  {g.ptr[buf.name]}[{idx}] = {v};", f"{ind}}}"]
+        out += row.lines
+        if ov:
+            out.append(f"{ind[:-2]}}}")
+        out.append("}")
+        return "\n".join(out), None
+
+    def module_source(self, parts) -> str:
+        return "\n\n".join([PRELUDE] + parts)
+
+    def build(self, source):
+        return build(source)
+
+    def launcher(self, module, name, meta, lp):
+        fn = getattr(module, name)
+        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        fn.restype = None
+
+        def launch(tensors, sizes, _fn=fn):
+            ptrs = (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
+            vals = (ctypes.c_int64 * max(len(sizes), 1))(*sizes)
+            _fn(ptrs, vals)
+        return launch
+
+
+CPP = CppTarget()

@@ -1,0 +1,215 @@
+"""The code generator skeleton every target shares: kernel signature, CSE emitter, launchers.
+
+A target (:class:`Target`) supplies only what differs between languages:
+how a value is declared, loaded, and spelled (one table entry per
+:class:`~compiler.ir.OpKind`), how a kernel's loops are laid out, and how a
+module is built and launched.  The skeleton walks the IR: each distinct value
+is emitted once per scope (values are hashable DAGs, so CSE is a dict
+lookup), in dependency order, into the target's statements.
+
+Example::
+
+    >>> import torch
+    >>> from compiler.codegen import TARGETS
+    >>> from compiler.ir import OpKind
+    >>> sorted(TARGETS)
+    ['cpp', 'triton']
+    >>> all(k in t.op_table for t in TARGETS.values() for k in OpKind)
+    True
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from ..ir import Const, Kernel, Load, Op, OpKind, RedRef, SizeVal
+
+
+class CodegenError(NotImplementedError):
+    """A code generator met an IR value or op kind it has no spelling for."""
+
+
+#: Infix spellings shared by C++ and Triton; targets override ``and``/``or``.
+INFIX = {OpKind.ADD: "+", OpKind.SUB: "-", OpKind.MUL: "*", OpKind.DIV: "/", OpKind.LT: "<", OpKind.LE: "<=",
+         OpKind.GT: ">", OpKind.GE: ">=", OpKind.EQ: "==", OpKind.NE: "!="}
+
+#: An op spelling: ``(operand code strings, the Op, the target's type name) -> code``.
+Spelling = Callable[[list, Op, str], str]
+
+
+def infix_table(infix: dict) -> dict:
+    """Spellings ``a OP b`` for every entry of ``infix`` (OpKind -> operator text)."""
+    return {k: (lambda a, v, t, _o=o: f"{a[0]} {_o} {a[1]}") for k, o in infix.items()}
+
+
+def call(fn: str) -> Spelling:
+    """Spelling ``fn(a, b, ...)``."""
+    return lambda a, v, t: f"{fn}({', '.join(a)})"
+
+
+class KernelSignature:
+    """A kernel's buffer arguments (reads, sorted, then writes) and their pointer names.
+
+    >>> import sympy, torch
+    >>> from compiler.ir import Buffer, Kernel
+    >>> out = Buffer("buf1", (), (), torch.float32, "kernel")
+    >>> k = Kernel("kernel0", (), row_stores=[(out, None)], reads={"arg0"})
+    >>> sig = KernelSignature(k)
+    >>> sig.args, sig.ptr["buf1"], sig.written
+    (['arg0', 'buf1'], 'b1', {'buf1'})
+    """
+
+    def __init__(self, kernel: Kernel):
+        stores = [b for b, *_ in kernel.inner_stores + kernel.row_stores]
+        self.args: list[str] = sorted(kernel.reads) + [b.name for b in stores]
+        self.ptr = {name: f"b{i}" for i, name in enumerate(self.args)}
+        self.written = {b.name for b in stores}
+
+
+class Scope:
+    """One straight-line region of a kernel body: emits each distinct value once.
+
+    ``mask`` is the target's name for the active-lane mask of the region
+    (Triton blocks), ``None`` where every lane is in bounds.  A child scope
+    sees its parent's values (they were computed before it).
+    """
+
+    def __init__(self, gen: "KernelGen", indent: str, mask: Optional[str] = None,
+                 parent: Optional["Scope"] = None):
+        self.g = gen
+        self.indent = indent
+        self.mask = mask
+        self.lines: list[str] = []
+        self.cache = dict(parent.cache) if parent is not None else {}
+
+    def emit(self, v) -> str:
+        """The code name (or literal) holding value ``v`` in this scope."""
+        got = self.cache.get(v)
+        if got is not None:
+            return got
+        t = self.g.target
+        if isinstance(v, Const):
+            return t.const(v.value, v.dtype)
+        if isinstance(v, RedRef):
+            return self.g.kernel.red_var(v.red, v.index)
+        if isinstance(v, SizeVal):
+            code = t.size_value(self.g, v)
+            if not isinstance(code, _Declare):
+                return code
+            code = code.text
+        elif isinstance(v, Load):
+            code = t.load(self, v)
+        elif isinstance(v, Op):
+            spell = t.op_table.get(v.op)
+            if spell is None:
+                raise CodegenError(f"the {t.name} code generator has no spelling for op {v.op.value}")
+            code = spell([self.emit(a) for a in v.args], v, t.type_name(v.dtype))
+        else:
+            raise CodegenError(f"unknown IR value {v!r}")
+        name = f"t{self.g.counter}"
+        self.g.counter += 1
+        self.lines.append(self.indent + t.declare(name, code, v.dtype))
+        self.cache[v] = name
+        return name
+
+
+class _Declare:
+    """A size value's code that must be bound to a name (not inlined as a literal)."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+
+def declare(text: str) -> _Declare:
+    """Mark a size expression's code as needing a declaration (see :meth:`Target.size_value`)."""
+    return _Declare(text)
+
+
+class KernelGen:
+    """State while one kernel's source is generated: its signature, names and counters."""
+
+    def __init__(self, target: "Target", kernel: Kernel, lp, sym_names: dict):
+        self.target = target
+        self.kernel = kernel
+        self.lp = lp
+        self.sym_names = sym_names
+        self.counter = 0
+        sig = KernelSignature(kernel)
+        self.args, self.ptr, self.written = sig.args, sig.ptr, sig.written
+
+    def expr(self, e) -> str:
+        """A size or index expression in the target's syntax."""
+        return self.target.print_expr(e, self.sym_names)
+
+    def index(self, e) -> str:
+        return self.target.print_expr(self.target.simplify_index(e), self.sym_names)
+
+
+class Target:
+    """What a language adds to the skeleton; see :mod:`compiler.codegen.cpp` and ``.triton``."""
+
+    name: str = ""
+    op_table: dict = {}
+
+    # -- values ------------------------------------------------------------------------
+    def type_name(self, dtype) -> str:
+        raise NotImplementedError
+
+    def const(self, value, dtype) -> str:
+        raise NotImplementedError
+
+    def declare(self, name: str, code: str, dtype) -> str:
+        raise NotImplementedError
+
+    def load(self, scope: Scope, v: Load) -> str:
+        raise NotImplementedError
+
+    def size_value(self, gen: KernelGen, v: SizeVal):
+        """A literal (returned as ``str``) or code to bind to a name (returned via :func:`declare`)."""
+        raise NotImplementedError
+
+    def print_expr(self, e, names) -> str:
+        raise NotImplementedError
+
+    def simplify_index(self, e):
+        from ..exprs import simplify_index
+        return simplify_index(e)
+
+    # -- kernels, modules, launchers ---------------------------------------------------
+    def kernel_source(self, gen: KernelGen):
+        """``(source text, launch metadata)`` for one kernel."""
+        raise NotImplementedError
+
+    def module_source(self, parts: list) -> str:
+        raise NotImplementedError
+
+    def build(self, source: str):
+        """Compile/load a module (cached by content); returns an object with the kernels."""
+        raise NotImplementedError
+
+    def launcher(self, module, name: str, meta, lp) -> Callable:
+        """``launch(tensors, size values)`` for kernel ``name`` of a built module."""
+        raise NotImplementedError
+
+    # -- the shared driver -------------------------------------------------------------
+    def sym_names(self, lp) -> dict:
+        return {s: f"ks{i}" for i, s in enumerate(lp.symbols)}
+
+    def generate(self, lp, steps):
+        """Module source and, per kernel, ``(buffer argument names, launch metadata)``."""
+        names = self.sym_names(lp)
+        parts, meta = [], {}
+        for s in steps:
+            if isinstance(s, Kernel):
+                g = KernelGen(self, s, lp, names)
+                src, m = self.kernel_source(g)
+                parts.append(src)
+                meta[s.name] = (g.args, m)
+        return self.module_source(parts), meta
+
+    def make_launchers(self, lp, steps) -> dict:
+        """Kernel name -> (buffer argument names, launch(tensors, size values))."""
+        src, meta = self.generate(lp, steps)
+        if not meta:
+            return {}
+        module = self.build(src)
+        return {name: (args, self.launcher(module, name, m, lp)) for name, (args, m) in meta.items()}

@@ -1,0 +1,268 @@
+"""Triton kernels for scheduled groups; sizes are run-time integer arguments.
+
+A kernel without reductions runs over a flat index space per store (rows x
+row length) in blocks with a tail mask.  A kernel with reductions runs one
+program per row: each reduction loops over the row in blocks of ``RBLOCK``
+(so any row length works), then the row's stores loop in blocks of
+``XBLOCK``.  Size arguments are marked ``do_not_specialize``: one compiled
+binary per kernel serves every size.  Runs on CPU under ``TRITON_INTERPRET=1``.
+
+Example::
+
+    >>> import torch, shapes
+    >>> from compiler.lowering import lower
+    >>> from compiler.scheduler import schedule
+    >>> from compiler.codegen.triton import TRITON
+    >>> lp = lower(shapes.trace(lambda x: torch.softmax(x, -1), "x: f32[B, T]"))
+    >>> src, _ = TRITON.generate(lp, schedule(lp))
+    >>> "tl.sum(" in src and "for roff in range(0, " in src
+    True
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+
+import sympy
+import torch
+
+from ..exprs import compile_exprs, to_triton
+from ..ir import JVAR, RVAR, OpKind, flat_index
+from .cpp import cache_dir
+from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
+
+TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
+      torch.int32: "tl.int32", torch.bool: "tl.int1"}
+
+HEADER = '''import triton
+import triton.language as tl
+
+_INF = tl.constexpr(float("inf"))
+_NAN = tl.constexpr(float("nan"))
+
+
+@triton.jit
+def _pymod(a, b):
+    # Python's % (sign of the divisor) from Triton's truncating %.
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def _floordiv(a, b):
+    return (a - _pymod(a, b)) // b
+
+
+@triton.jit
+def _pow(a, b):
+    # a ** b for real a, b: |a|**b with the sign of an odd integer power; NaN otherwise for a < 0.
+    m = tl.exp(b * tl.log(tl.abs(a)))
+    bi = tl.floor(b)
+    odd = (bi == b) & ((bi - 2.0 * tl.floor(bi * 0.5)) == 1.0)
+    res = tl.where((a < 0) & odd, -m, m)
+    res = tl.where((a < 0) & (bi != b), float("nan"), res)
+    return tl.where(b == 0, 1.0, res)
+'''
+
+BLOCK = 1024
+
+
+def _pow2(n, cap):
+    return int(min(cap, max(16, 1 << max(0, int(n) - 1).bit_length())))
+
+
+def _const(v, dtype) -> str:
+    if dtype == torch.bool:
+        return "True" if v else "False"
+    if dtype.is_floating_point:
+        v = float(v)
+        if math.isnan(v):
+            return "_NAN"
+        if math.isinf(v):
+            return "_INF" if v > 0 else "(-_INF)"
+        return repr(v)
+    return str(int(v))
+
+
+def _minmax(which):
+    def spell(a, v, t):
+        nan = ", propagate_nan=tl.PropagateNan.ALL" if v.dtype.is_floating_point else ""
+        return f"tl.{which}({a[0]}, {a[1]}{nan})"
+    return spell
+
+
+OP_TABLE = {
+    **infix_table({**INFIX, OpKind.AND: "&", OpKind.OR: "|"}),
+    OpKind.EXP: call("tl.exp"), OpKind.LOG: call("tl.log"), OpKind.SQRT: call("tl.sqrt"),
+    OpKind.RSQRT: call("tl.math.rsqrt"), OpKind.SIGMOID: call("tl.sigmoid"), OpKind.ERF: call("tl.math.erf"),
+    OpKind.ABS: call("tl.abs"), OpKind.SIN: call("tl.sin"), OpKind.COS: call("tl.cos"),
+    OpKind.FLOOR: call("tl.floor"), OpKind.CEIL: call("tl.ceil"), OpKind.POW: call("_pow"),
+    OpKind.NEG: lambda a, v, t: f"-{a[0]}",
+    OpKind.NOT: lambda a, v, t: f"{a[0]} == 0",
+    OpKind.CAST: lambda a, v, t: f"({a[0]} != 0)" if v.dtype == torch.bool else f"({a[0]}).to({t})",
+    OpKind.RELU: lambda a, v, t: f"tl.where({a[0]} < 0, 0, {a[0]})",
+    OpKind.WHERE: lambda a, v, t: f"tl.where({a[0]}, {a[1]}, {a[2]})",
+    OpKind.RECIPROCAL: lambda a, v, t: f"1.0 / {a[0]}",
+    # tanh(x) = 2 sigmoid(2x) - 1: no tanh in core Triton
+    OpKind.TANH: lambda a, v, t: f"2.0 * tl.sigmoid(2.0 * {a[0]}) - 1.0",
+    OpKind.LOG1P: lambda a, v, t: f"tl.log(1.0 + {a[0]})",
+    OpKind.EXPM1: lambda a, v, t: f"tl.exp({a[0]}) - 1.0",
+    OpKind.MAXIMUM: _minmax("maximum"),
+    OpKind.MINIMUM: _minmax("minimum"),
+}
+
+
+class TritonTarget(Target):
+    """Triton: flat masked blocks for pointwise kernels, one program per row with reductions."""
+
+    name = "Triton"
+    op_table = OP_TABLE
+
+    def type_name(self, dtype) -> str:
+        return TL[dtype]
+
+    def const(self, value, dtype) -> str:
+        return _const(value, dtype)
+
+    def declare(self, name, code, dtype) -> str:
+        return f"{name} = {code}"
+
+    def load(self, scope: Scope, v) -> str:
+        g = scope.g
+        idx = g.index(v.index)
+        if scope.mask:
+            # + zvec: a block-shaped pointer even where the index is the same for the
+            # whole block (Triton broadcasts the mask to the pointer, not back).
+            return f"tl.load({g.ptr[v.buf]} + ({idx}) + zvec, mask={scope.mask}, other=0)"
+        return f"tl.load({g.ptr[v.buf]} + ({idx}))"
+
+    def size_value(self, gen, v):
+        e = sympy.sympify(v.expr)
+        if e.is_Integer:
+            return _const(int(e), v.dtype)
+        return declare(f"({gen.expr(e)}).to({TL[v.dtype]})")
+
+    def print_expr(self, e, names) -> str:
+        return to_triton(e, names)
+
+    def _unravel(self, g, row, ind) -> list[str]:
+        """Row variables x0.. from a flat row number (row-major over ``outer``)."""
+        k = g.kernel
+        out, rem = [], row
+        for i in reversed(range(len(k.outer))):
+            size = g.expr(k.outer[i])
+            if i == 0:
+                out.append(f"{ind}x{i} = {rem}")
+            else:
+                out.append(f"{ind}x{i} = ({rem}) % ({size})")
+                out.append(f"{ind}q{i} = ({rem}) // ({size})")
+                rem = f"q{i}"
+        return out
+
+    def kernel_source(self, g: KernelGen):
+        k = g.kernel
+        syms = [g.sym_names[s] for s in g.lp.symbols]
+        params = [g.ptr[n] for n in g.args] + syms
+        dns = f"(do_not_specialize={syms!r})" if syms else ""
+        lines = [f"@triton.jit{dns}", f"def {k.name}({', '.join(params + ['BLOCK: tl.constexpr'])}):"]
+        for s in syms:
+            lines.append(f"    {s} = {s}.to(tl.int64)  # int64 index math whatever the size")
+        ind = "    "
+        lines.append(f"{ind}zvec = tl.zeros([BLOCK], dtype=tl.int64)")
+        rows = sympy.Mul(*k.outer) if k.outer else sympy.Integer(1)
+        if not k.reductions:
+            # Flat blocks over each store's elements.
+            lines.append(f"{ind}lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+            work = []
+            inner_bufs = [b for b, *_ in k.inner_stores]
+            for n, (buf, L, value) in enumerate([(b, L, v) for b, L, v in k.inner_stores]
+                                                + [(b, sympy.Integer(1), v) for b, v in k.row_stores]):
+                total = rows * L
+                work.append(total)
+                lines.append(f"{ind}m{n} = lin < ({g.expr(total)})")
+                inner = buf in inner_bufs
+                if inner:
+                    lines.append(f"{ind}{JVAR} = lin % ({g.expr(L)})")
+                    lines += self._unravel(g, f"lin // ({g.expr(L)})", ind)
+                else:
+                    lines += self._unravel(g, "lin", ind)
+                sc = Scope(g, ind, f"m{n}")
+                v = sc.emit(value)
+                ov = k.outer_vars + ((JVAR,) if inner else ())
+                idx = g.index(flat_index(ov, buf.strides))
+                lines += sc.lines + [f"{ind}tl.store({g.ptr[buf.name]} + ({idx}), tl.where(m{n}, {v}, {v}), "
+                                     f"mask=m{n})"]
+            return "\n".join(lines), ("flat", work, BLOCK)
+        lines.append(f"{ind}row = tl.program_id(0).to(tl.int64)")
+        lines += self._unravel(g, "row", ind)
+        row = Scope(g, ind)
+        rmax = [sympy.sympify(r.rsize) for r, _, _ in k.reductions] + [sympy.sympify(L) for _, L, _ in k.inner_stores]
+        block = _pow2(max(int(e) for e in rmax), 2048) if all(e.is_Integer for e in rmax) else BLOCK
+        for n, (red, _, body) in enumerate(k.reductions):
+            dt = TL[red.dtype]
+            fl = red.dtype.is_floating_point
+            ident = {"sum": "0", "max": "-_INF" if fl else "-9223372036854775807",
+                     "min": "_INF" if fl else "9223372036854775807"}[red.op]
+            R = g.expr(red.rsize)
+            row.lines.append(f"{ind}acc{n} = tl.full([BLOCK], {ident}, {dt})")
+            row.lines.append(f"{ind}for roff in range(0, {R}, BLOCK):")
+            row.lines.append(f"{ind}    {RVAR} = roff + tl.arange(0, BLOCK)")
+            row.lines.append(f"{ind}    rm = {RVAR} < {R}")
+            sc = Scope(g, ind + "    ", "rm", row)
+            v = sc.emit(body)
+            nan = ", propagate_nan=tl.PropagateNan.ALL" if fl else ""
+            upd = {"sum": f"acc{n} + tl.where(rm, {v}, 0)",
+                   "max": f"tl.maximum(acc{n}, tl.where(rm, {v}, {ident}){nan})",
+                   "min": f"tl.minimum(acc{n}, tl.where(rm, {v}, {ident}){nan})"}[red.op]
+            row.lines += sc.lines + [f"{ind}    acc{n} = {upd}"]
+            fin = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[red.op]
+            row.lines.append(f"{ind}red{n} = {fin}(acc{n}, 0)")
+        for buf, value in k.row_stores:
+            v = row.emit(value)
+            row.lines.append(f"{ind}tl.store({g.ptr[buf.name]} + ({g.index(flat_index(k.outer_vars, buf.strides))}), {v})")
+        for buf, L, value in k.inner_stores:
+            Ls = g.expr(L)
+            row.lines.append(f"{ind}for joff in range(0, {Ls}, BLOCK):")
+            row.lines.append(f"{ind}    {JVAR} = joff + tl.arange(0, BLOCK)")
+            row.lines.append(f"{ind}    jm = {JVAR} < {Ls}")
+            sc = Scope(g, ind + "    ", "jm", row)
+            v = sc.emit(value)
+            idx = g.index(flat_index(k.outer_vars + (JVAR,), buf.strides))
+            row.lines += sc.lines + [f"{ind}    tl.store({g.ptr[buf.name]} + ({idx}), tl.where(jm, {v}, {v}), "
+                                     f"mask=jm)"]
+        return "\n".join(lines + row.lines), ("rows", [rows], block)
+
+    def module_source(self, parts) -> str:
+        return "\n\n\n".join([HEADER] + parts) + "\n"
+
+    def build(self, source):
+        d = os.path.join(os.path.dirname(cache_dir()), "triton")
+        os.makedirs(d, exist_ok=True)
+        key = hashlib.sha256(source.encode()).hexdigest()[:24]
+        path = os.path.join(d, f"tk_{key}.py")
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                f.write(source)
+            os.replace(tmp, path)
+        spec = importlib.util.spec_from_file_location(f"symshape_tk_{key}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    def launcher(self, module, name, meta, lp):
+        kind, work, block = meta
+        fn = getattr(module, name)
+        work_fn = compile_exprs(work, lp.symbols)
+
+        def launch(tensors, sizes, _fn=fn, _w=work_fn, _kind=kind, _block=block):
+            w = max(_w(*sizes))
+            n = (w + _block - 1) // _block if _kind == "flat" else w
+            if n > 0:
+                _fn[(n,)](*tensors, *sizes, BLOCK=_block)
+        return launch
+
+
+TRITON = TritonTarget()
