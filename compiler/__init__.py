@@ -3,6 +3,9 @@
 Sizes are run-time arguments: one compiled artifact serves every size that
 satisfies the trace's guards.
 
+``torch.compile(model, backend="symshape")`` finds the backend through the
+package's entry point; importing this package registers nothing.
+
 Example::
 
     >>> import torch, compiler
@@ -12,6 +15,6 @@ Example::
     True
 """
 from .runtime import STATS, CompiledProgram, compile
-from .backend import BACKEND_STATS, symshape_backend  # registers backend="symshape"
+from .backend import BACKEND_STATS, register, symshape_backend
 
-__all__ = ["compile", "CompiledProgram", "STATS", "BACKEND_STATS", "symshape_backend"]
+__all__ = ["compile", "CompiledProgram", "STATS", "BACKEND_STATS", "symshape_backend", "register"]

@@ -144,12 +144,19 @@ def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     return run
 
 
-def _register():
+def register() -> None:
+    """Register ``backend="symshape"`` with dynamo explicitly.
+
+    Installed packages need no call: dynamo finds the ``torch_dynamo_backends``
+    entry point in pyproject.toml on first lookup.  Call this when running
+    from a source tree that was not pip-installed.
+
+    >>> import torch, compiler
+    >>> compiler.register()
+    >>> torch._dynamo.list_backends().count("symshape")
+    1
+    """
     from torch._dynamo.backends import registry
-    # With the package's entry point discovered, dynamo registers it on lookup;
-    # registering again would be a duplicate.
-    if "symshape" not in registry._BACKENDS and "symshape" not in registry._COMPILER_FNS:
+    registry.list_backends()  # loads the entry points: an installed symshape is found, not shadowed
+    if "symshape" not in registry._BACKENDS:
         registry.register_backend(symshape_backend, name="symshape")
-
-
-_register()

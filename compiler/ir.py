@@ -155,6 +155,24 @@ class RedRef:
     dtype: torch.dtype
 
 
+class ReductionKind(str, Enum):
+    """How a reduction combines a row: every target has an identity and an update for each."""
+
+    SUM = "sum"
+    MAX = "max"
+    MIN = "min"
+
+
+class BufferKind(str, Enum):
+    """Where a buffer's values come from at run time."""
+
+    INPUT = "input"    # a program input
+    CONST = "const"    # a parameter, buffer or constant of the traced program
+    EXTERN = "extern"  # the result of an ATen call (kernels read it contiguous)
+    KERNEL = "kernel"  # allocated with the planned strides and written by a kernel
+    TUPLE = "tuple"    # an ATen call's tuple result, indexed by later steps
+
+
 @dataclass(eq=False)
 class Reduction:
     """A reduction over ``rsize`` elements for each point of ``outer``.
@@ -169,6 +187,9 @@ class Reduction:
     body: Callable
     dtype: torch.dtype
     buffer: Optional[str] = None  # set when the scheduler must materialize it
+
+    def __post_init__(self):
+        self.op = ReductionKind(self.op)
 
     def __repr__(self):
         return f"Reduction#{self.id}({self.op}, outer={self.outer}, r={self.rsize})"
@@ -186,7 +207,10 @@ class Buffer:
     shape: tuple
     strides: tuple
     dtype: torch.dtype
-    kind: str
+    kind: BufferKind
+
+    def __post_init__(self):
+        self.kind = BufferKind(self.kind)
 
 
 def contiguous_strides(shape) -> tuple:

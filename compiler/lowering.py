@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import operator
+from enum import Enum
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -65,10 +66,21 @@ class SizeExpr:
 
 @dataclass(frozen=True)
 class Ref:
-    """A run-time value in an extern's argument template."""
+    """A run-time value in an extern's argument template: a buffer, a size or the device."""
 
-    kind: str  # "buf" | "size"
+    kind: "RefKind"
     value: Any
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", RefKind(self.kind))
+
+
+class RefKind(str, Enum):
+    """What a :class:`Ref` stands for at run time."""
+
+    BUF = "buf"
+    SIZE = "size"
+    DEVICE = "device"
 
 
 @dataclass
@@ -171,9 +183,9 @@ class Lowerer:
         if isinstance(a, torch.fx.Node):
             v = self.vals[a]
             if isinstance(v, TensorBox):
-                return Ref("buf", self.realize(v).name)
+                return Ref(RefKind.BUF, self.realize(v).name)
             if isinstance(v, SizeExpr):
-                return Ref("size", v.expr)
+                return Ref(RefKind.SIZE, v.expr)
             if isinstance(v, Ref):
                 return v
             if isinstance(v, tuple):
@@ -184,14 +196,14 @@ class Lowerer:
         if isinstance(a, dict):
             return {k: self.template(v) for k, v in a.items()}
         if isinstance(a, torch.device) and a.type == "meta":
-            return Ref("device", None)
+            return Ref(RefKind.DEVICE, None)
         return a
 
     def template_value(self, v):
         if isinstance(v, TensorBox):
-            return Ref("buf", self.realize(v).name)
+            return Ref(RefKind.BUF, self.realize(v).name)
         if isinstance(v, SizeExpr):
-            return Ref("size", v.expr)
+            return Ref(RefKind.SIZE, v.expr)
         return v
 
     # -- the walk ------------------------------------------------------------------------
@@ -258,7 +270,7 @@ class Lowerer:
             buf = self.new_buffer(node.name, node.meta["shape"], val.dtype, "extern")
             self.items.append(ExternItem(node.target, args, kwargs, buf, node))
             return self.buffer_box(buf, node)
-        key = Ref("buf", self.new_buffer(node.name, (), torch.float32, "tuple").name)
+        key = Ref(RefKind.BUF, self.new_buffer(node.name, (), torch.float32, "tuple").name)
         self.items.append(ExternItem(node.target, args, kwargs, key, node))
         return key
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import operator
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import sympy
@@ -34,11 +35,64 @@ from shapes.spec import Dim, parse_dims, parse_spec
 from .codegen import TARGETS
 from .exprs import compile_exprs
 from .ir import Kernel
-from .lowering import Ref, Unsupported, lower
+from .lowering import Ref, RefKind, Unsupported, lower
 from .scheduler import schedule
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
 STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0}
+
+
+@dataclass(frozen=True)
+class SizeSlot:
+    """A size in an extern's arguments: the ``index``-th value the size function computes."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class BufSlot:
+    """A tensor in an extern's arguments: the run's buffer named ``name``."""
+
+    name: str
+
+
+class _Device:
+    def __repr__(self):
+        return "DEVICE"
+
+
+#: The inputs' device in an extern's arguments (``torch.arange(..., device=...)``).
+DEVICE = _Device()
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """A kernel output buffer to allocate: shape and strides as size-slot indices."""
+
+    name: str
+    shape: tuple
+    strides: tuple
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    """Allocate ``allocs``, then launch a compiled kernel on ``buffers`` (made contiguous where flagged)."""
+
+    launch: Any
+    buffers: tuple
+    allocs: tuple
+    contiguous: tuple
+
+
+@dataclass(frozen=True)
+class ExternStep:
+    """Call an ATen op (``target``) on resolved argument templates; store the result as ``out``."""
+
+    target: Any
+    args: Any
+    kwargs: Any
+    out: str
 
 
 def _guard_fn(exprs, symbols):
@@ -95,9 +149,11 @@ class Variant:
 
         def tmpl(a):
             if isinstance(a, Ref):
-                if a.kind == "size":
-                    return ("size", slot(a.value))
-                return (a.kind, a.value)
+                if a.kind is RefKind.SIZE:
+                    return SizeSlot(slot(a.value))
+                if a.kind is RefKind.BUF:
+                    return BufSlot(a.value)
+                return DEVICE
             if isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
                 return type(a)(tmpl(x) for x in a)
             if isinstance(a, dict):
@@ -109,12 +165,13 @@ class Variant:
             if isinstance(s, Kernel):
                 names = self.launchers[s.name][0]
                 writes = [b for b, *_ in s.inner_stores + s.row_stores]
-                allocs = [(b.name, [slot(x) for x in b.shape], [slot(x) for x in b.strides], b.dtype) for b in writes]
-                contig = [lp.buffers[n].kind != "kernel" for n in names]
-                plan.append(("kernel", s.name, names, allocs, contig))
+                allocs = [Alloc(b.name, tuple(slot(x) for x in b.shape), tuple(slot(x) for x in b.strides), b.dtype)
+                          for b in writes]
+                contig = tuple(lp.buffers[n].kind != "kernel" for n in names)
+                plan.append(KernelStep(self.launchers[s.name][1], tuple(names), tuple(allocs), contig))
             else:
                 out = s.out.name if hasattr(s.out, "name") else s.out.value
-                plan.append(("extern", s.target, tmpl(s.args), tmpl(s.kwargs), out))
+                plan.append(ExternStep(s.target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         self.plan = plan
         self.size_fn = compile_exprs(list(exprs), lp.symbols)
@@ -142,14 +199,12 @@ class Variant:
         sizes = self.size_fn(*kvals)
 
         def resolve(a):
-            if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str):
-                kind, v = a
-                if kind == "buf":
-                    return env[v]
-                if kind == "size":
-                    return sizes[v]
-                if kind == "device":
-                    return device
+            if isinstance(a, BufSlot):
+                return env[a.name]
+            if isinstance(a, SizeSlot):
+                return sizes[a.index]
+            if a is DEVICE:
+                return device
             if isinstance(a, (list, tuple)):
                 return type(a)(resolve(x) for x in a)
             if isinstance(a, dict):
@@ -157,17 +212,15 @@ class Variant:
             return a
 
         for step in self.plan:
-            if step[0] == "kernel":
-                _, name, names, allocs, contig = step
-                for bname, shp, st, dt in allocs:
-                    env[bname] = torch.empty_strided([sizes[i] for i in shp], [sizes[i] for i in st],
-                                                     dtype=dt, device=device)
+            if isinstance(step, KernelStep):
+                for al in step.allocs:
+                    env[al.name] = torch.empty_strided([sizes[i] for i in al.shape], [sizes[i] for i in al.strides],
+                                                       dtype=al.dtype, device=device)
                 args = [env[n] if not c or env[n].is_contiguous() else env[n].contiguous()
-                        for n, c in zip(names, contig)]
-                self.launchers[name][1](args, kvals)
+                        for n, c in zip(step.buffers, step.contiguous)]
+                step.launch(args, kvals)
             else:
-                _, target, args, kwargs, out = step
-                env[out] = target(*resolve(args), **resolve(kwargs))
+                env[step.out] = step.target(*resolve(step.args), **resolve(step.kwargs))
         leaves = [resolve(o) for o in self.outputs]
         return pytree.tree_unflatten(leaves, self.tp.out_spec)
 

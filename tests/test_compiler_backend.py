@@ -39,3 +39,17 @@ def test_backend_callable_direct_and_autograd_fallback():
 def test_backend_registered_by_name():
     from torch._dynamo.backends.registry import lookup_backend
     assert lookup_backend("symshape") is compiler.symshape_backend
+
+
+def test_importing_compiler_registers_nothing_and_entry_point_finds_backend():
+    """No import-time side effect: dynamo's registry is untouched by ``import compiler``;
+    ``backend="symshape"`` resolves through the package's entry point."""
+    import subprocess
+    import sys
+    code = ("import compiler, torch._dynamo.backends.registry as r\n"
+            "assert 'symshape' not in r._COMPILER_FNS\n"
+            "f = r.lookup_backend('symshape')\n"
+            "assert f is compiler.symshape_backend, f\n"
+            "print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "ok", out.stderr[-2000:]
