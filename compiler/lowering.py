@@ -18,9 +18,7 @@ Example::
 from __future__ import annotations
 
 import operator
-from enum import Enum
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import sympy
 import torch
@@ -29,85 +27,9 @@ import torch.fx
 from shapes.functions import FloorDiv, PyMod
 
 from . import ops_lowering
-from .ir import KERNEL_DTYPES, Buffer, Const, Load, Op, RedRef, Reduction, SizeVal, contiguous_strides, \
+from .ir import KERNEL_DTYPES, Buffer, Const, Load, RedRef, Reduction, SizeVal, contiguous_strides, \
     flat_index
-
-
-class Unsupported(Exception):
-    """This op (or use of it) runs as an ATen extern instead."""
-
-
-@dataclass(eq=False)
-class TensorBox:
-    shape: tuple
-    dtype: torch.dtype
-    fn: Any  # idx -> Val
-    node: Optional[torch.fx.Node] = None
-    buf: Optional[Buffer] = None  # a real tensor exists at run time under buf.name
-    view_of: Optional["TensorBox"] = None  # replayable eagerly on view_of's real tensor
-
-    def __call__(self, idx):
-        # Memoized per index: ops that use an operand twice would otherwise
-        # rebuild its whole expression twice per level (exponential in depth).
-        idx = tuple(idx)
-        cache = self.__dict__.setdefault("_cache", {})
-        v = cache.get(idx)
-        if v is None:
-            v = cache[idx] = self.fn(idx)
-        return v
-
-
-@dataclass(frozen=True)
-class SizeExpr:
-    """A size computation (a SymInt in the graph)."""
-
-    expr: Any
-
-
-@dataclass(frozen=True)
-class Ref:
-    """A run-time value in an extern's argument template: a buffer, a size or the device."""
-
-    kind: "RefKind"
-    value: Any
-
-    def __post_init__(self):
-        object.__setattr__(self, "kind", RefKind(self.kind))
-
-
-class RefKind(str, Enum):
-    """What a :class:`Ref` stands for at run time."""
-
-    BUF = "buf"
-    SIZE = "size"
-    DEVICE = "device"
-
-
-@dataclass
-class ExternItem:
-    target: Any
-    args: Any
-    kwargs: Any
-    out: Any  # Buffer, or a str key holding a tuple
-    node: Optional[torch.fx.Node] = None
-
-
-@dataclass
-class StoreItem:
-    buffer: Buffer
-    box: TensorBox
-
-
-@dataclass
-class LoweredProgram:
-    inputs: list
-    consts: list  # (Buffer, attribute target)
-    buffers: dict
-    items: list
-    reductions: dict
-    outputs: list  # Ref | python constant
-    symbols: list = field(default_factory=list)
-    externs: int = 0
+from .lowered import ExternItem, LoweredProgram, Ref, RefKind, SizeExpr, StoreItem, TensorBox, Unsupported, cast
 
 
 def _is_dense(shape, strides, hints) -> bool:
@@ -334,15 +256,6 @@ class Lowerer:
 _SIZE_OPS = {operator.add: operator.add, operator.mul: operator.mul, operator.sub: operator.sub,
              operator.neg: operator.neg, operator.floordiv: FloorDiv, operator.mod: PyMod,
              torch.sym_min: sympy.Min, torch.sym_max: sympy.Max}
-
-
-def cast(v, dtype):
-    if dtype is None or v.dtype == dtype:
-        return v
-    if isinstance(v, Const):
-        return Const(v.value if dtype.is_floating_point else (bool(v.value) if dtype == torch.bool
-                                                               else int(v.value)), dtype)
-    return Op("cast", (v,), dtype)
 
 
 def _kernel_dtypes_ok(node) -> bool:

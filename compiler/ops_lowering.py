@@ -22,6 +22,7 @@ import torch
 from shapes.functions import FloorDiv, PyMod
 
 from .ir import Const, Op, RedRef, SizeVal
+from .lowered import TensorBox, Unsupported, cast
 
 aten = torch.ops.aten
 HANDLERS: dict = {}
@@ -35,11 +36,6 @@ def register(*ops):
     return deco
 
 
-def _L():
-    from . import lowering
-    return lowering
-
-
 def _dt(node):
     return node.meta["val"].dtype
 
@@ -50,14 +46,13 @@ def _meta(a):
 
 def _pointwise(lw, node, args, f, compute=None):
     """out[idx] = f(*args at idx), args cast to ``compute`` (default: the output dtype)."""
-    L = _L()
     shape = tuple(node.meta["shape"])
     dt = compute or _dt(node)
     out = _dt(node)
 
     def fn(idx):
         vals = [lw.value(a, idx, shape, dt) for a in args]
-        return L.cast(f(*vals), out)
+        return cast(f(*vals), out)
     return lw.out_box(node, fn)
 
 
@@ -103,7 +98,7 @@ def _mul(lw, node, a, b):
 @register(aten.div.Tensor, aten.div.Scalar)
 def _div(lw, node, a, b):
     if not _dt(node).is_floating_point:
-        raise _L().Unsupported("integer true division")
+        raise Unsupported("integer true division")
     return _pointwise(lw, node, [a, b], _op("div"))
 
 
@@ -116,7 +111,7 @@ for _name in ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "a
 @register(aten.logical_not.default, aten.bitwise_not.default)
 def _not(lw, node, a):
     if _dt(node) != torch.bool:
-        raise _L().Unsupported("bitwise not on integers")
+        raise Unsupported("bitwise not on integers")
     return _pointwise(lw, node, [a], _op("not"), compute=torch.bool)
 
 
@@ -157,7 +152,7 @@ def _pow(lw, node, a, b):
         if b == 1:
             return _pointwise(lw, node, [a], lambda x: x)
     if not _dt(node).is_floating_point:
-        raise _L().Unsupported("integer pow")
+        raise Unsupported("integer pow")
     return _pointwise(lw, node, [a, b], _op("pow"))
 
 
@@ -199,7 +194,6 @@ for _name, _op_name in (("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge"), 
 
 @register(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(lw, node, c, a, b):
-    L = _L()
     shape, dt = tuple(node.meta["shape"]), _dt(node)
 
     def fn(idx):
@@ -211,11 +205,11 @@ def _where(lw, node, c, a, b):
 @register(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def _masked_fill(lw, node, x, mask, v):
     shape, dt = tuple(node.meta["shape"]), _dt(node)
-    if isinstance(v, _L().TensorBox) and v.shape:
-        raise _L().Unsupported("masked_fill value with dims")
+    if isinstance(v, TensorBox) and v.shape:
+        raise Unsupported("masked_fill value with dims")
 
     def fn(idx):
-        fill = lw.value(v, idx, shape, dt) if not isinstance(v, _L().TensorBox) else _L().cast(v(()), dt)
+        fill = lw.value(v, idx, shape, dt) if not isinstance(v, TensorBox) else cast(v(()), dt)
         return Op("where", (lw.value(mask, idx, shape, torch.bool), fill, lw.value(x, idx, shape, dt)), dt)
     return lw.out_box(node, fn)
 
@@ -224,8 +218,8 @@ def _masked_fill(lw, node, x, mask, v):
 def _to_copy(lw, node, a, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
              memory_format=None):
     if layout not in (None, torch.strided) or (device is not None and torch.device(device).type != "meta"):
-        raise _L().Unsupported("device or layout change")
-    return _pointwise(lw, node, [a], lambda x: x, compute=a.dtype if isinstance(a, _L().TensorBox) else None)
+        raise Unsupported("device or layout change")
+    return _pointwise(lw, node, [a], lambda x: x, compute=a.dtype if isinstance(a, TensorBox) else None)
 
 
 @register(aten.clone.default)
@@ -236,7 +230,7 @@ def _clone(lw, node, a, memory_format=None):
 @register(aten.full.default)
 def _full(lw, node, size, value, dtype=None, layout=None, device=None, pin_memory=None):
     dt = _dt(node)
-    return lw.out_box(node, lambda idx: _L().cast(lw.value(value, idx, (), dt), dt))
+    return lw.out_box(node, lambda idx: cast(lw.value(value, idx, (), dt), dt))
 
 
 @register(aten.scalar_tensor.default)
@@ -352,10 +346,10 @@ def _slice(lw, node, src, dim=0, start=None, end=None, step=1):
     if start is None:
         start = 0
     if not isinstance(start, int) or not isinstance(step, int) or step < 1:
-        raise _L().Unsupported("symbolic slice start")
+        raise Unsupported("symbolic slice start")
     if start < 0:
         if not size.is_Integer:
-            raise _L().Unsupported("negative start on a symbolic dim")
+            raise Unsupported("negative start on a symbolic dim")
         start = max(0, start + int(size))
     return _view_box(lw, node, src, lambda idx: tuple(
         idx[i] if i != dim else start + step * idx[i] for i in range(n)))
@@ -366,10 +360,10 @@ def _select(lw, node, src, dim, index):
     n = len(src.shape)
     dim = dim % n
     if not isinstance(index, int):
-        raise _L().Unsupported("symbolic select index")
+        raise Unsupported("symbolic select index")
     if index < 0:
         if not src.shape[dim].is_Integer:
-            raise _L().Unsupported("negative index on a symbolic dim")
+            raise Unsupported("negative index on a symbolic dim")
         index += int(src.shape[dim])
     return _view_box(lw, node, src, lambda idx: tuple(idx[:dim]) + (sympy.Integer(index),) + tuple(idx[dim:]))
 
@@ -402,7 +396,7 @@ def _softmax_parts(lw, x, dim):
     dt = x.dtype
     m = lw.reduce(x, [dim], True, "max", dt)
     shape = x.shape
-    e = _L().TensorBox(shape, dt, lambda idx: Op("exp", (Op("sub", (x(idx), m(idx)), dt),), dt))
+    e = TensorBox(shape, dt, lambda idx: Op("exp", (Op("sub", (x(idx), m(idx)), dt),), dt))
     s = lw.reduce(e, [dim], True, "sum", dt)
     return m, e, s
 
@@ -410,7 +404,7 @@ def _softmax_parts(lw, x, dim):
 @register(aten._softmax.default)
 def _softmax(lw, node, x, dim, half_to_float):
     if half_to_float or x.dtype != _dt(node):
-        raise _L().Unsupported("softmax with a dtype change")
+        raise Unsupported("softmax with a dtype change")
     m, e, s = _softmax_parts(lw, x, dim)
     return lw.out_box(node, lambda idx: Op("div", (e(idx), s(idx)), x.dtype))
 
@@ -418,7 +412,7 @@ def _softmax(lw, node, x, dim, half_to_float):
 @register(aten._log_softmax.default)
 def _log_softmax(lw, node, x, dim, half_to_float):
     if half_to_float or x.dtype != _dt(node):
-        raise _L().Unsupported("log_softmax with a dtype change")
+        raise Unsupported("log_softmax with a dtype change")
     dt = x.dtype
     m, e, s = _softmax_parts(lw, x, dim)
     return lw.out_box(node, lambda idx: Op("sub", (Op("sub", (x(idx), m(idx)), dt),
@@ -427,19 +421,18 @@ def _log_softmax(lw, node, x, dim, half_to_float):
 
 @register(aten.native_layer_norm.default)
 def _layer_norm(lw, node, x, normalized_shape, weight, bias, eps):
-    L = _L()
     dt = x.dtype
     if not dt.is_floating_point:
-        raise L.Unsupported("integer layer norm")
+        raise Unsupported("integer layer norm")
     n = len(x.shape)
     dims = list(range(n - len(normalized_shape), n))
     total = lw.reduce(x, dims, True, "sum", dt)
     N = SizeVal(total.rsize, dt)
-    mean = L.TensorBox(total.shape, dt, lambda idx: Op("div", (total(idx), N), dt))
-    centered = L.TensorBox(x.shape, dt, lambda idx: Op("sub", (x(idx), mean(idx)), dt))
-    sq = L.TensorBox(x.shape, dt, lambda idx: Op("mul", (centered(idx), centered(idx)), dt))
+    mean = TensorBox(total.shape, dt, lambda idx: Op("div", (total(idx), N), dt))
+    centered = TensorBox(x.shape, dt, lambda idx: Op("sub", (x(idx), mean(idx)), dt))
+    sq = TensorBox(x.shape, dt, lambda idx: Op("mul", (centered(idx), centered(idx)), dt))
     var = lw.reduce(sq, dims, True, "sum", dt)
-    rstd = L.TensorBox(var.shape, dt, lambda idx: Op("rsqrt", (Op("add", (Op("div", (var(idx), N), dt),
+    rstd = TensorBox(var.shape, dt, lambda idx: Op("rsqrt", (Op("add", (Op("div", (var(idx), N), dt),
                                                                          Const(float(eps), dt)), dt),), dt))
     shape = x.shape
 
@@ -454,7 +447,7 @@ def _layer_norm(lw, node, x, normalized_shape, weight, bias, eps):
     by_index = {u.args[1]: u for u in outs if u.target.__name__ == "getitem"}
     boxes = []
     for i, (fn, shp) in enumerate(((out, shape), (mean.fn, mean.shape), (rstd.fn, rstd.shape))):
-        boxes.append(L.TensorBox(tuple(shp), dt, fn, node=by_index.get(i)))
+        boxes.append(TensorBox(tuple(shp), dt, fn, node=by_index.get(i)))
     return tuple(boxes)
 
 

@@ -35,7 +35,8 @@ from shapes.spec import Dim, parse_dims, parse_spec
 from .codegen import TARGETS
 from .exprs import compile_exprs
 from .ir import Kernel
-from .lowering import Ref, RefKind, Unsupported, lower
+from .lowered import Ref, RefKind, Unsupported
+from .lowering import lower
 from .scheduler import schedule
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.

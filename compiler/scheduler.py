@@ -24,7 +24,7 @@ from __future__ import annotations
 import sympy
 
 from .ir import JVAR, RVAR, Buffer, Kernel, Load, Op, RedRef, contiguous_strides, flat_index, loop_var, walk
-from .lowering import ExternItem, LoweredProgram, StoreItem
+from .lowered import ExternItem, LoweredProgram, StoreItem
 
 
 class _Scheduler:

@@ -6,7 +6,7 @@ import pytest
 import compiler
 from compiler.codegen import cpp as cpp_codegen
 from compiler.ir import Kernel
-from compiler.lowering import ExternItem
+from compiler.lowered import ExternItem
 from tests.compiler_programs import Attention, MLPBlock, pointwise_zoo, reductions, views
 
 
