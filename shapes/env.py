@@ -242,15 +242,20 @@ class ShapeEnv:
     def _maybe_replace(self, lhs, rhs, record_index) -> None:
         cands = []
         for a, b in ((lhs, rhs), (rhs, lhs)):
-            if a.is_Symbol and a not in b.free_symbols and a not in self.unbacked_float:
+            # An integer symbol only stands for integer-valued expressions: N == M / 2
+            # would make the integer rules' operands reals.
+            if a.is_Symbol and a not in b.free_symbols and a not in self.unbacked_float and b.is_integer:
                 cands.append((a, b))
         if not cands:
             # Linear in one symbol with unit coefficient: s + rest == 0.
             diff = sympy.expand(lhs - rhs)
             for s in sorted(diff.free_symbols, key=str):
                 c = diff.coeff(s)
-                if c in (1, -1) and s not in (diff - c * s).free_symbols and s not in self.unbacked_float:
-                    cands.append((s, sympy.expand(-(diff - c * s) / c)))
+                if c not in (1, -1) or s in self.unbacked_float:
+                    continue
+                t = sympy.expand(-(diff - c * s) / c)
+                if s not in t.free_symbols and t.is_integer:
+                    cands.append((s, t))
             if not cands:
                 return
 
@@ -307,14 +312,18 @@ class ShapeEnv:
                 old = self.ranges.get(atom) or bound(atom, self.ranges)
             except TypeError:
                 continue
-            adj = 1 if strict else 0
+            # Rounding to the next integer is valid only for an integer-valued atom:
+            # Min(N, 5.5) < 4.5 says nothing about Min(N, 5.5) <= 3.
+            integer = atom.is_integer is True
             if c == 1:  # atom + rest <= 0  ->  atom <= -rest
-                hi = -r.lower - adj
-                hi = math.floor(hi) if hi not in (INF, -INF) else hi
+                hi = -r.lower
+                if integer and hi not in (INF, -INF):
+                    hi = math.ceil(hi) - 1 if strict else math.floor(hi)
                 new = ValueRange(old.lower, min(old.upper, hi)) if min(old.upper, hi) >= old.lower else old
             else:  # -atom + rest <= 0  ->  atom >= rest
-                lo = r.lower + adj
-                lo = math.ceil(lo) if lo not in (INF, -INF) else lo
+                lo = r.lower
+                if integer and lo not in (INF, -INF):
+                    lo = math.floor(lo) + 1 if strict else math.ceil(lo)
                 new = ValueRange(max(old.lower, lo), old.upper) if max(old.lower, lo) <= old.upper else old
             self.ranges[atom] = new
 

@@ -27,6 +27,9 @@ def known_divisor(env: "ShapeEnv", e) -> int:
     if e.is_Integer:
         return abs(int(e)) or 0
     d = env.divisible.get(e, 1)
+    if e.is_integer is not True:
+        # 2 * (N / 3) is no multiple of 2; only a fact (x % k == 0) makes a real one.
+        return d
     if e.is_Mul:
         prod = 1
         for a in e.args:
@@ -55,11 +58,15 @@ def divides(env: "ShapeEnv", k: int, e) -> bool:
 
 
 def _split_by_divisor(e, k: int):
-    """Split ``e`` into ``k*q + r`` using integer coefficients; returns (q, r)."""
+    """Split ``e`` into ``k*q + r`` with integer ``q``; returns (q, r).
+
+    Only integer-valued terms move to ``q``: ``(2*(N/2) + 1) // 2`` is not
+    ``N/2 + 1 // 2`` when ``N`` is odd.
+    """
     q, r = [], []
     for t in sympy.Add.make_args(e):
         c, rest = t.as_coeff_Mul()
-        if c.is_Integer and int(c) % k == 0:
+        if c.is_Integer and int(c) % k == 0 and rest.is_integer is True:
             q.append(sympy.Integer(int(c) // k) * rest)
         else:
             r.append(t)
@@ -176,7 +183,7 @@ def _is_int_poly(x) -> bool:
                     return False
             if f.is_number and not f.is_Integer:
                 return False
-            if not (f.is_Integer or f.is_Symbol or (isinstance(f, sympy.Function) and f.is_integer)):
+            if not ((f.is_Integer or f.is_Symbol or isinstance(f, sympy.Function)) and f.is_integer is True):
                 return False
     return True
 
