@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import sympy
 
-from .functions import FloorDiv, PyMod, Where
+from .functions import FloorDiv, PyMod, TrueDiv, TruncToInt, Where
 
 if TYPE_CHECKING:  # pragma: no cover
     from .env import ShapeEnv
@@ -294,6 +294,26 @@ def rule_where(env, e):
     return e.args[1] if v else e.args[2]
 
 
+def rule_floor_truediv(env, e):
+    """floor(a / b) -> a // b and ceil(a / b) -> -((-a) // b) for integers a, b
+    (``math.floor(N / 2)``: exact on reals, as sizes stay far below 2**53)."""
+    if not isinstance(e, (sympy.floor, sympy.ceiling)) or not isinstance(e.args[0], TrueDiv):
+        return None
+    a, b = e.args[0].args
+    if not (a.is_integer is True and b.is_integer is True):
+        return None
+    if isinstance(e, sympy.floor):
+        return FloorDiv(a, b)
+    return -FloorDiv(-a, b)
+
+
+def rule_trunc_int(env, e):
+    """int(x) -> x for an integer-valued x (int(N // 2) is N // 2)."""
+    if isinstance(e, TruncToInt) and e.args[0].is_integer is True:
+        return e.args[0]
+    return None
+
+
 RULES: dict[str, Callable] = {
     "floordiv_split": rule_floordiv_split,
     "floordiv_cancel": rule_floordiv_cancel,
@@ -309,9 +329,11 @@ RULES: dict[str, Callable] = {
     "mod_range": rule_mod_range,
     "min_max": rule_min_max,
     "where": rule_where,
+    "floor_truediv": rule_floor_truediv,
+    "trunc_int": rule_trunc_int,
 }
 
-_RULE_TYPES = (FloorDiv, PyMod, sympy.Min, sympy.Max, Where)
+_RULE_TYPES = (FloorDiv, PyMod, sympy.Min, sympy.Max, Where, sympy.floor, sympy.ceiling, TruncToInt)
 
 
 def needs_rules(e) -> bool:

@@ -335,6 +335,9 @@ def _bound_structural(e, ranges, cache) -> ValueRange:
             r = minimum(r, x)
         return r
     if isinstance(e, sympy.Max):
+        if len(e.args) == 2 and e.args[0] == -e.args[1]:
+            # Max(x, -x) is how the engine spells abs() of an int: never negative.
+            return _bound_structural(sympy.Abs(e.args[0], evaluate=False), ranges, cache)
         rs = [b(a) for a in e.args]
         r = rs[0]
         for x in rs[1:]:
