@@ -53,6 +53,8 @@ def known_divisor(env: "ShapeEnv", e) -> int:
 
 
 def divides(env: "ShapeEnv", k: int, e) -> bool:
+    if e.is_integer is not True and e not in env.divisible:
+        return False  # even k = 1 divides only integers: (N/4) % 1 is not 0
     d = known_divisor(env, e)
     return d == 0 or d % k == 0
 
