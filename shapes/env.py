@@ -323,7 +323,7 @@ class ShapeEnv:
                 continue
             # Rounding to the next integer is valid only for an integer-valued atom:
             # Min(N, 5.5) < 4.5 says nothing about Min(N, 5.5) <= 3.
-            integer = atom.is_integer is True
+            integer = integer_valued(atom)
             if c == 1:  # atom + rest <= 0  ->  atom <= -rest
                 hi = -r.lower
                 if integer and hi not in (INF, -INF):
@@ -686,6 +686,12 @@ class ShapeEnv:
     def initial_axioms(self) -> list:
         """Facts that are not guards or asserts: ranges and op semantics."""
         return [e.after for e in self.log if e.kind == "axiom"]
+
+
+def integer_valued(e) -> bool:
+    """Known to take integer values only (``N // 2`` is, ``N / 2`` and ``Min(N, 5.5)`` are not);
+    rules that round to integers must check this."""
+    return e.is_integer is True
 
 
 def _negate(e):

@@ -105,6 +105,13 @@ def output_bounds(func, args, kwargs, bounds_of, nonempty=lambda t: False) -> Op
         from .functions import FloorDiv
         hi = end - 1 if step == 1 else start + step * FloorDiv(end - start - 1, step)
         return IndexRange(start, hi, True)
+    if func is aten.cat.default:
+        ts = [t for t in args[0] if isinstance(t, torch.Tensor)]
+        bs = [bounds_of(t) for t in ts]
+        if not ts or any(b is None for b in bs):
+            return None
+        exact = all(b.exact for b in bs) and all(nonempty(t) for t in ts)
+        return IndexRange(sympy.Min(*[b.lo for b in bs]), sympy.Max(*[b.hi for b in bs]), exact)
     if not args or not isinstance(args[0], torch.Tensor):
         return None
     b0 = bounds_of(args[0])
@@ -163,13 +170,6 @@ def output_bounds(func, args, kwargs, bounds_of, nonempty=lambda t: False) -> Op
             lo, hi = f(lo, c), f(hi, c)
         # Clamping maps the smallest value to the smallest: ends stay attained.
         return IndexRange(lo, hi, b0.exact)
-    if func is aten.cat.default:
-        ts = [t for t in args[0] if isinstance(t, torch.Tensor)]
-        bs = [bounds_of(t) for t in ts]
-        if not ts or any(b is None for b in bs):
-            return None
-        exact = all(b.exact for b in bs) and all(nonempty(t) for t in ts)
-        return IndexRange(sympy.Min(*[b.lo for b in bs]), sympy.Max(*[b.hi for b in bs]), exact)
     return None
 
 
