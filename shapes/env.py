@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 from typing import Optional
 
 import sympy
@@ -67,6 +68,11 @@ class ShapeEnv:
         # Input-range assumptions (0/1 policy, user ranges): checked when the
         # traced program runs, but not guards raised by the program itself.
         self.constraints: list[Guard] = []
+        # Size limits eager enforces (storage size within int64): checked when the
+        # traced program runs and searched by dinfer, but kept apart from the
+        # program's own asserts (one per allocation would drown them).
+        self.limits: list[Guard] = []
+        self._limit_seen: set = set()
         self.log: list[LogEntry] = []
         self.op_stack: list[str] = []
         self.observers: list = []  # callables(entry) notified of every log entry
@@ -199,6 +205,9 @@ class ShapeEnv:
     def _record(self, expr, kind: GuardKind, prov: Provenance, decided_by: Decision,
                 message: str = "", original=None) -> Guard:
         expr = canonical_condition(expr)
+        for old in self.records:
+            if old.expr == expr and old.kind is kind:
+                return old  # the same condition twice is one guard (the first line raised it)
         g = Guard(expr=expr, kind=kind, provenance=prov, decided_by=decided_by,
                   original=original if original is not None else expr, message=message,
                   index=len(self.records), symbols=tuple(sorted(expr.free_symbols, key=str)))
@@ -242,15 +251,20 @@ class ShapeEnv:
     def _maybe_replace(self, lhs, rhs, record_index) -> None:
         cands = []
         for a, b in ((lhs, rhs), (rhs, lhs)):
-            if a.is_Symbol and a not in b.free_symbols and a not in self.unbacked_float:
+            # An integer symbol only stands for integer-valued expressions: N == M / 2
+            # would make the integer rules' operands reals.
+            if a.is_Symbol and a not in b.free_symbols and a not in self.unbacked_float and b.is_integer:
                 cands.append((a, b))
         if not cands:
             # Linear in one symbol with unit coefficient: s + rest == 0.
             diff = sympy.expand(lhs - rhs)
             for s in sorted(diff.free_symbols, key=str):
                 c = diff.coeff(s)
-                if c in (1, -1) and s not in (diff - c * s).free_symbols and s not in self.unbacked_float:
-                    cands.append((s, sympy.expand(-(diff - c * s) / c)))
+                if c not in (1, -1) or s in self.unbacked_float:
+                    continue
+                t = sympy.expand(-(diff - c * s) / c)
+                if s not in t.free_symbols and t.is_integer:
+                    cands.append((s, t))
             if not cands:
                 return
 
@@ -307,14 +321,18 @@ class ShapeEnv:
                 old = self.ranges.get(atom) or bound(atom, self.ranges)
             except TypeError:
                 continue
-            adj = 1 if strict else 0
+            # Rounding to the next integer is valid only for an integer-valued atom:
+            # Min(N, 5.5) < 4.5 says nothing about Min(N, 5.5) <= 3.
+            integer = integer_valued(atom)
             if c == 1:  # atom + rest <= 0  ->  atom <= -rest
-                hi = -r.lower - adj
-                hi = math.floor(hi) if hi not in (INF, -INF) else hi
+                hi = -r.lower
+                if integer and hi not in (INF, -INF):
+                    hi = math.ceil(hi) - 1 if strict else math.floor(hi)
                 new = ValueRange(old.lower, min(old.upper, hi)) if min(old.upper, hi) >= old.lower else old
             else:  # -atom + rest <= 0  ->  atom >= rest
-                lo = r.lower + adj
-                lo = math.ceil(lo) if lo not in (INF, -INF) else lo
+                lo = r.lower
+                if integer and lo not in (INF, -INF):
+                    lo = math.floor(lo) + 1 if strict else math.ceil(lo)
                 new = ValueRange(max(old.lower, lo), old.upper) if max(old.lower, lo) <= old.upper else old
             self.ranges[atom] = new
 
@@ -382,6 +400,11 @@ class ShapeEnv:
         if e is sympy.false:
             return False
         ranges = self._ranges_for(size_oblivious)
+        if isinstance(e, sympy.Rel):
+            # A known fact decides itself, even where range analysis has no rule.
+            known = self._known_fact(e)
+            if known is not None:
+                return known
         try:
             r = bound(e, ranges)
         except TypeError:
@@ -400,6 +423,10 @@ class ShapeEnv:
                     v = None
                 if v is not None:
                     return v
+        if isinstance(e, sympy.Rel) and e.has(FloorDiv) and e.lhs.is_integer and e.rhs.is_integer:
+            v = self._decide_floor_relaxed(e, ranges)
+            if v is not None:
+                return v
         if isinstance(e, sympy.Rel) and e.has(FloorDiv):
             # x // k with k | x known is exactly x/k: bound the exact form.
             exact = {f: f.args[0] / f.args[1] for f in e.atoms(FloorDiv)
@@ -433,12 +460,38 @@ class ShapeEnv:
                     return False
             return None
         if isinstance(e, sympy.Rel):
-            if e in self._fact_set or canonical_condition(e) in self._fact_set:
-                return True
-            neg = sympy.Not(e)
-            if neg in self._fact_set or canonical_condition(neg) in self._fact_set:
-                return False
             return self._decide_by_facts(e, ranges)
+        return None
+
+    def _decide_floor_relaxed(self, e, ranges) -> Optional[bool]:
+        """Decide with each ``a // k`` (k > 0) written as ``a/k - t``, ``t`` in ``[0, (k-1)/k]``:
+        interval arithmetic then sees that ``N // 2 <= N`` (``-N/2 - t <= 0``)."""
+        subs, extra = {}, {}
+        for f in e.atoms(FloorDiv):
+            k = f.args[1]
+            if k.is_Integer and k > 0 and f.args[0].is_integer:
+                t = sympy.Dummy("t")
+                subs[f] = f.args[0] / k - t
+                extra[t] = ValueRange(0, Fraction(int(k) - 1, int(k)))
+        if not subs:
+            return None
+        diff = sympy.expand((e.lhs - e.rhs).xreplace(subs))
+        if diff.has(FloorDiv):
+            return None  # nested: the inner one is not relaxed
+        try:
+            return bound(type(e)(diff, 0), {**ranges, **extra}).known_bool()
+        except TypeError:
+            return None
+
+    def _known_fact(self, e) -> Optional[bool]:
+        """True/False when ``e`` or its negation is a known fact (either way round)."""
+        neg = sympy.Not(e)
+        for c, val in ((e, True), (neg, False)):
+            if not isinstance(c, sympy.Rel):
+                continue
+            for form in (c, c.reversed, canonical_condition(c)):
+                if form in self._fact_set:
+                    return val
         return None
 
     def _normalized_facts(self):
@@ -572,6 +625,46 @@ class ShapeEnv:
         self._record(s, GuardKind.RUNTIME_ASSERT, prov, Decision.USER_CHECK, original=expr, message=message)
         return True
 
+    def check_limit(self, expr, *, provenance: Provenance, message: str) -> bool:
+        """A size limit eager enforces at this op (see :mod:`shapes.limits`).
+
+        Proven by ranges: nothing is kept.  False at the example sizes: the
+        negation becomes a guard (the path to the error) and False is
+        returned, so the tracer raises like eager.  Otherwise it joins
+        :attr:`limits` unless an earlier limit implies it.
+        """
+        s = self.simplify(sympy.sympify(expr))
+        if s in self._limit_seen:
+            return True
+        v = self.static_bool(s)
+        if v is True:
+            self._limit_seen.add(s)
+            return True
+        if v is None and not self.has_unbacked(s):
+            v = None if self.hint_of(s) is not False else False
+        if v is False:
+            self._record(_negate(s), GuardKind.GUARD, provenance, Decision.EAGER_LIMIT,
+                         original=_negate(expr), message=message)
+            return False
+        self._limit_seen.add(s)
+        if isinstance(s, sympy.Le) and s.rhs.is_number:
+            for i, old in enumerate(self.limits):
+                o = old.expr
+                if not (isinstance(o, sympy.Le) and o.rhs == s.rhs):
+                    continue
+                # The largest allocation bounds the smaller ones (B*T*768 <= B*T*3072).
+                if self.static_bool(sympy.Le(s.lhs, o.lhs), log=False) is True:
+                    return True
+                if self.static_bool(sympy.Le(o.lhs, s.lhs), log=False) is True:
+                    self.limits[i] = self._limit_guard(s, expr, provenance, message)
+                    return True
+        self.limits.append(self._limit_guard(s, expr, provenance, message))
+        return True
+
+    def _limit_guard(self, s, expr, provenance, message) -> Guard:
+        return Guard(expr=s, kind=GuardKind.RUNTIME_ASSERT, provenance=provenance, decided_by=Decision.EAGER_LIMIT,
+                     original=expr, message=message, index=-2, symbols=tuple(sorted(s.free_symbols, key=str)))
+
     # ------------------------------------------------------------------ views
 
     @property
@@ -593,6 +686,12 @@ class ShapeEnv:
     def initial_axioms(self) -> list:
         """Facts that are not guards or asserts: ranges and op semantics."""
         return [e.after for e in self.log if e.kind == "axiom"]
+
+
+def integer_valued(e) -> bool:
+    """Known to take integer values only (``N // 2`` is, ``N / 2`` and ``Min(N, 5.5)`` are not);
+    rules that round to integers must check this."""
+    return e.is_integer is True
 
 
 def _negate(e):

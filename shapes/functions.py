@@ -17,6 +17,8 @@ Example::
 """
 from __future__ import annotations
 
+import math
+
 import sympy
 
 
@@ -24,8 +26,32 @@ def _is_int_const(x) -> bool:
     return isinstance(x, sympy.Integer)
 
 
+def _exact(x):
+    """A sympy number as an exact Fraction (a Float is the double it holds)."""
+    from fractions import Fraction
+    if isinstance(x, sympy.Float):
+        return Fraction(float(x))
+    return Fraction(int(x.p), int(x.q))
+
+
+def _number(v, floaty: bool):
+    """A Python number back as sympy: a Float where an operand was a Float."""
+    if floaty:
+        return sympy.Float(float(v))
+    return sympy.Rational(v.numerator, v.denominator) if hasattr(v, "numerator") else sympy.Integer(v)
+
+
+def _is_int(x) -> bool:
+    """Known integer-valued (floats like ``N / 2`` are not, ``3.0`` is)."""
+    return x.is_integer is True
+
+
 class FloorDiv(sympy.Function):
-    """``a // b`` with Python semantics (rounds toward negative infinity)."""
+    """``a // b`` with Python semantics (rounds toward negative infinity).
+
+    The operands may be floats (``7.5 // 2`` is ``3.0``): the value is
+    ``floor(a / b)`` on exact reals, an integer either way.
+    """
 
     is_integer = True
     nargs = 2
@@ -36,7 +62,9 @@ class FloorDiv(sympy.Function):
             raise ZeroDivisionError(f"symbolic floor division {a} // 0")
         if _is_int_const(a) and _is_int_const(b):
             return sympy.Integer(int(a) // int(b))
-        if b == 1:
+        if a.is_Number and b.is_Number and a.is_finite and b.is_finite:
+            return sympy.Integer(math.floor(_exact(a) / _exact(b)))
+        if b == 1 and _is_int(a):
             return a
         if a == 0:
             return sympy.Integer(0)
@@ -48,9 +76,13 @@ class FloorDiv(sympy.Function):
 
 
 class PyMod(sympy.Function):
-    """``a % b`` with Python semantics (result has the sign of ``b``)."""
+    """``a % b`` with Python semantics (result has the sign of ``b``).
 
-    is_integer = True
+    On floats it is ``a - b * floor(a / b)`` on exact reals: ``3.5 % 1`` is
+    ``0.5``, so ``x % 1 == 0`` folds to true only for an integer ``x``.
+    """
+
+    is_real = True
     nargs = 2
 
     @classmethod
@@ -59,8 +91,16 @@ class PyMod(sympy.Function):
             raise ZeroDivisionError(f"symbolic modulo {a} % 0")
         if _is_int_const(a) and _is_int_const(b):
             return sympy.Integer(int(a) % int(b))
-        if b == 1 or b == -1 or a == 0:
+        if a.is_Number and b.is_Number and a.is_finite and b.is_finite:
+            return _number(_exact(a) % _exact(b), a.is_Float or b.is_Float)
+        if a == 0 or ((b == 1 or b == -1) and _is_int(a)):
             return sympy.Integer(0)
+        return None
+
+    def _eval_is_integer(self):
+        a, b = self.args
+        if a.is_integer and b.is_integer:
+            return True
         return None
 
     def _sympystr(self, printer):
@@ -108,8 +148,8 @@ class TruncToInt(sympy.Function):
 
     @classmethod
     def eval(cls, a):
-        if a.is_number:
-            return sympy.Integer(int(float(a)))
+        if a.is_Number and a.is_finite:
+            return sympy.Integer(math.trunc(_exact(a)))
         return None
 
 

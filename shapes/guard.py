@@ -38,6 +38,7 @@ class Decision(str, enum.Enum):
     USER_CHECK = "user_check"  # torch._check / expect_true
     INT_CONVERSION = "int_conversion"  # int() of a size forced a constant
     USER_RANGE = "user_range"  # the range the user gave for a dim
+    EAGER_LIMIT = "eager_limit"  # a size limit eager enforces (storage size within int64)
 
 
 @dataclass

@@ -2,14 +2,34 @@
 
 Shapes alone cannot say that ``wpe(torch.arange(T))`` fails once ``T``
 exceeds the embedding's rows: the failure is an out-of-range index.  The
-tracer therefore tracks, for integer tensors built from ``arange``, a
-symbolic interval of their values through views and offsets, and turns each
-lookup (``embedding``, ``index_select``) into a runtime assert that the
-indices are in range, with the user line of the lookup.  A violated bound at
-the example sizes raises ``IndexError`` like eager PyTorch does.
+tracer therefore tracks, for integer tensors built from ``arange`` (or
+constants), a symbolic interval of their values through views, arithmetic
+with constants, ``clamp`` and ``cat``, and turns each op that indexes by a
+tensor into runtime asserts that the indices are in range, with the user
+line of the op.  A violated bound at the example sizes raises like eager.
+
+Each op admits its own range (checked against eager): ``index_select``,
+``embedding``, ``gather``, ``scatter*``, ``index_add`` and ``index_copy``
+need ``0 <= i < n``; advanced indexing (``x[idx]``, ``index_put``),
+``index_fill``, ``take`` and ``put`` also admit ``-n <= i < 0``.
+
+An interval is *exact* when both ends are values the tensor holds (if it
+holds any): only then is "the end is in range" the same condition as "every
+index is in range", so only exact intervals become asserts.  A loose
+interval (``a + b`` of two index tensors, a slice) gives no assert, like an
+index tensor computed from data: what it holds is not known.
+
+Example::
+
+    >>> import sympy
+    >>> from shapes.index_bounds import IndexRange, lookup_conditions
+    >>> n = sympy.Symbol("n", integer=True)
+    >>> [str(c) for c in lookup_conditions(IndexRange(n - 2, n + 1, True), n, "zero")]
+    ['n - 2 >= 0', 'n + 1 < n']
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import sympy
@@ -17,14 +37,33 @@ import torch
 
 aten = torch.ops.aten
 
-# Ops whose output values are a subset of (or equal to) input 0's values.
-_PRESERVING = {
+
+@dataclass(frozen=True)
+class IndexRange:
+    """Values of an integer tensor lie in ``[lo, hi]``; ``exact``: both are attained."""
+
+    lo: sympy.Expr
+    hi: sympy.Expr
+    exact: bool = True
+
+    def __iter__(self):  # (lo, hi) unpacking, as callers used to get a tuple
+        return iter((self.lo, self.hi))
+
+    def __getitem__(self, i):
+        return (self.lo, self.hi)[i]
+
+
+# Ops whose output holds exactly the values of input 0 (when non-empty).
+_SAME_VALUES = {
     aten.view.default, aten._unsafe_view.default, aten.reshape.default, aten.unsqueeze.default,
-    aten.squeeze.dim, aten.squeeze.default, aten.squeeze.dims, aten.expand.default, aten.slice.Tensor,
-    aten.select.int, aten.permute.default, aten.transpose.int, aten.t.default, aten.clone.default,
+    aten.squeeze.dim, aten.squeeze.default, aten.squeeze.dims, aten.expand.default,
+    aten.permute.default, aten.transpose.int, aten.t.default, aten.clone.default,
     aten.alias.default, aten.detach.default, aten._to_copy.default, aten.contiguous.default,
-    aten.repeat.default, aten.flatten.using_ints, aten.lift_fresh.default,
+    aten.repeat.default, aten.flatten.using_ints, aten.lift_fresh.default, aten.lift_fresh_copy.default,
+    aten.view_copy.default, aten.expand_copy.default, aten.permute_copy.default,
 }
+# Ops whose output holds some of input 0's values.
+_SUBSET = {aten.slice.Tensor, aten.select.int, aten.narrow.default, aten.diagonal.default}
 
 
 def _e(x):
@@ -37,8 +76,20 @@ def _e(x):
     return None
 
 
-def output_bounds(func, args, kwargs, bounds_of) -> Optional[tuple]:
-    """(lo, hi) of the values of ``func``'s integer output, or None if unknown."""
+def constant_range(t: torch.Tensor) -> Optional[IndexRange]:
+    """The exact range of a real integer tensor's values (a constant of the program)."""
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype is torch.bool or t.numel() == 0:
+        return None
+    if t.device.type == "meta":
+        return None
+    return IndexRange(sympy.Integer(int(t.min())), sympy.Integer(int(t.max())), True)
+
+
+def output_bounds(func, args, kwargs, bounds_of, nonempty=lambda t: False) -> Optional[IndexRange]:
+    """The :class:`IndexRange` of ``func``'s integer output, or None if unknown.
+
+    ``nonempty(t)``: the tensor ``t`` is known to hold at least one value.
+    """
     if func in (aten.arange.default, aten.arange.start, aten.arange.start_step):
         dtype = kwargs.get("dtype")
         if dtype is not None and dtype.is_floating_point:
@@ -47,47 +98,179 @@ def output_bounds(func, args, kwargs, bounds_of) -> Optional[tuple]:
             start, end, step = sympy.Integer(0), _e(args[0]), sympy.Integer(1)
         else:
             start, end = _e(args[0]), _e(args[1])
-            step = _e(args[2]) if len(args) > 2 else sympy.Integer(kwargs.get("step", 1))
+            step = _e(args[2]) if len(args) > 2 else _e(kwargs.get("step", 1))
         if start is None or end is None or step is None or not (step.is_Integer and step > 0):
             return None
-        # Values lie in [start, end - 1]; with no values the lookup checks are vacuous anyway.
-        return (start, end - 1)
-    if func in _PRESERVING and args and isinstance(args[0], torch.Tensor):
-        return bounds_of(args[0])
-    if func in (aten.add.Tensor, aten.sub.Tensor) and len(args) >= 2:
-        a, b = args[0], args[1]
-        ba = bounds_of(a) if isinstance(a, torch.Tensor) else None
-        if ba is None:
+        # The last value is the largest start + k*step below end.
+        from .functions import FloorDiv
+        hi = end - 1 if step == 1 else start + step * FloorDiv(end - start - 1, step)
+        return IndexRange(start, hi, True)
+    if func is aten.cat.default:
+        ts = [t for t in args[0] if isinstance(t, torch.Tensor)]
+        bs = [bounds_of(t) for t in ts]
+        if not ts or any(b is None for b in bs):
             return None
+        exact = all(b.exact for b in bs) and all(nonempty(t) for t in ts)
+        return IndexRange(sympy.Min(*[b.lo for b in bs]), sympy.Max(*[b.hi for b in bs]), exact)
+    if not args or not isinstance(args[0], torch.Tensor):
+        return None
+    b0 = bounds_of(args[0])
+    if b0 is None:
+        return None
+    if func in _SAME_VALUES:
+        return b0
+    if func in _SUBSET:
+        return IndexRange(b0.lo, b0.hi, False)
+    if func in (aten.add.Tensor, aten.sub.Tensor) and len(args) >= 2:
+        b = args[1]
         alpha = kwargs.get("alpha", 1)
+        if alpha != 1:
+            return None
         if isinstance(b, torch.Tensor):
             bb = bounds_of(b)
-            if bb is None or alpha != 1:
+            if bb is None:
                 return None
-            return (ba[0] + bb[0], ba[1] + bb[1]) if func is aten.add.Tensor else (ba[0] - bb[1], ba[1] - bb[0])
+            if func is aten.add.Tensor:
+                return IndexRange(b0.lo + bb.lo, b0.hi + bb.hi, False)
+            return IndexRange(b0.lo - bb.hi, b0.hi - bb.lo, False)
         c = _e(b)
-        if c is None or alpha != 1:
+        if c is None:
             return None
-        return (ba[0] + c, ba[1] + c) if func is aten.add.Tensor else (ba[0] - c, ba[1] - c)
+        return IndexRange(b0.lo + c, b0.hi + c, b0.exact) if func is aten.add.Tensor else \
+            IndexRange(b0.lo - c, b0.hi - c, b0.exact)
+    if func is aten.rsub.Scalar and len(args) >= 2:
+        c = _e(args[1])
+        if c is None or kwargs.get("alpha", 1) != 1:
+            return None
+        return IndexRange(c - b0.hi, c - b0.lo, b0.exact)
+    if func is aten.neg.default:
+        return IndexRange(-b0.hi, -b0.lo, b0.exact)
+    if func is aten.mul.Tensor and len(args) >= 2 and not isinstance(args[1], torch.Tensor):
+        c = _e(args[1])
+        if c is None or not c.is_Integer:
+            return None
+        if c >= 0:
+            return IndexRange(c * b0.lo, c * b0.hi, b0.exact)
+        return IndexRange(c * b0.hi, c * b0.lo, b0.exact)
+    if func in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
+        if func is aten.clamp.default:
+            mn = args[1] if len(args) > 1 else kwargs.get("min")
+            mx = args[2] if len(args) > 2 else kwargs.get("max")
+        elif func is aten.clamp_min.default:
+            mn, mx = args[1], None
+        else:
+            mn, mx = None, args[1]
+        lo, hi = b0.lo, b0.hi
+        for v, f in ((mn, sympy.Max), (mx, sympy.Min)):
+            if v is None:
+                continue
+            c = _e(v)
+            if c is None:
+                return None
+            lo, hi = f(lo, c), f(hi, c)
+        # Clamping maps the smallest value to the smallest: ends stay attained.
+        return IndexRange(lo, hi, b0.exact)
     return None
 
 
-def lookup_checks(func, args, bounds_of):
-    """[(condition, message)] that must hold for an index lookup to be in range."""
-    if func is aten.embedding.default:
-        weight, idx = args[0], args[1]
-        b = bounds_of(idx)
-        if b is None:
+def lookup_conditions(r: IndexRange, n, lower: str):
+    """[lo >= lower bound, hi < n] for indices in ``r`` into a dim of size ``n``."""
+    lb = sympy.Integer(0) if lower == "zero" else -n
+    return [sympy.Ge(r.lo, lb, evaluate=False), sympy.Lt(r.hi, n, evaluate=False)]
+
+
+# packet name -> (self arg, dim arg or None for flat indexing, index arg, lower bound, exception)
+_LOOKUPS = {
+    "embedding": (0, "rows", 1, "zero", IndexError),
+    "index_select": (0, 1, 2, "zero", IndexError),
+    "gather": (0, 1, 2, "zero", RuntimeError),
+    "scatter": (0, 1, 2, "zero", RuntimeError),
+    "scatter_": (0, 1, 2, "zero", RuntimeError),
+    "scatter_add": (0, 1, 2, "zero", RuntimeError),
+    "scatter_add_": (0, 1, 2, "zero", RuntimeError),
+    "scatter_reduce": (0, 1, 2, "zero", RuntimeError),
+    "scatter_reduce_": (0, 1, 2, "zero", RuntimeError),
+    "index_add": (0, 1, 2, "zero", RuntimeError),
+    "index_add_": (0, 1, 2, "zero", RuntimeError),
+    "index_copy": (0, 1, 2, "zero", IndexError),
+    "index_copy_": (0, 1, 2, "zero", IndexError),
+    "index_fill": (0, 1, 2, "negative", IndexError),
+    "index_fill_": (0, 1, 2, "negative", IndexError),
+    "take": (0, None, 1, "negative", IndexError),
+    "put": (0, None, 1, "negative", IndexError),
+    "put_": (0, None, 1, "negative", IndexError),
+}
+_ADVANCED = {"index", "index_put", "index_put_", "_index_put_impl_"}
+
+
+def _numel(t):
+    n = sympy.Integer(1)
+    for s in t.shape:
+        n = n * _e(s)
+    return n
+
+
+def lookups(func, args):
+    """[(index tensor, index range source, dim size n, lower, exception, what)] this op checks."""
+    try:
+        name = func.overloadpacket.__name__
+    except AttributeError:
+        return []
+    out = []
+    if name in _ADVANCED:
+        x, indices = args[0], args[1]
+        if not isinstance(x, torch.Tensor) or not isinstance(indices, (list, tuple)):
             return []
-        n = _e(weight.shape[0])
-        return [(sympy.Ge(b[0], 0), f"embedding index {b[0]} must be >= 0"),
-                (sympy.Lt(b[1], n), f"embedding index {b[1]} out of range for {n} rows")]
-    if func is aten.index_select.default:
-        x, dim, idx = args[0], args[1], args[2]
-        b = bounds_of(idx)
-        if b is None:
-            return []
-        n = _e(x.shape[dim])
-        return [(sympy.Ge(b[0], -n), f"index_select index {b[0]} out of range for size {n}"),
-                (sympy.Lt(b[1], n), f"index_select index {b[1]} out of range for size {n}")]
-    return []
+        d = 0
+        for ix in indices:
+            if ix is None:
+                d += 1
+                continue
+            if ix.dtype in (torch.bool, torch.uint8):
+                d += ix.dim()
+                continue
+            if d < x.dim():
+                out.append((ix, _e(x.shape[d]), "negative", IndexError, f"dimension {d}"))
+            d += 1
+        return out
+    spec = _LOOKUPS.get(name)
+    if spec is None or len(args) <= spec[2]:
+        return []
+    si, di, ii, lower, exc = spec
+    x, idx = args[si], args[ii]
+    if not isinstance(x, torch.Tensor) or not isinstance(idx, torch.Tensor):
+        return []
+    if di == "rows":
+        return [(idx, _e(x.shape[0]), lower, exc, "the embedding's rows")]
+    if di is None:
+        return [(idx, _numel(x), lower, exc, "the elements")]
+    if x.dim() == 0:
+        return []
+    dim = args[di] if isinstance(args[di], int) else None
+    if dim is None:
+        return []
+    dim = dim % x.dim()
+    return [(idx, _e(x.shape[dim]), lower, exc, f"dimension {dim}")]
+
+
+def lookup_checks(func, args, bounds_of, nonempty=lambda t: False):
+    """[(condition, message, exception type)] that must hold for ``func``'s indices to be in range.
+
+    Only exact index ranges give conditions; an index tensor that may be
+    empty checks nothing then, as in eager.
+    """
+    out = []
+    name = getattr(getattr(func, "overloadpacket", None), "__name__", str(func))
+    for idx, n, lower, exc, what in lookups(func, args):
+        r = bounds_of(idx)
+        if r is None or n is None or not r.exact:
+            continue
+        empty = None if nonempty(idx) else sympy.Eq(_numel(idx), 0)
+        lo_c, hi_c = lookup_conditions(r, n, lower)
+        least = "0" if lower == "zero" else f"-{n}"
+        for c, msg in ((lo_c, f"{name}: index {r.lo} is out of bounds for {what} with size {n} "
+                              f"(indices must be >= {least})"),
+                       (hi_c, f"{name}: index {r.hi} is out of bounds for {what} with size {n}")):
+            out.append((c if empty is None else sympy.Or(empty, c), msg, exc))
+    return out
+

@@ -104,13 +104,18 @@ class TracedProgram:
         for k, v in sizes.items():
             sym = self.env.symbols[k] if isinstance(k, str) else k
             subs[sym] = sympy.Integer(v)
-        bad = []
-        for g in (self.env.constraints if constraints else []) + self.env.records:
+        bad, undefined = [], []
+        for g in (self.env.constraints if constraints else []) + self.env.records + self.env.limits:
             if not g.expr.free_symbols <= subs.keys():
                 continue
-            if g.expr.xreplace(subs) is not sympy.true:
+            v = _holds(g.expr, subs)
+            if v is None:
+                undefined.append(g)
+            elif not v:
                 bad.append(g)
-        return bad
+        # A guard that divides by zero at these sizes (C % (C // 4) at C = 3) fails too,
+        # but the guard that excludes the zero divisor (C // 4 != 0) explains it best.
+        return bad + undefined
 
     # -- running ----------------------------------------------------------------------
     def run(self, *tensors):
@@ -122,6 +127,7 @@ class TracedProgram:
         sym_vals = self.bind_sizes(tensors)
         for g in self.failing_guards(sym_vals):
             raise GuardViolation(_violation_message(g, sym_vals), guard=g, values=sym_vals)
+        # Every guard held: the size arithmetic of the graph below is defined.
         device = tensors[0].device if tensors else torch.device("cpu")
         mod = self.program if isinstance(self.program, torch.nn.Module) else None
         env: dict[torch.fx.Node, Any] = {}
@@ -150,7 +156,7 @@ class TracedProgram:
                     for g in pending:
                         if g.expr.free_symbols <= sym_vals.keys():
                             subs = {k: sympy.sympify(v) for k, v in sym_vals.items()}
-                            if g.expr.xreplace(subs) is not sympy.true:
+                            if not _holds(g.expr, subs):
                                 raise GuardViolation(_violation_message(g, sym_vals), guard=g, values=sym_vals)
                         else:
                             still.append(g)
@@ -179,13 +185,28 @@ class TracedProgram:
                 f"{len(self.runtime_asserts)} runtime asserts, {len(self.graph.nodes)} nodes>")
 
 
+def _holds(expr, subs):
+    """``expr`` at ``subs``: True/False, or None where it divides by zero."""
+    try:
+        v = expr.xreplace(subs)
+    except ZeroDivisionError:
+        return None
+    if v is sympy.true or v is sympy.false:
+        return v is sympy.true
+    if isinstance(v, (bool, int)):
+        return bool(v)
+    return None
+
+
 def _violation_message(g: Guard, vals) -> str:
     at = ", ".join(f"{k}={v}" for k, v in vals.items() if not isinstance(v, torch.Tensor))
     what = {GuardKind.GUARD: "guard", GuardKind.SPECIALIZATION: "specialization",
             GuardKind.RUNTIME_ASSERT: "runtime assert"}[g.kind]
     if g.index < 0:
         what = "input constraint"
-    return f"{what} {g.expr} fails at {at}; it comes from {g.provenance}"
+    how = "fails" if _holds(g.expr, {k: sympy.sympify(v) for k, v in vals.items()
+                                      if not isinstance(v, torch.Tensor)}) is not None else "divides by zero"
+    return f"{what} {g.expr} {how} at {at}; it comes from {g.provenance}"
 
 
 def _fetch_attr(mod, target: str):

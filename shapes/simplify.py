@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 import sympy
 
-from .functions import FloorDiv, PyMod, Where
+from .functions import FloorDiv, PyMod, TrueDiv, TruncToInt, Where
 
 if TYPE_CHECKING:  # pragma: no cover
     from .env import ShapeEnv
@@ -27,6 +27,9 @@ def known_divisor(env: "ShapeEnv", e) -> int:
     if e.is_Integer:
         return abs(int(e)) or 0
     d = env.divisible.get(e, 1)
+    if e.is_integer is not True:
+        # 2 * (N / 3) is no multiple of 2; only a fact (x % k == 0) makes a real one.
+        return d
     if e.is_Mul:
         prod = 1
         for a in e.args:
@@ -50,16 +53,22 @@ def known_divisor(env: "ShapeEnv", e) -> int:
 
 
 def divides(env: "ShapeEnv", k: int, e) -> bool:
+    if e.is_integer is not True and e not in env.divisible:
+        return False  # even k = 1 divides only integers: (N/4) % 1 is not 0
     d = known_divisor(env, e)
     return d == 0 or d % k == 0
 
 
 def _split_by_divisor(e, k: int):
-    """Split ``e`` into ``k*q + r`` using integer coefficients; returns (q, r)."""
+    """Split ``e`` into ``k*q + r`` with integer ``q``; returns (q, r).
+
+    Only integer-valued terms move to ``q``: ``(2*(N/2) + 1) // 2`` is not
+    ``N/2 + 1 // 2`` when ``N`` is odd.
+    """
     q, r = [], []
     for t in sympy.Add.make_args(e):
         c, rest = t.as_coeff_Mul()
-        if c.is_Integer and int(c) % k == 0:
+        if c.is_Integer and int(c) % k == 0 and rest.is_integer is True:
             q.append(sympy.Integer(int(c) // k) * rest)
         else:
             r.append(t)
@@ -176,7 +185,7 @@ def _is_int_poly(x) -> bool:
                     return False
             if f.is_number and not f.is_Integer:
                 return False
-            if not (f.is_Integer or f.is_Symbol or (isinstance(f, sympy.Function) and f.is_integer)):
+            if not ((f.is_Integer or f.is_Symbol or isinstance(f, sympy.Function)) and f.is_integer is True):
                 return False
     return True
 
@@ -287,6 +296,26 @@ def rule_where(env, e):
     return e.args[1] if v else e.args[2]
 
 
+def rule_floor_truediv(env, e):
+    """floor(a / b) -> a // b and ceil(a / b) -> -((-a) // b) for integers a, b
+    (``math.floor(N / 2)``: exact on reals, as sizes stay far below 2**53)."""
+    if not isinstance(e, (sympy.floor, sympy.ceiling)) or not isinstance(e.args[0], TrueDiv):
+        return None
+    a, b = e.args[0].args
+    if not (a.is_integer is True and b.is_integer is True):
+        return None
+    if isinstance(e, sympy.floor):
+        return FloorDiv(a, b)
+    return -FloorDiv(-a, b)
+
+
+def rule_trunc_int(env, e):
+    """int(x) -> x for an integer-valued x (int(N // 2) is N // 2)."""
+    if isinstance(e, TruncToInt) and e.args[0].is_integer is True:
+        return e.args[0]
+    return None
+
+
 RULES: dict[str, Callable] = {
     "floordiv_split": rule_floordiv_split,
     "floordiv_cancel": rule_floordiv_cancel,
@@ -302,9 +331,11 @@ RULES: dict[str, Callable] = {
     "mod_range": rule_mod_range,
     "min_max": rule_min_max,
     "where": rule_where,
+    "floor_truediv": rule_floor_truediv,
+    "trunc_int": rule_trunc_int,
 }
 
-_RULE_TYPES = (FloorDiv, PyMod, sympy.Min, sympy.Max, Where)
+_RULE_TYPES = (FloorDiv, PyMod, sympy.Min, sympy.Max, Where, sympy.floor, sympy.ceiling, TruncToInt)
 
 
 def needs_rules(e) -> bool:

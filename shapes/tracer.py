@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import inspect
+import math
 import operator
 import os
 import traceback
@@ -23,7 +24,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import data_dependent, eager_checks, index_bounds
+from . import data_dependent, eager_checks, index_bounds, limits
 from .env import DataDependentError, ShapeEnv
 from .errors import SpecError, SymshapeError, TraceError, UnsupportedOpError
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
@@ -95,6 +96,9 @@ class _GraphBuilder:
             self.constants[name] = x
             m = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
             node = self.add_attr(name, m)
+            vb = index_bounds.constant_range(x)
+            if vb is not None:  # a constant index tensor: its values are known exactly
+                self.value_bounds[id(m)] = vb
             self.tensor_nodes[id(x)] = (m, node)
             return m
         if isinstance(x, torch.Tensor):
@@ -167,6 +171,10 @@ class _GraphBuilder:
             node = g.call_function(torch.sym_float, tuple(args))
         elif isinstance(e, TruncToInt):
             node = g.call_function(torch.sym_int, tuple(args))
+        elif isinstance(e, sympy.floor):
+            node = g.call_function(math.floor, tuple(args))
+        elif isinstance(e, sympy.ceiling):
+            node = g.call_function(math.ceil, tuple(args))
         elif isinstance(e, Where):
             node = g.call_function(torch.sym_ite, tuple(args))
         elif isinstance(e, sympy.Rel):
@@ -267,9 +275,9 @@ class _Recorder(TorchDispatchMode):
         prov = capture(op)
         self.env.op_stack.append(op)
         try:
-            for cond, msg in index_bounds.lookup_checks(func, args, b.bounds_of):
+            for cond, msg, exc in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty):
                 if not self.env.expect_true(cond, message=msg):
-                    raise IndexError(f"index out of range in self ({msg})")
+                    raise exc(msg)
             for cond, msg in eager_checks.checks(func, args):
                 if not self.env.expect_true(cond, message=msg):
                     raise RuntimeError(msg)
@@ -292,12 +300,36 @@ class _Recorder(TorchDispatchMode):
             raise
         finally:
             self.env.op_stack.pop()
+        self._check_limits(func, out, prov)
         b.record(func, args, kwargs, out, bindings, prov)
         if isinstance(out, torch.Tensor) and not out.dtype.is_floating_point:
-            vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of)
+            vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty)
             if vb is not None:
                 b.value_bounds[id(out)] = vb
         return out
+
+
+    def _nonempty(self, t) -> bool:
+        n = sympy.Integer(1)
+        for s in t.shape:
+            n = n * _expr_of(s)
+        return self.env.static_bool(sympy.Ge(n, 1), log=False) is True
+
+    def _check_limits(self, func, out, prov):
+        """Eager's storage-size overflow check for each tensor this op allocates."""
+        env = self.env
+        for i, t in limits.tensor_outputs(out):
+            sizes = [limits.expr_of(s) for s in t.shape]
+            if all(s.is_number for s in sizes) or not limits.allocates(func, i):
+                continue
+            maybe_zero = lambda s: env.static_bool(sympy.Ge(s, 1), log=False) is not True  # noqa: E731
+            for cond, what in limits.storage_conditions(sizes, t.element_size(), maybe_zero):
+                msg = (f"{func}: the {what} of a {t.dtype} tensor of sizes {list(sizes)} must fit in "
+                       f"{'uint64' if what == 'size product' else 'int64'} (eager raises "
+                       f"'{limits.OVERFLOW_MESSAGE}...' otherwise)")
+                if not env.check_limit(cond, provenance=prov, message=msg):
+                    at = [env.hint_of(s) for s in sizes]
+                    raise RuntimeError(f"{limits.OVERFLOW_MESSAGE}{at}")
 
 
 class _ModuleScope:

@@ -154,24 +154,38 @@ def floordiv(a: ValueRange, b: ValueRange) -> ValueRange:
 
 
 def mod(a: ValueRange, b: ValueRange) -> ValueRange:
+    """Bounds of Python's ``a % b`` on integers."""
+    return _mod(a, b, 1)
+
+
+def real_mod(a: ValueRange, b: ValueRange) -> ValueRange:
+    """Bounds of Python's ``a % b`` where an operand is a float.
+
+    On reals ``a % b`` lies in ``[0, b)`` for ``b > 0`` (``(b, 0]`` for
+    ``b < 0``); only integers have ``b - 1`` as the largest value.
+    """
+    return _mod(a, b, 0)
+
+
+def _mod(a: ValueRange, b: ValueRange, one: int) -> ValueRange:  # closed intervals: a real a % b only approaches b
     if b.lower > 0:
         if b.is_singleton and not isinstance(b.lower, float):
             k = b.lower
             if a.lower > -INF and a.upper < INF and a.lower // k == a.upper // k:
                 return ValueRange(a.lower % k, a.upper % k)
             if a.lower >= 0:
-                return ValueRange(0, min(a.upper, k - 1))
-            return ValueRange(0, k - 1)
-        hi = b.upper - 1
+                return ValueRange(0, min(a.upper, k - one))
+            return ValueRange(0, k - one)
+        hi = b.upper - one
         if a.lower >= 0:
             hi = min(hi, a.upper)
         return ValueRange(0, hi)
     if b.upper < 0:
-        lo = b.lower + 1
+        lo = b.lower + one
         if a.upper <= 0:
             lo = max(lo, a.lower)
         return ValueRange(lo, 0)
-    return ValueRange(min(b.lower + 1, 0), max(b.upper - 1, 0))
+    return ValueRange(min(b.lower + one, 0), max(b.upper - one, 0))
 
 
 def power(a: ValueRange, n: int) -> ValueRange:
@@ -291,7 +305,9 @@ def _bound_structural(e, ranges, cache) -> ValueRange:
     if isinstance(e, FloorDiv):
         return floordiv(b(e.args[0]), b(e.args[1]))
     if isinstance(e, PyMod):
-        return mod(b(e.args[0]), b(e.args[1]))
+        if e.args[0].is_integer is True and e.args[1].is_integer is True:
+            return mod(b(e.args[0]), b(e.args[1]))
+        return real_mod(b(e.args[0]), b(e.args[1]))
     if isinstance(e, TrueDiv):
         return truediv(b(e.args[0]), b(e.args[1]))
     if isinstance(e, ToFloat):
@@ -299,6 +315,19 @@ def _bound_structural(e, ranges, cache) -> ValueRange:
     if isinstance(e, TruncToInt):
         x = b(e.args[0])
         return ValueRange(_trunc(x.lower), _trunc(x.upper))
+    if isinstance(e, sympy.floor):
+        x = b(e.args[0])
+        return ValueRange(_floor(x.lower), _floor(x.upper))
+    if isinstance(e, sympy.ceiling):
+        x = b(e.args[0])
+        return ValueRange(_ceil(x.lower), _ceil(x.upper))
+    if isinstance(e, sympy.Abs):
+        x = b(e.args[0])
+        if x.lower >= 0:
+            return x
+        if x.upper <= 0:
+            return neg(x)
+        return ValueRange(0, max(-x.lower, x.upper))
     if isinstance(e, sympy.Min):
         rs = [b(a) for a in e.args]
         r = rs[0]
@@ -306,6 +335,9 @@ def _bound_structural(e, ranges, cache) -> ValueRange:
             r = minimum(r, x)
         return r
     if isinstance(e, sympy.Max):
+        if len(e.args) == 2 and e.args[0] == -e.args[1]:
+            # Max(x, -x) is how the engine spells abs() of an int: never negative.
+            return _bound_structural(sympy.Abs(e.args[0], evaluate=False), ranges, cache)
         rs = [b(a) for a in e.args]
         r = rs[0]
         for x in rs[1:]:

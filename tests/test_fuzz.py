@@ -21,6 +21,8 @@ def test_quick_fuzz_finds_nothing_unsound():
     assert res.points_evaluated > 20 * res.expressions
     assert res.static_decided > 100 and res.z3_checks > 100
     assert res.validated_envs > 0 and res.validated_steps > 0
+    # Float-valued expressions and the seeded edge cases (negative divisors, floats) are in the mix.
+    assert res.float_valued > 300 and res.seeded > 300
 
 
 def test_fuzz_is_reproducible():
@@ -70,3 +72,39 @@ def test_fuzz_catches_the_size_oblivious_boolean_bug(monkeypatch):
     assert cases
     c = cases[0]
     assert evaluate(c.expr, {s: c.point[s.name] for s in c.expr.free_symbols}) != c.engine
+
+
+def test_fuzz_catches_a_nested_floordiv_rule_with_negative_divisors(monkeypatch):
+    """(x // m) // n -> x // (m*n) holds for positive m, n only; the quick fuzz
+    (its seeded negative-divisor cases) refutes it at a concrete point."""
+    import shapes.simplify as simplify
+    from shapes.functions import FloorDiv
+
+    def nest_any_sign(env, e):
+        if not isinstance(e, FloorDiv) or not isinstance(e.args[0], FloorDiv):
+            return None
+        n, m = e.args[1], e.args[0].args[1]
+        if not (n.is_Integer and m.is_Integer) or n == 0 or m == 0:
+            return None
+        return FloorDiv(e.args[0].args[0], m * n)
+    monkeypatch.setitem(simplify.RULES, "floordiv_nest", nest_any_sign)
+    res = run_fuzz(2000, seed=0)
+    cases = [c for c in res.unsound if c.check in ("simplify", "validation")]
+    assert cases, res.table()
+    c = next(c for c in cases if c.check == "simplify")
+    values = {s: c.point[s.name] for s in c.expr.free_symbols}
+    assert evaluate(c.expr, values) != evaluate(c.engine, values)
+
+
+def test_fuzz_catches_an_integer_mod_bound_on_floats(monkeypatch):
+    """A float % bounded like an integer one ([0, k - 1]) is refuted by the quick fuzz."""
+    monkeypatch.setattr(value_ranges, "real_mod", value_ranges.mod)
+    res = run_fuzz(2000, seed=0)
+    assert res.unsound
+    c = next(c for c in res.unsound if c.check in ("bound", "static"))
+    values = {s: c.point[s.name] for s in c.expr.free_symbols}
+    x = evaluate(c.expr, values)
+    if c.check == "bound":
+        assert not (c.engine.lower <= x <= c.engine.upper)
+    else:
+        assert bool(x) != c.engine

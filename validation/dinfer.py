@@ -287,7 +287,8 @@ class _Search:
                 # Axioms on data-dependent symbols (op semantics) say nothing about sizes.
                 if c.free_symbols <= dimsyms:
                     conds.append(c)
-        for r in env.records:
+        # Eager's size limits (storage size within int64) bound an ok class too.
+        for r in list(env.records) + list(getattr(env, "limits", ())):
             if r.expr.free_symbols <= dimsyms:
                 conds.append(r.expr)
             else:

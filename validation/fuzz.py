@@ -51,6 +51,7 @@ from .translation import _model_values, _oblivious_symbols, divisors, validate_e
 from .z3_translate import Z3Translator
 
 _RELS = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
+_FLOAT_DIVISORS = tuple(sympy.sympify(v) for v in (1, 2, 4, -1, -2, 0.5, 1.5, 2.5, -0.5, -1.5, sympy.Rational(3, 2)))
 _EXHAUSTIVE_MAX = 600   # domains up to this many points are enumerated completely
 _RANDOM_POINTS = 60
 
@@ -87,6 +88,8 @@ class FuzzResult:
     imprecise_bound: int = 0
     imprecise_static: int = 0
     undefined_everywhere: int = 0
+    seeded: int = 0          # edge-case expressions drawn on purpose (negative divisors, floats)
+    float_valued: int = 0    # expressions or conditions with float-valued parts
     validated_envs: int = 0
     validated_steps: int = 0
     translation_mismatches: list = field(default_factory=list)
@@ -105,6 +108,8 @@ class FuzzResult:
             ("seed", self.seed),
             ("expressions checked", self.expressions),
             ("checks (bound + simplify + static)", self.checks),
+            ("float-valued expressions", self.float_valued),
+            ("seeded edge cases", self.seeded),
             ("points evaluated (brute force)", self.points_evaluated),
             ("static decisions taken", self.static_decided),
             ("Z3 checks (sample)", self.z3_checks),
@@ -180,10 +185,67 @@ class _Gen:
         return TruncToInt(TrueDiv(self.int_expr(d), self.divisor(d)))
 
     def real_expr(self, depth: int):
+        """A float-valued size expression: true division, float constants, % and // on floats."""
+        r = self.rng
+        d = max(depth - 1, 0)
+        p = r.random()
+        if p < 0.3:
+            return TrueDiv(self.int_expr(d), self.divisor(depth))
+        if p < 0.45:
+            return ToFloat(self.int_expr(d)) * sympy.Rational(r.randint(-3, 3), r.randint(1, 4))
+        if p < 0.6:
+            return PyMod(self.real_leaf(d), r.choice(_FLOAT_DIVISORS))
+        if p < 0.7:
+            return FloorDiv(self.real_leaf(d), r.choice(_FLOAT_DIVISORS))
+        if p < 0.85:
+            return r.choice([sympy.Min, sympy.Max])(self.real_leaf(d), self.float_const(), evaluate=False)
+        return self.real_leaf(d) + self.float_const()
+
+    def real_leaf(self, depth: int):
         r = self.rng
         if r.random() < 0.5:
-            return TrueDiv(self.int_expr(depth - 1), self.divisor(depth))
-        return ToFloat(self.int_expr(depth - 1)) * sympy.Rational(r.randint(-3, 3), r.randint(1, 4))
+            return TrueDiv(self.int_expr(depth), sympy.Integer(r.choice([2, 3, 4, -2, -3])))
+        return ToFloat(self.int_expr(depth))
+
+    def float_const(self):
+        return sympy.Float(self.rng.choice([0.5, 1.5, 2.5, 3.5, 4.5, 5.5, -0.5, -2.5, 7.25]))
+
+    def real_rel(self, depth: int):
+        r = self.rng
+        a = self.real_expr(depth)
+        b = self.float_const() if r.random() < 0.5 else sympy.Integer(r.randint(-4, 8))
+        return r.choice(_RELS)(a, b)
+
+    def seeded(self, depth: int):
+        """Edge cases drawn on purpose: nested // and % with negative divisors, float
+        % and //, Min/Max with floats, float comparisons, rounding of quotients."""
+        r = self.rng
+        x = self.int_expr(max(depth - 1, 0)) if r.random() < 0.5 else r.choice(self.syms)
+        m = sympy.Integer(r.choice([2, 3, 4, -2, -3, -4, -1, 5, -5]))
+        n = sympy.Integer(r.choice([2, 3, -2, -3, 4, -4, -1]))
+        k = r.choice([
+            lambda: FloorDiv(FloorDiv(x, m), n),
+            lambda: PyMod(FloorDiv(x, m), n),
+            lambda: FloorDiv(PyMod(x, m), n),
+            lambda: PyMod(PyMod(x, m), n),
+            lambda: FloorDiv(m * x + r.randint(-5, 5), m),
+            lambda: PyMod(n * x + r.randint(-5, 5), n),
+            lambda: FloorDiv(x, n) * n + PyMod(x, n),
+            lambda: sympy.floor(TrueDiv(x, m)),
+            lambda: sympy.ceiling(TrueDiv(x, m)),
+            lambda: TruncToInt(TrueDiv(x, m)),
+            lambda: PyMod(TrueDiv(x, m), r.choice(_FLOAT_DIVISORS)),
+            lambda: FloorDiv(TrueDiv(x, m), r.choice(_FLOAT_DIVISORS)),
+            lambda: sympy.Min(ToFloat(x), self.float_const(), evaluate=False),
+            lambda: sympy.Max(ToFloat(x), self.float_const(), evaluate=False),
+        ])
+        return k()
+
+    def seeded_rel(self, depth: int):
+        r = self.rng
+        e = self.seeded(depth)
+        c = self.float_const() if not e.is_integer and r.random() < 0.6 else sympy.Integer(r.randint(-4, 8))
+        return r.choice(_RELS)(e, c)
 
     def rel(self, depth: int):
         r = self.rng
@@ -255,6 +317,11 @@ def _add_facts(rng, env: ShapeEnv, syms) -> None:
             sympy.Ge(FloorDiv(a, k), rng.randint(0, 3)), sympy.Le(FloorDiv(a + b, k), c),
             sympy.Le(k * a, c + 20), sympy.Gt(k * a, c), sympy.Le(a * b, 10 * c),
             sympy.Ge(sympy.Min(a, b), 2), sympy.Le(sympy.Max(a, c), 12),
+            # Float-valued facts: integer-only tightening must not touch them.
+            sympy.Lt(sympy.Min(ToFloat(a), sympy.Float(c + 0.5), evaluate=False), sympy.Float(c - 0.5)),
+            sympy.Gt(sympy.Max(ToFloat(a), sympy.Float(c - 0.5), evaluate=False), sympy.Float(c + 0.5)),
+            sympy.Lt(a, sympy.Rational(2 * c + 1, 2)), sympy.Le(TrueDiv(a, k), sympy.Rational(c, 2)),
+            sympy.Eq(PyMod(TrueDiv(a, 2), 1), 0), sympy.Ne(PyMod(TrueDiv(a, k), 1), 0),
         ])
         if f in (sympy.true, sympy.false):
             continue
@@ -374,10 +441,17 @@ class _Fuzzer:
             kind = rng.random()
             depth = rng.randint(1, self.max_depth)
             try:
-                e = gen.real_expr(depth) if kind < 0.1 else gen.int_expr(depth)
-                c = gen.bool_expr(depth)
+                if kind < 0.15:
+                    e, c = gen.real_expr(depth), gen.real_rel(depth) if rng.random() < 0.6 else gen.bool_expr(depth)
+                elif kind < 0.35:
+                    e, c = gen.seeded(depth), gen.seeded_rel(depth)
+                else:
+                    e, c = gen.int_expr(depth), gen.bool_expr(depth)
             except ZeroDivisionError:
                 continue  # a structurally zero divisor: draw again
+            self.res.seeded += 0.15 <= kind < 0.35
+            self.res.float_valued += not e.is_integer or any(not side.is_integer for rel in c.atoms(sympy.Rel)
+                                                             for side in rel.args)
             done += 1
             use_z3 = self.res.expressions % self.z3_every == 0
             if use_z3 and z3side is None:
@@ -444,8 +518,10 @@ class _Fuzzer:
                 res.imprecise_bound += 1
             if v is None and cvals and len(set(map(bool, cvals))) == 1:
                 res.imprecise_static += 1
-        if z3side is not None and fs is not None and not real:
-            self.z3_check(env, syms, z3side, e, r, simp, c, v)
+        if z3side is not None and fs is not None:
+            # Reals are exact in Z3; only a double the engine folded makes a rewrite inexact.
+            rounding = real and (e.has(sympy.Float) or simp.has(sympy.Float))
+            self.z3_check(env, syms, z3side, e, r, e if rounding else simp, c, v)
         if env.unbacked and self.rng.random() < 0.3:
             self.check_oblivious(env, syms, pts, c, fc, z3side)
 

@@ -5,7 +5,9 @@ Every expression kind the engine builds has a rule here; anything else raises
 
 Integer division and modulo follow Python (floor) semantics, negative
 operands included; Z3's own ``/`` and ``%`` are Euclidean, so they are
-adjusted for negative divisors.
+adjusted for negative divisors.  Where an operand is a float (a real here),
+``a // b`` is ``floor(a / b)`` and ``a % b`` is ``a - b * floor(a / b)`` on
+exact reals, as Python computes them up to rounding.
 
 Example::
 
@@ -42,6 +44,17 @@ def py_mod(a, b):
 
 def _to_real(x):
     return z3.ToReal(x) if z3.is_int(x) else x
+
+
+def real_floordiv(a, b):
+    """Python's ``a // b`` where an operand is a float: ``floor(a / b)`` on exact reals."""
+    return z3.ToInt(_to_real(a) / _to_real(b))
+
+
+def real_mod(a, b):
+    """Python's ``a % b`` on floats: ``a - b * floor(a / b)`` (sign of b), on exact reals."""
+    a, b = _to_real(a), _to_real(b)
+    return a - b * z3.ToReal(z3.ToInt(a / b))
 
 
 class Z3Translator:
@@ -120,10 +133,16 @@ class Z3Translator:
                 r = r * rb
             return 1 / r
         if isinstance(e, FloorDiv):
-            return py_floordiv(t(e.args[0]), t(e.args[1]))
+            a, b = t(e.args[0]), t(e.args[1])
+            if z3.is_real(a) or z3.is_real(b):
+                return real_floordiv(a, b)
+            return py_floordiv(a, b)
         if isinstance(e, (PyMod, sympy.Mod)):
             # sympy's Mod on integers also takes the sign of the divisor.
-            return py_mod(t(e.args[0]), t(e.args[1]))
+            a, b = t(e.args[0]), t(e.args[1])
+            if z3.is_real(a) or z3.is_real(b):
+                return real_mod(a, b)
+            return py_mod(a, b)
         if isinstance(e, TrueDiv):
             return _to_real(t(e.args[0])) / _to_real(t(e.args[1]))
         if isinstance(e, ToFloat):
