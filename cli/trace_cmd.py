@@ -52,6 +52,7 @@ def _output_text(o) -> str:
 def _print(args, tp) -> None:
     import json
 
+    from guards.explain import short_path
     from guards.render import render_guard, to_python
 
     outputs = tp.outputs()
@@ -75,6 +76,6 @@ def _print(args, tp) -> None:
     print(f"{len(tp.guards)} guard(s), {len(tp.runtime_asserts)} runtime assert(s)")
     for g in tp.records:
         print(f"  [{g.kind.value}] {render_guard(g, tp.env, user_terms=False)}   "
-              f"({render_guard(g, tp.env)})  at {g.filename}:{g.lineno}")
+              f"({render_guard(g, tp.env)})  at {short_path(g.filename)}:{g.lineno}")
     if args.graph:
         print(tp.graph)
