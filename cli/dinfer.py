@@ -2,7 +2,8 @@
 
 Prints one row per class of sizes (the condition, ok or the error, the
 smallest example) and whether Z3 proved the classes cover every size in
-the ranges; ``--json`` prints the same for tools.  Progress goes to stderr.
+the ranges; ``--json`` prints the same for tools.  Progress goes to stderr
+on a terminal (``--progress`` shows it anywhere, ``-q`` nowhere).
 
 Example::
 
@@ -10,31 +11,42 @@ Example::
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
-from validation.dinfer import DEFAULT_RANGE, dinfer
+from .args import SPEC_HELP, add_program_arguments, add_progress_arguments, positive_int
 
-from .loader import CliError, load_program, parse_dim_args
+DEFAULT_RANGE_TEXT = "1..4096"  # validation.dinfer.DEFAULT_RANGE, kept here so --help imports nothing heavy
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return v
 
 
 def register(sub):
     p = sub.add_parser(
         "dinfer", help="enumerate the input sizes a program accepts and how it behaves on each",
         description="Trace the program at points chosen by Z3 until every size in the ranges falls in a "
-                    "known class (ok, an error, or data-dependent).")
-    p.add_argument("target", help="FILE.py:NAME (a function, an nn.Module instance or class)")
-    p.add_argument("-i", "--input", action="append", required=True, metavar="SPEC",
-                   help='input spec, one per positional input, e.g. "x: f32[B, 768]"')
-    p.add_argument("--dim", action="append", metavar="NAME=LO..HI",
-                   help=f"range of a dim (NAME=LO..HI, or NAME=LO.. for no upper bound); NAME=N pins the dim "
-                        f"to N; dims without one are searched over {DEFAULT_RANGE[0]}..{DEFAULT_RANGE[1]}")
+                    "known class (ok, an error, or data-dependent).",
+        epilog=SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_program_arguments(
+        p, example="x: f32[B, 768]",
+        dim_help=f"range of a dim (NAME=LO..HI, or NAME=LO.. for no upper bound); NAME=N pins the dim to N; "
+                 f"dims without one are searched over {DEFAULT_RANGE_TEXT}")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--max-classes", type=int, default=64, metavar="N", help="stop after N classes (default 64)")
-    p.add_argument("--time-budget", type=float, default=60.0, metavar="S",
+    p.add_argument("--max-classes", type=positive_int, default=64, metavar="N",
+                   help="stop after N classes (default 64)")
+    p.add_argument("--time-budget", type=_positive_float, default=60.0, metavar="S",
                    help="stop starting traces after S seconds (default 60)")
     p.add_argument("--no-specialize-zero-one", action="store_true",
                    help="keep sizes 0 and 1 in the symbolic range instead of giving them classes of their own")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
+    add_progress_arguments(p)
     p.set_defaults(run=run)
 
 
@@ -62,15 +74,20 @@ class _Progress:
 
 
 def run(args) -> int:
-    if args.max_classes < 1:
-        raise CliError(f"--max-classes must be at least 1, got {args.max_classes}")
-    if not args.time_budget > 0:
-        raise CliError(f"--time-budget must be positive, got {args.time_budget:g}")
-    dims = parse_dim_args(args.dim)
-    prog = load_program(args.target)
-    progress = None if args.quiet else _Progress(sys.stderr)
+    from .progress import Status, wanted
+
+    show = wanted(args)
+    with Status(enabled=show) as status:
+        status.phase(f"loading {args.target}")
+        from validation.dinfer import dinfer
+
+        from .loader import load_program, with_arguments
+
+        prog = with_arguments(load_program(args.target), args.arg)
+        status.close()
+    progress = _Progress(sys.stderr) if show else None
     try:
-        space = dinfer(prog, *args.input, dims=dims, max_classes=args.max_classes,
+        space = dinfer(prog, *args.input, dims=args.dim, max_classes=args.max_classes,
                        time_budget=args.time_budget, specialize_zero_one=not args.no_specialize_zero_one,
                        progress=progress)
     finally:

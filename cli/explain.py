@@ -4,21 +4,19 @@ Examples::
 
     symshape explain examples/mlp.py:tokens_to_blocks -i "x: f32[B, T, 64]" --dim T=32
     symshape explain model.py:Net -i "x: f32[B, T]" --at B=1,T=7
-    symshape explain model.py:Net -i "x: f32[B, T]" --format html -o report.html
+    symshape explain model.py:Net -i "x: f32[B, T]" -o /tmp/report.html
 
 The text report fits 80 columns; ``--format json`` follows
 ``guards/report.schema.json``; ``--format html`` writes one self-contained
-page.  With ``--at`` the report says which records fail at that point and
+page.  Without ``--format`` the format follows ``-o``'s suffix (``.html``,
+``.json``, ``.txt``), and is text otherwise.  With ``--at`` the report says which records fail at that point and
 whether the call would recompile or fail at run time.
 """
 from __future__ import annotations
 
-import os
-import sys
+import argparse
 
-from guards.explain import ExplainError, explain
-
-from .loader import CliError, load_program, parse_dim_args, parse_point, trace_for
+from .args import SPEC_HELP, add_program_arguments, add_progress_arguments, output_format
 
 FORMATS = ("text", "json", "html")
 
@@ -27,45 +25,60 @@ def register(sub):
     p = sub.add_parser(
         "explain", help="explain every guard, specialization and runtime assert: where, why, cost, fix",
         description="Trace a program and explain each guard, specialization and runtime assert: the user "
-                    "line and op that asked, how it was decided, what it costs, and how to avoid it.")
-    p.add_argument("target", help="FILE.py:NAME (a function, an nn.Module instance or class)")
-    p.add_argument("-i", "--input", action="append", required=True, metavar="SPEC",
-                   help='input spec, one per positional input, e.g. "x: f32[B, T, 768]"')
-    p.add_argument("--dim", action="append", metavar="NAME=LO..HI", help="dim range or example size")
-    p.add_argument("--format", choices=FORMATS, default="text", help="report format (default: text)")
+                    "line and op that asked, how it was decided, what it costs, and how to avoid it.",
+        epilog=SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_program_arguments(p)
+    p.add_argument("--format", choices=FORMATS, default=None,
+                   help="report format (default: from -o's suffix .txt/.json/.html, else text)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the report to FILE instead of stdout")
     p.add_argument("--at", metavar="B=1,T=7",
                    help="evaluate the guards at these sizes (every dim) and say which fail there")
     p.add_argument("--width", type=int, default=80, help="text report width in columns (default: 80)")
+    add_progress_arguments(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    if args.width < 40:
-        raise CliError(f"--width {args.width} is too narrow; use at least 40 columns")
-    point = parse_point(args.at) if args.at is not None else None
-    if args.at is not None and not point:
-        raise CliError(f"--at {args.at!r} names no sizes; give NAME=INT pairs, e.g. --at B=1,T=7")
-    prog = load_program(args.target)
-    tp = trace_for(prog, args.input, parse_dim_args(args.dim), [point] if point else [])
-    try:
-        ex = explain(tp, at=point)
-    except ExplainError as e:
-        raise CliError(str(e)) from e
-    ex.program = args.target
-    if args.format == "json":
-        out = ex.json()
-    elif args.format == "html":
-        out = ex.html()
-    else:
-        out = ex.text(width=args.width)
+    import os
+    import sys
+
+    from .progress import Status, wanted
+
+    with Status(enabled=wanted(args)) as status:
+        status.phase(f"loading {args.target}")
+        from guards.explain import ExplainError, explain
+
+        from .loader import CliError, parse_point, trace_target
+
+        try:
+            fmt = output_format(args.format, args.output)
+        except ValueError as e:
+            raise CliError(str(e)) from e
+        if args.width < 40:
+            raise CliError(f"--width {args.width} is too narrow; use at least 40 columns")
+        point = parse_point(args.at) if args.at is not None else None
+        if args.at is not None and not point:
+            raise CliError(f"--at {args.at!r} names no sizes; give NAME=INT pairs, e.g. --at B=1,T=7")
+        _, tp = trace_target(args, status, [point] if point else [])
+        status.phase("explaining")
+        try:
+            ex = explain(tp, at=point)
+        except ExplainError as e:
+            raise CliError(str(e)) from e
+        ex.program = args.target
+        if fmt == "json":
+            out = ex.json()
+        elif fmt == "html":
+            out = ex.html()
+        else:
+            out = ex.text(width=args.width)
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as f:
                 f.write(out)
         except OSError as e:
             raise CliError(f"cannot write {args.output}: {e.strerror}") from e
-        print(f"wrote {args.format} report to {os.path.abspath(args.output)}", file=sys.stderr)
+        print(f"wrote {fmt} report to {os.path.abspath(args.output)}", file=sys.stderr)
     else:
         sys.stdout.write(out)
     return 0

@@ -1,15 +1,14 @@
-"""Load ``path/to/file.py:NAME`` and parse ``--dim`` / ``--at`` arguments for the CLI.
+"""Load ``path/to/file.py:NAME`` and trace it for the CLI.
 
 NAME may be a function, an nn.Module instance, or an nn.Module subclass that
-can be constructed without arguments.
+can be constructed without arguments.  This module imports torch: the
+subcommands import it inside ``run`` (see :mod:`cli.main`).
 """
 from __future__ import annotations
 
 import importlib.util
 import inspect
-import math
 import os
-import re
 import sys
 
 import torch
@@ -66,43 +65,22 @@ def load_program(target: str):
     return obj
 
 
-_RANGE = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(-?\d+)\s*(?:\.\.\s*(-?\d+|inf)?)?\s*$")
-
-
-def parse_dim_args(items) -> dict:
-    """``["B=1..4096", "T=8"]`` -> ``{"B": (1, 4096), "T": 8}`` (a single value is an example size)."""
-    out = {}
-    for item in items or []:
-        for part in item.split(","):
-            if not part.strip():
-                continue
-            m = _RANGE.match(part)
-            if not m:
-                raise CliError(f"bad --dim {part!r}: expected NAME=LO..HI (a range) or NAME=N (an example size)")
-            name, lo, hi = m.group(1), int(m.group(2)), m.group(3)
-            if ".." in part:
-                hi_v = math.inf if hi in (None, "inf") else int(hi)
-                if lo < 0 or lo > hi_v:
-                    raise CliError(f"bad --dim {part!r}: empty or negative range")
-                out[name] = (lo, hi_v)
-            else:
-                out[name] = lo
-    return out
-
-
 def parse_point(text: str) -> dict:
     """``"B=1,T=7"`` -> ``{"B": 1, "T": 7}`` (see :func:`shapes.spec.parse_sizes`)."""
     return parse_sizes(text)
 
 
-def trace_for(program, specs, dims, points=()):
+def trace_for(program, specs, dims, points=(), kwargs=None, progress=None):
     """Trace at the default example sizes; if the program raises there and the
     user gave concrete points (``--at``), trace at the first point where it runs
     instead, so a report about those sizes is still possible."""
     from shapes import TraceError, trace
 
+    def trace_at(d):
+        return trace(program, *specs, dims=d, kwargs=kwargs, progress=progress)
+
     try:
-        return trace(program, *specs, dims=dims)
+        return trace_at(dims)
     except TraceError as first:
         for pt in points:
             hinted = dict(dims or {})
@@ -113,7 +91,52 @@ def trace_for(program, specs, dims, points=()):
                 elif cur is None:
                     hinted[name] = v
             try:
-                return trace(program, *specs, dims=hinted)
+                return trace_at(hinted)
             except TraceError:
                 continue
         raise first
+
+
+def trace_target(args, status, points=()):
+    """Load ``args.target`` and trace it with ``args.input``/``dim``/``arg``, showing progress on ``status``;
+    then say what translation validation proved, if it ran."""
+    status.phase(f"loading {args.target}")
+    prog = load_program(args.target)
+    status.phase(f"tracing {args.target}")
+    tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops)
+    report_validation(tp, status)
+    return prog, tp
+
+
+def report_validation(tp, status) -> None:
+    """With ``SYMSHAPE_TRANSLATION_VALIDATION=1``: say on stderr that Z3 replayed the trace's decision
+    log and what it proved (an unsound step has already raised in the tracer)."""
+    report = getattr(tp, "validation_report", None)
+    if report is None:
+        return
+    lines = str(report).splitlines()
+    verdict = ("each one follows from the input ranges and the program's checks" if report.ok and not report.unknown
+               else "NOT every step was proven")
+    status.print(f"{lines[0]}; {verdict}")
+    for line in lines[1:]:
+        status.print(f"  {line}")
+
+
+def with_arguments(program, kwargs):
+    """``program`` with the ``--arg`` values bound by keyword (for commands that call it many times)."""
+    if not kwargs:
+        return program
+    import functools
+
+    fn = program.forward if isinstance(program, torch.nn.Module) else program
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        params = None
+    if params is not None and not any(p.kind is p.VAR_KEYWORD for p in params):
+        takes = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        unknown = [k for k in kwargs if k not in takes]
+        if unknown:
+            raise CliError(f"--arg {unknown[0]}: {getattr(fn, '__qualname__', fn)} has no parameter named "
+                           f"{unknown[0]!r} (its parameters: {', '.join(p.name for p in params) or 'none'})")
+    return functools.partial(program, **kwargs)

@@ -1,8 +1,19 @@
 """The ``symshape`` command: subcommands live in their own modules.
 
+Startup is kept light so ``symshape --help`` and argument errors answer at
+once: this module imports only the standard library, and a subcommand's
+module is imported only when that subcommand is named on the command line.
 Each subcommand module defines ``register(subparsers)`` (adding its parser
-with ``set_defaults(run=...)``).  Errors that are the user's (bad spec,
-missing file, a program that raises) print one line and exit 2.
+with ``set_defaults(run=...)``) and imports torch, sympy and z3 inside
+``run``, never at module level, so ``symshape NAME --help`` is fast too.
+Adding a subcommand is one line in :data:`SUBCOMMANDS`.
+
+Errors that are the user's (bad spec, missing file, a program that raises)
+print one line and exit 2; so do argument errors.
+
+>>> main(["--version"])  # doctest: +ELLIPSIS
+symshape ...
+0
 """
 from __future__ import annotations
 
@@ -10,38 +21,96 @@ import argparse
 import importlib
 import sys
 
-from shapes.errors import SymshapeError
+# name -> (module, one-line help shown by ``symshape --help``).
+SUBCOMMANDS = {
+    "trace": ("cli.trace_cmd", "trace a program at symbolic sizes and list its output shapes and guards"),
+    "explain": ("cli.explain", "explain every guard, specialization and runtime assert: where, why, cost, fix"),
+    "flops": ("cli.flops", "count FLOPs and bytes moved as closed forms over the named dims"),
+    "dinfer": ("cli.dinfer", "enumerate the input sizes a program accepts and how it behaves on each"),
+}
 
-SUBCOMMANDS = ["cli.trace_cmd", "cli.explain", "cli.flops", "cli.dinfer"]
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line on stderr (exit 2), pointing at ``--help``."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="symshape", description="Symbolic shape reasoning for PyTorch programs.")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for name in SUBCOMMANDS:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue  # subcommand not built yet
-            raise
-        mod.register(sub)
+def version() -> str:
+    """The symshape version."""
+    from . import __version__
+    return __version__
+
+
+class _Version(argparse.Action):
+    """``--version``: looks the version up only when asked (the lookup costs startup time)."""
+
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print the symshape version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog} {version()}")
+        parser.exit()
+
+
+def _command_in(argv) -> str | None:
+    # The top-level parser has only flags, so the first non-flag word is the command.
+    for a in argv:
+        if not a.startswith("-"):
+            return a
+    return None
+
+
+def build_parser(argv=(), prog: str = "symshape") -> argparse.ArgumentParser:
+    """The parser; only the subcommand named in ``argv`` is imported (``argv=None``: all of them)."""
+    p = OneLineParser(prog=prog, description="Symbolic shape reasoning for PyTorch programs.",
+                      epilog=f"Run '{prog} COMMAND --help' for a command's options.")
+    p.add_argument("--version", action=_Version)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
+    wanted = _command_in(argv) if argv is not None else None
+    for name, (module, help_text) in SUBCOMMANDS.items():
+        if argv is None or name == wanted:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=help_text, add_help=False)
     return p
 
 
+class _Standalone:
+    """Lets a subcommand's ``register`` build a top-level parser (the ``dinfer`` command)."""
+
+    def __init__(self, prog):
+        self.prog = prog
+        self.parser = None
+
+    def add_parser(self, name, help=None, **kw):
+        self.parser = OneLineParser(prog=self.prog, **kw)
+        self.parser.add_argument("--version", action=_Version)
+        return self.parser
+
+
 def _run(argv, parser) -> int:
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help, --version, or an argument error already printed
+        return e.code if isinstance(e.code, int) else 2
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
     try:
         return int(args.run(args) or 0)
-    except SymshapeError as e:
-        print(f"{parser.prog}: error: {_one_line(e)}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:
+        # symshape's errors are only importable once a command ran (they live with torch).
+        errors = sys.modules.get("shapes.errors")
+        if errors is not None and isinstance(e, errors.SymshapeError):
+            print(f"{parser.prog}: error: {_one_line(e)}", file=sys.stderr)
+            return 2
+        raise
 
 
 def _one_line(e: BaseException) -> str:
@@ -49,15 +118,18 @@ def _one_line(e: BaseException) -> str:
 
 
 def main(argv=None, prog: str = "symshape") -> int:
-    parser = build_parser()
-    parser.prog = prog
-    return _run(argv, parser)
+    """Run ``symshape ARGS``; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    return _run(argv, build_parser(argv, prog))
 
 
 def dinfer_main(argv=None) -> int:
     """The ``dinfer`` command: same as ``symshape dinfer``."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    return main(["dinfer"] + argv, prog="dinfer")
+    module = importlib.import_module(SUBCOMMANDS["dinfer"][0])
+    standalone = _Standalone("dinfer")
+    module.register(standalone)
+    return _run(argv, standalone.parser)
 
 
 if __name__ == "__main__":

@@ -1,45 +1,81 @@
-"""``symshape trace FILE.py:NAME -i SPEC ...``: trace and print shapes, guards, asserts."""
+"""``symshape trace FILE.py:NAME -i SPEC ...``: trace and print outputs, guards, asserts.
+
+Every output is listed with its pytree path (``out["logits"]: f32[B, T, 50257]``,
+``out[1]: 2*T``), tensors in the input-spec syntax.
+
+Example::
+
+    symshape trace examples/mlp.py:tokens_to_blocks -i "x: f32[B, T, 64]"
+"""
 from __future__ import annotations
 
-import json
+import argparse
 
-from guards.render import render_guard, to_python
-from shapes import trace
-
-from .loader import load_program, parse_dim_args
+from .args import SPEC_HELP, add_program_arguments, add_progress_arguments
 
 
 def register(sub):
-    p = sub.add_parser("trace", help="trace a program at symbolic sizes and list its output shapes and guards")
-    p.add_argument("target", help="FILE.py:NAME (a function, an nn.Module instance or class)")
-    p.add_argument("-i", "--input", action="append", required=True, metavar="SPEC",
-                   help='input spec, one per positional input, e.g. "x: f32[B, T, 768]"')
-    p.add_argument("--dim", action="append", metavar="NAME=LO..HI", help="dim range or example size")
+    p = sub.add_parser("trace", help="trace a program at symbolic sizes and list its output shapes and guards",
+                       description="Trace a program once on meta tensors whose sizes are symbols; print every "
+                                   "output with its pytree path, and the guards and runtime asserts.",
+                       epilog=SPEC_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_program_arguments(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--graph", action="store_true", help="also print the recorded ATen graph")
+    add_progress_arguments(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    prog = load_program(args.target)
-    tp = trace(prog, *args.input, dims=parse_dim_args(args.dim))
+    from .progress import Status, wanted
+
+    with Status(enabled=wanted(args)) as status:
+        from .loader import trace_target
+        _, tp = trace_target(args, status)
+    _print(args, tp)
+    return 0
+
+
+def _output_text(o) -> str:
+    from guards.render import to_python
+    from shapes.spec import DTYPES
+
+    if o.kind == "tensor":
+        short = {v: k for k, v in reversed(list(DTYPES.items()))}  # f32, not float32
+        dtype = short.get(o.dtype, str(o.dtype).replace("torch.", ""))
+        return f"{dtype}[{', '.join(to_python(e) for e in o.shape)}]"
+    if o.kind == "size":
+        return to_python(o.value)
+    return repr(o.value)
+
+
+def _print(args, tp) -> None:
+    import json
+
+    from guards.explain import short_path
+    from guards.render import render_guard, to_python
+
+    outputs = tp.outputs()
     if args.json:
         print(json.dumps({
             "inputs": [str(s) for s in tp.specs],
+            "arguments": {k: v for k, v in args.arg.items()},
             "example_sizes": tp.hints,
+            "outputs": [{"path": o.path, "kind": o.kind, "text": _output_text(o),
+                         **({"shape": [to_python(e) for e in o.shape], "dtype": str(o.dtype).replace("torch.", "")}
+                            if o.kind == "tensor" else {})} for o in outputs],
             "output_shapes": [[to_python(e) for e in s] for s in tp.output_shapes],
             "guards": [{"kind": g.kind.value, "expr": render_guard(g, tp.env, user_terms=False),
                         "user_terms": render_guard(g, tp.env), "file": g.filename, "line": g.lineno,
                         "code": g.code, "op": g.op} for g in tp.records],
-        }, indent=2))
-        return 0
+        }, indent=2, default=repr))
+        return
     print(f"traced {args.target} at " + ", ".join(f"{k}={v}" for k, v in tp.hints.items()))
-    for i, s in enumerate(tp.output_shapes):
-        print(f"  output {i}: [{', '.join(to_python(e) for e in s)}]")
+    for o in outputs:
+        print(f"  {o.path}: {_output_text(o)}")
     print(f"{len(tp.guards)} guard(s), {len(tp.runtime_asserts)} runtime assert(s)")
     for g in tp.records:
         print(f"  [{g.kind.value}] {render_guard(g, tp.env, user_terms=False)}   "
-              f"({render_guard(g, tp.env)})  at {g.filename}:{g.lineno}")
+              f"({render_guard(g, tp.env)})  at {short_path(g.filename)}:{g.lineno}")
     if args.graph:
         print(tp.graph)
-    return 0

@@ -328,10 +328,11 @@ class FlopReport:
     @property
     def dims(self) -> list[str]:
         """The named dims of the program's inputs, in spec order."""
+        from .spec import dim_names
         names = []
         for s in self.traced.specs:
-            for d in s.dims:
-                if isinstance(d, str) and d not in names:
+            for d in dim_names(s.dims):
+                if d not in names:
                     names.append(d)
         return names
 

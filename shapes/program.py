@@ -1,8 +1,9 @@
 """A traced program: its graph, env, guards, and a runner for real tensors."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import sympy
 import torch
@@ -12,6 +13,25 @@ from torch.utils import _pytree as pytree
 from .env import ShapeEnv
 from .errors import GuardViolation, SpecError
 from .guard import Guard, GuardKind
+from .spec import DimExpr
+
+
+@dataclass(frozen=True)
+class Output:
+    """One output leaf of a traced program (see :meth:`TracedProgram.outputs`).
+
+    ``path`` reads like Python (``out``, ``out[1]``, ``out["logits"]``,
+    ``out.last_hidden_state``); ``kind`` is ``"tensor"`` (``shape`` holds its
+    sympy sizes, ``dtype`` its dtype), ``"size"`` (``value`` is the sympy
+    expression of an int/float/bool the program computed from sizes) or
+    ``"value"`` (``value`` is the constant itself).
+    """
+
+    path: str
+    kind: str
+    shape: Optional[tuple]
+    dtype: Any
+    value: Any
 
 
 @dataclass
@@ -60,6 +80,28 @@ class TracedProgram:
     def symbol(self, name: str) -> sympy.Symbol:
         return self.env.symbols[name]
 
+    def outputs(self) -> list["Output"]:
+        """Every output leaf with its pytree path, in the order pytree flattens them.
+
+        >>> import shapes
+        >>> tp = shapes.trace(lambda x: {"y": x.view(-1, 8), "n": x.shape[0] * 2}, "x: f32[N]")
+        >>> [(o.path, o.kind, o.shape or o.value) for o in tp.outputs()]
+        [('out["y"]', 'tensor', ((N//8), 8)), ('out["n"]', 'size', 2*N)]
+        """
+        out_node = next(n for n in self.graph.nodes if n.op == "output")
+        leaves = []
+        for a in out_node.args[0]:
+            if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor):
+                shape = tuple(self.env.simplify(e) for e in a.meta["shape"])
+                leaves.append(("tensor", shape, a.meta["val"].dtype, None))
+            elif isinstance(a, torch.fx.Node) and "expr" in a.meta:
+                leaves.append(("size", None, None, self.env.simplify(a.meta["expr"])))
+            else:
+                leaves.append(("value", None, None, a))
+        tree = pytree.tree_unflatten(list(range(len(leaves))), self.out_spec)
+        flat, _ = pytree.tree_flatten_with_path(tree)
+        return [Output(_path_text(path), *leaves[i]) for path, i in flat]
+
     # -- binding sizes ------------------------------------------------------------------
     def bind_sizes(self, tensors) -> dict[sympy.Symbol, int]:
         """Check real tensors against the specs; return the dim values they give."""
@@ -69,6 +111,7 @@ class TracedProgram:
                 f"({', '.join(s.name for s in self.specs)}) but {len(tensors)} were given"
             )
         values: dict[str, tuple[int, str]] = {}
+        derived = []
         for t, s in zip(tensors, self.specs):
             if not isinstance(t, torch.Tensor):
                 raise SpecError(f"input {s.name} must be a tensor, got {type(t).__name__}")
@@ -82,6 +125,8 @@ class TracedProgram:
                 if isinstance(d, int):
                     if n != d:
                         raise GuardViolation(f"{where} is {n} but the spec `{s}` fixes it to {d}")
+                elif isinstance(d, DimExpr):
+                    derived.append((d, n, where, s))
                 elif d in values and values[d][0] != n:
                     raise GuardViolation(
                         f"dim {d} is {values[d][0]} at {values[d][1]} but {n} at {where}; "
@@ -89,6 +134,7 @@ class TracedProgram:
                     )
                 else:
                     values.setdefault(d, (n, where))
+        _bind_derived(derived, values)
         return {self.env.symbols[k]: v for k, (v, _) in values.items()}
 
     @property
@@ -196,6 +242,70 @@ def _holds(expr, subs):
     if isinstance(v, (bool, int)):
         return bool(v)
     return None
+
+
+def _bind_derived(derived, values: dict) -> None:
+    """Check sizes given by expressions (``x: f32[B, 2*T]``) and solve the names only they give.
+
+    An expression with all its names known must equal the size; one with a
+    single unknown name is solved for it (exactly one non-negative integer
+    solution); repeated until nothing changes.
+    """
+    while derived:
+        still, moved = [], False
+        for d, n, where, s in derived:
+            unknown = [m for m in d.names if m not in values]
+            if not unknown:
+                v = d.evaluate({m: values[m][0] for m in d.names})
+                if v != n:
+                    given = ", ".join(f"{m}={values[m][0]} from {values[m][1]}" for m in d.names)
+                    raise GuardViolation(f"{where} is {n} but the spec `{s}` says it is {d} = {v} ({given})")
+                moved = True
+            elif len(unknown) == 1:
+                m = unknown[0]
+                values[m] = (_solve(d, m, n, {k: values[k][0] for k in d.names if k in values}, where, s),
+                             f"{where} = {d}")
+                moved = True
+            else:
+                still.append((d, n, where, s))
+        if still and not moved:
+            d, n, where, s = still[0]
+            raise SpecError(f"cannot read {', '.join(m for m in d.names if m not in values)} off {where} = {d} "
+                            f"(spec `{s}`): give all but one of its dims a plain dim of their own in some spec")
+        derived = still
+
+
+def _solve(d, name, n, known, where, spec) -> int:
+    sym = sympy.Symbol(name, integer=True)
+    expr = d.sympy({**known, name: sym})
+    try:
+        sols = sympy.solve(sympy.Eq(expr, n), sym)
+    except NotImplementedError:
+        sols = None
+    if sols is None or any(not getattr(v, "is_number", False) for v in sols):
+        raise SpecError(f"cannot solve {name} from {where} = {d} (spec `{spec}`); give {name} a plain dim in "
+                        f"some spec")
+    hits = sorted({int(v) for v in sols if v.is_integer and v >= 0 and d.evaluate({**known, name: int(v)}) == n})
+    if len(hits) > 1:
+        raise SpecError(f"{where} = {d} = {n} holds for {name} in {hits} (spec `{spec}`); give {name} a plain "
+                        f"dim in some spec")
+    if not hits:
+        raise GuardViolation(f"{where} is {n}, but no size {name} makes {d} equal {n} (spec `{spec}`)")
+    return hits[0]
+
+
+def _path_text(path) -> str:
+    text = "out"
+    for k in path:
+        if isinstance(k, pytree.SequenceKey):
+            text += f"[{k.idx}]"
+        elif isinstance(k, pytree.MappingKey):
+            text += f"[{json.dumps(k.key) if isinstance(k.key, str) else repr(k.key)}]"
+        elif isinstance(k, pytree.GetAttrKey):
+            text += f".{k.name}"
+        else:
+            text += str(k)
+    return text
 
 
 def _violation_message(g: Guard, vals) -> str:

@@ -1,7 +1,8 @@
 """Input specs: ``"x: f32[B, T, 768]"`` and dim bounds.
 
 Named dims become symbols (the same name is the same symbol everywhere),
-integers are static sizes.
+integers are static sizes, and an expression over names (``2*T``,
+``T + 1``, ``H // 2``) is a size derived from named dims (a :class:`DimExpr`).
 
 Example::
 
@@ -9,14 +10,18 @@ Example::
     >>> s = parse_spec("x: f32[B, T, 768]")
     >>> s.name, s.dtype, s.dims
     ('x', torch.float32, ('B', 'T', 768))
+    >>> parse_spec("y: f32[B, 2*T]").dims
+    ('B', DimExpr('2*T'))
 """
 from __future__ import annotations
 
+import ast
 import math
 import re
 from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
+import sympy
 import torch
 
 from .errors import SpecError
@@ -37,6 +42,101 @@ DTYPES = {
 
 _SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*:\s*([A-Za-z_0-9]+)\s*\[(.*)\]\s*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
+
+
+_DIM_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+
+
+@dataclass(frozen=True)
+class DimExpr:
+    """A size derived from named dims, written in a spec: ``2*T``, ``T + 1``, ``H // 2``.
+
+    Integers, names, ``+ - * // %`` and parentheses; ``/`` is refused (a
+    size is an integer).
+
+    >>> e = DimExpr.parse("2*T + 1")
+    >>> e.names, e.evaluate({"T": 5}), e.sympy({"T": sympy.Symbol("T")})
+    (('T',), 11, 2*T + 1)
+    """
+
+    text: str
+    names: tuple = ()
+
+    @staticmethod
+    def parse(text: str) -> "DimExpr":
+        """Parse ``text``; raises ``ValueError`` saying what is not allowed."""
+        try:
+            tree = ast.parse(text.strip(), mode="eval").body
+        except SyntaxError:
+            raise ValueError("not an expression") from None
+        names: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                if node.id not in names:
+                    names.append(node.id)
+            elif isinstance(node, ast.BinOp):
+                if type(node.op) not in _DIM_OPS:
+                    op = {ast.Div: "/ (sizes are integers: use //)", ast.Pow: "**"}.get(type(node.op), "this operator")
+                    raise ValueError(f"{op} is not allowed in a dim expression; use + - * // %")
+            elif isinstance(node, ast.UnaryOp):
+                if not isinstance(node.op, ast.USub):
+                    raise ValueError("only unary minus is allowed in a dim expression")
+            elif isinstance(node, ast.Constant):
+                if type(node.value) is not int:
+                    raise ValueError(f"{node.value!r} is not an integer")
+            elif not isinstance(node, (ast.operator, ast.unaryop, ast.Load)):
+                raise ValueError(f"{type(node).__name__} is not allowed in a dim expression; use names, integers "
+                                 f"and + - * // %")
+        if not names:
+            raise ValueError("it names no dim (write a constant size as an integer)")
+        return DimExpr(ast.unparse(tree).replace(" * ", "*"), tuple(names))
+
+    def sympy(self, values: Mapping[str, object]) -> sympy.Expr:
+        """The expression with each name replaced by ``values[name]`` (symbols or ints)."""
+        from .functions import FloorDiv, PyMod
+
+        def conv(node):
+            if isinstance(node, ast.Name):
+                return sympy.sympify(values[node.id])
+            if isinstance(node, ast.Constant):
+                return sympy.Integer(node.value)
+            if isinstance(node, ast.UnaryOp):
+                return -conv(node.operand)
+            a, b = conv(node.left), conv(node.right)
+            op = type(node.op)
+            if op is ast.Add:
+                return a + b
+            if op is ast.Sub:
+                return a - b
+            if op is ast.Mult:
+                return a * b
+            return FloorDiv(a, b) if op is ast.FloorDiv else PyMod(a, b)
+
+        return conv(ast.parse(self.text, mode="eval").body)
+
+    def evaluate(self, values: Mapping[str, int]) -> int:
+        """The size at integer ``values`` of its names."""
+        return int(self.sympy(values))
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"DimExpr({self.text!r})"
+
+
+def dim_names(dims) -> list[str]:
+    """The named dims used by a spec's ``dims``, in order (names inside expressions too).
+
+    >>> dim_names(("B", DimExpr.parse("2*T"), 8, "B"))
+    ['B', 'T']
+    """
+    out: list[str] = []
+    for d in dims:
+        for n in (d,) if isinstance(d, str) else d.names if isinstance(d, DimExpr) else ():
+            if n not in out:
+                out.append(n)
+    return out
 
 
 @dataclass(frozen=True)
@@ -83,10 +183,13 @@ def parse_spec(text: Union[str, InputSpec]) -> InputSpec:
             elif _NAME.match(part):
                 dims.append(part)
             else:
-                raise SpecError(
-                    f"bad dim {part!r} at position {i} of input spec {text!r}: a dim is a name (B, seq_len) "
-                    f"or a non-negative integer"
-                )
+                try:
+                    dims.append(DimExpr.parse(part))
+                except ValueError as e:
+                    raise SpecError(
+                        f"bad dim {part!r} at position {i} of input spec {text!r} ({e}): a dim is a name "
+                        f"(B, seq_len), a non-negative integer, or an expression over names (2*T, T + 1)"
+                    ) from None
     return InputSpec(name, DTYPES[dt.lower()], tuple(dims), text)
 
 
@@ -181,9 +284,9 @@ def parse_specs(specs) -> tuple[list[InputSpec], list[str]]:
         seen.add(s.name)
     names: list[str] = []
     for s in parsed:
-        for d in s.dims:
-            if isinstance(d, str) and d not in names:
-                names.append(d)
+        for n in dim_names(s.dims):
+            if n not in names:
+                names.append(n)
     return parsed, names
 
 

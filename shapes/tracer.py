@@ -30,7 +30,7 @@ from .errors import SpecError, SymshapeError, TraceError, UnsupportedOpError
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from .program import TracedProgram
 from .provenance import Provenance, _is_engine, _is_library
-from .spec import Dim, default_hints, parse_dims, parse_specs
+from .spec import Dim, DimExpr, default_hints, parse_dims, parse_specs
 from .symnode import sym_value
 
 SymTypes = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -48,6 +48,8 @@ class _GraphBuilder:
         self.graph = torch.fx.Graph()
         self.tensor_nodes: dict[int, tuple[torch.Tensor, torch.fx.Node]] = {}
         self.sym_sources: dict[sympy.Symbol, tuple[torch.fx.Node, int]] = {}
+        # Symbols an input gives only through a spec expression a*T + b: (node, dim, a, b).
+        self.sym_derived: dict[sympy.Symbol, tuple[torch.fx.Node, int, int, int]] = {}
         self.sym_nodes: dict[Any, torch.fx.Node] = {}
         self.expr_nodes: dict[Any, Any] = {}
         self.constants: dict[str, torch.Tensor] = {}
@@ -66,6 +68,10 @@ class _GraphBuilder:
         for i, s in enumerate(t.shape):
             if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
                 self.sym_sources.setdefault(s.node.expr, (node, i))
+            elif isinstance(s, torch.SymInt):
+                lin = _linear(s.node.expr)
+                if lin is not None:
+                    self.sym_derived.setdefault(lin[0], (node, i, lin[1], lin[2]))
         return node
 
     def add_attr(self, target: str, t: torch.Tensor) -> torch.fx.Node:
@@ -126,6 +132,7 @@ class _GraphBuilder:
         if n is not None:
             return n
         n = self._build(e)
+        n.meta.setdefault("expr", e)  # lets TracedProgram.outputs say what a size output is
         self.expr_nodes[e] = n
         return n
 
@@ -135,8 +142,20 @@ class _GraphBuilder:
             if e in self.sym_nodes:
                 return self.sym_nodes[e]
             src = self.sym_sources.get(e)
+            if src is None and e in self.sym_derived:
+                # T from a size a*T + b (the spec's expression; run() checks inputs agree with it).
+                inp, i, a, b = self.sym_derived[e]
+                node = g.call_function(torch.ops.aten.sym_size.int, (inp, i))
+                if b:
+                    node = g.call_function(operator.sub, (node, b))
+                if a != 1:
+                    node = g.call_function(operator.floordiv, (node, a))
+                node.meta["expr"] = e
+                self.sym_nodes[e] = node
+                return node
             if src is None:
-                raise UnsupportedOpError(f"symshape: no graph value defines the symbol {e}")
+                raise UnsupportedOpError(f"symshape: no graph value defines the symbol {e} (a dim named only "
+                                         f"inside a spec expression must appear there as a*{e} + b)")
             node = g.call_function(torch.ops.aten.sym_size.int, (src[0], src[1]))
             node.meta["expr"] = e
             self.sym_nodes[e] = node
@@ -251,6 +270,22 @@ def _expr_of(s):
     return sympy.Integer(s)
 
 
+def _linear(e):
+    """``(T, a, b)`` when ``e`` is ``a*T + b`` with integers a > 0 and b, else None."""
+    free = e.free_symbols
+    if len(free) != 1:
+        return None
+    (sym,) = free
+    try:
+        poly = sympy.Poly(e, sym)
+    except sympy.PolynomialError:
+        return None
+    if poly.degree() != 1 or not all(c.is_Integer for c in poly.all_coeffs()):
+        return None
+    a, b = (int(c) for c in poly.all_coeffs())
+    return (sym, a, b) if a > 0 else None
+
+
 def _meta_device_kwargs(kwargs):
     dev = kwargs.get("device")
     if dev is not None and torch.device(dev).type != "meta":
@@ -260,10 +295,12 @@ def _meta_device_kwargs(kwargs):
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self, builder: _GraphBuilder, env: ShapeEnv):
+    def __init__(self, builder: _GraphBuilder, env: ShapeEnv, progress=None):
         super().__init__()
         self.builder = builder
         self.env = env
+        self.progress = progress
+        self.ops = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -302,6 +339,9 @@ class _Recorder(TorchDispatchMode):
             self.env.op_stack.pop()
         self._check_limits(func, out, prov)
         b.record(func, args, kwargs, out, bindings, prov)
+        if self.progress is not None:
+            self.ops += 1
+            self.progress(self.ops)
         if isinstance(out, torch.Tensor) and not out.dtype.is_floating_point:
             vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty)
             if vb is not None:
@@ -364,11 +404,12 @@ class _ModuleScope:
         self.builder.module_stack.clear()
 
 
-def _binding(program, names: list) -> bool:
+def _binding(program, names: list, kwargs=()) -> bool:
     """How inputs are passed: True to pass them by keyword (every spec is named
     after a parameter and they are not simply the leading positionals, e.g.
     ``ids`` and ``attention_mask`` of a transformers model), False for
-    positional.  Raises SpecError when the inputs cannot be passed at all."""
+    positional.  ``kwargs`` names the non-tensor arguments passed by keyword.
+    Raises SpecError when the inputs cannot be passed at all."""
     fn = program.forward if isinstance(program, torch.nn.Module) else program
     try:
         sig = inspect.signature(fn)
@@ -376,26 +417,41 @@ def _binding(program, names: list) -> bool:
         return False
     params = list(sig.parameters.values())
     fname = getattr(fn, "__qualname__", repr(fn))
+    given = set(kwargs)
+    if given:
+        takes = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        unknown = sorted(given - takes)
+        if unknown and not any(p.kind is p.VAR_KEYWORD for p in params):
+            raise SpecError(f"{fname} has no parameter named {', '.join(map(repr, unknown))} "
+                            f"(its parameters: {', '.join(p.name for p in params) or 'none'})")
+        clash = [k for k in names if k in given]
+        if clash:
+            raise SpecError(f"{', '.join(map(repr, clash))} is given both as an input spec and as an argument")
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     by_name = {p.name: p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
     n = len(names)
     if names and all(nm in by_name for nm in names) and names != [p.name for p in positional[:n]]:
         missing = [p.name for p in params if p.default is p.empty and p.name not in names
-                   and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+                   and p.name not in given and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         if missing:
             raise SpecError(f"{fname} needs input(s) {', '.join(missing)}, which no spec names")
         return True
     if any(p.kind is p.VAR_POSITIONAL for p in params):
         return False
-    required = [p for p in positional if p.default is p.empty]
     if n > len(positional):
         raise SpecError(
             f"{fname} takes {len(positional)} positional input(s) ({', '.join(p.name for p in positional)}) "
             f"but {n} input spec(s) were given; name a spec after a parameter to pass it by keyword"
         )
-    if n < len(required):
-        missing = ", ".join(p.name for p in required[n:])
-        raise SpecError(f"{fname} needs {len(required)} input(s) but {n} spec(s) were given; missing: {missing}")
+    taken = [p.name for p in positional[:n] if p.name in given]
+    if taken:
+        raise SpecError(f"the input specs fill {fname}'s parameter(s) {', '.join(taken)} by position, which are "
+                        f"also given as arguments; name each spec after its parameter")
+    missing = [p.name for p in positional[n:] if p.default is p.empty and p.name not in given]
+    if missing:
+        required = len([p for p in positional if p.default is p.empty and p.name not in given])
+        raise SpecError(f"{fname} needs {required} input(s) but {n} spec(s) were given; missing: "
+                        f"{', '.join(missing)}")
     return False
 
 
@@ -438,7 +494,8 @@ def _load_checkers(enabled: Optional[bool]):
 
 
 def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True,
-          translation_validation: Optional[bool] = None) -> TracedProgram:
+          translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
+          progress: Optional[Callable[[int], None]] = None) -> TracedProgram:
     """Trace ``program`` (a function or nn.Module) at symbolic input sizes.
 
     Args:
@@ -449,6 +506,10 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
         specialize_zero_one: PyTorch's policy of specializing sizes 0 and 1.
         translation_validation: check every engine decision with Z3 while
             tracing (default: the ``SYMSHAPE_TRANSLATION_VALIDATION`` variable).
+        kwargs: non-tensor arguments (ints, floats, flags) passed by keyword
+            on the call; they are constants of the trace.
+        progress: called with the number of ATen ops recorded so far after
+            each op (for a progress display; keep it cheap).
 
     Returns a :class:`~shapes.program.TracedProgram`.
 
@@ -459,7 +520,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
     if not callable(program):
         raise SpecError(f"program must be a function or an nn.Module, got {type(program).__name__}")
     parsed, names = parse_specs(specs)
-    by_keyword = _binding(program, [s.name for s in parsed])
+    kwargs = dict(kwargs or {})
+    by_keyword = _binding(program, [s.name for s in parsed], kwargs)
     dmap = parse_dims(dims, names)
     hints = default_hints(names, dmap)
 
@@ -476,6 +538,19 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
                 e = env.create_symbol(d, hints[d], range=(dd.min, dd.max), source=f"{s.name}.shape[{i}]")
                 dim_symbols.setdefault(d, env.symbols[d])
                 sizes.append(sym_value(env, e))
+            elif isinstance(d, DimExpr):
+                vals = {}
+                for n in d.names:
+                    dd = dmap.get(n, Dim())
+                    vals[n] = env.create_symbol(n, hints[n], range=(dd.min, dd.max))
+                    dim_symbols.setdefault(n, env.symbols[n])
+                at = d.evaluate(hints)
+                if at < 0:
+                    raise SpecError(
+                        f"dim {d} of input {s.name} is {at} at the example sizes "
+                        f"{', '.join(f'{n}={hints[n]}' for n in d.names)}; give example sizes where it is "
+                        f"non-negative (dims={{...}}, --dim on the command line)")
+                sizes.append(sym_value(env, env.simplify(d.sympy(vals))))
             else:
                 sizes.append(d)
         t = torch.empty(sizes, dtype=s.dtype, device="meta")
@@ -503,9 +578,12 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
     else:
         call = program
 
-    with enable_python_dispatcher(), _ModuleScope(program, builder), _Recorder(builder, env):
+    with enable_python_dispatcher(), _ModuleScope(program, builder), _Recorder(builder, env, progress):
         try:
-            out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}) if by_keyword else call(*inputs)
+            if by_keyword:
+                out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs)
+            else:
+                out = call(*inputs, **kwargs)
         except (SymshapeError, DataDependentError) as e:
             # Where the trace stood (records, axioms): the path to a data-dependent decision
             # or an unsupported op is a region of sizes, which validation.dinfer reports.

@@ -270,7 +270,7 @@ def test_json_round_trip():
 
 
 def test_cli_table_and_progress(capsys):
-    rc = dinfer_main([f"{ZOO_PATH}:size_branch", "-i", "x: f32[N]", "--dim", "N=1..64"])
+    rc = dinfer_main([f"{ZOO_PATH}:size_branch", "-i", "x: f32[N]", "--dim", "N=1..64", "--progress"])
     out, err = capsys.readouterr()
     assert rc == 0
     assert "N <= 8 and N % 2 == 0" in out and "RuntimeError" in out and "complete: Z3 proved" in out

@@ -1,0 +1,156 @@
+"""Arguments the subcommands share, parsed without importing torch.
+
+Bad values are argparse errors (one line, exit 2) before any heavy import.
+
+>>> import argparse
+>>> p = argparse.ArgumentParser()
+>>> add_program_arguments(p)
+>>> a = p.parse_args(["f.py:g", "-i", "x: f32[B, 2*T]", "--dim", "B=1..8,T=4", "--arg", "causal=true",
+...                   "--arg", "eps=1e-5", "--arg", "n=3"])
+>>> a.dim, a.arg
+({'B': (1, 8), 'T': 4}, {'causal': True, 'eps': 1e-05, 'n': 3})
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import re
+
+SPEC_HELP = """\
+input specs (-i, one per tensor input, in the program's parameter order):
+  "NAME: DTYPE[DIM, ...]"    e.g. -i "x: f32[B, T, 768]" -i "mask: bool[B, T]"
+  NAME   the input's name; specs named after the program's parameters are
+         passed by keyword (e.g. input_ids, attention_mask)
+  DTYPE  f32 f16 bf16 f64 i64 i32 i16 i8 u8 bool c64 c128
+  DIM    a name (B, seq_len): a symbolic size; one name is one size everywhere
+         an integer (768): a static size
+         an expression over names (2*T, T+1, H//2): a size derived from the
+         named dims, e.g. "x: f32[B, 2*T]"; real inputs must agree with it
+  --dim B=1..4096 bounds B (B=1.. has no upper bound); --dim B=8 sets the
+  example size the trace runs at; several at once: --dim B=1..8,T=16.
+  --arg NAME=VALUE passes a non-tensor argument by keyword: an int, a float,
+  true/false, none, or else a string (e.g. --arg causal=true --arg eps=1e-5)."""
+
+_RANGE = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(-?\d+)\s*(?:\.\.\s*(-?\d+|inf)?)?\s*$")
+_ARG = re.compile(r"^\s*([A-Za-z_]\w*)\s*=(.*)$", re.S)
+
+
+def parse_dim(text: str) -> dict:
+    """``"B=1..4096,T=8"`` -> ``{"B": (1, 4096), "T": 8}`` (a single value is an example size).
+
+    >>> parse_dim("B=1..,T=8")
+    {'B': (1, inf), 'T': 8}
+    """
+    out = {}
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        m = _RANGE.match(part)
+        if not m:
+            raise ValueError(f"bad --dim {part!r}: expected NAME=LO..HI (a range) or NAME=N (an example size)")
+        name, lo, hi = m.group(1), int(m.group(2)), m.group(3)
+        if ".." in part:
+            hi_v = math.inf if hi in (None, "inf") else int(hi)
+            if lo < 0 or lo > hi_v:
+                raise ValueError(f"bad --dim {part!r}: empty or negative range")
+            out[name] = (lo, hi_v)
+        else:
+            if lo < 0:
+                raise ValueError(f"bad --dim {part!r}: a size is a non-negative integer")
+            out[name] = lo
+    return out
+
+
+def parse_arg(text: str) -> tuple:
+    """``"NAME=VALUE"`` -> ``(NAME, value)``: an int, a float, true/false, none, or else the string.
+
+    >>> parse_arg("causal=True"), parse_arg("scale=0.5"), parse_arg("mode=fast"), parse_arg("k=-2")
+    (('causal', True), ('scale', 0.5), ('mode', 'fast'), ('k', -2))
+    """
+    m = _ARG.match(text)
+    if not m:
+        raise ValueError(f"bad --arg {text!r}: expected NAME=VALUE, e.g. --arg causal=true")
+    name, raw = m.group(1), m.group(2).strip()
+    low = raw.lower()
+    if low in ("true", "false"):
+        return name, low == "true"
+    if low == "none":
+        return name, None
+    for kind in (int, float):
+        try:
+            return name, kind(raw)
+        except ValueError:
+            pass
+    if len(raw) >= 2 and raw[0] == raw[-1] and raw[0] in "'\"":
+        raw = raw[1:-1]  # a quoted string: "--arg mode='3'" passes the string 3
+    return name, raw
+
+
+class _Merge(argparse.Action):
+    """Repeatable option whose values merge into one dict; a name given twice is an error."""
+
+    def __init__(self, option_strings, dest, parse, **kw):
+        self.parse = parse
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            new = self.parse(values)
+        except ValueError as e:
+            raise argparse.ArgumentError(self, str(e)) from None
+        if isinstance(new, tuple):
+            new = dict([new])
+        cur = dict(getattr(namespace, self.dest, None) or {})
+        twice = sorted(set(cur) & set(new))
+        if twice:
+            raise argparse.ArgumentError(self, f"{', '.join(twice)} given twice")
+        cur.update(new)
+        setattr(namespace, self.dest, cur)
+
+
+def add_program_arguments(p, example: str = "x: f32[B, T, 768]", dim_help: str = "dim range or example size"):
+    """TARGET, ``-i SPEC``, ``--dim`` and ``--arg``: what names and calls the program."""
+    p.add_argument("target", help="FILE.py:NAME (a function, an nn.Module instance or class)")
+    p.add_argument("-i", "--input", action="append", required=True, metavar="SPEC",
+                   help=f'input spec, one per tensor input, e.g. "{example}" (see below)')
+    p.add_argument("--dim", action=_Merge, parse=parse_dim, default={}, metavar="NAME=LO..HI", help=dim_help)
+    p.add_argument("--arg", action=_Merge, parse=parse_arg, default={}, metavar="NAME=VALUE",
+                   help="a non-tensor argument passed by keyword (int, float, true/false, none, string)")
+
+
+def add_progress_arguments(p):
+    """``--progress`` / ``-q``: the status display on stderr (default: only on a terminal)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--progress", action="store_true", dest="progress",
+                   help="show progress on stderr even when it is not a terminal")
+    g.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
+SUFFIX_FORMATS = {".html": "html", ".htm": "html", ".json": "json", ".txt": "text", ".text": "text"}
+
+
+def output_format(given, path) -> str:
+    """The report format: ``--format`` if given, else from ``-o``'s suffix, else text.
+
+    Raises ValueError when ``--format`` contradicts the suffix.
+
+    >>> output_format(None, "report.html"), output_format(None, "r.JSON"), output_format("json", None)
+    ('html', 'json', 'json')
+    """
+    implied = SUFFIX_FORMATS.get(os.path.splitext(path)[1].lower()) if path else None
+    if given and implied and given != implied:
+        raise ValueError(f"--format {given} but -o {path} has the suffix of a {implied} file; drop --format "
+                         f"or give -o a matching suffix")
+    return given or implied or "text"
