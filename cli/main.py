@@ -12,7 +12,7 @@ import sys
 
 from shapes.errors import SymshapeError
 
-SUBCOMMANDS = ["cli.trace_cmd", "cli.explain", "cli.flops", "cli.dinfer"]
+SUBCOMMANDS = ["cli.trace_cmd", "cli.explain", "cli.flops", "cli.dinfer", "cli.check", "cli.serve.command"]
 
 
 def build_parser() -> argparse.ArgumentParser:
