@@ -97,7 +97,6 @@ def _loc(filename, q):
 def task_trace(q) -> dict:
     from guards.render import render_guard, to_python
     tp = _traced(q)
-    snippets = {}
     return {
         "inputs": [str(s) for s in tp.specs],
         "example_sizes": dict(tp.hints),
@@ -105,7 +104,6 @@ def task_trace(q) -> dict:
         "guards": [{"kind": g.kind.value, "expr": render_guard(g, tp.env, user_terms=False),
                     "user_expr": render_guard(g, tp.env), "file": _loc(g.filename, q), "line": g.lineno,
                     "code": (g.code or "").strip(), "op": g.op} for g in tp.records],
-        "snippets": snippets,
     }
 
 
@@ -191,12 +189,12 @@ def task_classify(q) -> dict:
         out["message"] = c.message
     out["failing_guards"] = _failing_guards(q, sizes)
     if c.ok:
-        out["reason"] = f"valid: the sizes satisfy class {c.index} ({c.describe()}), on which the program runs"
+        out["reason"] = f"the sizes satisfy class {c.index} ({c.describe()}), on which the program runs"
     elif c.ok is False:
         e = out["error"]
-        out["reason"] = f"invalid: {e['type']} at {e['file']}:{e['line']}: {e['message']}"
+        out["reason"] = f"{e['type']} at {e['file']}:{e['line']}: {e['message']}"
     else:
-        out["reason"] = f"undecided by sizes alone: {c.message or c.outcome()}"
+        out["reason"] = f"sizes alone do not decide it: {c.message or c.outcome()}"
     return out
 
 
