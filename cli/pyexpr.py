@@ -10,11 +10,11 @@ and :class:`~validation.z3_translate.Z3Translator` can prove things about them.
 Example::
 
     >>> e = parse_expr("B * (T // 8) + 1", ["B", "T"])
-    >>> e.subs({"B": 2, "T": 17})
+    >>> e.subs({s: {"B": 2, "T": 17}[s.name] for s in e.free_symbols})
     5
     >>> c = parse_condition("1 <= T <= 128 and T % 8 == 0", ["T"])
-    >>> bool(c.subs({"T": 64})), bool(c.subs({"T": 65}))
-    (True, False)
+    >>> [bool(c.subs({s: t for s in c.free_symbols})) for t in (64, 65)]
+    [True, False]
 """
 from __future__ import annotations
 

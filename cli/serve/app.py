@@ -8,12 +8,17 @@ The OpenAPI schema is at ``/openapi.json``; the page at ``/``.
 the project roots and the server's workers import and run it.  Bind to
 loopback (the default) or protect the server with a token.
 
-Example::
+Example (a request body as the server validates it)::
 
-    >>> app = create_app(roots=["."], workers=1)
-    >>> sorted(r.path for r in app.routes if r.path.startswith("/api/"))[:3]
-    ['/api/check', '/api/classify', '/api/dinfer']
-    >>> app.state.pool.close()
+    >>> Query(program="examples/mlp.py:MLP", inputs=["x: f32[B, T, 64]"], dims={"B": "1..64", "T": 16}).dims
+    {'B': [1, 64], 'T': 16}
+    >>> Query(program="m.py:f", inputs=["x: f32[N]"], dims={"N": "9..3"})
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for Query
+    dims
+      Value error, dims.N: empty or out-of-range range 9..3 [type=value_error, input_value={'N': '9..3'}, input_type=dict]
+    ...
 """
 from __future__ import annotations
 
