@@ -27,6 +27,8 @@ SUBCOMMANDS = {
     "explain": ("cli.explain", "explain every guard, specialization and runtime assert: where, why, cost, fix"),
     "flops": ("cli.flops", "count FLOPs and bytes moved as closed forms over the named dims"),
     "dinfer": ("cli.dinfer", "enumerate the input sizes a program accepts and how it behaves on each"),
+    "check": ("cli.check", "verify the shape contracts in symshape.toml or pyproject.toml (exit 1 on a breach)"),
+    "serve": ("cli.serve.command", "serve shape questions over HTTP with a web page (runs the named programs)"),
 }
 
 
