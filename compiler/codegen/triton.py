@@ -101,7 +101,8 @@ OP_TABLE = {
     OpKind.FLOOR: call("tl.floor"), OpKind.CEIL: call("tl.ceil"), OpKind.POW: call("_pow"),
     OpKind.NEG: lambda a, v, t: f"-{a[0]}",
     OpKind.NOT: lambda a, v, t: f"{a[0]} == 0",
-    OpKind.CAST: lambda a, v, t: f"({a[0]} != 0)" if v.dtype == torch.bool else f"({a[0]}).to({t})",
+    # tl.cast, not .to(): the operand may be a Python literal (a constant widened from a half type).
+    OpKind.CAST: lambda a, v, t: f"({a[0]} != 0)" if v.dtype == torch.bool else f"tl.cast({a[0]}, {t})",
     OpKind.RELU: lambda a, v, t: f"tl.where({a[0]} < 0, 0, {a[0]})",
     OpKind.WHERE: lambda a, v, t: f"tl.where({a[0]}, {a[1]}, {a[2]})",
     OpKind.RECIPROCAL: lambda a, v, t: f"1.0 / {a[0]}",
