@@ -31,7 +31,15 @@ def loop_var(name: str) -> sympy.Symbol:
 
 
 #: Dtypes the kernel code generators handle; other ops run as ATen externs.
-KERNEL_DTYPES = (torch.float32, torch.float64, torch.int64, torch.int32, torch.bool)
+KERNEL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool)
+
+#: Storage-only float types: kernels load and store them, and compute in float32.
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype kernels compute a value of ``dtype`` in (float32 for half types, as Inductor does)."""
+    return torch.float32 if dtype in HALF_DTYPES else dtype
 
 
 @dataclass(frozen=True)

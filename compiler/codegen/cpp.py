@@ -28,17 +28,28 @@ import threading
 import torch
 
 from ..exprs import to_cpp
-from ..ir import JVAR, RVAR, OpKind, flat_index
+from ..ir import JVAR, RVAR, OpKind, compute_dtype, flat_index
 from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
 
+# Half types are stored as their 16 bits and converted at loads and stores (computed in float).
 CTYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
-          torch.bool: "bool"}
+          torch.bool: "bool", torch.float16: "uint16_t", torch.bfloat16: "uint16_t"}
 
 PRELUDE = r"""
 #include <cmath>
 #include <cstdint>
 #include <algorithm>
 #include <limits>
+#include <cstring>
+// float16 through the compiler's _Float16 (IEEE round-to-nearest-even conversions).
+static inline float h2f(uint16_t b) { _Float16 h; std::memcpy(&h, &b, 2); return (float)h; }
+static inline uint16_t f2h(float f) { _Float16 h = (_Float16)f; uint16_t b; std::memcpy(&b, &h, 2); return b; }
+// bfloat16: the high half of a float, rounded to nearest even (NaN stays NaN).
+static inline float bf2f(uint16_t b) { uint32_t u = (uint32_t)b << 16; float f; std::memcpy(&f, &u, 4); return f; }
+static inline uint16_t f2bf(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
 // Python semantics for // and % (floor), used where operands may be negative.
 static inline int64_t sym_floordiv(int64_t a, int64_t b) {
   int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q--; return q; }
@@ -61,11 +72,26 @@ def _minmax(which):
     return spell
 
 
+def _cast(a, v, t):
+    x, src, dst = a[0], v.args[0].dtype, v.dtype
+    if src == torch.float16:
+        x = f"h2f({x})"
+    elif src == torch.bfloat16:
+        x = f"bf2f({x})"
+    if dst == torch.bool:
+        return f"({x} != 0)"
+    if dst == torch.float16:
+        return f"f2h((float)({x}))"
+    if dst == torch.bfloat16:
+        return f"f2bf((float)({x}))"
+    return f"static_cast<{t}>({x})"
+
+
 OP_TABLE = {
     **infix_table({**INFIX, OpKind.AND: "&&", OpKind.OR: "||"}),
     OpKind.NEG: lambda a, v, t: f"-{a[0]}",
     OpKind.NOT: lambda a, v, t: f"!{a[0]}",
-    OpKind.CAST: lambda a, v, t: f"({a[0]} != 0)" if v.dtype == torch.bool else f"static_cast<{t}>({a[0]})",
+    OpKind.CAST: _cast,
     OpKind.RELU: lambda a, v, t: f"({a[0]} < 0 ? ({t})0 : {a[0]})",
     OpKind.WHERE: lambda a, v, t: f"({a[0]} ? {a[1]} : {a[2]})",
     OpKind.RSQRT: lambda a, v, t: f"({t})1 / std::sqrt({a[0]})",
@@ -174,15 +200,16 @@ class CppTarget(Target):
             out.append(f"{ind[:-2]}{{")
         row = Scope(g, ind)
         for n, (red, _, body) in enumerate(k.reductions):
-            ct = CTYPES[red.dtype]
-            fl = red.dtype.is_floating_point
-            ident = {"sum": _const(0, red.dtype),
-                     "max": _const(-math.inf, red.dtype) if fl else f"std::numeric_limits<{ct}>::lowest()",
-                     "min": _const(math.inf, red.dtype) if fl else f"std::numeric_limits<{ct}>::max()"}[red.op]
+            acc_dt = compute_dtype(red.dtype)
+            ct = CTYPES[acc_dt]
+            fl = acc_dt.is_floating_point
+            ident = {"sum": _const(0, acc_dt),
+                     "max": _const(-math.inf, acc_dt) if fl else f"std::numeric_limits<{ct}>::lowest()",
+                     "min": _const(math.inf, acc_dt) if fl else f"std::numeric_limits<{ct}>::max()"}[red.op]
             row.lines.append(f"{ind}{ct} red{n} = {ident};")
             row.lines.append(f"{ind}for (int64_t {RVAR} = 0; {RVAR} < {g.expr(red.rsize)}; {RVAR}++) {{")
             inner = Scope(g, ind + "  ", parent=row)
-            v = inner.emit(body)
+            v = inner.emit(g.accumulated(body))
             acc = f"red{n}"
             upd = {"sum": f"{acc} += {v};",
                    "max": f"{acc} = ({v} > {acc} || {v} != {v}) ? {v} : {acc};",

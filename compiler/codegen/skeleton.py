@@ -21,7 +21,9 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from ..ir import Const, Kernel, Load, Op, OpKind, RedRef, SizeVal
+import torch
+
+from ..ir import HALF_DTYPES, Const, Kernel, Load, Op, OpKind, RedRef, SizeVal, compute_dtype
 
 
 class CodegenError(NotImplementedError):
@@ -83,6 +85,7 @@ class Scope:
 
     def emit(self, v) -> str:
         """The code name (or literal) holding value ``v`` in this scope."""
+        v = self.g.legal(v)
         got = self.cache.get(v)
         if got is not None:
             return got
@@ -124,6 +127,28 @@ def declare(text: str) -> _Declare:
     return _Declare(text)
 
 
+def _widen(v):
+    return Op(OpKind.CAST, (v,), torch.float32) if v.dtype in HALF_DTYPES else v
+
+
+def _legalize(v, legal):
+    if isinstance(v, Op):
+        args = tuple(legal(a) for a in v.args)
+        if v.op is OpKind.CAST:
+            return Op(OpKind.CAST, args, v.dtype)  # conversions to and from half are spelled by targets
+        op = Op(v.op, tuple(_widen(a) for a in args), compute_dtype(v.dtype))
+        return Op(OpKind.CAST, (op,), v.dtype) if v.dtype in HALF_DTYPES else op
+    if v.dtype not in HALF_DTYPES or isinstance(v, Load):
+        return v
+    if isinstance(v, Const):
+        return Op(OpKind.CAST, (Const(float(v.value), torch.float32),), v.dtype)
+    if isinstance(v, SizeVal):
+        return Op(OpKind.CAST, (SizeVal(v.expr, torch.float32),), v.dtype)
+    if isinstance(v, RedRef):  # the accumulator is float32
+        return Op(OpKind.CAST, (RedRef(v.red, v.index, torch.float32),), v.dtype)
+    return v
+
+
 class KernelGen:
     """State while one kernel's source is generated: its signature, names and counters."""
 
@@ -135,6 +160,27 @@ class KernelGen:
         self.counter = 0
         sig = KernelSignature(kernel)
         self.args, self.ptr, self.written = sig.args, sig.ptr, sig.written
+        self.legal_memo: dict = {}
+
+    def legal(self, v):
+        """``v`` with every half-precision computation done in float32.
+
+        Each op on half values becomes the float32 op followed by a rounding
+        cast back to the half type, so results round after every op as eager's
+        do; operands are widened (exactly) first.  Loads stay in the storage type.
+        """
+        got = self.legal_memo.get(v)
+        if got is not None:
+            return got
+        out = _legalize(v, self.legal)
+        self.legal_memo[v] = out
+        self.legal_memo[out] = out
+        return out
+
+    def accumulated(self, v):
+        """A reduction body value in its accumulator's dtype (float32 for half types)."""
+        v = self.legal(v)
+        return Op(OpKind.CAST, (v,), compute_dtype(v.dtype)) if v.dtype in HALF_DTYPES else v
 
     def expr(self, e) -> str:
         """A size or index expression in the target's syntax."""

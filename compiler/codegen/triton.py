@@ -29,12 +29,12 @@ import sympy
 import torch
 
 from ..exprs import compile_exprs, to_triton
-from ..ir import JVAR, RVAR, OpKind, flat_index
+from ..ir import JVAR, RVAR, OpKind, compute_dtype, flat_index
 from .cpp import cache_dir
 from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
-      torch.int32: "tl.int32", torch.bool: "tl.int1"}
+      torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
 
 HEADER = '''import triton
 import triton.language as tl
@@ -101,7 +101,8 @@ OP_TABLE = {
     OpKind.FLOOR: call("tl.floor"), OpKind.CEIL: call("tl.ceil"), OpKind.POW: call("_pow"),
     OpKind.NEG: lambda a, v, t: f"-{a[0]}",
     OpKind.NOT: lambda a, v, t: f"{a[0]} == 0",
-    OpKind.CAST: lambda a, v, t: f"({a[0]} != 0)" if v.dtype == torch.bool else f"({a[0]}).to({t})",
+    # tl.cast, not .to(): the operand may be a Python literal (a constant widened from a half type).
+    OpKind.CAST: lambda a, v, t: f"({a[0]} != 0)" if v.dtype == torch.bool else f"tl.cast({a[0]}, {t})",
     OpKind.RELU: lambda a, v, t: f"tl.where({a[0]} < 0, 0, {a[0]})",
     OpKind.WHERE: lambda a, v, t: f"tl.where({a[0]}, {a[1]}, {a[2]})",
     OpKind.RECIPROCAL: lambda a, v, t: f"1.0 / {a[0]}",
@@ -201,7 +202,7 @@ class TritonTarget(Target):
         rmax = [sympy.sympify(r.rsize) for r, _, _ in k.reductions] + [sympy.sympify(L) for _, L, _ in k.inner_stores]
         block = _pow2(max(int(e) for e in rmax), 2048) if all(e.is_Integer for e in rmax) else BLOCK
         for n, (red, _, body) in enumerate(k.reductions):
-            dt = TL[red.dtype]
+            dt = TL[compute_dtype(red.dtype)]
             fl = red.dtype.is_floating_point
             ident = {"sum": "0", "max": "-_INF" if fl else "-9223372036854775807",
                      "min": "_INF" if fl else "9223372036854775807"}[red.op]
@@ -211,7 +212,7 @@ class TritonTarget(Target):
             row.lines.append(f"{ind}    {RVAR} = roff + tl.arange(0, BLOCK)")
             row.lines.append(f"{ind}    rm = {RVAR} < {R}")
             sc = Scope(g, ind + "    ", "rm", row)
-            v = sc.emit(body)
+            v = sc.emit(g.accumulated(body))
             nan = ", propagate_nan=tl.PropagateNan.ALL" if fl else ""
             upd = {"sum": f"acc{n} + tl.where(rm, {v}, 0)",
                    "max": f"tl.maximum(acc{n}, tl.where(rm, {v}, {ident}){nan})",
