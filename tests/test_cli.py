@@ -341,3 +341,13 @@ def test_status_line_on_a_fake_terminal():
     before, after = text.split("a message\n")
     assert before.endswith("\r") and "tracing f" in after
     assert after.endswith("\r") and after.split("\r")[-2].strip() == ""
+
+
+def test_dims_read_off_an_expression_are_shown_in_input_terms():
+    import guards
+    tp = shapes.trace(lambda x: x[:, :5].view(x.shape[0], -1), "x: f32[B, 2*T]")
+    assert [guards.render_guard(g, tp.env) for g in tp.records] == ["(x.shape[1] // 2) >= 3"]
+    x = torch.randn(2, 8)
+    assert torch.equal(tp.run(x), x[:, :5].reshape(2, -1))
+    with pytest.raises(GuardViolation):  # T=2: slicing takes another path there; the guard says so
+        tp.run(torch.randn(2, 4))
