@@ -63,8 +63,8 @@ def _command_in(argv) -> str | None:
     return None
 
 
-def build_parser(argv=(), prog: str = "symshape") -> argparse.ArgumentParser:
-    """The parser; only the subcommand named in ``argv`` is imported (``argv=None``: all of them)."""
+def build_parser(argv=None, prog: str = "symshape") -> argparse.ArgumentParser:
+    """The parser for ``argv``: only the subcommand it names is imported (``argv=None``: every one)."""
     p = OneLineParser(prog=prog, description="Symbolic shape reasoning for PyTorch programs.",
                       epilog=f"Run '{prog} COMMAND --help' for a command's options.")
     p.add_argument("--version", action=_Version)

@@ -31,6 +31,7 @@ _LIGHT_CALLS = [
                                                                          "--dim", "B=x"],
     ["dinfer", "x.py:f", "-i", "x: f32[N]", "--max-classes", "0"], ["explain", "x.py:f", "-i", "x: f32[N]",
                                                                      "--format", "pdf"],
+    ["flops", "missing.py:f", "-i", "x: f32[N]"],
 ] + [[name, "--help"] for name in ("trace", "explain", "flops", "dinfer")]
 
 
@@ -53,17 +54,23 @@ def test_help_and_argument_errors_import_no_torch_sympy_or_z3():
     assert r.returncode == 0, r.stderr
     codes, heavy = json.loads(r.stdout)
     assert heavy == []
-    assert codes == [0, 0, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0]
+    assert codes == [0, 0, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0]
 
 
 def test_every_registered_subcommand_has_a_module_with_register():
     import importlib
     for name, (module, help_text) in SUBCOMMANDS.items():
         assert callable(importlib.import_module(module).register) and help_text
+    from cli.main import build_parser
+    full = build_parser()  # every subcommand's real parser
+    choices = next(a for a in full._actions if a.dest == "command").choices
+    assert set(choices) == set(SUBCOMMANDS) and all(p.get_default("run") for p in choices.values())
 
 
 @pytest.mark.parametrize("argv, fragment", [
     (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["trace", "nope.py:f", "-i", "x: f32[N]"], "argument target: no such file: nope.py"),
+    (["explain", "README.md", "-i", "x: f32[N]"], "expected FILE.py:NAME"),
     (["trace", f"{PROGS}:interleave"], "the following arguments are required: -i/--input"),
     (["trace", f"{PROGS}:interleave", "-i", "x: f32[B]", "--dim", "B=1..x"], "bad --dim 'B=1..x'"),
     (["trace", f"{PROGS}:interleave", "-i", "x: f32[B]", "--arg", "=3"], "bad --arg '=3'"),
