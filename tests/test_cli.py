@@ -272,6 +272,15 @@ def test_translation_validation_is_reported(monkeypatch, capsys):
     assert report.steps > 0 and ": sound;" in line
 
 
+def test_translation_validation_is_reported_by_dinfer(monkeypatch, capsys):
+    monkeypatch.setenv("SYMSHAPE_TRANSLATION_VALIDATION", "1")
+    assert dinfer_main(["examples/shape_zoo.py:size_branch", "-i", "x: f32[N]", "--dim", "N=1..64", "-q",
+                        "--json"]) == 0
+    out, err = capsys.readouterr()
+    n_ok = sum(c["status"] == "ok" for c in json.loads(out)["classes"])
+    assert n_ok >= 1 and f"each of the {n_ok} trace(s) that ran to the end" in err
+
+
 def test_no_validation_line_without_the_variable(monkeypatch, capsys):
     monkeypatch.delenv("SYMSHAPE_TRANSLATION_VALIDATION", raising=False)
     assert main(["trace", "examples/mlp.py:tokens_to_blocks", "-i", "x: f32[B, T, 64]"]) == 0
