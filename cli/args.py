@@ -146,7 +146,15 @@ def add_progress_arguments(p):
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """argparse type: an integer >= 1.
+
+    >>> positive_int("3")
+    3
+    >>> positive_int("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be at least 1, got 0
+    """
     try:
         v = int(text)
     except ValueError:

@@ -31,7 +31,16 @@ SUBCOMMANDS = {
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr (exit 2), pointing at ``--help``."""
+    """An ArgumentParser whose errors are one line on stderr (exit 2), pointing at ``--help``.
+
+    >>> import contextlib, io
+    >>> err = io.StringIO()
+    >>> with contextlib.redirect_stderr(err):
+    ...     main(["trace", "--bogus"])
+    2
+    >>> print(err.getvalue(), end="")
+    symshape trace: error: the following arguments are required: target, -i/--input (see symshape trace --help)
+    """
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
