@@ -5,7 +5,7 @@ Bad values are argparse errors (one line, exit 2) before any heavy import.
 >>> import argparse
 >>> p = argparse.ArgumentParser()
 >>> add_program_arguments(p)
->>> a = p.parse_args(["f.py:g", "-i", "x: f32[B, 2*T]", "--dim", "B=1..8,T=4", "--arg", "causal=true",
+>>> a = p.parse_args([f"{__file__}:target", "-i", "x: f32[B, 2*T]", "--dim", "B=1..8,T=4", "--arg", "causal=true",
 ...                   "--arg", "eps=1e-5", "--arg", "n=3"])
 >>> a.dim, a.arg
 ({'B': (1, 8), 'T': 4}, {'causal': True, 'eps': 1e-05, 'n': 3})
@@ -109,9 +109,27 @@ class _Merge(argparse.Action):
         setattr(namespace, self.dest, cur)
 
 
+def target(text: str) -> str:
+    """argparse type for ``FILE.py:NAME``: checked before anything heavy is imported.
+
+    >>> target("README.md")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: expected FILE.py:NAME (for example examples/mlp.py:MLP), got 'README.md'
+    """
+    if ":" not in text:
+        raise argparse.ArgumentTypeError(f"expected FILE.py:NAME (for example examples/mlp.py:MLP), got {text!r}")
+    path, name = text.rsplit(":", 1)
+    if not os.path.isfile(path):
+        raise argparse.ArgumentTypeError(f"no such file: {path}")
+    if not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"{name!r} is not a Python name (in {text!r})")
+    return text
+
+
 def add_program_arguments(p, example: str = "x: f32[B, T, 768]", dim_help: str = "dim range or example size"):
     """TARGET, ``-i SPEC``, ``--dim`` and ``--arg``: what names and calls the program."""
-    p.add_argument("target", help="FILE.py:NAME (a function, an nn.Module instance or class)")
+    p.add_argument("target", type=target, help="FILE.py:NAME (a function, an nn.Module instance or class)")
     p.add_argument("-i", "--input", action="append", required=True, metavar="SPEC",
                    help=f'input spec, one per tensor input, e.g. "{example}" (see below)')
     p.add_argument("--dim", action=_Merge, parse=parse_dim, default={}, metavar="NAME=LO..HI", help=dim_help)
@@ -128,7 +146,15 @@ def add_progress_arguments(p):
 
 
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
+    """argparse type: an integer >= 1.
+
+    >>> positive_int("3")
+    3
+    >>> positive_int("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be at least 1, got 0
+    """
     try:
         v = int(text)
     except ValueError:

@@ -33,7 +33,16 @@ SUBCOMMANDS = {
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line on stderr (exit 2), pointing at ``--help``."""
+    """An ArgumentParser whose errors are one line on stderr (exit 2), pointing at ``--help``.
+
+    >>> import contextlib, io
+    >>> err = io.StringIO()
+    >>> with contextlib.redirect_stderr(err):
+    ...     main(["trace", "--bogus"])
+    2
+    >>> print(err.getvalue(), end="")
+    symshape trace: error: the following arguments are required: target, -i/--input (see symshape trace --help)
+    """
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
@@ -65,8 +74,8 @@ def _command_in(argv) -> str | None:
     return None
 
 
-def build_parser(argv=(), prog: str = "symshape") -> argparse.ArgumentParser:
-    """The parser; only the subcommand named in ``argv`` is imported (``argv=None``: all of them)."""
+def build_parser(argv=None, prog: str = "symshape") -> argparse.ArgumentParser:
+    """The parser for ``argv``: only the subcommand it names is imported (``argv=None``: every one)."""
     p = OneLineParser(prog=prog, description="Symbolic shape reasoning for PyTorch programs.",
                       epilog=f"Run '{prog} COMMAND --help' for a command's options.")
     p.add_argument("--version", action=_Version)

@@ -19,7 +19,14 @@ import time
 
 
 def wanted(args, stream=None) -> bool:
-    """Whether to show progress: ``--progress`` forces it, ``-q`` stops it, else only on a terminal."""
+    """Whether to show progress: ``--progress`` forces it, ``-q`` stops it, else only on a terminal.
+
+    >>> import argparse, io
+    >>> wanted(argparse.Namespace(quiet=False, progress=False), io.StringIO())  # piped: quiet
+    False
+    >>> wanted(argparse.Namespace(quiet=False, progress=True), io.StringIO())
+    True
+    """
     stream = stream if stream is not None else sys.stderr
     if getattr(args, "quiet", False):
         return False

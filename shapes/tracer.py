@@ -270,6 +270,16 @@ def _expr_of(s):
     return sympy.Integer(s)
 
 
+def _derived_source(d: DimExpr, name: str, where: str) -> Optional[str]:
+    """``(x.shape[1] - 1) // 2`` for T in ``2*T + 1`` at ``x.shape[1]``: how to read T off an input."""
+    lin = _linear(d.sympy({name: sympy.Symbol(name, integer=True)})) if len(d.names) == 1 else None
+    if lin is None:
+        return None
+    _, a, b = lin
+    src = where if not b else f"({where} {'-' if b > 0 else '+'} {abs(b)})"
+    return src if a == 1 else f"({src} // {a})"
+
+
 def _linear(e):
     """``(T, a, b)`` when ``e`` is ``a*T + b`` with integers a > 0 and b, else None."""
     free = e.free_symbols
@@ -530,6 +540,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
     builder = _GraphBuilder(env)
     inputs = []
     dim_symbols = {}
+    # Dims some spec names plainly: those get their source there, not from an expression.
+    plain = {d for s in parsed for d in s.dims if isinstance(d, str)}
     for s in parsed:
         sizes = []
         for i, d in enumerate(s.dims):
@@ -542,7 +554,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
                 vals = {}
                 for n in d.names:
                     dd = dmap.get(n, Dim())
-                    vals[n] = env.create_symbol(n, hints[n], range=(dd.min, dd.max))
+                    src = None if n in plain or n in env.symbols else _derived_source(d, n, f"{s.name}.shape[{i}]")
+                    vals[n] = env.create_symbol(n, hints[n], range=(dd.min, dd.max), source=src)
                     dim_symbols.setdefault(n, env.symbols[n])
                 at = d.evaluate(hints)
                 if at < 0:

@@ -1,7 +1,6 @@
 """Programs the CLI tests name as ``tests/cli_programs.py:NAME``."""
 from collections import namedtuple
 
-import torch
 
 Stats = namedtuple("Stats", "values count")
 

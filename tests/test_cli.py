@@ -31,6 +31,7 @@ _LIGHT_CALLS = [
                                                                          "--dim", "B=x"],
     ["dinfer", "x.py:f", "-i", "x: f32[N]", "--max-classes", "0"], ["explain", "x.py:f", "-i", "x: f32[N]",
                                                                      "--format", "pdf"],
+    ["flops", "missing.py:f", "-i", "x: f32[N]"],
 ] + [[name, "--help"] for name in ("trace", "explain", "flops", "dinfer")]
 
 
@@ -53,17 +54,23 @@ def test_help_and_argument_errors_import_no_torch_sympy_or_z3():
     assert r.returncode == 0, r.stderr
     codes, heavy = json.loads(r.stdout)
     assert heavy == []
-    assert codes == [0, 0, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0]
+    assert codes == [0, 0, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0]
 
 
 def test_every_registered_subcommand_has_a_module_with_register():
     import importlib
     for name, (module, help_text) in SUBCOMMANDS.items():
         assert callable(importlib.import_module(module).register) and help_text
+    from cli.main import build_parser
+    full = build_parser()  # every subcommand's real parser
+    choices = next(a for a in full._actions if a.dest == "command").choices
+    assert set(choices) == set(SUBCOMMANDS) and all(p.get_default("run") for p in choices.values())
 
 
 @pytest.mark.parametrize("argv, fragment", [
     (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["trace", "nope.py:f", "-i", "x: f32[N]"], "argument target: no such file: nope.py"),
+    (["explain", "README.md", "-i", "x: f32[N]"], "expected FILE.py:NAME"),
     (["trace", f"{PROGS}:interleave"], "the following arguments are required: -i/--input"),
     (["trace", f"{PROGS}:interleave", "-i", "x: f32[B]", "--dim", "B=1..x"], "bad --dim 'B=1..x'"),
     (["trace", f"{PROGS}:interleave", "-i", "x: f32[B]", "--arg", "=3"], "bad --arg '=3'"),
@@ -265,6 +272,15 @@ def test_translation_validation_is_reported(monkeypatch, capsys):
     assert report.steps > 0 and ": sound;" in line
 
 
+def test_translation_validation_is_reported_by_dinfer(monkeypatch, capsys):
+    monkeypatch.setenv("SYMSHAPE_TRANSLATION_VALIDATION", "1")
+    assert dinfer_main(["examples/shape_zoo.py:size_branch", "-i", "x: f32[N]", "--dim", "N=1..64", "-q",
+                        "--json"]) == 0
+    out, err = capsys.readouterr()
+    n_ok = sum(c["status"] == "ok" for c in json.loads(out)["classes"])
+    assert n_ok >= 1 and f"each of the {n_ok} trace(s) that ran to the end" in err
+
+
 def test_no_validation_line_without_the_variable(monkeypatch, capsys):
     monkeypatch.delenv("SYMSHAPE_TRANSLATION_VALIDATION", raising=False)
     assert main(["trace", "examples/mlp.py:tokens_to_blocks", "-i", "x: f32[B, T, 64]"]) == 0
@@ -341,3 +357,13 @@ def test_status_line_on_a_fake_terminal():
     before, after = text.split("a message\n")
     assert before.endswith("\r") and "tracing f" in after
     assert after.endswith("\r") and after.split("\r")[-2].strip() == ""
+
+
+def test_dims_read_off_an_expression_are_shown_in_input_terms():
+    import guards
+    tp = shapes.trace(lambda x: x[:, :5].view(x.shape[0], -1), "x: f32[B, 2*T]")
+    assert [guards.render_guard(g, tp.env) for g in tp.records] == ["(x.shape[1] // 2) >= 3"]
+    x = torch.randn(2, 8)
+    assert torch.equal(tp.run(x), x[:, :5].reshape(2, -1))
+    with pytest.raises(GuardViolation):  # T=2: slicing takes another path there; the guard says so
+        tp.run(torch.randn(2, 4))
