@@ -2,8 +2,12 @@
 
 Random expressions over symbols with ranges (and sometimes facts) are
 checked against brute-force evaluation at many points and, on a sample,
-against Z3 (see :mod:`validation.fuzz`).  Imprecise answers are allowed;
-unsound ones never: the script exits with status 1 if it finds any.
+against Z3 (see :mod:`validation.fuzz`).  The mix holds integer expressions,
+float-valued ones (true division, float constants, ``%`` and ``//`` on
+floats, ``Min``/``Max`` with floats) and seeded edge cases (nested ``//`` and
+``%`` with negative divisors, rounding of quotients); the table counts each.
+Imprecise answers are allowed; unsound ones never: the script exits with
+status 1 if it finds any.
 
 Run::
 
