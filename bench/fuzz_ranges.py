@@ -2,8 +2,12 @@
 
 Random expressions over symbols with ranges (and sometimes facts) are
 checked against brute-force evaluation at many points and, on a sample,
-against Z3 (see :mod:`validation.fuzz`).  Imprecise answers are allowed;
-unsound ones never: the script exits with status 1 if it finds any.
+against Z3 (see :mod:`validation.fuzz`).  The mix holds integer expressions,
+float-valued ones (true division, float constants, ``%`` and ``//`` on
+floats, ``Min``/``Max`` with floats) and seeded edge cases (nested ``//`` and
+``%`` with negative divisors, rounding of quotients); the table counts each.
+Imprecise answers are allowed; unsound ones never: the script exits with
+status 1 if it finds any.
 
 Run::
 
@@ -28,10 +32,12 @@ def main(argv=None) -> int:
                     help="replay every n-th scenario's whole decision log with translation validation")
     ap.add_argument("--max-depth", type=int, default=3, help="expression depth")
     ap.add_argument("--show", type=int, default=10, help="how many findings to print")
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="stop after this many seconds (the table says how many expressions were checked)")
     args = ap.parse_args(argv)
 
     res = run_fuzz(args.expressions, seed=args.seed, z3_every=args.z3_every, z3_timeout_ms=args.z3_timeout_ms,
-                   validate_every=args.validate_every, max_depth=args.max_depth)
+                   validate_every=args.validate_every, max_depth=args.max_depth, time_limit_s=args.time_limit)
     print(res.table())
     for title, items in (("unsound", res.unsound), ("translation mismatches", res.translation_mismatches),
                          ("errors", res.errors)):

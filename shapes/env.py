@@ -400,15 +400,11 @@ class ShapeEnv:
         if e is sympy.false:
             return False
         ranges = self._ranges_for(size_oblivious)
-        if isinstance(e, sympy.Rel):
-            # A known fact decides itself, even where range analysis has no rule.
-            known = self._known_fact(e)
-            if known is not None:
-                return known
         try:
             r = bound(e, ranges)
         except TypeError:
-            return None
+            # A known fact decides itself, even where range analysis has no rule.
+            return self._known_fact(e) if isinstance(e, sympy.Rel) else None
         v = r.known_bool()
         if v is not None:
             return v
@@ -460,6 +456,9 @@ class ShapeEnv:
                     return False
             return None
         if isinstance(e, sympy.Rel):
+            known = self._known_fact(e)
+            if known is not None:
+                return known
             return self._decide_by_facts(e, ranges)
         return None
 
@@ -479,7 +478,7 @@ class ShapeEnv:
         if diff.has(FloorDiv):
             return None  # nested: the inner one is not relaxed
         try:
-            return bound(type(e)(diff, 0), {**ranges, **extra}).known_bool()
+            return bound(type(e)(diff, 0, evaluate=False), {**ranges, **extra}).known_bool()
         except TypeError:
             return None
 
@@ -634,9 +633,21 @@ class ShapeEnv:
         :attr:`limits` unless an earlier limit implies it.
         """
         s = self.simplify(sympy.sympify(expr))
-        if s in self._limit_seen:
+        if s is sympy.true or s in self._limit_seen:
             return True
-        v = self.static_bool(s)
+        # Bounds of the product alone: static_bool's factoring is slow on these
+        # large products and gains nothing for a single monotone term.
+        v = None
+        if isinstance(s, sympy.Le) and s.rhs.is_number:
+            try:
+                r = bound(s.lhs, self.ranges)
+                v = True if r.upper <= s.rhs else False if r.lower > s.rhs else None
+            except TypeError:
+                v = None
+        elif s is sympy.false:
+            v = False
+        if v is not None:
+            self.log_step("static", s, sympy.true if v else sympy.false, "static")
         if v is True:
             self._limit_seen.add(s)
             return True
@@ -653,9 +664,10 @@ class ShapeEnv:
                 if not (isinstance(o, sympy.Le) and o.rhs == s.rhs):
                     continue
                 # The largest allocation bounds the smaller ones (B*T*768 <= B*T*3072).
-                if self.static_bool(sympy.Le(s.lhs, o.lhs), log=False) is True:
+                # Sizes are never negative, so s <= o where 0 <= s / o <= 1.
+                if _ratio_at_most_one(s.lhs, o.lhs, self.ranges):
                     return True
-                if self.static_bool(sympy.Le(o.lhs, s.lhs), log=False) is True:
+                if _ratio_at_most_one(o.lhs, s.lhs, self.ranges):
                     self.limits[i] = self._limit_guard(s, expr, provenance, message)
                     return True
         self.limits.append(self._limit_guard(s, expr, provenance, message))
@@ -686,6 +698,15 @@ class ShapeEnv:
     def initial_axioms(self) -> list:
         """Facts that are not guards or asserts: ranges and op semantics."""
         return [e.after for e in self.log if e.kind == "axiom"]
+
+
+def _ratio_at_most_one(a, b, ranges) -> bool:
+    """``0 <= a / b <= 1`` by ranges (``b`` never 0 there)."""
+    try:
+        r = bound(a / b, ranges)  # a product of sizes over another: equal factors cancel as built
+    except (TypeError, ZeroDivisionError):
+        return False
+    return r.lower >= 0 and r.upper <= 1
 
 
 def integer_valued(e) -> bool:

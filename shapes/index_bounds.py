@@ -46,12 +46,6 @@ class IndexRange:
     hi: sympy.Expr
     exact: bool = True
 
-    def __iter__(self):  # (lo, hi) unpacking, as callers used to get a tuple
-        return iter((self.lo, self.hi))
-
-    def __getitem__(self, i):
-        return (self.lo, self.hi)[i]
-
 
 # Ops whose output holds exactly the values of input 0 (when non-empty).
 _SAME_VALUES = {
@@ -74,6 +68,22 @@ def _e(x):
     if isinstance(x, int):
         return sympy.Integer(x)
     return None
+
+
+def writes_integer_tensor(func, args, kwargs) -> bool:
+    """Whether ``func`` writes into a non-float tensor argument (in-place or ``out=``)."""
+    try:
+        schema_args = func._schema.arguments
+    except AttributeError:
+        return False
+    for i, a in enumerate(schema_args):
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        t = args[i] if i < len(args) else kwargs.get(a.name)
+        ts = t if isinstance(t, (list, tuple)) else [t]
+        if any(isinstance(x, torch.Tensor) and not x.dtype.is_floating_point for x in ts):
+            return True
+    return False
 
 
 def constant_range(t: torch.Tensor) -> Optional[IndexRange]:
@@ -253,6 +263,17 @@ def lookups(func, args):
     return [(idx, _e(x.shape[dim]), lower, exc, f"dimension {dim}")]
 
 
+def _eager_message(name: str, v, n, what: str) -> str:
+    """The message eager raises for an index out of range (with symbolic values)."""
+    if name in ("embedding", "index_select"):
+        return "index out of range in self"
+    if name in ("take", "put", "put_"):
+        return f"out of range: tried to access index {v} on a tensor of {n} elements."
+    if name.startswith("index_copy"):
+        return f"index_copy_(): index {v} is out of bounds for {what} with size {n}"
+    return f"index {v} is out of bounds for {what} with size {n}"
+
+
 def lookup_checks(func, args, bounds_of, nonempty=lambda t: False):
     """[(condition, message, exception type)] that must hold for ``func``'s indices to be in range.
 
@@ -268,9 +289,8 @@ def lookup_checks(func, args, bounds_of, nonempty=lambda t: False):
         empty = None if nonempty(idx) else sympy.Eq(_numel(idx), 0)
         lo_c, hi_c = lookup_conditions(r, n, lower)
         least = "0" if lower == "zero" else f"-{n}"
-        for c, msg in ((lo_c, f"{name}: index {r.lo} is out of bounds for {what} with size {n} "
-                              f"(indices must be >= {least})"),
-                       (hi_c, f"{name}: index {r.hi} is out of bounds for {what} with size {n}")):
+        for c, v in ((lo_c, r.lo), (hi_c, r.hi)):
+            msg = _eager_message(name, v, n, what) + f" ({name} admits indices from {least} to {n} - 1)"
             out.append((c if empty is None else sympy.Or(empty, c), msg, exc))
     return out
 

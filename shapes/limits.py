@@ -18,8 +18,10 @@ Example::
     >>> import sympy, torch
     >>> from shapes.limits import storage_conditions
     >>> N = sympy.Symbol("N", integer=True, positive=True)
-    >>> [str(c) for c, _ in storage_conditions([N, N**2], 1)]
+    >>> [str(c) for c, _ in storage_conditions([N, N**2], 1, maybe_zero=lambda s: False)]
     ['N**3 <= 9223372036854775807']
+    >>> [str(c) for c, _ in storage_conditions([N, N**2], 1)]  # N**2 == 0 would hide an overflow of N
+    ['N <= 18446744073709551615', 'N**3 <= 9223372036854775807']
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from torch.utils import _pytree as pytree
 
 from .env import ShapeEnv
 from .errors import GuardViolation, SpecError
-from .guard import Guard, GuardKind
+from .guard import Decision, Guard, GuardKind
 from .spec import DimExpr
 
 
@@ -67,6 +67,12 @@ class TracedProgram:
     @property
     def runtime_asserts(self) -> list[Guard]:
         return self.env.runtime_asserts
+
+    @property
+    def limits(self) -> list[Guard]:
+        """Size limits eager enforces (storage size within int64) that the
+        ranges do not prove; :meth:`run` checks them with the guards."""
+        return list(self.env.limits)
 
     @property
     def records(self) -> list[Guard]:
@@ -178,7 +184,8 @@ class TracedProgram:
         mod = self.program if isinstance(self.program, torch.nn.Module) else None
         env: dict[torch.fx.Node, Any] = {}
         inputs = iter(tensors)
-        pending = [g for g in self.env.runtime_asserts if not g.expr.free_symbols <= sym_vals.keys()]
+        pending = [g for g in self.env.runtime_asserts + self.env.limits
+                   if not g.expr.free_symbols <= sym_vals.keys()]
         for node in self.graph.nodes:
             if node.op == "placeholder":
                 env[node] = next(inputs)
@@ -312,7 +319,9 @@ def _violation_message(g: Guard, vals) -> str:
     at = ", ".join(f"{k}={v}" for k, v in vals.items() if not isinstance(v, torch.Tensor))
     what = {GuardKind.GUARD: "guard", GuardKind.SPECIALIZATION: "specialization",
             GuardKind.RUNTIME_ASSERT: "runtime assert"}[g.kind]
-    if g.index < 0:
+    if g.decided_by is Decision.EAGER_LIMIT:
+        what = "size limit of eager PyTorch"
+    elif g.index < 0:
         what = "input constraint"
     how = "fails" if _holds(g.expr, {k: sympy.sympify(v) for k, v in vals.items()
                                       if not isinstance(v, torch.Tensor)}) is not None else "divides by zero"

@@ -352,12 +352,14 @@ class _Recorder(TorchDispatchMode):
         if self.progress is not None:
             self.ops += 1
             self.progress(self.ops)
+        if index_bounds.writes_integer_tensor(func, args, kwargs):
+            # An in-place write changes the values of the tensor and of every view of it.
+            b.value_bounds.clear()
         if isinstance(out, torch.Tensor) and not out.dtype.is_floating_point:
             vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty)
             if vb is not None:
                 b.value_bounds[id(out)] = vb
         return out
-
 
     def _nonempty(self, t) -> bool:
         n = sympy.Integer(1)

@@ -323,3 +323,17 @@ def test_mutation_integer_rewrite_on_a_float_is_caught(monkeypatch):
     step = rep.first_unsound
     assert step is not None and step.rule == "mod_divisible" and step.confirmed is True
     assert (step.counterexample["N"] / 4) % 1 != 0
+
+
+def test_an_in_place_write_forgets_index_ranges():
+    """arange(N) shifted in place (seen through a view): its old range no longer holds, so it
+    must not be used (the values are then unknown, as for an index tensor read from data)."""
+    def fn(x):
+        i = torch.arange(x.shape[0])
+        j = i.view(-1)
+        i.add_(3)
+        return x.index_select(0, j)
+    with pytest.raises(IndexError):
+        fn(torch.randn(5))
+    tp = shapes.trace(fn, "x: f32[N]", dims={"N": 5})
+    assert not tp.runtime_asserts  # values unknown now: no assert from the stale range
