@@ -59,6 +59,8 @@ class Query(BaseModel):
     dims: Dict[str, DimValue] = Field(default_factory=dict, max_length=16,
                                       description='per dim "LO..HI", [LO, HI] (HI null: no bound) or an int (pinned)')
     factory: bool = Field(False, description="NAME is a function that builds the model")
+    timeout: Optional[float] = Field(None, gt=0, le=3600,
+                                     description="seconds this request may run (at most the server's --timeout)")
 
     @field_validator("inputs")
     @classmethod
@@ -260,7 +262,8 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
                 src_hash = hashlib.sha256(f.read()).hexdigest()
         except OSError as e:
             return _error(404, "not_found", f"cannot read {d['program']}: {e.strerror}")
-        key = hashlib.sha256(json.dumps([kind, src_hash, d], sort_keys=True, default=str).encode()).hexdigest()
+        asked = {k: v for k, v in d.items() if k != "timeout"}  # the same question, however patient
+        key = hashlib.sha256(json.dumps([kind, src_hash, asked], sort_keys=True, default=str).encode()).hexdigest()
         hit = cache.get(key)
         if hit is not None:
             return dict(hit, cached=True)
@@ -270,7 +273,7 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
                   source_hash=src_hash, roots=roots, **(extra or {}))
         t0 = time.perf_counter()
         try:
-            result = pool.call(kind, wq)
+            result = pool.call(kind, wq, timeout=d.get("timeout"))
         except WorkerError as e:
             return _error(e.status, e.kind, e.message)
         out = {"result": result, "program": d["program"], "source_hash": src_hash,
