@@ -154,18 +154,22 @@ def _smallest(tr, dom, term, names_syms):
     return {n: m.eval(tr.var(s), model_completion=True).as_long() for n, s in names_syms.items()}
 
 
-def _box_of(space) -> dict:
-    return dict(space.dims)
+def _z3box(sp, timeout_s: float = 10.0):
+    """dinfer's Z3 view of the searched box (a class of its own since dinfer became a package)."""
+    try:
+        from validation.dinfer.z3box import Z3Box
+    except ImportError:
+        from validation.dinfer import _Z3Box as Z3Box
+    return Z3Box(list(sp.symbols), sp.symbols, sp.dims, timeout_s)
 
 
 # --------------------------------------------------------------------------- expectations
 
 
 def _check_valid(facts: _Facts, want) -> Finding:
-    from validation.dinfer import _Z3Box
     from validation.input_space import Status
     sp = facts.space
-    z = _Z3Box(list(sp.symbols), sp.symbols, sp.dims, 10.0)
+    z = _z3box(sp)
     if want is True:
         region, region_text = sympy.true, "every size in the ranges"
     else:
@@ -229,19 +233,15 @@ def valid_region_text(sp) -> str:
     """The sizes the program accepts as one Python condition: the ``valid iff`` summary when dinfer
     provides one, else the box narrowed to each dim's valid range when Z3 proves that exact, else
     the union of the ok classes."""
-    from validation.dinfer import _Z3Box
-    from validation.input_space import Status
-    summary = getattr(sp, "valid_iff", None)
-    if callable(summary):
-        summary = summary()
-    if isinstance(summary, str) and summary:
+    summary = getattr(getattr(sp, "summary", None), "valid_iff", None)
+    if isinstance(summary, str) and summary and sp.complete:
         return summary
     oks = sp.ok_classes
     if not oks:
         return "False"
     if len(oks) == len(sp.classes) and sp.complete:
         return "True"
-    z = _Z3Box(list(sp.symbols), sp.symbols, sp.dims, 5.0)
+    z = _z3box(sp, 5.0)
     union = z3.Or(*[z.conj(c.conditions) for c in oks])
     parts, box = [], []
     for n, r in (sp.valid_ranges or {}).items():
@@ -268,9 +268,8 @@ def valid_region_text(sp) -> str:
 
 def _ok_classes(facts: _Facts):
     """dinfer's ok classes, each with a Z3 term for its sizes (facts hold per class, not per trace)."""
-    from validation.dinfer import _Z3Box
     sp = facts.space
-    z = _Z3Box(list(sp.symbols), sp.symbols, sp.dims, 10.0)
+    z = _z3box(sp)
     return sp, z, [(c, z.conj(c.conditions)) for c in sp.ok_classes]
 
 

@@ -5,6 +5,7 @@ XML parses and the GitHub annotations follow the workflow-command syntax; ``--up
 The sample contract file takes ~40 s of CPU (GPT-2 and a conv net under dinfer); the mutated model
 is searched once for the report formats and once more through the command.
 """
+import json
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -118,6 +119,10 @@ keep = 1
     assert c.expectations["valid"] == "T >= 5" and c.expectations["max_guards"] == 0
     assert c.expectations["output"] == ["B", "(T + ((-T) % 4)) // 4"]
     assert main(["check", str(path), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["summary"]["fail"] == 0
+    assert {f["expectation"] for f in report["contracts"][0]["findings"]} == \
+        {"output", "valid", "no_specialization", "max_guards", "flops"}
 
 
 def test_contract_errors_are_one_line(tmp_path, capsys):
