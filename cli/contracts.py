@@ -45,6 +45,7 @@ Example::
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import math
 import os
@@ -272,8 +273,7 @@ def load_target(target: str, roots, factory: bool = False, factory_args: Optiona
 
 def _import_name(kind, target, path, name, roots):
     if kind == "file":
-        # The loader imports the file as a fresh module: reuse it and take the name raw.
-        import importlib.util
+        # A fresh module per load (like the loader), taking NAME as it is (a factory).
         mod_name = f"_symshape_user_{abs(hash(path))}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(spec)

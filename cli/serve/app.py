@@ -34,7 +34,7 @@ import time
 from collections import OrderedDict
 from typing import Dict, List, Optional, Union
 
-from fastapi import Body, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, Field, field_validator
