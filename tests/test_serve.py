@@ -198,6 +198,8 @@ def test_bad_requests_are_json_errors(server):
     assert st == 400
     st, r = post(server, "/api/map", dict(ROWS, x="N", y="Q"))
     assert st == 400 and "not a dim" in r["error"]["message"]
+    st, r = post(server, "/api/trace", dict(ROWS, inputs=["x: f32[N]"] * 10, program="x" * 300_000))
+    assert st == 413 and r["error"]["kind"] == "too_large"
     st, r = post(server, "/api/trace", ROWS, token=None)
     assert st == 401 and r["error"]["kind"] == "unauthorized"
     st, r = post(server, "/api/trace", ROWS, token="wrong-token-000000")

@@ -228,6 +228,9 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
         n = request.headers.get("content-length")
         if n is not None and (not n.isdigit() or int(n) > MAX_BODY):
             return _error(413, "too_large", f"request body over {MAX_BODY} bytes")
+        if n is None and request.method == "POST":
+            # A chunked body has no stated size to check before reading it.
+            return _error(411, "length_required", "send the body with a Content-Length header")
         if token is not None and request.url.path.startswith("/api/"):
             got = request.headers.get("authorization", "")
             want = f"Bearer {token}"
