@@ -113,6 +113,7 @@ keep = 1
     assert main(["check", str(path)]) == 1
     capsys.readouterr()
     assert main(["check", str(path), "--update"]) == 0
+    assert "wrote the current facts of 1 contract(s)" in capsys.readouterr().out
     text = path.read_text()
     assert '[project]\nname = "demo"' in text and "[tool.other]\nkeep = 1" in text
     [c] = load_contracts(path)
