@@ -16,6 +16,12 @@ expectations that ``symshape check`` proves or refutes::
     flops = "1024*B*T*(...)"               # proved equal to the symbolic FLOP count
     output = ["B", "T", 64]                # the output shape (a list of these for several)
 
+``output``, ``valid`` and ``flops`` are proved for every class of sizes
+dinfer finds in the ranges (a formula that differs in one class fails with
+a point of that class).  ``no_specialization`` and ``max_guards`` are about
+the trace at the example sizes (>= 2 where the ranges allow): sizes 0 and 1
+taking their own path under PyTorch's 0/1 policy do not count.
+
 ``factory = true`` says NAME is a function that builds the model (called
 with no arguments, or with the table ``factory_args`` as keywords).
 Program paths are relative to the contract file's folder.
@@ -39,6 +45,7 @@ Example::
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import math
 import os
@@ -266,8 +273,7 @@ def load_target(target: str, roots, factory: bool = False, factory_args: Optiona
 
 def _import_name(kind, target, path, name, roots):
     if kind == "file":
-        # The loader imports the file as a fresh module: reuse it and take the name raw.
-        import importlib.util
+        # A fresh module per load (like the loader), taking NAME as it is (a factory).
         mod_name = f"_symshape_user_{abs(hash(path))}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
         module = importlib.util.module_from_spec(spec)

@@ -5,6 +5,7 @@ XML parses and the GitHub annotations follow the workflow-command syntax; ``--up
 The sample contract file takes ~40 s of CPU (GPT-2 and a conv net under dinfer); the mutated model
 is searched once for the report formats and once more through the command.
 """
+import json
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -112,12 +113,17 @@ keep = 1
     assert main(["check", str(path)]) == 1
     capsys.readouterr()
     assert main(["check", str(path), "--update"]) == 0
+    assert "wrote the current facts of 1 contract(s)" in capsys.readouterr().out
     text = path.read_text()
     assert '[project]\nname = "demo"' in text and "[tool.other]\nkeep = 1" in text
     [c] = load_contracts(path)
     assert c.expectations["valid"] == "T >= 5" and c.expectations["max_guards"] == 0
     assert c.expectations["output"] == ["B", "(T + ((-T) % 4)) // 4"]
     assert main(["check", str(path), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["summary"]["fail"] == 0
+    assert {f["expectation"] for f in report["contracts"][0]["findings"]} == \
+        {"output", "valid", "no_specialization", "max_guards", "flops"}
 
 
 def test_contract_errors_are_one_line(tmp_path, capsys):

@@ -32,7 +32,7 @@ GRID = {"program": "tests/serve_programs.py:grid", "inputs": ["x: f32[H, W]"], "
 def server():
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", "0", "--root", ROOT,
-                             "--timeout", "10", "--workers", "2", "--memory-mb", "1024", "--token", TOKEN],
+                             "--timeout", "120", "--workers", "2", "--memory-mb", "1024", "--token", TOKEN],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
@@ -198,6 +198,8 @@ def test_bad_requests_are_json_errors(server):
     assert st == 400
     st, r = post(server, "/api/map", dict(ROWS, x="N", y="Q"))
     assert st == 400 and "not a dim" in r["error"]["message"]
+    st, r = post(server, "/api/trace", dict(ROWS, inputs=["x: f32[N]"] * 10, program="x" * 300_000))
+    assert st == 413 and r["error"]["kind"] == "too_large"
     st, r = post(server, "/api/trace", ROWS, token=None)
     assert st == 401 and r["error"]["kind"] == "unauthorized"
     st, r = post(server, "/api/trace", ROWS, token="wrong-token-000000")
@@ -216,8 +218,9 @@ def test_misbehaving_programs_never_take_the_server_down(server):
     st, r = post(server, "/api/trace", q("eats_memory"))
     assert st == 422 and r["error"]["kind"] in ("memory", "program_error"), r
     t0 = time.time()
-    st, r = post(server, "/api/trace", q("loops_forever"))
-    assert st == 504 and r["error"]["kind"] == "timeout" and time.time() - t0 < 60
+    st, r = post(server, "/api/trace", dict(q("loops_forever"), timeout=3))
+    assert st == 504 and r["error"]["kind"] == "timeout" and "3 s" in r["error"]["message"]
+    assert time.time() - t0 < 60
     st, r = post(server, "/api/trace", dict(ROWS, dims={"N": "1..32"}))
     assert st == 200 and r["result"]["output_shapes"] == [["N // 4", "4"]]
     st, h = call(server, "GET", "/api/health")

@@ -34,7 +34,7 @@ import time
 from collections import OrderedDict
 from typing import Dict, List, Optional, Union
 
-from fastapi import Body, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, Field, field_validator
@@ -59,6 +59,8 @@ class Query(BaseModel):
     dims: Dict[str, DimValue] = Field(default_factory=dict, max_length=16,
                                       description='per dim "LO..HI", [LO, HI] (HI null: no bound) or an int (pinned)')
     factory: bool = Field(False, description="NAME is a function that builds the model")
+    timeout: Optional[float] = Field(None, gt=0, le=3600,
+                                     description="seconds this request may run (at most the server's --timeout)")
 
     @field_validator("inputs")
     @classmethod
@@ -226,6 +228,9 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
         n = request.headers.get("content-length")
         if n is not None and (not n.isdigit() or int(n) > MAX_BODY):
             return _error(413, "too_large", f"request body over {MAX_BODY} bytes")
+        if n is None and request.method == "POST":
+            # A chunked body has no stated size to check before reading it.
+            return _error(411, "length_required", "send the body with a Content-Length header")
         if token is not None and request.url.path.startswith("/api/"):
             got = request.headers.get("authorization", "")
             want = f"Bearer {token}"
@@ -260,7 +265,8 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
                 src_hash = hashlib.sha256(f.read()).hexdigest()
         except OSError as e:
             return _error(404, "not_found", f"cannot read {d['program']}: {e.strerror}")
-        key = hashlib.sha256(json.dumps([kind, src_hash, d], sort_keys=True, default=str).encode()).hexdigest()
+        asked = {k: v for k, v in d.items() if k != "timeout"}  # the same question, however patient
+        key = hashlib.sha256(json.dumps([kind, src_hash, asked], sort_keys=True, default=str).encode()).hexdigest()
         hit = cache.get(key)
         if hit is not None:
             return dict(hit, cached=True)
@@ -270,7 +276,7 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
                   source_hash=src_hash, roots=roots, **(extra or {}))
         t0 = time.perf_counter()
         try:
-            result = pool.call(kind, wq)
+            result = pool.call(kind, wq, timeout=d.get("timeout"))
         except WorkerError as e:
             return _error(e.status, e.kind, e.message)
         out = {"result": result, "program": d["program"], "source_hash": src_hash,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import sys
 
 from ..loader import CliError
 

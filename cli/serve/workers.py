@@ -24,7 +24,6 @@ import multiprocessing as mp
 import os
 import queue
 import threading
-import time
 import traceback
 
 PRELOAD = ["torch", "sympy", "z3", "shapes", "guards", "validation", "cli.verify", "cli.serve.tasks",
