@@ -10,6 +10,7 @@ Example::
 """
 from __future__ import annotations
 
+import argparse
 import sys
 
 from validation.dinfer import DEFAULT_RANGE, dinfer
@@ -32,8 +33,9 @@ def register(sub):
     p.add_argument("--max-classes", type=int, default=64, metavar="N", help="stop after N classes (default 64)")
     p.add_argument("--time-budget", type=float, default=60.0, metavar="S",
                    help="stop starting traces after S seconds (default 60)")
-    p.add_argument("--no-specialize-zero-one", action="store_true",
-                   help="keep sizes 0 and 1 in the symbolic range instead of giving them classes of their own")
+    p.add_argument("--specialize-zero-one", action="store_true",
+                   help="PyTorch's 0/1 policy: give sizes 0 and 1 classes of their own")
+    p.add_argument("--no-specialize-zero-one", action="store_true", help=argparse.SUPPRESS)  # the default now
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
     p.set_defaults(run=run)
 
@@ -71,7 +73,7 @@ def run(args) -> int:
     progress = None if args.quiet else _Progress(sys.stderr)
     try:
         space = dinfer(prog, *args.input, dims=dims, max_classes=args.max_classes,
-                       time_budget=args.time_budget, specialize_zero_one=not args.no_specialize_zero_one,
+                       time_budget=args.time_budget, specialize_zero_one=args.specialize_zero_one,
                        progress=progress)
     finally:
         if progress is not None:

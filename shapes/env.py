@@ -562,15 +562,15 @@ class ShapeEnv:
         """A layout-only question answered as at the generic point, with no guard
         (see :mod:`shapes.size_oblivious`); None for a semantic question."""
         from . import size_oblivious as so
-        if so.site_of(self, expr, size_oblivious, cpp_site) is None:
+        site = so.site_of(self, expr, size_oblivious, cpp_site)
+        if site is None:
             return None
         got = so.decide_generic(self, s)
         if got is None:
             return None
         v, atoms = got
-        if v != self.hint_of(s):
-            # The example point is itself degenerate: follow eager there (a guard).
-            return None
+        if site in so.VIEW_SITES and v != self.hint_of(s):
+            return None  # a view eager finds at this degenerate example point: follow eager (a guard)
         self.oblivious_atoms[len(self.log)] = atoms
         self.layout_answers[expr] = v
         self.log_step("static", s, sympy.true if v else sympy.false, "size_oblivious")

@@ -49,10 +49,12 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Optional
 
 import sympy
+import torch
 
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv
 from .value_ranges import ValueRange, bound
@@ -85,6 +87,14 @@ _PASS_THROUGH_FILES = ("torch/fx/experimental/symbolic_shapes.py", "torch/fx/exp
 _PASS_THROUGH_FUNCS = frozenset({"eval_eager", "maybe_guard_or_false", "maybe_guard_or_true", "<genexpr>",
                                  "<listcomp>", "<lambda>"})
 _ENGINE_DIR = __file__.rsplit("/", 1)[0] + "/"
+
+
+# Sites that decide whether a view exists.  A view found at the generic point
+# exists wherever sizes are 1 too (dims of size 1 are skipped), but not the
+# other way round: where the example point itself has a size 1 and the generic
+# answer differs, the hint decides (a guard), so the trace never reports an
+# error eager does not raise.
+VIEW_SITES = frozenset({"_reshape_view_helper_core_alg", "_collapse_view_helper", "TensorUtils.cpp"})
 
 
 def note_layout(env, expr) -> None:
@@ -152,7 +162,10 @@ def site_of(env, expr, size_oblivious: bool = False, cpp_site: Optional[str] = N
     if cpp_site:
         site = str(cpp_site).replace("\\", "/")
         if site.endswith(_CPP_LAYOUT_FILES):
-            return site.rsplit("/", 1)[-1]
+            name = site.rsplit("/", 1)[-1]
+            if name == "TensorUtils.cpp" and "view" not in (env._current_op() or ""):
+                return "reshape"  # computeStride under reshape: a view or a copy, equal values
+            return name
         # c10's SymInt.h re-asks, through guard_bool, the question a contiguity
         # computation just asked through guard_or_*: the same question, the same answer.
         if site.endswith("c10/core/SymInt.h") and expr in env.layout_answers:
@@ -162,10 +175,14 @@ def site_of(env, expr, size_oblivious: bool = False, cpp_site: Optional[str] = N
     if frame is None:
         return None
     name = frame.f_code.co_name
+    loc = frame.f_locals
     for suffix, funcs in _LAYOUT_SITES.items():
         if fn.endswith(suffix) and name in funcs:
+            if name == "_reshape_view_helper_core_alg" and loc.get("allow_copy") is True:
+                return "reshape"  # a view or a copy: equal values either way
+            if name == "_collapse_view_helper" and loc.get("must_be_valid") is None:
+                return "reshape"  # no view means a copy, not an error
             return name
-    loc = frame.f_locals
     if name == "_broadcast_shapes" and fn.endswith("torch/_refs/__init__.py"):
         try:
             s, c = _expr(loc["shape"][loc["idx"]]), _expr(loc["common_shape"][loc["idx"]])
@@ -193,9 +210,9 @@ def size_atoms(expr, ranges) -> tuple:
     relations.
 
     >>> B, T = sympy.symbols("B T", integer=True)
-    >>> from shapes.value_ranges import ValueRange
-    >>> sorted(map(str, size_atoms(sympy.Ne(8*B*((T - 1)//2 + 1), 8), {B: ValueRange(1, 9), T: ValueRange(1, 9)})))
-    ['B', '((T - 1)//2) + 1']
+    >>> q = sympy.Ne(8 * B * (FloorDiv(T - 1, 2) + 1), 8)
+    >>> sorted(map(str, size_atoms(q, {B: ValueRange(1, 9), T: ValueRange(1, 9)})))
+    ['((T - 1)//2) + 1', 'B']
     """
     out: dict = {}
 
@@ -251,3 +268,30 @@ def decide_generic(env, expr) -> Optional[tuple]:
     finally:
         env.ranges, env._simplify_cache, env._static_cache, env.log, env.observers = saved
     return None if v is None else (v, atoms)
+
+
+@contextlib.contextmanager
+def decided_bool_flags():
+    """While tracing, a size comparison passed as SDPA's ``is_causal`` becomes a bool.
+
+    ``T > 1 and mask is None`` is a Python bool in eager, but with a symbolic
+    ``T`` that is 1 Python's ``and`` returns the (false) comparison itself, a
+    SymBool, which torch's argument parser rejects.  The comparison was
+    already decided (a guard), so passing its value is what eager does.
+    """
+    F = torch.nn.functional
+    orig = F.scaled_dot_product_attention
+
+    def sdpa(*args, **kwargs):
+        args = list(args)
+        if len(args) > 5 and isinstance(args[5], torch.SymBool):
+            args[5] = bool(args[5])
+        if isinstance(kwargs.get("is_causal"), torch.SymBool):
+            kwargs["is_causal"] = bool(kwargs["is_causal"])
+        return orig(*args, **kwargs)
+
+    F.scaled_dot_product_attention = sdpa
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = orig
