@@ -44,8 +44,9 @@ def register(sub):
                    help="stop after N classes (default 64)")
     p.add_argument("--time-budget", type=_positive_float, default=60.0, metavar="S",
                    help="stop starting traces after S seconds (default 60)")
-    p.add_argument("--no-specialize-zero-one", action="store_true",
-                   help="keep sizes 0 and 1 in the symbolic range instead of giving them classes of their own")
+    p.add_argument("--specialize-zero-one", action="store_true",
+                   help="PyTorch's 0/1 policy: give sizes 0 and 1 classes of their own")
+    p.add_argument("--no-specialize-zero-one", action="store_true", help=argparse.SUPPRESS)  # the default now
     add_progress_arguments(p)
     p.set_defaults(run=run)
 
@@ -88,7 +89,7 @@ def run(args) -> int:
     progress = _Progress(sys.stderr) if show else None
     try:
         space = dinfer(prog, *args.input, dims=args.dim, max_classes=args.max_classes,
-                       time_budget=args.time_budget, specialize_zero_one=not args.no_specialize_zero_one,
+                       time_budget=args.time_budget, specialize_zero_one=args.specialize_zero_one,
                        progress=progress)
     finally:
         if progress is not None:

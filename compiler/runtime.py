@@ -251,13 +251,14 @@ class CompiledProgram:
         if values is not None:
             parsed = parse_dims(self.dims, self.names)
             for n, v in zip(self.names, values):
-                d = parsed.get(n, Dim())
+                d = parsed.get(n, Dim(0))
                 if not (d.min <= v <= d.max):
                     raise GuardViolation(f"dim {n} = {v} lies outside its range [{d.min}, {d.max}]")
                 dims[n] = Dim(d.min, d.max, v)
         STATS["traces"] += 1
         self.stats["traces"] += 1
-        return shapes.trace(self.program, *self.specs, dims=dims)
+        # Kernels keep PyTorch's 0/1 policy: a size 0 or 1 gets its own variant.
+        return shapes.trace(self.program, *self.specs, dims=dims, specialize_zero_one=True)
 
     def _add(self, tp) -> Variant:
         v = Variant(tp, self.target)

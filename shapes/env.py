@@ -81,6 +81,11 @@ class ShapeEnv:
         self._simplify_cache: dict = {}
         self._static_cache: dict = {}
         self._unbacked_count = 0
+        # The size-1 policy (see shapes.size_oblivious): layout predicates handed to
+        # torch's C++ side, and the size atoms each size-oblivious log step assumed >= 2.
+        self.layout_exprs: set = set()
+        self.oblivious_atoms: dict[int, tuple] = {}
+        self.layout_answers: dict = {}
 
     # ------------------------------------------------------------------ symbols
 
@@ -138,6 +143,8 @@ class ShapeEnv:
         if bounds is not sympy.true:
             why = (f"the trace assumes {name} >= 2: sizes 0 and 1 are specialized (a size 0 or 1 "
                    f"traces separately)" if r.lower == 2 and self.specialize_zero_one else
+                   f"the range of {name} ({r.lower} to {r.upper if r.upper < INF else 'any size'}; "
+                   f"give dims={{{name!r}: (0, ...)}} to include size 0)" if r.lower == 1 else
                    f"the range given for {name}")
             self.constraints.append(Guard(expr=bounds, kind=GuardKind.GUARD, provenance=Provenance(
                 filename="<input spec>", code=source or name), decided_by=Decision.ZERO_ONE
@@ -555,14 +562,17 @@ class ShapeEnv:
     # ------------------------------------------------------------------ decisions
 
     def evaluate(self, expr, *, fallback=_NO_FALLBACK, size_oblivious: bool = False,
-                 provenance: Optional[Provenance] = None, decided_by: Decision = Decision.HINT):
+                 provenance: Optional[Provenance] = None, decided_by: Decision = Decision.HINT,
+                 cpp_site: Optional[str] = None):
         """Decide ``expr`` (a boolean or integer expression) as a Python value.
 
         Decided statically when the facts allow (no guard).  Otherwise, for
         backed symbols, by the example sizes, recording a guard (or a
         specialization for an integer).  For data-dependent expressions,
         returns ``fallback`` when given, else raises
-        :class:`DataDependentError`.
+        :class:`DataDependentError`.  Without the 0/1 specialization, a
+        layout-only question (``cpp_site``: the C++ file that asked, if any)
+        is answered with no guard: see :mod:`shapes.size_oblivious`.
         """
         expr = sympy.sympify(expr)
         is_bool = expr.is_Boolean or isinstance(expr, sympy.Rel)
@@ -571,6 +581,8 @@ class ShapeEnv:
             v = self.static_bool(s)
             if v is None and size_oblivious and self.has_unbacked(s):
                 v = self.static_bool(s, size_oblivious=True)
+            if v is None and not self.specialize_zero_one and not self.has_unbacked(s):
+                v = self._layout_only(expr, s, size_oblivious, cpp_site)
             if v is not None:
                 return v
         elif s.is_number:
@@ -597,6 +609,24 @@ class ShapeEnv:
                      decided_by if decided_by is not Decision.HINT else Decision.INT_CONVERSION,
                      message=f"the size {s} was converted to the int {hint}", original=sympy.Eq(expr, hint))
         return hint
+
+    def _layout_only(self, expr, s, size_oblivious: bool, cpp_site=None) -> Optional[bool]:
+        """A layout-only question answered as at the generic point, with no guard
+        (see :mod:`shapes.size_oblivious`); None for a semantic question."""
+        from . import size_oblivious as so
+        site = so.site_of(self, expr, size_oblivious, cpp_site)
+        if site is None:
+            return None
+        got = so.decide_generic(self, s)
+        if got is None:
+            return None
+        v, atoms = got
+        if site in so.VIEW_SITES and v != self.hint_of(s):
+            return None  # a view eager finds at this degenerate example point: follow eager (a guard)
+        self.oblivious_atoms[len(self.log)] = atoms
+        self.layout_answers[expr] = v
+        self.log_step("static", s, sympy.true if v else sympy.false, "size_oblivious")
+        return v
 
     def expect_true(self, expr, *, provenance: Optional[Provenance] = None, message: str = "") -> bool:
         """``torch._check(expr)``: assert at run time, assume from now on.

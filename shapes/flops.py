@@ -209,6 +209,8 @@ class FlopReport:
         self.errors: dict[str, str] = {}
         self.total = sympy.Integer(0)
         self.total_bytes = sympy.Integer(0)
+        #: reports of the other paths evaluated so far (see :meth:`piece_at`)
+        self.pieces: list["FlopReport"] = []
         self._collect()
 
     # -- building -------------------------------------------------------------------
@@ -336,10 +338,10 @@ class FlopReport:
                     names.append(d)
         return names
 
-    def _substitution(self, sizes: Mapping) -> dict:
+    def _given(self, sizes: Mapping) -> dict:
+        """``sizes`` checked: every dim of the program, each a non-negative int."""
         if not isinstance(sizes, Mapping):
             raise FlopEvaluationError(f"sizes must be a dict of dim name -> int, got {type(sizes).__name__}")
-        env = self.traced.env
         dims = self.dims
         given: dict[str, int] = {}
         for k, v in sizes.items():
@@ -355,30 +357,32 @@ class FlopReport:
             raise FlopEvaluationError(
                 f"no size given for dim(s) {', '.join(missing)}; evaluating needs a size for every dim "
                 f"of the program: {', '.join(dims)}")
-        # Guards first: they name the source line that decided the path.
-        zero_one = [k for k, v in given.items() if v in (0, 1)] if env.specialize_zero_one else []
-        # A trace at sizes >= 2 decides broadcasting questions that size 1 answers differently: the
-        # count at size 1 is another trace, with 1 as the example size.
-        fix = (f"; sizes 0 and 1 take their own path: count again with that example size (dims="
-               f"{{{', '.join(f'{k!r}: {given[k]}' for k in zero_one)}}}, or --dim "
-               f"{','.join(f'{k}={given[k]}' for k in zero_one)} on the command line)"
-               if zero_one else "; count again with example sizes on that path (dims=...)")
-        bad = self.traced.failing_guards(given)
-        if bad:
-            g = bad[0]
-            at = ", ".join(f"{k}={v}" for k, v in given.items())
-            if g.index < 0:  # an input constraint (0/1 policy, the user's range), not a program guard
-                raise GuardViolation(f"at {at} the input constraint {g.expr} fails ({g.message}), so the "
-                                     f"closed form does not apply{fix}", guard=g, values=given)
-            raise GuardViolation(
-                f"at {at} the program takes another path: the guard {g.expr} from {g.provenance} fails, "
-                f"so the closed form does not apply{fix}", guard=g, values=given)
-        for name, v in given.items():
-            r = env.ranges.get(env.symbols[name])
-            if r is not None and not (r.lower <= v <= r.upper):
-                raise GuardViolation(
-                    f"{name}={v} lies outside the range [{r.lower}, {r.upper}] the count was derived for{fix}")
+        return given
+
+    def _subs(self, given: dict) -> dict:
+        env = self.traced.env
         return {env.symbols[k]: sympy.Integer(v) for k, v in given.items()}
+
+    def piece_at(self, sizes: Mapping) -> "FlopReport":
+        """The report of the path the program takes at ``sizes``: this one, or
+        (where this trace's guards fail) a trace at those sizes, made once and
+        kept in :attr:`pieces`.  Raises :class:`~shapes.errors.GuardViolation`
+        where the program raises or a dim's range excludes the sizes."""
+        from .flop_pieces import piece_for
+        return piece_for(self, self._given(sizes))
+
+    def piecewise(self):
+        """FLOPs as one closed form per path (a :class:`~shapes.flop_pieces.PiecewiseCount`),
+        after tracing the corners where dims are 1 (and 0, where their range has it).
+
+        Example::
+
+            >>> import torch, shapes
+            >>> print(shapes.count_flops(torch.nn.Linear(4, 3), "x: f32[B, 4]").piecewise())
+            always: 24*B
+        """
+        from .flop_pieces import piecewise
+        return piecewise(self)
 
     def _eval(self, expr, subs) -> int:
         v = sympy.sympify(expr).xreplace(subs)
@@ -395,9 +399,13 @@ class FlopReport:
     def evaluate(self, sizes: Mapping, expr=None) -> int:
         """Total FLOPs (or ``expr``, e.g. ``report.total_bytes``) at ``sizes``, exactly.
 
-        ``sizes`` maps every dim name to an int.  Raises
+        ``sizes`` maps every dim name to an int.  Sizes where the program
+        takes another path than the traced one (a guard fails there) are
+        counted on that path (:meth:`piece_at`).  Raises
         :class:`FlopEvaluationError` for missing or unknown dims and
-        :class:`~shapes.errors.GuardViolation` for sizes off the traced path.
+        :class:`~shapes.errors.GuardViolation` where the program raises, the
+        sizes lie outside a dim's range, or ``expr`` is given for sizes off
+        this path.
 
         Example::
 
@@ -405,12 +413,24 @@ class FlopReport:
             >>> shapes.count_flops(torch.nn.Linear(4, 3), "x: f32[B, 4]").evaluate({"B": 5})
             120
         """
-        subs = self._substitution(sizes)
-        return self._eval(self.total if expr is None else expr, subs)
+        given = self._given(sizes)
+        piece = self.piece_at(given)
+        if expr is not None and piece is not self:
+            from .flop_pieces import to_python
+            bad = self.traced.failing_guards(given)[0]
+            raise GuardViolation(
+                f"at {', '.join(f'{k}={v}' for k, v in given.items())} the program takes another path (the guard "
+                f"{to_python(bad.expr)} from {bad.provenance} fails), where this expression does not apply; "
+                f"use report.piece_at(sizes) for that path's expressions", guard=bad, values=given)
+        return piece._eval(piece.total if expr is None else expr, piece._subs(given))
 
     def at(self, sizes: Mapping) -> FlopValues:
         """Every count of the report at ``sizes`` (a :class:`FlopValues`)."""
-        subs = self._substitution(sizes)
+        given = self._given(sizes)
+        piece = self.piece_at(given)
+        if piece is not self:
+            return piece.at(given)
+        subs = self._subs(given)
         ops = {n: (c.calls, self._eval(c.flops, subs), self._eval(c.bytes, subs)) for n, c in self.ops.items()}
         mods = {n: (self._eval(m.flops, subs), self._eval(m.bytes, subs)) for n, m in self.by_module.items()}
         return FlopValues({s.name: int(v) for s, v in subs.items()}, self._eval(self.total, subs),
@@ -508,7 +528,7 @@ def _expr_of(s):
 
 # --------------------------------------------------------------------------- tables
 
-def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True) -> FlopReport:
+def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False) -> FlopReport:
     """Count the FLOPs and bytes moved of ``program`` as closed forms over its dims.
 
     Args:
@@ -520,8 +540,8 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True) ->
             the closed form holds for the sizes that take the same path (the
             trace's guards), which :meth:`FlopReport.evaluate` checks.
         specialize_zero_one: PyTorch's 0/1 specialization policy (sizes
-            are then assumed >= 2).  A count valid at size 1 needs an
-            example size of 1 (``dims={"B": 1}``) either way.
+            are then assumed >= 2).  Off by default: the count holds at
+            size 1 too, or says where size 1 counts differently.
 
     Returns a :class:`FlopReport`.  Conventions are torch.utils.flop_counter's:
     see :mod:`shapes.flops`.

@@ -198,10 +198,11 @@ class Dim:
     """Bounds and example size of a named dim.
 
     ``Dim(1, 4096)`` bounds B to [1, 4096]; ``hint`` is the example size the
-    trace runs at (chosen automatically when omitted).
+    trace runs at (chosen automatically when omitted).  A dim's range starts
+    at 1 unless it says 0 (``Dim(0, 64)``, or an example size of 0).
     """
 
-    min: int = 0
+    min: int = 1
     max: float = math.inf
     hint: Optional[int] = None
 
@@ -222,7 +223,7 @@ def parse_dims(dims: Optional[Mapping], names) -> dict[str, Dim]:
         elif isinstance(v, bool):
             raise SpecError(f"dims[{k!r}] = {v!r}: give an int example size, a (min, max) range or a Dim")
         elif isinstance(v, int):
-            d = Dim(hint=v)
+            d = Dim(min(v, 1), hint=v)
         elif isinstance(v, (tuple, list)) and len(v) in (2, 3):
             d = Dim(v[0], v[1], v[2] if len(v) == 3 else None)
         else:

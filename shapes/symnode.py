@@ -305,6 +305,8 @@ class SymExprNode:
         return self._layout(torch_adapter.dense_expr([s.expr for s in sizes], [s.expr for s in strides]))
 
     def _layout(self, expr):
+        from .size_oblivious import note_layout
+        note_layout(self.env, expr)
         return SymExprNode(self.env, expr, builtins.bool)
 
     # -- decisions -----------------------------------------------------------------------
@@ -319,7 +321,7 @@ class SymExprNode:
         return builtins.float(self._evaluate())
 
     def guard_bool(self, file=None, line=None):
-        return builtins.bool(self._evaluate())
+        return builtins.bool(self._evaluate(cpp_site=file))
 
     def bool_(self):
         return self.guard_bool()
@@ -337,10 +339,10 @@ class SymExprNode:
         return builtins.bool(self._evaluate(size_oblivious=True))
 
     def guard_or_false(self, file=None, line=None):
-        return builtins.bool(self._evaluate(fallback=False))
+        return builtins.bool(self._evaluate(fallback=False, cpp_site=file))
 
     def guard_or_true(self, file=None, line=None):
-        return builtins.bool(self._evaluate(fallback=True))
+        return builtins.bool(self._evaluate(fallback=True, cpp_site=file))
 
     def statically_known_true(self, file=None, line=None):
         return self.env.static_bool(self.env.simplify(self.expr)) is True

@@ -31,6 +31,7 @@ from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from .program import TracedProgram
 from .provenance import Provenance, _is_engine, _is_library
 from .spec import Dim, DimExpr, default_hints, parse_dims, parse_specs
+from .size_oblivious import decided_bool_flags
 from .symnode import sym_value
 
 SymTypes = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -505,7 +506,7 @@ def _load_checkers(enabled: Optional[bool]):
     return found
 
 
-def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True,
+def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = False,
           translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
           progress: Optional[Callable[[int], None]] = None) -> TracedProgram:
     """Trace ``program`` (a function or nn.Module) at symbolic input sizes.
@@ -515,7 +516,9 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
         *specs: one spec string per positional input, e.g. ``"x: f32[B, T, 768]"``.
         dims: per named dim an int example size, a ``(min, max)`` range, a
             ``(min, max, example)`` triple or a :class:`~shapes.spec.Dim`.
-        specialize_zero_one: PyTorch's policy of specializing sizes 0 and 1.
+        specialize_zero_one: PyTorch's policy of specializing sizes 0 and 1
+            (off by default: sizes 1 and 0 stay in the dims' ranges, see
+            :mod:`shapes.size_oblivious`).
         translation_validation: check every engine decision with Z3 while
             tracing (default: the ``SYMSHAPE_TRANSLATION_VALIDATION`` variable).
         kwargs: non-tensor arguments (ints, floats, flags) passed by keyword
@@ -593,7 +596,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
     else:
         call = program
 
-    with enable_python_dispatcher(), _ModuleScope(program, builder), _Recorder(builder, env, progress):
+    with enable_python_dispatcher(), _ModuleScope(program, builder), _Recorder(builder, env, progress), \
+            decided_bool_flags():
         try:
             if by_keyword:
                 out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs)
@@ -606,6 +610,12 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
                 e.env = env
             raise
         except Exception as e:  # the user's program raised: say where, and on which path
+            if isinstance(e, TypeError) and "not SymBool" in str(e):
+                # Not the program's error: eager passes a bool where the trace has a size comparison.
+                err = UnsupportedOpError(f"symshape: a size comparison (SymBool) reached a torch function that "
+                                         f"takes a bool ({_first_line(e)}); please report it")
+                err.env = env
+                raise err from e
             prov = _user_frame_of(e)
             at = ", ".join(f"{n}={hints[n]}" for n in names)
             raise TraceError(

@@ -43,7 +43,8 @@ _FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no
 def reports(tmp_path_factory):
     d = tmp_path_factory.mktemp("html")
     several = guards.explain(shapes.trace(E.several, "x: f32[B, T]", "y: f32[C, D]",
-                                          dims={"B": 8, "T": 32, "C": 1}), at={"B": 2, "T": 12, "C": 1, "D": 5})
+                                          dims={"B": 8, "T": 32, "C": 1}, specialize_zero_one=True),
+                             at={"B": 2, "T": 12, "C": 1, "D": 5})  # the 0/1 policy: one specialization
     conv = guards.explain(shapes.trace(P.ConvPool(), "x: f32[B, 3, H, W]"))
     out = {}
     for name, ex in (("several", several), ("conv", conv)):

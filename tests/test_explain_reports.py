@@ -29,7 +29,8 @@ def traces():
                    {"M": 2, "K": 3, "J": 4, "N": 5}),
         "nonzero": (shapes.trace(P.nonzero_slice_checked, "x: f32[N, 4]", "mask: bool[M]"), {"N": 3, "M": 9}),
         "convpool": (shapes.trace(P.ConvPool(), "x: f32[B, 3, H, W]"), {"B": 1, "H": 3, "W": 100}),
-        "zero_one": (shapes.trace(E.reduce_rows, "x: f32[B, T]", dims={"B": 1}), {"B": 2, "T": 2}),
+        "zero_one": (shapes.trace(E.reduce_rows, "x: f32[B, T]", dims={"B": 1}, specialize_zero_one=True),
+                     {"B": 2, "T": 2}),
         "mixed": (shapes.trace(E.branch_and_view, "x: f32[B, T]", dims={"B": 8, "T": 32}), {"B": 2, "T": 12}),
         "int": (shapes.trace(E.size_as_int, "x: f32[N, 4]"), {"N": 9}),
     }

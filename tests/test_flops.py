@@ -431,17 +431,39 @@ def test_evaluate_errors(counted):
     # BERT's position embeddings guard T <= 128: beyond it the closed form does not apply.
     with pytest.raises(shapes.GuardViolation, match="T <= 128"):
         r.evaluate({"B": 2, "T": 129})
-    with pytest.raises(shapes.GuardViolation, match=r"dims=\{'B': 1\}"):
-        r.evaluate({"B": 1, "T": 8})
+    # B = 0 lies outside the default range (sizes start at 1 unless the range says 0).
+    with pytest.raises(shapes.GuardViolation, match="input constraint B >= 1"):
+        r.evaluate({"B": 0, "T": 8})
     assert isinstance(r.evaluate({"B": 2, "T": 128}), int)
 
 
-def test_evaluate_at_size_one_needs_a_trace_at_size_one():
+def test_evaluate_at_size_one_uses_the_same_closed_form():
+    # Size 1 is a size: a linear layer has no guard about B == 1, so the one
+    # closed form holds at B = 1 (this used to refuse under the 0/1 policy).
     r = shapes.count_flops(nn.Linear(8, 4), "x: f32[B, 8]")
-    with pytest.raises(shapes.GuardViolation, match="sizes 0 and 1 take their own path"):
-        r.evaluate({"B": 1})
-    r1 = shapes.count_flops(nn.Linear(8, 4), "x: f32[B, 8]", dims={"B": 1})
-    assert r1.evaluate({"B": 1}) == 64
+    assert r.traced.guards == [] and r.evaluate({"B": 1}) == 64 and not r.pieces
+    # PyTorch's policy is still available; size 1 is then counted on a trace of its own.
+    r2 = shapes.count_flops(nn.Linear(8, 4), "x: f32[B, 8]", specialize_zero_one=True)
+    assert r2.evaluate({"B": 1}) == 64 and len(r2.pieces) == 1
+
+
+def test_piecewise_count_where_size_one_takes_another_path():
+    def f(x, w):
+        if x.shape[0] == 1:  # a user branch on size 1: semantic, so a guard
+            return (x @ w) @ w
+        return x @ w
+
+    r = shapes.count_flops(f, "x: f32[B, 8]", "w: f32[8, 8]")
+    assert [str(g.expr) for g in r.traced.guards] == ["Ne(B, 1)"]
+    for b in (1, 2, 5):
+        x, w = torch.randn(b, 8), torch.randn(8, 8)
+        with FlopCounterMode(display=False) as counter:
+            f(x, w)
+        assert r.evaluate({"B": b}) == counter.get_total_flops(), b
+    assert str(r.piecewise()) == "B >= 2: 128*B; B == 1: 256"
+    with pytest.raises(shapes.GuardViolation, match="piece_at"):
+        r.evaluate({"B": 1}, r.total_bytes)
+    assert r.piece_at({"B": 1}).evaluate({"B": 1}, r.piece_at({"B": 1}).total_bytes) > 0
 
 
 def test_count_flops_accepts_a_traced_program():

@@ -25,8 +25,10 @@ def test_gpt2_outputs_are_symbolic(gpt2):
     m, tp = gpt2
     B, T = tp.env.symbols["B"], tp.env.symbols["T"]
     assert tp.output_shapes[0] == (B, T, 64)
-    # No guards: every size question was decided statically.
-    assert tp.guards == []
+    # Size 1 is in B's and T's range.  The only guards are transformers' own branches on
+    # T == 1 (the single-query mask shortcut and SDPA's is_causal): none about layout, none on B.
+    assert [g.expr for g in tp.guards] == [sympy.Ne(T, 1), sympy.Gt(T, 1)]
+    assert all("transformers" in g.filename for g in tp.guards)
     # The position-embedding lookup bounds T by n_positions, as a runtime assert.
     (ra,) = tp.runtime_asserts
     assert ra.expr == sympy.Le(T, 128)
@@ -53,9 +55,10 @@ def test_bert_outputs_are_symbolic(bert):
     m, tp = bert
     B, T = tp.env.symbols["B"], tp.env.symbols["T"]
     assert tp.output_shapes == [(B, T, 64), (B, 64)]
-    (g,) = tp.guards
+    g, causal = tp.guards
     assert g.expr == sympy.Le(T, 128)  # slicing the position_ids buffer
     assert g.filename.endswith("modeling_bert.py")
+    assert causal.expr == sympy.Gt(T, 1) and causal.filename.endswith("sdpa_attention.py")
 
 
 def test_bert_run_matches_eager(bert):
@@ -69,12 +72,20 @@ def test_bert_run_matches_eager(bert):
         assert torch.allclose(out.pooler_output, ref.pooler_output, atol=1e-5), (b, t)
 
 
-def test_size_one_is_outside_the_trace(gpt2):
-    # The 0/1 policy: this trace assumed B >= 2; size 1 needs its own trace.
+def test_size_one_runs_on_the_same_trace(gpt2):
+    # Size 1 is a size: B = 1 takes the traced path (this used to need a trace of its own).
     m, tp = gpt2
-    with pytest.raises(shapes.GuardViolation, match="input constraint B >= 2"):
-        tp.run(torch.randint(0, 100, (1, 5)))
-    tp1 = shapes.trace(m, "ids: i64[B, T]", dims={"B": 1})
     ids = torch.randint(0, 100, (1, 5))
     with torch.no_grad():
+        assert torch.allclose(tp.run(ids).last_hidden_state, m(ids).last_hidden_state, atol=1e-5)
+    # T = 1 truly takes another path (transformers branches on it): a guard says so.
+    with pytest.raises(shapes.GuardViolation, match="masking_utils.py|sdpa_attention.py"):
+        tp.run(torch.randint(0, 100, (2, 1)))
+    tp1 = shapes.trace(m, "ids: i64[B, T]", dims={"T": 1})
+    ids = torch.randint(0, 100, (3, 1))
+    with torch.no_grad():
         assert torch.allclose(tp1.run(ids).last_hidden_state, m(ids).last_hidden_state, atol=1e-5)
+    # PyTorch's policy is still there on request.
+    tp2 = shapes.trace(m, "ids: i64[B, T]", specialize_zero_one=True)
+    with pytest.raises(shapes.GuardViolation, match="input constraint B >= 2"):
+        tp2.run(torch.randint(0, 100, (1, 5)))

@@ -18,7 +18,7 @@ Example::
     >>> space.classify({"N": 12}).ok, space.classify({"N": 6}).ok
     (True, False)
     >>> print(space.classify({"N": 6}).describe())
-    N >= 2 and N % 4 != 0
+    N % 4 != 0
 """
 from __future__ import annotations
 

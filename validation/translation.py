@@ -10,7 +10,9 @@ each one from what the trace may assume:
   equivalent under the facts known before it.  ``after`` becomes a fact.
 * ``static``: ``before`` was decided to be ``after`` (true/false) with no
   guard; the facts known at that point must imply it.  A size-oblivious
-  decision may additionally assume that each data-dependent size is >= 2.
+  decision may additionally assume that each data-dependent size is >= 2,
+  and a layout-only one (:mod:`shapes.size_oblivious`) that each size atom
+  of its question is >= 2 (``env.oblivious_atoms``).
 
 * ``rewrite``: ``before == after`` must follow from the facts known then.
 * ``fallback``: a default taken for an undecidable condition; not a claim.
@@ -292,7 +294,7 @@ class TranslationValidator:
             return  # fact entries carry their provenance in env.records
         index = len(env.log) - 1
         if entry.rule == "size_oblivious":
-            self.oblivious[index] = _oblivious_symbols(env)
+            self.oblivious[index] = _oblivious_assumptions(env, index)
         key = (entry.kind, entry.rule, entry.before, entry.after)
         if key not in self._seen:
             # Only the first occurrence can be the first unsound step: capture once.
@@ -317,6 +319,13 @@ class TranslationValidator:
         if self.raise_on_failure:
             report.raise_if_failed()
         return report
+
+
+def _oblivious_assumptions(env, index: int) -> tuple:
+    """What the size-oblivious step ``index`` assumed to be >= 2: the size atoms of a
+    layout-only question (``env.oblivious_atoms``), else the unbacked sizes."""
+    atoms = getattr(env, "oblivious_atoms", {}).get(index)
+    return tuple(atoms) if atoms else _oblivious_symbols(env)
 
 
 def _oblivious_symbols(env) -> tuple:
@@ -370,7 +379,7 @@ def validate_env(env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, provenance: Optio
         chk.advance(e.n_facts)
         obl = ()
         if e.rule == "size_oblivious":
-            obl = oblivious.get(i) or _oblivious_symbols(env)
+            obl = oblivious.get(i) or _oblivious_assumptions(env, i)
         key = (e.kind, e.before, e.after, obl)
         if key in proven:
             report.cached += 1
@@ -476,7 +485,7 @@ def divisors(e) -> list:
 def _relevant_symbols(claim, chk: _Checker, obl) -> list:
     # Every symbol of the facts too: the counterexample is a complete assignment
     # that can be replayed (the facts must hold there).
-    syms = set(claim.free_symbols) | set(obl) | chk.fact_syms
+    syms = set(claim.free_symbols) | {s for a in obl for s in a.free_symbols} | chk.fact_syms
     return sorted(syms, key=str)
 
 
