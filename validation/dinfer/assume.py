@@ -1,7 +1,9 @@
 """Data-dependent decisions: take the usual branch, and say what it assumed.
 
-A trace that reaches a decision on a data-dependent value (``x[:k]`` with
-``k = y.item()`` asks whether ``k < 0``) cannot know which way real data go.
+A trace that reaches a torch op's decision on a data-dependent value
+(``x[:k]`` with ``k = y.item()`` asks whether ``k < 0``) cannot know which way
+real data go.  (A branch in the user's own code on data, ``if x.sum() > 0``,
+is never assumed: it stays a data-dependent outcome.)
 torch.export answers such programs in one go; so does dinfer: inside
 :func:`assume_data_branches` each such decision takes the branch that holds
 for typical data (sizes-oblivious reasoning first, then small non-negative
@@ -81,7 +83,10 @@ def assume_data_branches(limit: int = MAX_ASSUMPTIONS):
         except DataDependentError as e:
             s = e.expr
             n = getattr(self, "_dinfer_assumed", 0)
-            if n >= limit or not (s.is_Boolean or isinstance(s, sympy.Rel)):
+            # Only a torch op's own question (slicing asks whether k < 0) has a usual
+            # answer; a branch in the user's code on data is theirs to state, never guessed.
+            if (n >= limit or not (s.is_Boolean or isinstance(s, sympy.Rel))
+                    or getattr(e.provenance, "op", None) is None):
                 raise
             branch = _typical(self, s)
             if branch is None:

@@ -24,7 +24,7 @@ Example::
     >>> space.summary.valid_iff
     '(B*N) % 4 == 0'
     >>> print(space.summary.regions[1].formula())
-    N % 4 != 0
+    (B*N) % 4 != 0
 """
 from __future__ import annotations
 
