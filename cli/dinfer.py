@@ -1,8 +1,11 @@
 """``symshape dinfer FILE.py:NAME -i SPEC --dim B=1..4096``: which input sizes a program accepts.
 
-Prints one row per class of sizes (the condition, ok or the error, the
+Prints the summary first (``valid iff H >= 8 and W >= 8``, then each
+error's region, message and user line), a suggested torch.export spec,
+then one row per class of sizes (the condition, ok or the error, the
 smallest example) and whether Z3 proved the classes cover every size in
-the ranges; ``--json`` prints the same for tools.  Progress goes to stderr.
+the ranges; ``--json`` prints the same for tools.  Progress goes to stderr
+(by default only on a terminal).
 
 Example::
 
@@ -31,9 +34,15 @@ def register(sub):
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--max-classes", type=int, default=64, metavar="N", help="stop after N classes (default 64)")
     p.add_argument("--time-budget", type=float, default=60.0, metavar="S",
-                   help="stop starting traces after S seconds (default 60)")
+                   help="the whole run's time in seconds, traces included (default 60)")
+    p.add_argument("--trace-timeout", type=float, default=30.0, metavar="S",
+                   help="stop when one trace runs longer than S seconds, e.g. a program that loops "
+                        "forever (default 30)")
     p.add_argument("--no-specialize-zero-one", action="store_true",
                    help="keep sizes 0 and 1 in the symbolic range instead of giving them classes of their own")
+    p.add_argument("--progress", dest="progress", action="store_true", default=None,
+                   help="show each trace on stderr (default: on when stderr is a terminal)")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress display")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display on stderr")
     p.set_defaults(run=run)
 
@@ -66,19 +75,27 @@ def run(args) -> int:
         raise CliError(f"--max-classes must be at least 1, got {args.max_classes}")
     if not args.time_budget > 0:
         raise CliError(f"--time-budget must be positive, got {args.time_budget:g}")
+    if not args.trace_timeout > 0:
+        raise CliError(f"--trace-timeout must be positive, got {args.trace_timeout:g}")
     dims = parse_dim_args(args.dim)
     prog = load_program(args.target)
-    progress = None if args.quiet else _Progress(sys.stderr)
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    progress = _Progress(sys.stderr) if show and not args.quiet else None
     try:
         space = dinfer(prog, *args.input, dims=dims, max_classes=args.max_classes,
                        time_budget=args.time_budget, specialize_zero_one=not args.no_specialize_zero_one,
-                       progress=progress)
+                       progress=progress, trace_timeout=args.trace_timeout)
     finally:
         if progress is not None:
             progress.close()
     space.program_name = args.target
+    if space.timed_out and not space.classes:
+        raise CliError(space.reason + "; raise --trace-timeout if it is just slow")
     if args.json:
         print(space.to_json(indent=2))
     else:
         print(space.table())
+    if space.timed_out:
+        print(f"dinfer: {space.reason}", file=sys.stderr)
+        return 3
     return 0

@@ -104,6 +104,10 @@ class ShapeClass:
             on the path (unsimplified).
         data_conditions: runtime asserts about data-dependent values, which
             sizes cannot decide (kept out of the predicate).
+        names: symbol -> the user's name (dims by spec name, data values by
+            the variable they were assigned to).
+        data_axioms: what the ops guarantee about the data-dependent values
+            (a count is at most the number of elements).
         imprecise: non-empty when the engine's path condition did not hold
             at its own trace point (an engine bug): the class is then just
             that point, and this says why.
@@ -123,6 +127,7 @@ class ShapeClass:
     imprecise: str = ""
     decision: Optional[ClassError] = None
     names: dict = field(default_factory=dict, repr=False)
+    data_axioms: tuple = field(default=(), repr=False)
 
     @property
     def predicate(self) -> sympy.Basic:
@@ -224,6 +229,7 @@ class InputSpace:
     program_name: str = ""
     valid_ranges: dict = field(default_factory=dict)
     summary: object = None
+    suggestion: object = None
     timed_out: bool = False
 
     # -- queries ----------------------------------------------------------------------
@@ -295,6 +301,7 @@ class InputSpace:
                              for n, r in self.valid_ranges.items()},
             "summary": self.summary.to_dict() if self.summary is not None else None,
             "timed_out": self.timed_out,
+            "suggested_spec": self.suggestion.text() if self.suggestion is not None else None,
             "classes": [c.to_dict() for c in self.classes],
             "overlaps": [{"classes": [i, j], "point": p} for i, j, p in self.overlaps],
             "warnings": list(self.warnings),
@@ -316,6 +323,8 @@ class InputSpace:
             lines.append(f"  note: no range given for {n}; searched the default {_range_text(lo, hi)}")
         if self.summary is not None and self.classes:
             lines.extend(self.summary.lines(width))
+            if self.suggestion is not None:
+                lines.append(self.suggestion.text())
             lines.append("classes:")
         rows = [("#", "outcome", "smallest example", "sizes in the class")]
         for c in self.classes:
@@ -354,7 +363,9 @@ class InputSpace:
                 + "  (each dim's smallest..largest over the ok classes"
                 + (")" if self.complete else " found so far)")
                 + ("; some sizes are data-dependent or unsupported" if any(c.ok is None for c in self.classes)
-                   else ""))
+                   else "")
+                + ("; given the run-time conditions on data" if any(c.data_conditions for c in self.classes
+                                                                    if c.decision is None) else ""))
         elif self.ok_classes:
             lines.append("runs" if not self.dims else "runs for some sizes (no answer from Z3 for their extent)")
         elif any(c.ok is None for c in self.classes):

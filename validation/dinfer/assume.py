@@ -6,9 +6,9 @@ real data go.  (A branch in the user's own code on data, ``if x.sum() > 0``,
 is never assumed: it stays a data-dependent outcome.)
 torch.export answers such programs in one go; so does dinfer: inside
 :func:`assume_data_branches` each such decision takes the branch that holds
-for typical data (sizes-oblivious reasoning first, then small non-negative
-values) and is recorded as a runtime assert, exactly as if the user had
-written ``torch._check`` for it.  The class then says "runs if, at run
+for typical data (a small positive value, at the example sizes) and is
+recorded as a runtime assert, exactly as if the user had written
+``torch._check`` for it.  The class then says "runs if, at run
 time, ..." with every assumption at once, and :func:`user_names` prints
 them in the user's names (``k``, ``idx.shape[0]``, ``x.shape[0]``).
 
@@ -47,9 +47,6 @@ _CODE = re.compile(r"`([^`]*)`")
 
 def _typical(env, s):
     """The branch typical data take at ``s``, or None when no rule applies."""
-    v = env.static_bool(s, size_oblivious=True)
-    if v is not None:
-        return v
     for val in (1, 2):
         subs = {}
         for u in s.free_symbols:

@@ -22,6 +22,7 @@ from ..input_space import ClassError, InputSpace, ShapeClass, Status, _holds, to
 from ..z3_translate import UntranslatableExpression
 from .assume import assume_data_branches, dim_and_data_names
 from .limits import TraceTimeout, engine_limitation, time_limit
+from .suggest import suggest_spec
 from .summary import summarize
 from .z3box import Z3Box
 
@@ -209,6 +210,7 @@ class _Search:
         """Path conditions over input dims (axioms first, then records) and those over data."""
         dimsyms = set(self.symbols.values())
         conds, data = [], []
+        self._data_axioms = []
         if env is None:
             return None, ()
         for a in env.initial_axioms():
@@ -216,6 +218,8 @@ class _Search:
                 # Axioms on data-dependent symbols (op semantics) say nothing about sizes.
                 if c.free_symbols <= dimsyms:
                     conds.append(c)
+                else:
+                    self._data_axioms.append(c)
         for r in env.records:
             if r.expr.free_symbols <= dimsyms:
                 conds.append(r.expr)
@@ -261,7 +265,7 @@ class _Search:
         c = ShapeClass(index=idx, conditions=conds, status=status, traced_at=dict(point),
                        example=dict(point), error=oc.error, message=message,
                        output_shapes=oc.output_shapes, records=records, data_conditions=data, decision=oc.decision,
-                       imprecise=imprecise, names=names)
+                       imprecise=imprecise, names=names, data_axioms=tuple(self._data_axioms))
         self._check_overlap(c, term)
         self.space.classes.append(c)
         self.class_terms.append(term)
@@ -316,7 +320,7 @@ class _Search:
 
     def _valid_extent(self):
         """Each dim's smallest and largest size over the ok classes (None where Z3 gave no answer)."""
-        ok_terms = [t for c, t in zip(self.space.classes, self.class_terms) if c.status is Status.OK]
+        ok_terms = [t for c, t in zip(self.space.classes, self.class_terms) if _runs(c)]
         if not ok_terms:
             return
         union = z3.Or(*ok_terms)
@@ -400,6 +404,7 @@ class _Search:
         self._finish_examples()
         self._valid_extent()
         sp.summary = summarize(sp, self.z, self.class_terms)
+        sp.suggestion = suggest_spec(sp)
         sp.elapsed = time.monotonic() - t0
         return sp
 
@@ -408,6 +413,11 @@ def _origins(env, conds, names=None) -> str:
     names = names or dim_and_data_names(env, ())
     syms = sorted({u for c in conds for u in c.free_symbols if env.is_unbacked(u)}, key=str)
     return "".join(f"; {names.get(u, u)} = {env.describe_symbol(u)}" for u in syms)
+
+
+def _runs(c) -> bool:
+    """The class runs (given, for data-dependent programs, its run-time conditions on data)."""
+    return c.status is Status.OK or (c.status is Status.DATA_DEPENDENT and c.decision is None)
 
 
 def _strip_prefix(msg: str) -> str:

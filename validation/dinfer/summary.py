@@ -37,6 +37,7 @@ import z3
 
 from guards.render import clean_message, render_conjunction, render_dnf, to_python
 from shapes.conditions import canonical_condition
+from shapes.functions import FloorDiv, PyMod
 
 from ..input_space import ClassError, Status
 from ..z3_translate import UntranslatableExpression
@@ -219,6 +220,22 @@ class _Summarizer:
                 for x in (_normalize(a), _negate(a)):
                     if isinstance(x, sympy.Rel) or isinstance(x, (sympy.Or, sympy.And)):
                         atoms.setdefault(x, None)
+        # Divisibility of one dim by the constants the conditions divide by: what
+        # ``B*C*T == 4*B*T*(C // 4)`` means, said simply (C % 4 == 0).
+        divisors = set()
+        for c in self.space.classes:
+            for a in c.conditions:
+                for f in a.atoms(FloorDiv, PyMod):
+                    if f.args[1].is_Integer and 1 < int(f.args[1]) <= 1024:
+                        divisors.add(int(f.args[1]))
+        for n in self.names:
+            lo, hi = self.space.dims[n]
+            if lo == hi:
+                continue
+            for k in sorted(divisors):
+                e = sympy.Eq(PyMod(self.space.symbols[n], k), 0)
+                atoms.setdefault(e, None)
+                atoms.setdefault(_negate(e), None)
         for n in self.names:
             if self.z.out_of_time():
                 break
@@ -267,14 +284,10 @@ class _Summarizer:
                 i -= 1
             conds = [_normalize(x) for x in conds]
             dnf.append(self._ordered(conds))
-        # Drop disjuncts another one covers.
+        # Drop disjuncts a kept one covers (widest first, so of two equal ones one stays).
         out = []
-        for i, d in enumerate(dnf):
-            if d in out:
-                continue
-            covered = any(j != i and e != d and self.implies([self.z.conj(d)], self.z.conj(e))
-                          for j, e in enumerate(dnf))
-            if not covered:
+        for d in sorted(set(dnf), key=lambda d: (len(d), str(d))):
+            if not any(self.implies([self.z.conj(d)], self.z.conj(e)) for e in out):
                 out.append(d)
         return out
 
@@ -286,6 +299,35 @@ class _Summarizer:
             return (syms[0] if syms else 99, len(syms), 0 if bound_of(c) is not None else 1, str(c))
         return tuple(sorted(conds, key=key))
 
+    def run_time(self, members) -> str:
+        """The run-time (data) conditions of ok classes in the user's names: once when
+        every class needs the same (Z3 proves it on each class), else per class."""
+        with_data = [c for c in members if c.data_conditions]
+        if not with_data:
+            return ""
+        rep = with_data[0]
+        text = " and ".join(to_python(d, rep.names) for d in rep.data_conditions)
+        per_class = {}
+        for c in with_data[1:]:
+            same = False
+            try:
+                if not self.z.out_of_time() and set(c.data_conditions) == set(rep.data_conditions):
+                    same = True
+                elif not self.z.out_of_time():
+                    given = [self.term(x) for x in (*c.conditions, *c.data_axioms)]
+                    a, b = self.z.conj(rep.data_conditions), self.z.conj(c.data_conditions)
+                    same = self.z.implied(a == b, given, cap_ms=1500)
+            except (UntranslatableExpression, z3.Z3Exception):
+                same = False
+            if not same:
+                t = " and ".join(to_python(d, c.names) for d in c.data_conditions)
+                per_class.setdefault(t, c)
+        if not per_class:
+            return text
+        parts = [f"{text} (where {rep.describe()})"]
+        parts += [f"{t} (where {c.describe()})" for t, c in per_class.items()]
+        return "; ".join(parts)
+
     def region(self, kind, members):
         terms = [self.terms[c.index - 1] for c in members]
         region_term = z3.Or(*terms)
@@ -295,7 +337,7 @@ class _Summarizer:
         if kind == "data-dependent" and ex_class.decision is not None:
             r.message = f"{ex_class.decision.message} (at {ex_class.decision.location()})"
         if kind == "ok":
-            r.run_time = _run_time(members)
+            r.run_time = self.run_time(members)
             r.message = ""
         if any(c.imprecise for c in members):
             return r
@@ -315,6 +357,7 @@ class _Summarizer:
                 candidates.append(self.widen(region_term, members))
         except (UntranslatableExpression, z3.Z3Exception):
             return r
+        candidates = [c for c in candidates if c]
         if not candidates or self.z.out_of_time():
             return r
         best = min(candidates, key=lambda d: (sum(len(x) for x in d), len(d)))
@@ -324,17 +367,6 @@ class _Summarizer:
         if not r.proved:
             r.dnf, r.short = [tuple(c.conditions) for c in members], False
         return r
-
-
-def _run_time(members) -> str:
-    """The run-time (data) conditions of ok classes, once, in the user's names."""
-    texts = {}
-    for c in members:
-        if c.data_conditions:
-            texts.setdefault(" and ".join(to_python(d, c.names) for d in c.data_conditions), c)
-    if len(texts) <= 1:
-        return next(iter(texts), "")
-    return "; ".join(f"{t} (where {c.describe()})" for t, c in texts.items())
 
 
 def summarize(space, z, terms) -> Summary:
