@@ -11,6 +11,8 @@ Example::
     'x.shape[0] > 16'
     >>> to_python(B - 1 < 128)
     'B - 1 < 128'
+    >>> to_python(sympy.Or(sympy.Eq(B, 1), sympy.Eq(B, 4)))
+    'B in (1, 4)'
 """
 from __future__ import annotations
 
@@ -106,9 +108,15 @@ class PythonPrinter(StrPrinter):
         return f"not ({self._print(a)})"
 
     def _print_And(self, e):
+        vals = _same_symbol(e.args, sympy.Ne)
+        if vals:  # N != 1 and N != 2  ->  N not in (1, 2)
+            return f"{self._print(vals[0])} not in ({', '.join(map(str, vals[1]))})"
         return " and ".join(self._bool_paren(a) for a in e.args)
 
     def _print_Or(self, e):
+        vals = _same_symbol(e.args, sympy.Eq)
+        if vals:  # N == 1 or N == 2  ->  N in (1, 2)
+            return f"{self._print(vals[0])} in ({', '.join(map(str, vals[1]))})"
         return " or ".join(self._bool_paren(a) for a in e.args)
 
     def _bool_paren(self, a):
@@ -124,6 +132,16 @@ class PythonPrinter(StrPrinter):
     def _print_Pow(self, e, rational=False):
         b, x = e.args
         return f"{self._paren(b)}**{self._print(x)}"
+
+
+def _same_symbol(args, rel):
+    """``(symbol, sorted ints)`` when every arg is ``symbol rel int`` for one symbol."""
+    if len(args) < 2 or not all(isinstance(a, rel) for a in args):
+        return None
+    syms = {a.lhs for a in args}
+    if len(syms) != 1 or not all(a.rhs.is_Integer for a in args):
+        return None
+    return next(iter(syms)), sorted(int(a.rhs) for a in args)
 
 
 def to_python(expr, names: Optional[Mapping] = None) -> str:
@@ -171,7 +189,7 @@ def render_conjunction(conds, names: Optional[Mapping] = None) -> str:
             i += 2
             continue
         s = to_python(c, names)
-        parts.append(f"({s})" if isinstance(c, sympy.Or) else s)
+        parts.append(f"({s})" if isinstance(c, sympy.Or) and not _same_symbol(c.args, sympy.Eq) else s)
         i += 1
     return " and ".join(parts)
 
@@ -194,9 +212,15 @@ def render_dnf(dnf, names: Optional[Mapping] = None) -> str:
         return "True"
     if len(dnf) == 1:
         return render_conjunction(dnf[0], names)
-    return " or ".join(f"({render_conjunction(d, names)})" if len(d) > 1 or
-                       isinstance(d[0], (sympy.Or, sympy.And)) else render_conjunction(d, names)
-                       for d in dnf)
+    def compound(d):
+        if len(d) > 1:
+            return True
+        c = d[0]
+        return (isinstance(c, sympy.And) and not _same_symbol(c.args, sympy.Ne)) or isinstance(c, sympy.Or)
+
+    return " or ".join(f"({render_conjunction(d, names)})" if compound(d) and not (
+        len(d) == 1 and isinstance(d[0], sympy.Or) and _same_symbol(d[0].args, sympy.Eq))
+        else render_conjunction(d, names) for d in dnf)
 
 
 def _split_top(s: str, sep: str) -> Optional[list]:

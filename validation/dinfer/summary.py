@@ -44,7 +44,7 @@ from ..z3_translate import UntranslatableExpression
 from .z3box import bound_of
 
 #: Most candidate atoms tried per region (the simplest first).
-MAX_ATOMS = 48
+MAX_ATOMS = 96
 
 
 @dataclass
@@ -181,6 +181,10 @@ def _normalize(c):
 
 
 def _negate(c):
+    if isinstance(c, sympy.And):
+        return sympy.Or(*[_negate(a) for a in c.args], evaluate=False)
+    if isinstance(c, sympy.Or):
+        return sympy.And(*[_negate(a) for a in c.args], evaluate=False)
     n = sympy.Not(c)
     return _normalize(n) if isinstance(n, (sympy.Rel, sympy.Not)) else n
 
@@ -228,14 +232,20 @@ class _Summarizer:
                 for f in a.atoms(FloorDiv, PyMod):
                     if f.args[1].is_Integer and 1 < int(f.args[1]) <= 1024:
                         divisors.add(int(f.args[1]))
+        divisors |= {a * b for a in divisors for b in divisors if a * b <= 8}
         for n in self.names:
             lo, hi = self.space.dims[n]
             if lo == hi:
                 continue
+            x = self.space.symbols[n]
             for k in sorted(divisors):
-                e = sympy.Eq(PyMod(self.space.symbols[n], k), 0)
+                e = sympy.Eq(PyMod(x, k), 0)
                 atoms.setdefault(e, None)
                 atoms.setdefault(_negate(e), None)
+                if k <= 8:  # residues: N % 4 >= 2 is "N // 2 is odd"
+                    for r in range(1, k):
+                        atoms.setdefault(sympy.Ge(PyMod(x, k), r), None)
+                        atoms.setdefault(sympy.Le(PyMod(x, k), r - 1), None)
         for n in self.names:
             if self.z.out_of_time():
                 break
@@ -284,11 +294,18 @@ class _Summarizer:
                 i -= 1
             conds = [_normalize(x) for x in conds]
             dnf.append(self._ordered(conds))
-        # Drop disjuncts a kept one covers (widest first, so of two equal ones one stays).
+        # Drop disjuncts a kept one covers (of two equal ones the first stays), then
+        # those a later kept one covers.
         out = []
         for d in sorted(set(dnf), key=lambda d: (len(d), str(d))):
             if not any(self.implies([self.z.conj(d)], self.z.conj(e)) for e in out):
                 out.append(d)
+        i = 0
+        while i < len(out):
+            if any(j != i and self.implies([self.z.conj(out[i])], self.z.conj(e)) for j, e in enumerate(out)):
+                del out[i]
+            else:
+                i += 1
         return out
 
     def _ordered(self, conds):
@@ -296,8 +313,65 @@ class _Summarizer:
 
         def key(c):
             syms = sorted((order.get(s.name, 99) for s in c.free_symbols))
-            return (syms[0] if syms else 99, len(syms), 0 if bound_of(c) is not None else 1, str(c))
-        return tuple(sorted(conds, key=key))
+            b = bound_of(c)
+            # Lower bound, then upper: the two print as one chained comparison.
+            kind = (0 if b[1] != -math.inf else 1) if b is not None else 2
+            return (syms[0] if syms else 99, len(syms), kind, str(c))
+        return tuple(sorted((self._edge(c) for c in conds), key=key))
+
+    def _edge(self, c):
+        """``B <= 1`` where 1 is the smallest size searched reads ``B == 1``; small sets of
+        sizes of one dim read ``N in (1, 2, 4)``."""
+        if isinstance(c, sympy.Rel) and isinstance(c.lhs, PyMod) and c.rhs.is_Integer:
+            # N % 3 <= 0 is N % 3 == 0; N % 3 >= 1 is N % 3 != 0
+            k, r = c.lhs.args[1], int(c.rhs)
+            lo_r = {sympy.Ge: r, sympy.Gt: r + 1}.get(type(c))
+            hi_r = {sympy.Le: r, sympy.Lt: r - 1}.get(type(c))
+            if hi_r == 0 or (k.is_Integer and lo_r == int(k) - 1):
+                return sympy.Eq(c.lhs, 0 if hi_r == 0 else int(k) - 1)
+            if lo_r == 1:
+                return sympy.Ne(c.lhs, 0)
+        b = bound_of(c)
+        if b is not None and b[0].name in self.space.dims:
+            s, lo, hi = b
+            blo, bhi = self.space.dims[s.name]
+            if hi == blo:
+                return sympy.Eq(s, blo)
+            if lo == bhi:
+                return sympy.Eq(s, bhi)
+            return c
+        if len(c.free_symbols) == 1 and not self.z.out_of_time():
+            (s,) = c.free_symbols
+            if s.name in self.space.dims:
+                for target, neg in ((c, False), (sympy.Not(c), True)):
+                    vals = self._few_values(target, s)
+                    if vals:
+                        if neg:
+                            return sympy.And(*[sympy.Ne(s, v) for v in vals], evaluate=False)
+                        return sympy.Or(*[sympy.Eq(s, v) for v in vals], evaluate=False)
+        return c
+
+    def _few_values(self, cond, s, most: int = 4):
+        """The sizes of ``s`` where ``cond`` holds, if there are 2..``most`` of them (else None)."""
+        try:
+            t = self.z.term(cond) if not isinstance(cond, sympy.Not) else z3.Not(self.z.term(cond.args[0]))
+        except (UntranslatableExpression, z3.Z3Exception):
+            return None
+        v = self.z.vars[s.name]
+        solver = self.z.solver(500)
+        solver.add(t)
+        vals = []
+        while len(vals) <= most:
+            if solver.check() != z3.sat:
+                break
+            x = solver.model().eval(v, model_completion=True).as_long()
+            vals.append(x)
+            solver.add(v != x)
+        else:
+            return None
+        if solver.check() != z3.unsat or not 2 <= len(vals) <= most:
+            return None
+        return sorted(vals)
 
     def run_time(self, members) -> str:
         """The run-time (data) conditions of ok classes in the user's names: once when
@@ -361,6 +435,7 @@ class _Summarizer:
         if not candidates or self.z.out_of_time():
             return r
         best = min(candidates, key=lambda d: (sum(len(x) for x in d), len(d)))
+        best = [self._ordered(d) for d in best]
         r.dnf, r.short = best, True
         formula = z3.Or(*[self.z.conj(d) for d in best])
         r.proved = (self.implies([formula], region_term) and self.implies([region_term], formula))
