@@ -158,12 +158,15 @@ class ShapeClass:
         return render_conjunction(self.conditions)
 
     def outcome(self) -> str:
-        """One short phrase: ``ok``, ``RuntimeError``, ``data-dependent``, ``unsupported``."""
+        """One short phrase: ``ok``, ``RuntimeError``, ``ok if data`` (runs if the run-time
+        conditions on data hold), ``data-dependent`` (branches on data), ``unsupported``."""
         if self.status is Status.OK:
             return "ok"
         if self.status is Status.ERROR:
             return self.error.type if self.error else "error"
-        return "data-dependent" if self.status is Status.DATA_DEPENDENT else "unsupported"
+        if self.status is Status.DATA_DEPENDENT:
+            return "ok if data" if self.decision is None else "data-dependent"
+        return "unsupported"
 
     def to_dict(self) -> dict:
         return {
@@ -362,8 +365,8 @@ class InputSpace:
                 f"{n} {_range_text(*r)}" if r else f"{n} ?" for n, r in self.valid_ranges.items())
                 + "  (each dim's smallest..largest over the ok classes"
                 + (")" if self.complete else " found so far)")
-                + ("; some sizes are data-dependent or unsupported" if any(c.ok is None for c in self.classes)
-                   else "")
+                + ("; some sizes are data-dependent or unsupported" if any(
+                    c.status is Status.UNSUPPORTED or c.decision is not None for c in self.classes) else "")
                 + ("; given the run-time conditions on data" if any(c.data_conditions for c in self.classes
                                                                     if c.decision is None) else ""))
         elif self.ok_classes:

@@ -68,7 +68,8 @@ class ExportSpec:
     def text(self) -> str:
         """The spec as Python the user can paste."""
         head = ("suggested torch.export spec (exactly the valid sizes in the ranges searched):" if self.exact
-                else "suggested torch.export spec (Dims cannot say it all: add the checks below):")
+                else "suggested torch.export spec (Dims cannot say it all: add the checks below):"
+                if self.checks else "suggested torch.export spec (the sizes known to run):")
         lines = [head, "  from torch.export import Dim"]
         for n, (lo, hi) in self.ranges.items():
             if n in self.same or n in self.static:
@@ -193,7 +194,11 @@ def suggest_spec(space) -> Optional[ExportSpec]:
                     spec.checks.append(line)
             break
     if not space.complete:
+        spec.exact = False
         spec.note = "the search was incomplete: sizes it did not classify may behave otherwise"
+    elif any(r.kind in ("unsupported", "data-dependent") for r in summary.regions):
+        spec.exact = False
+        spec.note = "only the sizes where the outcome is known; others may run too"
     return spec
 
 

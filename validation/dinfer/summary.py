@@ -120,6 +120,11 @@ class Summary:
         out = []
         scope = "" if self.complete else "   (among the sizes classified so far)"
         v = self.valid
+        unknown = [r for r in self.regions if r.kind in ("unsupported", "data-dependent")]
+        if unknown and not scope:
+            scope = "   (where the outcome is known: " + " and ".join(
+                sorted({"symshape could not trace some sizes" if r.kind == "unsupported" else
+                        "some sizes branch on data" for r in unknown})) + ", see below)"
         out.append(f"valid iff {self.valid_iff}{scope}")
         if v is not None and v.run_time:
             out.append(f"  and, at run time, {v.run_time}")
