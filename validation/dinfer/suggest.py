@@ -23,6 +23,7 @@ Example::
       T = Dim("T", min=1, max=8)
       _C = Dim("_C", min=1, max=16)  # C = 4*_C
       dynamic_shapes = ({0: B, 1: T, 2: 4*_C},)
+      # export inside torch.fx.experimental._config.patch(backed_size_oblivious=True): else torch.export specializes sizes that can be 1 inside the program
 """
 from __future__ import annotations
 
@@ -93,6 +94,8 @@ class ExportSpec:
             shapes.append("{" + ", ".join(entries) + "}" if entries else "None")
         lines.append(f"  dynamic_shapes = ({', '.join(shapes)},)" if len(shapes) == 1 else
                      f"  dynamic_shapes = ({', '.join(shapes)})")
+        lines.append("  # export inside torch.fx.experimental._config.patch(backed_size_oblivious=True): else "
+                     "torch.export specializes sizes that can be 1 inside the program")
         if self.checks:
             lines.append("  # and in the program, before the line that needs each:")
             lines.extend(f"  {c}" for c in self.checks)

@@ -345,7 +345,9 @@ class _Summarizer:
             if lo == bhi:
                 return sympy.Eq(s, bhi)
             return c
-        if len(c.free_symbols) == 1 and not self.z.out_of_time():
+        simple = isinstance(c, sympy.Rel) and c.rhs.is_Integer and (
+            c.lhs.is_Symbol or (isinstance(c.lhs, PyMod) and c.lhs.args[0].is_Symbol))
+        if len(c.free_symbols) == 1 and not simple and not self.z.out_of_time():
             (s,) = c.free_symbols
             if s.name in self.space.dims:
                 for target, neg in ((c, False), (sympy.Not(c), True)):
