@@ -17,6 +17,7 @@ import os
 import sys
 
 from guards.explain import ExplainError, explain
+from validation.dinfer.summary import trace_summary
 
 from .loader import CliError, load_program, parse_dim_args, parse_point, trace_for
 
@@ -53,6 +54,7 @@ def run(args) -> int:
     except ExplainError as e:
         raise CliError(str(e)) from e
     ex.program = args.target
+    ex.valid_iff, ex.covers = trace_summary(tp)
     if args.format == "json":
         out = ex.json()
     elif args.format == "html":
