@@ -17,7 +17,7 @@ import os
 import sys
 
 from guards.explain import ExplainError, explain
-from validation.dinfer.summary import trace_summary
+from validation.dinfer.path import trace_summary
 
 from .loader import CliError, load_program, parse_dim_args, parse_point, trace_for
 

@@ -103,8 +103,8 @@ def entry_lines(e: Entry, width: int = 80) -> list:
     """One record: expression, user line, origin, decision, cost, suggestion."""
     title = f"#{e.index} {_KIND_TITLE[e.kind]}"
     if e.fails_at_point:
-        title += (" (FAILS at the --at point: fails at run time)" if e.kind == "runtime_assert"
-                  else " (FAILS at the --at point: recompiles)")
+        title += (" (FAILS at --at: fails at run time)" if e.kind == "runtime_assert"
+                  else " (FAILS at --at: recompiles)")
     out = [("-- " + title + " ").ljust(min(width, 60), "-")]
     out += _wrap(e.user_expr, width, "  ", "    ")
     out += _field("in dims", e.expr, width)

@@ -35,7 +35,7 @@ from typing import Optional
 import sympy
 import z3
 
-from guards.render import clean_message, render_conjunction, render_dnf, to_python
+from guards.render import clean_message, render_dnf, to_python
 from shapes.conditions import canonical_condition
 from shapes.functions import FloorDiv, PyMod
 
@@ -336,6 +336,8 @@ class _Summarizer:
                 return sympy.Eq(c.lhs, 0 if hi_r == 0 else int(k) - 1)
             if lo_r == 1:
                 return sympy.Ne(c.lhs, 0)
+            if k == 2 and r == 1 and isinstance(c, (sympy.Eq, sympy.Ne)):  # N % 2 != 1 is N % 2 == 0
+                return (sympy.Ne if isinstance(c, sympy.Eq) else sympy.Eq)(c.lhs, 0)
         b = bound_of(c)
         if b is not None and b[0].name in self.space.dims:
             s, lo, hi = b
@@ -463,56 +465,3 @@ def summarize(space, z, terms) -> Summary:
         regions.append(s.region(key[0], groups[key]))
     return Summary(regions=regions, complete=space.complete, names=list(space.dims))
 
-
-def trace_summary(traced, timeout_s: float = 3.0):
-    """One trace's path and validity, simplified with Z3 inside the dims' ranges:
-    ``(valid_iff, covers)`` as Python text over the dim names.
-
-    ``covers`` is the conjunction of the trace's guards and specializations (the
-    sizes that reuse this trace; others recompile); ``valid_iff`` that of its
-    runtime asserts over sizes (where, on those sizes, the program runs).
-
-    Example::
-
-        >>> import shapes
-        >>> from validation.dinfer.summary import trace_summary
-        >>> def f(x):
-        ...     if x.shape[0] > 16:
-        ...         return x.view(-1, 8)
-        ...     return x
-        >>> trace_summary(shapes.trace(f, "x: f32[N]", dims={"N": (1, 64, 32)}))
-        ('N % 8 == 0', 'N >= 17')
-    """
-    import time as _time
-
-    from shapes.guard import GuardKind
-
-    from .z3box import Z3Box
-    env = traced.env
-    syms = dict(traced.dim_symbols)
-    names = list(syms)
-    box = {}
-    for n in names:
-        d = traced.dims.get(n)  # the range given, not the one the guards narrowed
-        lo = 0 if d is None or d.min is None else int(d.min)
-        hi = math.inf if d is None or d.max is None or d.max == math.inf else int(d.max)
-        box[n] = (lo, hi)
-    z = Z3Box(names, syms, box, timeout_s, deadline=_time.monotonic() + 4 * timeout_s)
-    dimsyms = set(syms.values())
-    path, asserts = [], []
-    for g in [*getattr(env, "constraints", ()), *env.records]:  # the 0/1 policy's B >= 2 first
-        if not g.expr.free_symbols <= dimsyms:
-            continue
-        (asserts if g.kind is GuardKind.RUNTIME_ASSERT else path).append(g.expr)
-    out = []
-    for conds, given in ((asserts, path), (path, [])):
-        try:
-            simple = list(z.simplify(list(conds)))
-            if simple and given:
-                # Drop what the path already implies: on these sizes it holds anyway.
-                gt = [z.term(c) for c in given]
-                simple = [c for c in simple if not z.implied(c, gt)]
-            out.append(render_conjunction(simple))
-        except (UntranslatableExpression, z3.Z3Exception):
-            out.append(render_conjunction(conds))
-    return out[0], out[1]
