@@ -4,10 +4,17 @@ Run::
 
     python bench/dinfer_bench.py            # the shape zoo, a conv net, GPT-2 (tiny config)
     python bench/dinfer_bench.py --wide     # the zoo again with every range widened to 1..4096
+    python bench/dinfer_bench.py --budget-only --root /path/to/other/checkout   # compare a version
 
 The target is under 5 s for each small program.  One throwaway trace runs
 first so that torch's one-time dispatcher warm-up is not charged to the
 first program.
+
+The budget table runs conv_pool over B=1..4, H=1..64, W=1..64 (about 30
+traces when complete) with ``time_budget=5``: the whole call must end by
+6 s.  It also times the same through the command line in a fresh process
+(torch's import included) and a program that loops forever with a 2 s
+per-trace timeout.
 """
 from __future__ import annotations
 
@@ -19,7 +26,11 @@ import time
 import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if "--root" in sys.argv:  # measure another checkout (e.g. main, for a before/after table)
+    ROOT = os.path.abspath(sys.argv[sys.argv.index("--root") + 1])
 sys.path.insert(0, ROOT)
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -28,6 +39,9 @@ import shapes  # noqa: E402
 from validation import dinfer  # noqa: E402
 
 TARGET_S = 5.0
+BUDGET_S = 5.0
+BUDGET_TARGET_S = 6.0
+LOOP = "def loop_forever(x):\n    while True:\n        x = x + 1\n"
 
 
 def _zoo():
@@ -61,12 +75,56 @@ def cases(wide: bool):
     return out
 
 
+def _cli(args, timeout):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run([sys.executable, "-m", "cli.main", "dinfer", *args, "--no-progress" if "--trace-timeout" in
+                            args else "-q"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+        out = (r.stdout + r.stderr).strip().splitlines()
+        rc = r.returncode
+    except subprocess.TimeoutExpired:
+        out, rc = [f"(killed after {timeout} s)"], None
+    return time.perf_counter() - t0, rc, out
+
+
+def budget_table():
+    zoo = _zoo()
+    dims = {"B": (1, 4), "H": (1, 64), "W": (1, 64)}
+    t0 = time.perf_counter()
+    space = dinfer(zoo.conv_pool, "x: f32[B, 3, H, W]", dims=dims, time_budget=BUDGET_S)
+    dt = time.perf_counter() - t0
+    print(f"\ntime budget {BUDGET_S:g} s: conv_pool B=1..4 H=1..64 W=1..64 (target: ends by {BUDGET_TARGET_S:g} s)")
+    print(f"{'run':<44}  {'wall (s)':>8}  traces  complete")
+    flag = "" if dt <= BUDGET_TARGET_S else "  (over target)"
+    print(f"{'dinfer(..., time_budget=5), in process':<44}  {dt:>8.2f}  {space.traces:>6}  {str(space.complete):>8}{flag}")
+    args = [f"{ROOT}/examples/shape_zoo.py:conv_pool", "-i", "x: f32[B, 3, H, W]", "--dim", "B=1..4",
+            "--dim", "H=1..64", "--dim", "W=1..64", "--time-budget", "5"]
+    cdt, rc, out = _cli(args, timeout=120)
+    print(f"{'CLI --time-budget 5, fresh process':<44}  {cdt:>8.2f}  {'':>6}  {'':>8}  (rc={rc}; torch import included)")
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(LOOP)
+    try:
+        ldt, rc, out = _cli([f"{f.name}:loop_forever", "-i", "x: f32[N]", "--dim", "N=1..8",
+                             "--trace-timeout", "2"], timeout=60)
+        if out and "unrecognized arguments" in out[-1]:  # a version without --trace-timeout
+            ldt, rc, out = _cli([f"{f.name}:loop_forever", "-i", "x: f32[N]", "--dim", "N=1..8"], timeout=60)
+    finally:
+        os.unlink(f.name)
+    print(f"{'CLI infinite loop, --trace-timeout 2':<44}  {ldt:>8.2f}  (rc={rc}) {out[-1][:90] if out else ''}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wide", action="store_true", help="widen the zoo's ranges to 1..4096")
+    ap.add_argument("--budget-only", action="store_true", help="only the time-budget table")
+    ap.add_argument("--root", metavar="PATH", help="measure the symshape checkout at PATH")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     shapes.trace(lambda x: x.view(-1, 2), "x: f32[N]")  # warm-up, not timed
+    if args.budget_only:
+        budget_table()
+        return 0
     rows = []
     for name, prog, specs, dims in cases(args.wide):
         t0 = time.perf_counter()
@@ -84,6 +142,7 @@ def main(argv=None) -> int:
     print(f"{len(rows)} programs, {sum(r[4] for r in rows)} complete; "
           f"{'all under' if not slow else f'{len(slow)} over'} the {TARGET_S:g} s target; "
           f"total {sum(r[5] for r in rows):.2f} s")
+    budget_table()
     return 0
 
 

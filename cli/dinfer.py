@@ -1,6 +1,8 @@
 """``symshape dinfer FILE.py:NAME -i SPEC --dim B=1..4096``: which input sizes a program accepts.
 
-Prints one row per class of sizes (the condition, ok or the error, the
+Prints the summary first (``valid iff H >= 8 and W >= 8``, then each
+error's region, message and user line), a suggested torch.export spec,
+then one row per class of sizes (the condition, ok or the error, the
 smallest example) and whether Z3 proved the classes cover every size in
 the ranges; ``--json`` prints the same for tools.  Progress goes to stderr
 on a terminal (``--progress`` shows it anywhere, ``-q`` nowhere).
@@ -43,7 +45,10 @@ def register(sub):
     p.add_argument("--max-classes", type=positive_int, default=64, metavar="N",
                    help="stop after N classes (default 64)")
     p.add_argument("--time-budget", type=_positive_float, default=60.0, metavar="S",
-                   help="stop starting traces after S seconds (default 60)")
+                   help="the whole run's time in seconds, traces included (default 60)")
+    p.add_argument("--trace-timeout", type=_positive_float, default=30.0, metavar="S",
+                   help="stop when one trace runs longer than S seconds, e.g. a program that loops "
+                        "forever (default 30)")
     p.add_argument("--specialize-zero-one", action="store_true",
                    help="PyTorch's 0/1 policy: give sizes 0 and 1 classes of their own")
     p.add_argument("--no-specialize-zero-one", action="store_true", help=argparse.SUPPRESS)  # the default now
@@ -90,16 +95,23 @@ def run(args) -> int:
     try:
         space = dinfer(prog, *args.input, dims=args.dim, max_classes=args.max_classes,
                        time_budget=args.time_budget, specialize_zero_one=args.specialize_zero_one,
-                       progress=progress)
+                       progress=progress, trace_timeout=args.trace_timeout)
     finally:
         if progress is not None:
             progress.close()
     _say_validation(space)
     space.program_name = args.target
+    if space.timed_out and not space.classes:
+        from .loader import CliError
+
+        raise CliError(space.reason + "; raise --trace-timeout if it is just slow")
     if args.json:
         print(space.to_json(indent=2))
     else:
         print(space.table())
+    if space.timed_out:
+        print(f"dinfer: {space.reason}", file=sys.stderr)
+        return 3
     return 0
 
 

@@ -66,6 +66,9 @@ def run(args) -> int:
         except ExplainError as e:
             raise CliError(str(e)) from e
         ex.program = args.target
+        from validation.dinfer.path import trace_summary
+
+        ex.valid_iff, ex.covers = trace_summary(tp)
         if fmt == "json":
             out = ex.json()
         elif fmt == "html":

@@ -86,6 +86,40 @@ def nonzero_rows(x):
     return x[idx].view(-1, 2 * x.shape[1])
 
 
+def heads(x):
+    """Reshape the channels into 4 heads: C must be a multiple of 4."""
+    B, T, C = x.shape
+    return x.view(B, T, 4, C // 4).transpose(1, 2)
+
+
+def pool_stack(x):
+    """Two 2x2 max-pools: each spatial size must be at least 4."""
+    return F.max_pool2d(F.max_pool2d(x, 2), 2)
+
+
+def ratio_branch(x):
+    """Tall inputs (H at least twice W) are folded into rows of 2*W: H must then be even."""
+    H, W = x.shape
+    if H // W >= 2:
+        return x.view(-1, 2 * W)
+    return x @ x.t()
+
+
+def nonzero_heads(x):
+    """Split D into two halves, then keep the rows whose first value is positive (at least one)."""
+    N, D = x.shape
+    h = x.view(N, 2, D // 2)
+    idx = torch.nonzero(x[:, 0] > 0).squeeze(-1)
+    torch._check(idx.shape[0] >= 1)
+    return h[idx]
+
+
+def take_k(x, k):
+    """The first k rows, k read from a tensor: torch.export handles this in one go."""
+    n = k.item()
+    return x[:n]
+
+
 # name, program (a function or a module class), specs, dims: small boxes, every point checked eagerly.
 CASES = [
     ("matmul_chain", matmul_chain, ["a: f32[M, K]", "b: f32[J, N]", "c: f32[L, 3]"],
@@ -98,4 +132,13 @@ CASES = [
     ("broadcast_add", broadcast_add, ["a: f32[A, B]", "b: f32[C]"], {"A": (1, 6), "B": (1, 6), "C": (1, 6)}),
     ("pad_to_multiple", pad_to_multiple, ["x: f32[B, T]"], {"B": (1, 4), "T": (1, 24)}),
     ("unfold_pairs", unfold_pairs, ["x: f32[B, N]"], {"B": (1, 4), "N": (1, 24)}),
+]
+
+# More programs for the summary ("valid iff ...") and the suggested torch.export spec.
+SUMMARY_CASES = CASES + [
+    ("heads", heads, ["x: f32[B, T, C]"], {"B": (1, 2), "T": (1, 3), "C": (1, 16)}),
+    ("pool_stack", pool_stack, ["x: f32[1, 2, H, W]"], {"H": (1, 12), "W": (1, 12)}),
+    ("ratio_branch", ratio_branch, ["x: f32[H, W]"], {"H": (1, 12), "W": (1, 6)}),
+    ("nonzero_heads", nonzero_heads, ["x: f32[N, D]"], {"N": (1, 4), "D": (1, 8)}),
+    ("take_k", take_k, ["x: f32[N, 2]", "k: i64[]"], {"N": (1, 8)}),
 ]

@@ -158,6 +158,17 @@ class Explanation:
     entries: list
     at: Optional[AtResult] = None
     specialize_zero_one: bool = True
+    valid_iff: Optional[str] = None
+    covers: Optional[str] = None
+
+    def summary_line(self) -> Optional[str]:
+        """``valid iff ...`` for the sizes this trace covers (None until set, e.g. by
+        :func:`validation.dinfer.summary.trace_summary` in the CLI)."""
+        if self.valid_iff is None:
+            return None
+        where = "" if self.covers in (None, "True") else \
+            f"   (on the sizes this trace covers: {self.covers}; others recompile)"
+        return f"valid iff {self.valid_iff}{where}"
 
     def text(self, width: int = 80) -> str:
         """The plain-text report, every line at most ``width`` columns."""

@@ -11,9 +11,12 @@ Example::
     'x.shape[0] > 16'
     >>> to_python(B - 1 < 128)
     'B - 1 < 128'
+    >>> to_python(sympy.Or(sympy.Eq(B, 1), sympy.Eq(B, 4)))
+    'B in (1, 4)'
 """
 from __future__ import annotations
 
+import re
 from typing import Mapping, Optional
 
 import sympy
@@ -105,9 +108,15 @@ class PythonPrinter(StrPrinter):
         return f"not ({self._print(a)})"
 
     def _print_And(self, e):
+        vals = _same_symbol(e.args, sympy.Ne)
+        if vals:  # N != 1 and N != 2  ->  N not in (1, 2)
+            return f"{self._print(vals[0])} not in ({', '.join(map(str, vals[1]))})"
         return " and ".join(self._bool_paren(a) for a in e.args)
 
     def _print_Or(self, e):
+        vals = _same_symbol(e.args, sympy.Eq)
+        if vals:  # N == 1 or N == 2  ->  N in (1, 2)
+            return f"{self._print(vals[0])} in ({', '.join(map(str, vals[1]))})"
         return " or ".join(self._bool_paren(a) for a in e.args)
 
     def _bool_paren(self, a):
@@ -123,6 +132,16 @@ class PythonPrinter(StrPrinter):
     def _print_Pow(self, e, rational=False):
         b, x = e.args
         return f"{self._paren(b)}**{self._print(x)}"
+
+
+def _same_symbol(args, rel):
+    """``(symbol, sorted ints)`` when every arg is ``symbol rel int`` for one symbol."""
+    if len(args) < 2 or not all(isinstance(a, rel) for a in args):
+        return None
+    syms = {a.lhs for a in args}
+    if len(syms) != 1 or not all(a.rhs.is_Integer for a in args):
+        return None
+    return next(iter(syms)), sorted(int(a.rhs) for a in args)
 
 
 def to_python(expr, names: Optional[Mapping] = None) -> str:
@@ -143,3 +162,153 @@ def source_names(env) -> dict:
 def render_guard(guard, env, *, user_terms: bool = True) -> str:
     """A guard's condition in the user's terms (``x.shape[0] > 16``) or dim names (``B > 16``)."""
     return to_python(guard.expr, source_names(env) if user_terms else None)
+
+
+def render_conjunction(conds, names: Optional[Mapping] = None) -> str:
+    """Conditions joined by ``and``; a lower and an upper bound on one symbol read as
+    one chained comparison (``2 <= N <= 8``).
+
+    Example::
+
+        >>> N, M = sympy.symbols("N M", integer=True)
+        >>> render_conjunction([sympy.Ge(N, 2), sympy.Le(N, 8), sympy.Eq(M % 2, 0)])
+        '2 <= N <= 8 and M % 2 == 0'
+        >>> render_conjunction([])
+        'True'
+    """
+    conds = list(conds)
+    if not conds:
+        return "True"
+    parts, i = [], 0
+    while i < len(conds):
+        c = conds[i]
+        nxt = conds[i + 1] if i + 1 < len(conds) else None
+        if (isinstance(c, sympy.Ge) and isinstance(nxt, sympy.Le) and c.lhs.is_Symbol
+                and nxt.lhs == c.lhs and c.rhs.is_Integer and nxt.rhs.is_Integer):
+            parts.append(f"{c.rhs} <= {to_python(c.lhs, names)} <= {nxt.rhs}")
+            i += 2
+            continue
+        s = to_python(c, names)
+        parts.append(f"({s})" if isinstance(c, sympy.Or) and not _same_symbol(c.args, sympy.Eq) else s)
+        i += 1
+    return " and ".join(parts)
+
+
+def render_dnf(dnf, names: Optional[Mapping] = None) -> str:
+    """A disjunction of conjunctions (``[(a, b), (c,)]``) as Python: ``(a and b) or c``.
+
+    Example::
+
+        >>> H, W = sympy.symbols("H W", integer=True)
+        >>> render_dnf([(sympy.Le(H, 7),), (sympy.Le(W, 7),)])
+        'H <= 7 or W <= 7'
+        >>> render_dnf([])
+        'False'
+    """
+    dnf = list(dnf)
+    if not dnf:
+        return "False"
+    if any(len(d) == 0 for d in dnf):
+        return "True"
+    if len(dnf) == 1:
+        return render_conjunction(dnf[0], names)
+    def compound(d):
+        if len(d) > 1:
+            return True
+        c = d[0]
+        return (isinstance(c, sympy.And) and not _same_symbol(c.args, sympy.Ne)) or isinstance(c, sympy.Or)
+
+    return " or ".join(f"({render_conjunction(d, names)})" if compound(d) and not (
+        len(d) == 1 and isinstance(d[0], sympy.Or) and _same_symbol(d[0].args, sympy.Eq))
+        else render_conjunction(d, names) for d in dnf)
+
+
+def _split_top(s: str, sep: str) -> Optional[list]:
+    """``s`` split at ``sep`` outside parentheses, or None when it is not there."""
+    parts, depth, cur = [], 0, ""
+    for ch in s:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == sep and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return parts if len(parts) > 1 else None
+
+
+def clean_message(msg: str) -> str:
+    """An error message from torch with its symbolic sizes in Python syntax.
+
+    torch joins a shape's sizes with ``x`` (``(4x6x6)``); with symbolic sizes that
+    reads like a product (``(4xH - 2xW - 2)``), so such tuples are written with
+    commas, and any sympy text left is rewritten (``Eq(a, b)`` as ``a == b``).
+
+    Example::
+
+        >>> clean_message("Given input size: (4x(H - 2)x(W - 2)). Calculated output size: (4x3x3).")
+        'Given input size: (4, H - 2, W - 2). Calculated output size: (4, 3, 3).'
+        >>> clean_message("Expected Eq((N % 8), 0) and Ne(A, 1)")
+        'Expected N % 8 == 0 and A != 1'
+    """
+    out, i = "", 0
+    while i < len(msg):
+        if msg[i] != "(":
+            out += msg[i]
+            i += 1
+            continue
+        depth, j = 0, i
+        while j < len(msg):
+            depth += msg[j] == "("
+            depth -= msg[j] == ")"
+            if depth == 0:
+                break
+            j += 1
+        inner = msg[i + 1:j]
+        parts = _split_top(inner, "x")
+        if parts and all(_SIZE_TEXT.match(p.strip()) for p in parts) and any(
+                p.strip().isdigit() for p in parts):
+            out += "(" + ", ".join(_unparen(p.strip()) for p in parts) + ")"
+        else:
+            out += "(" + clean_message(inner) + (")" if j < len(msg) else "")
+        i = j + 1
+    return _sympy_calls(out)
+
+
+_SIZE_TEXT = re.compile(r"^[\w(][\w\s+\-*/%()]*$")
+
+
+def _unparen(s: str) -> str:
+    if s.startswith("(") and s.endswith(")") and _split_top(s[1:-1], ")") is None:
+        return s[1:-1]
+    return s
+
+
+def _sympy_calls(s: str) -> str:
+    """``Eq(a, b)`` / ``Ne(a, b)`` / ``Mod(a, b)`` / ``floor(a)`` in text, as Python."""
+    ops = {"Eq": "==", "Ne": "!=", "Mod": "%", "Lt": "<", "Le": "<=", "Gt": ">", "Ge": ">="}
+    pat = re.compile(r"\b(Eq|Ne|Mod|Lt|Le|Gt|Ge|floor)\(")
+    while True:
+        m = pat.search(s)
+        if not m:
+            return s
+        start, depth, j = m.end(), 1, m.end()
+        while j < len(s) and depth:
+            depth += s[j] == "("
+            depth -= s[j] == ")"
+            j += 1
+        inner = s[start:j - 1]
+        if m.group(1) == "floor":
+            rep = f"math.floor({inner})"
+        else:
+            args = _split_top(inner, ",")
+            if not args or len(args) != 2:
+                return s
+            a, b = (x.strip() for x in args)
+            rep = f"{_unparen(a)} {ops[m.group(1)]} {_unparen(b)}"
+            if m.group(1) == "Mod":
+                rep = f"({rep})"
+        s = s[:m.start()] + rep + s[j:]

@@ -47,6 +47,8 @@ def summary_lines(ex: Explanation, width: int = 80) -> list:
     """The summary block: inputs, dims, counts by kind and origin."""
     out = []
     out += _wrap(f"symshape explain: {ex.program}", width, "", "  ")
+    if ex.summary_line():
+        out += _wrap(ex.summary_line(), width, "", "  ")
     out += _field("inputs", "; ".join(ex.inputs), width, 0)
     out += _field("traced at", ", ".join(f"{k}={v}" for k, v in ex.example_sizes.items()) or "no named dims",
                   width, 0)
@@ -101,7 +103,8 @@ def entry_lines(e: Entry, width: int = 80) -> list:
     """One record: expression, user line, origin, decision, cost, suggestion."""
     title = f"#{e.index} {_KIND_TITLE[e.kind]}"
     if e.fails_at_point:
-        title += " (FAILS at the --at point)"
+        title += (" (FAILS at --at: fails at run time)" if e.kind == "runtime_assert"
+                  else " (FAILS at --at: recompiles)")
     out = [("-- " + title + " ").ljust(min(width, 60), "-")]
     out += _wrap(e.user_expr, width, "  ", "    ")
     out += _field("in dims", e.expr, width)

@@ -276,6 +276,10 @@ def test_cli_table_and_progress(capsys):
     assert "N <= 8 and N % 2 == 0" in out and "RuntimeError" in out and "complete: Z3 proved" in out
     assert "runs for sizes within: N 2..64" in out
     assert "trace 1: N=8 -> class 1 (ok)" in err  # progress on stderr, not in the table
+    # Without --progress it is shown only on a terminal (stderr is captured here).
+    rc = dinfer_main([f"{ZOO_PATH}:size_branch", "-i", "x: f32[N]", "--dim", "N=1..64"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and err == "" and out.startswith("dinfer ")
 
 
 def test_cli_json_and_quiet(capsys):
@@ -285,6 +289,7 @@ def test_cli_json_and_quiet(capsys):
     assert rc == 0 and err == ""
     d = json.loads(out)
     assert d["complete"] and d["valid_ranges"] == {"B": [1, 4], "H": [8, 64], "W": [8, 64]}
+    assert d["summary"]["valid_iff"] == "H >= 8 and W >= 8"
     assert d["program"].endswith("shape_zoo.py:conv_pool")
 
 

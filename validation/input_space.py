@@ -30,7 +30,7 @@ from typing import Mapping, Optional
 
 import sympy
 
-from guards.render import to_python  # noqa: F401  (re-exported: dinfer prints with it)
+from guards.render import clean_message, render_conjunction, to_python  # noqa: F401  (to_python re-exported)
 
 
 class Status(str, enum.Enum):
@@ -104,6 +104,10 @@ class ShapeClass:
             on the path (unsimplified).
         data_conditions: runtime asserts about data-dependent values, which
             sizes cannot decide (kept out of the predicate).
+        names: symbol -> the user's name (dims by spec name, data values by
+            the variable they were assigned to).
+        data_axioms: what the ops guarantee about the data-dependent values
+            (a count is at most the number of elements).
         imprecise: non-empty when the engine's path condition did not hold
             at its own trace point (an engine bug): the class is then just
             that point, and this says why.
@@ -122,6 +126,8 @@ class ShapeClass:
     data_conditions: tuple = ()
     imprecise: str = ""
     decision: Optional[ClassError] = None
+    names: dict = field(default_factory=dict, repr=False)
+    data_axioms: tuple = field(default=(), repr=False)
 
     @property
     def predicate(self) -> sympy.Basic:
@@ -149,29 +155,18 @@ class ShapeClass:
 
     def describe(self) -> str:
         """The predicate as a Python expression over the dim names."""
-        if not self.conditions:
-            return "True"
-        parts, conds, i = [], list(self.conditions), 0
-        while i < len(conds):
-            c = conds[i]
-            nxt = conds[i + 1] if i + 1 < len(conds) else None
-            # A merged interval reads as one chained comparison: 2 <= N <= 8.
-            if (isinstance(c, sympy.Ge) and isinstance(nxt, sympy.Le) and c.lhs.is_Symbol
-                    and nxt.lhs == c.lhs and c.rhs.is_Integer and nxt.rhs.is_Integer):
-                parts.append(f"{c.rhs} <= {to_python(c.lhs)} <= {nxt.rhs}")
-                i += 2
-                continue
-            parts.append(_paren(to_python(c)) if isinstance(c, sympy.Or) else to_python(c))
-            i += 1
-        return " and ".join(parts)
+        return render_conjunction(self.conditions)
 
     def outcome(self) -> str:
-        """One short phrase: ``ok``, ``RuntimeError``, ``data-dependent``, ``unsupported``."""
+        """One short phrase: ``ok``, ``RuntimeError``, ``ok if data`` (runs if the run-time
+        conditions on data hold), ``data-dependent`` (branches on data), ``unsupported``."""
         if self.status is Status.OK:
             return "ok"
         if self.status is Status.ERROR:
             return self.error.type if self.error else "error"
-        return "data-dependent" if self.status is Status.DATA_DEPENDENT else "unsupported"
+        if self.status is Status.DATA_DEPENDENT:
+            return "ok if data" if self.decision is None else "data-dependent"
+        return "unsupported"
 
     def to_dict(self) -> dict:
         return {
@@ -186,7 +181,7 @@ class ShapeClass:
             "example_minimal": self.example_minimal,
             "traced_at": dict(self.traced_at),
             "output_shapes": [[to_python(e) for e in s] for s in self.output_shapes],
-            "data_conditions": [to_python(c) for c in self.data_conditions],
+            "data_conditions": [to_python(c, self.names) for c in self.data_conditions],
             "imprecise": self.imprecise or None,
         }
 
@@ -236,6 +231,9 @@ class InputSpace:
     warnings: list = field(default_factory=list)
     program_name: str = ""
     valid_ranges: dict = field(default_factory=dict)
+    summary: object = None
+    suggestion: object = None
+    timed_out: bool = False
 
     # -- queries ----------------------------------------------------------------------
     def _point(self, sizes, kw) -> dict:
@@ -304,6 +302,9 @@ class InputSpace:
             "valid_when": " or ".join(_paren(c.describe()) for c in self.ok_classes) or "False",
             "valid_ranges": {n: (None if r is None else [r[0], None if r[1] == math.inf else r[1]])
                              for n, r in self.valid_ranges.items()},
+            "summary": self.summary.to_dict() if self.summary is not None else None,
+            "timed_out": self.timed_out,
+            "suggested_spec": self.suggestion.text() if self.suggestion is not None else None,
             "classes": [c.to_dict() for c in self.classes],
             "overlaps": [{"classes": [i, j], "point": p} for i, j, p in self.overlaps],
             "warnings": list(self.warnings),
@@ -323,6 +324,11 @@ class InputSpace:
         for n in self.defaulted:
             lo, hi = self.dims[n]
             lines.append(f"  note: no range given for {n}; searched the default {_range_text(lo, hi)}")
+        if self.summary is not None and self.classes:
+            lines.extend(self.summary.lines(width))
+            if self.suggestion is not None:
+                lines.append(self.suggestion.text())
+            lines.append("classes:")
         rows = [("#", "outcome", "smallest example", "sizes in the class")]
         for c in self.classes:
             ex = ", ".join(f"{k}={v}" for k, v in c.example.items()) + ("" if c.example_minimal else " (traced)")
@@ -335,7 +341,7 @@ class InputSpace:
             c = self.classes[k - 1]
             pad = " " * (4 + w[0])
             if c.error is not None:
-                lines.append(_clip(f"{pad}{c.error.message}", width))
+                lines.append(_clip(f"{pad}{clean_message(c.error.message)}", width))
                 lines.append(_clip(f"{pad}at {c.error.location()}", width))
             elif c.decision is not None:
                 lines.append(_clip(f"{pad}{c.decision.message}", width))
@@ -347,7 +353,7 @@ class InputSpace:
                 more = f" (+{len(c.output_shapes) - 2} more)" if len(c.output_shapes) > 2 else ""
                 lines.append(_clip(f"{pad}output {shapes}{more}", width))
             for dc in (c.data_conditions if c.status is not Status.DATA_DEPENDENT else ()):
-                lines.append(_clip(f"{pad}also needs, at run time: {to_python(dc)}", width))
+                lines.append(_clip(f"{pad}also needs, at run time: {to_python(dc, c.names)}", width))
             if c.imprecise:
                 lines.append(_clip(f"{pad}imprecise: {c.imprecise}", width))
         n_ok = len(self.ok_classes)
@@ -359,14 +365,23 @@ class InputSpace:
                 f"{n} {_range_text(*r)}" if r else f"{n} ?" for n, r in self.valid_ranges.items())
                 + "  (each dim's smallest..largest over the ok classes"
                 + (")" if self.complete else " found so far)")
-                + ("; some sizes are data-dependent or unsupported" if any(c.ok is None for c in self.classes)
-                   else ""))
+                + ("; some sizes are data-dependent or unsupported" if any(
+                    c.status is Status.UNSUPPORTED or c.decision is not None for c in self.classes) else "")
+                + ("; given the run-time conditions on data" if any(c.data_conditions for c in self.classes
+                                                                    if c.decision is None) else ""))
         elif self.ok_classes:
             lines.append("runs" if not self.dims else "runs for some sizes (no answer from Z3 for their extent)")
+        elif any(c.ok is None for c in self.classes):
+            lines.append("no size is known to run: the outcome is data-dependent or unsupported by symshape")
         elif self.classes:
             lines.append("runs for no size in the ranges" if self.complete else "no ok size found")
         verdict = "complete: " if self.complete else "INCOMPLETE: "
-        lines.append(verdict + self.reason)
+        unsupported = [c.index for c in self.classes if c.status is Status.UNSUPPORTED]
+        reason = self.reason
+        if self.complete and unsupported:
+            reason += (f"; class(es) {', '.join(map(str, unsupported))} are unsupported by symshape, so "
+                       f"what the program does there is not proved")
+        lines.append(verdict + reason)
         if self.unexplored_example:
             lines.append("  unexplored, for example: " + ", ".join(f"{k}={v}" for k, v in self.unexplored_example.items()))
         for i, j, p in self.overlaps:

@@ -1,0 +1,67 @@
+"""One trace's summary for ``symshape explain``: ``valid iff ...`` on the sizes it covers.
+
+The same printer and the same Z3 simplification as dinfer's summary, for a
+single trace: its guards and specializations say which sizes reuse it, its
+runtime asserts over sizes where, on those, the program runs.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import z3
+
+from guards.render import render_conjunction
+from shapes.guard import GuardKind
+
+from ..z3_translate import UntranslatableExpression
+from .z3box import Z3Box
+
+
+def trace_summary(traced, timeout_s: float = 3.0):
+    """One trace's path and validity, simplified with Z3 inside the dims' ranges:
+    ``(valid_iff, covers)`` as Python text over the dim names.
+
+    ``covers`` is the conjunction of the trace's guards and specializations (the
+    sizes that reuse this trace; others recompile); ``valid_iff`` that of its
+    runtime asserts over sizes (where, on those sizes, the program runs).
+
+    Example::
+
+        >>> import shapes
+        >>> from validation.dinfer.path import trace_summary
+        >>> def f(x):
+        ...     if x.shape[0] > 16:
+        ...         return x.view(-1, 8)
+        ...     return x
+        >>> trace_summary(shapes.trace(f, "x: f32[N]", dims={"N": (1, 64, 32)}))
+        ('N % 8 == 0', 'N >= 17')
+    """
+    env = traced.env
+    syms = dict(traced.dim_symbols)
+    names = list(syms)
+    box = {}
+    for n in names:
+        d = traced.dims.get(n)  # the range given, not the one the guards narrowed
+        lo = 0 if d is None or d.min is None else int(d.min)
+        hi = math.inf if d is None or d.max is None or d.max == math.inf else int(d.max)
+        box[n] = (lo, hi)
+    z = Z3Box(names, syms, box, timeout_s, deadline=time.monotonic() + 4 * timeout_s)
+    dimsyms = set(syms.values())
+    path, asserts = [], []
+    for g in [*getattr(env, "constraints", ()), *env.records]:  # the 0/1 policy's B >= 2 first
+        if not g.expr.free_symbols <= dimsyms:
+            continue
+        (asserts if g.kind is GuardKind.RUNTIME_ASSERT else path).append(g.expr)
+    out = []
+    for conds, given in ((asserts, path), (path, [])):
+        try:
+            simple = list(z.simplify(list(conds)))
+            if simple and given:
+                # Drop what the path already implies: on these sizes it holds anyway.
+                gt = [z.term(c) for c in given]
+                simple = [c for c in simple if not z.implied(c, gt)]
+            out.append(render_conjunction(simple))
+        except (UntranslatableExpression, z3.Z3Exception):
+            out.append(render_conjunction(conds))
+    return out[0], out[1]
