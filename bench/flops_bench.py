@@ -28,7 +28,7 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import shapes  # noqa: E402
-from shapes.flop_formulas import torch_cpu_mapping  # noqa: E402
+from shapes.flops.formulas import torch_cpu_mapping  # noqa: E402
 
 
 def build(config: str):

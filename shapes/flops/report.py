@@ -16,7 +16,7 @@ Example::
     32768
 
 Conventions (those of ``torch.utils.flop_counter``; the formulas are in
-:mod:`shapes.flop_formulas`):
+:mod:`shapes.flops.formulas`):
 
 * a multiply-add is 2 FLOPs; only the matmul family (``mm``, ``addmm``,
   ``bmm``, ``baddbmm``, ``_scaled_mm``), convolution (forward and backward,
@@ -45,7 +45,7 @@ FlopCounterMode on meta) it decomposes into its math form, whose two
 ``_scaled_dot_product_flash_attention_for_cpu`` kernel, which torch's
 FlopCounterMode does not count (it reports 0 for attention on CPU) and
 symshape counts with the SDPA formula.  To compare with FlopCounterMode on CPU
-tensors, give it ``custom_mapping=shapes.flop_formulas.torch_cpu_mapping()``.
+tensors, give it ``custom_mapping=shapes.flops.formulas.torch_cpu_mapping()``.
 
 Known divergence: the tracer runs torch's Python decompositions (as
 ``torch.compile`` and ``torch.export`` do), and its ``matmul`` folds a vector
@@ -67,9 +67,9 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from . import flop_formulas as ff
-from .errors import GuardViolation, SpecError, SymshapeError
-from .program import TracedProgram
+from . import formulas as ff
+from ..errors import GuardViolation, SpecError, SymshapeError
+from ..program import TracedProgram
 
 aten = torch.ops.aten
 
@@ -419,12 +419,12 @@ class FlopReport:
     def table(self, sizes=None, width: int = 80) -> str:
         """A readable table (``width`` columns) of the ops as closed forms; with
         ``sizes`` (a dict, or a list of dicts), their values and intensity there."""
-        from .flop_tables import render_table
+        from .tables import render_table
         return render_table(self, sizes, width)
 
     def module_table(self, sizes: Optional[Mapping] = None, depth: int = 2, width: int = 80) -> str:
         """FLOPs and bytes per module, down to ``depth`` levels below the root."""
-        from .flop_tables import render_modules
+        from .tables import render_modules
         return render_modules(self, sizes, depth, width)
 
     def to_dict(self, sizes_list=()) -> dict:
@@ -538,7 +538,7 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True) ->
         traced = program
         program = traced.program
     else:
-        from .tracer import trace
+        from ..tracer import trace
         traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one)
     return FlopReport(traced, name=_name_of(program))
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Mapping
 
-from .flops import _nice
+from .report import _nice
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .flops import FlopReport
+    from .report import FlopReport
 
 
 def _human(n) -> str:

@@ -43,7 +43,7 @@ Where symshape deliberately differs from torch (documented per formula):
 Example::
 
     >>> import sympy
-    >>> from shapes.flop_formulas import TensorArg, mm_flops
+    >>> from shapes.flops.formulas import TensorArg, mm_flops
     >>> m, k, n = sympy.symbols("m k n", integer=True)
     >>> mm_flops(TensorArg((m, k)), TensorArg((k, n)))
     2*k*m*n
@@ -350,7 +350,7 @@ def torch_cpu_mapping() -> dict:
     Example::
 
         >>> from torch.utils.flop_counter import FlopCounterMode
-        >>> from shapes.flop_formulas import torch_cpu_mapping
+        >>> from shapes.flops.formulas import torch_cpu_mapping
         >>> counter = FlopCounterMode(display=False, custom_mapping=torch_cpu_mapping())
     """
     def fwd(q, k, v, *args, out_shape=None, **kwargs):
