@@ -209,7 +209,17 @@ class FlopReport:
         self.errors: dict[str, str] = {}
         self.total = sympy.Integer(0)
         self.total_bytes = sympy.Integer(0)
+        #: "forward", or "train" when the trace recorded a training step.
+        self.mode = "train" if any("phase" in n.meta for n in traced.graph.nodes) else "forward"
+        #: phase ("forward", "backward", "optimizer") -> FLOPs; only "forward" unless mode == "train".
+        self.phase_totals: dict[str, Any] = {}
+        #: phase -> bytes moved.
+        self.phase_bytes: dict[str, Any] = {}
+        #: graph node -> its FLOPs (nodes with FLOPs only).
+        self.node_flops: dict[torch.fx.Node, Any] = {}
         self._collect()
+        from .useful import analyze
+        analyze(self)
 
     # -- building -------------------------------------------------------------------
     def _collect(self):
@@ -247,6 +257,8 @@ class FlopReport:
         mod_cls: dict[str, str] = {}
         mod_depth: dict[str, int] = {}
         is_module = isinstance(self.traced.program, torch.nn.Module)
+        phase_flops: dict[str, list] = defaultdict(list)
+        phase_bytes: dict[str, list] = defaultdict(list)
 
         for node in self.traced.graph.nodes:
             if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
@@ -298,7 +310,11 @@ class FlopReport:
                 nbytes = sympy.Add(*[t.nbytes for t in ins], *[t.nbytes for t in outs])
             if flops != 0:
                 op_terms[name].append(flops)
+                self.node_flops[node] = flops
             byte_terms[name].append(nbytes)
+            ph = node.meta.get("phase") or "forward"
+            phase_flops[ph].append(flops)
+            phase_bytes[ph].append(nbytes)
 
             if is_module:
                 # A module on the stack twice (recursion) counts once, as in
@@ -318,6 +334,11 @@ class FlopReport:
         for cost in self.ops.values():
             cost.flops, cost.bytes = _nice(cost.flops), _nice(cost.bytes)
         self.by_op = {n: c.flops for n, c in self.ops.items() if c.flops != 0}
+        from .train import PHASES
+        for ph in PHASES:
+            if ph in phase_bytes:
+                self.phase_totals[ph] = _nice(_sum(phase_flops[ph]))
+                self.phase_bytes[ph] = _nice(_sum(phase_bytes[ph]))
         # First-run order: parents before children, in execution order.
         for qual in mod_cls:
             by_op = {n: _sum(ts) for n, ts in mod_terms[qual].items()}
@@ -507,7 +528,8 @@ def _expr_of(s):
 
 # --------------------------------------------------------------------------- tables
 
-def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True) -> FlopReport:
+def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True, mode: str = "forward",
+                optimizer=None, requires_grad=None) -> FlopReport:
     """Count the FLOPs and bytes moved of ``program`` as closed forms over its dims.
 
     Args:
@@ -521,6 +543,16 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True) ->
         specialize_zero_one: PyTorch's 0/1 specialization policy (sizes
             are then assumed >= 2).  A count valid at size 1 needs an
             example size of 1 (``dims={"B": 1}``) either way.
+        mode: ``"forward"``, or ``"train"``: the program returns the loss
+            (a scalar; a tensor is summed; a model output's ``.loss``), and the
+            count covers forward, ``loss.backward()`` (traced through torch's
+            autograd, see :mod:`shapes.flops.train`) and the optimizer step.
+        optimizer: with ``mode="train"``, a callable that takes the trainable
+            parameters and returns a ``torch.optim.Optimizer`` whose ``step()``
+            is counted too (0 FLOPs by torch's convention; its bytes count).
+        requires_grad: with ``mode="train"``, names of inputs that require grad;
+            default: none for an nn.Module (its parameters do), every
+            floating-point input for a plain function.
 
     Returns a :class:`FlopReport`.  Conventions are torch.utils.flop_counter's:
     see :mod:`shapes.flops`.
@@ -532,14 +564,27 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True) ->
         >>> r.total
         388800*N
     """
+    if mode not in ("forward", "train"):
+        raise SpecError(f"mode must be 'forward' or 'train', got {mode!r}")
+    if mode != "train" and (optimizer is not None or requires_grad is not None):
+        raise SpecError("optimizer= and requires_grad= apply to mode='train' only")
     if isinstance(program, TracedProgram):
+        if mode == "train" and not any("phase" in n.meta for n in program.graph.nodes):
+            raise SpecError("count_flops got a forward-only TracedProgram with mode='train'; pass the program "
+                            "and its specs instead")
         if specs:
             raise SpecError("count_flops got a TracedProgram and input specs; the program is already traced")
         traced = program
         program = traced.program
     else:
         from ..tracer import trace
-        traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one)
+        kw = {}
+        if mode == "train":
+            from .train import default_requires_grad, training_step
+            kw = {"backward": training_step(optimizer),
+                  "requires_grad": tuple(default_requires_grad(program, specs) if requires_grad is None
+                                         else requires_grad)}
+        traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one, **kw)
     return FlopReport(traced, name=_name_of(program))
 
 

@@ -1,0 +1,2 @@
+def analyze(report):
+    report.useful = report.total
