@@ -331,6 +331,24 @@ BEYOND_TORCH = frozenset(p for p in (
     _op("_scaled_dot_product_fused_attention_overrideable_backward"),
 ) if p is not None)
 
+#: SDPA kernels with an ``is_causal`` argument (forward and backward).
+SDPA_CAUSAL_ARG = frozenset(p for p in (
+    _op("_scaled_dot_product_efficient_attention"), _op("_scaled_dot_product_flash_attention"),
+    _op("_scaled_dot_product_cudnn_attention"), _op("_scaled_dot_product_flash_attention_for_cpu"),
+    _op("_scaled_dot_product_fused_attention_overrideable"),
+    _op("_scaled_dot_product_efficient_attention_backward"), _op("_scaled_dot_product_flash_attention_backward"),
+    _op("_scaled_dot_product_cudnn_attention_backward"), _op("_scaled_dot_product_flash_attention_for_cpu_backward"),
+    _op("_scaled_dot_product_fused_attention_overrideable_backward"),
+    _op("_flash_attention_forward"), _op("_flash_attention_backward"),
+    _op("_efficient_attention_forward"), _op("_efficient_attention_backward"),
+) if p is not None)
+
+#: Of those, the kernels that take ``[batch, seq, heads, dim]`` tensors.
+BSHD_KERNELS = frozenset(p for p in (
+    _op("_flash_attention_forward"), _op("_flash_attention_backward"),
+    _op("_efficient_attention_forward"), _op("_efficient_attention_backward"),
+) if p is not None)
+
 #: Ops that do matrix arithmetic but which torch's convention counts as 0
 #: FLOPs (so does symshape, to agree with it); reports point them out.
 MATMUL_LIKE_UNCOUNTED = frozenset(p for p in (

@@ -436,6 +436,43 @@ class FlopReport:
         return FlopValues({s.name: int(v) for s, v in subs.items()}, self._eval(self.total, subs),
                           self._eval(self.total_bytes, subs), ops, mods)
 
+    def check(self, formula, consts: Optional[Mapping] = None, of: str = "total"):
+        """Is the hand-written ``formula`` (a string in Python syntax over the dims
+        and ``consts``, or a sympy expression) equal to this count?
+
+        Returns a :class:`~shapes.flops.check.CheckResult`: *equal* (proved),
+        *equal for sizes where ...*, *different* with the smallest counterexample
+        and both values, or *unknown*.  ``of`` picks the count: ``"total"``,
+        ``"useful"`` or a phase (``"forward"``, ``"backward"``).
+
+        Example::
+
+            >>> import torch, shapes
+            >>> r = shapes.count_flops(lambda a, b: a @ b, "a: f32[M, K]", "b: f32[K, N]")
+            >>> r.check("2*M*N*K").outcome
+            'equal'
+        """
+        from .check import check
+        return check(self, formula, consts, of)
+
+    def mfu(self, sizes: Mapping, seconds: float, peak_flops, count: str = "useful"):
+        """Achieved FLOP/s and model FLOPs utilization of a step measured at ``sizes``.
+
+        ``peak_flops`` is a FLOP/s number or a name from the documented table
+        (``"h100-sxm"``, ``"a100:tf32"``; see :mod:`shapes.flops.mfu`), never
+        guessed.  ``count`` is ``"useful"`` (default: causal attention at the
+        entries it keeps) or ``"total"`` (torch's convention).
+
+        Example::
+
+            >>> import torch, shapes
+            >>> r = shapes.count_flops(torch.nn.Linear(1024, 1024), "x: f32[N, 1024]")
+            >>> f"{r.mfu({'N': 8192}, 0.001, 'a100').mfu:.3f}"
+            '0.055'
+        """
+        from .mfu import mfu
+        return mfu(self, sizes, seconds, peak_flops, count)
+
     # -- presentation ---------------------------------------------------------------
     def table(self, sizes=None, width: int = 80) -> str:
         """A readable table (``width`` columns) of the ops as closed forms; with
