@@ -95,14 +95,15 @@ def parse_point(text: str) -> dict:
     return parse_sizes(text)
 
 
-def trace_for(program, specs, dims, points=()):
+def trace_for(program, specs, dims, points=(), **trace_kwargs):
     """Trace at the default example sizes; if the program raises there and the
     user gave concrete points (``--at``), trace at the first point where it runs
-    instead, so a report about those sizes is still possible."""
+    instead, so a report about those sizes is still possible.  ``trace_kwargs``
+    go to :func:`shapes.trace`."""
     from shapes import TraceError, trace
 
     try:
-        return trace(program, *specs, dims=dims)
+        return trace(program, *specs, dims=dims, **trace_kwargs)
     except TraceError as first:
         for pt in points:
             hinted = dict(dims or {})
@@ -113,7 +114,7 @@ def trace_for(program, specs, dims, points=()):
                 elif cur is None:
                     hinted[name] = v
             try:
-                return trace(program, *specs, dims=hinted)
+                return trace(program, *specs, dims=hinted, **trace_kwargs)
             except TraceError:
                 continue
         raise first

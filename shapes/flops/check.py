@@ -183,6 +183,13 @@ def check(report, formula, consts: Optional[Mapping] = None, of: str = "total") 
         how = "simplifies to 0" if all(z == "identity" for z in zero) else "is 0 on the traced path's ranges"
         return CheckResult("equal", user, traced, f"equal: {shown} == {traced} for every size (the difference {how})")
     point = _counterexample(report, traced, user)
+    roots = _roots(report, branches, user) if not any(zero) and len(branches) == 1 else []
+    if roots and point:
+        region = " or ".join(roots)
+        return CheckResult("equal_where", user, traced,
+                           f"equal for sizes where {region}; different elsewhere, e.g. "
+                           f"{_point_text(report, point, traced, user)}",
+                           *_point_fields(report, point, traced, user), region=region)
     if any(zero):
         region = " or ".join(_py_cond(c) for (e, c), z in zip(branches, zero) if z)
         msg = f"equal for sizes where {region}"
@@ -196,6 +203,28 @@ def check(report, formula, consts: Optional[Mapping] = None, of: str = "total") 
     return CheckResult("unknown", user, traced,
                        f"unknown: {shown} could not be proved equal to {traced}, and they agree at every size "
                        f"searched on the traced path ({_searched_text(report)})")
+
+
+def _roots(report, branches, user) -> list[str]:
+    """Sizes on the traced ranges where a polynomial difference vanishes through
+    one of its factors that involves a single dim (``T == 8``), in Python syntax."""
+    env = report.traced.env
+    d = sympy.expand(branches[0][0] - user)
+    try:
+        _, factors = sympy.factor_list(d)
+    except Exception:  # not a polynomial: no region
+        return []
+    out = []
+    for f, _ in factors:
+        free = f.free_symbols
+        if len(free) != 1:
+            continue
+        sym = next(iter(free))
+        r = env.ranges.get(sym)
+        for root in sympy.solve(f, sym):
+            if root.is_Integer and (r is None or r.lower <= root <= r.upper):
+                out.append(f"{sym} == {root}")
+    return list(dict.fromkeys(out))
 
 
 def _branches(e):

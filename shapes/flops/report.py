@@ -148,6 +148,13 @@ class ModuleCost:
     #: that never run forward (``ModuleList``) are not levels.
     depth: int = 0
 
+    @property
+    def intensity(self):
+        """FLOPs per byte moved (a sympy expression; ``nan`` when nothing moves)."""
+        if self.bytes == 0:
+            return sympy.nan
+        return sympy.cancel(self.flops / self.bytes)
+
 
 @dataclass
 class FlopValues:
@@ -158,6 +165,8 @@ class FlopValues:
     bytes: int
     ops: dict  # op -> (calls, flops, bytes)
     by_module: dict  # name -> (flops, bytes)
+    useful: Optional[int] = None  # useful FLOPs (causal attention at the entries it keeps)
+    phases: dict = field(default_factory=dict)  # phase -> (flops, bytes)
 
     @property
     def intensity(self) -> float:
@@ -186,6 +195,16 @@ class FlopReport:
         errors: op name -> why its formula could not read its arguments (the
             op is then in ``uncounted``).
         traced: the :class:`~shapes.program.TracedProgram`.
+        mode: ``"forward"`` or ``"train"`` (forward, backward and optimizer
+            step: see :mod:`shapes.flops.train`).
+        phase_totals, phase_bytes: phase -> FLOPs / bytes.
+        useful: FLOPs with causal and triangular-masked attention counted at
+            the score entries the mask keeps (see :mod:`shapes.flops.useful`);
+            equal to ``total`` when no such attention is recognized.
+        useful_by_op: op name -> useful FLOPs.
+        masked_attention: the attentions counted so, each with where, which
+            mask and what fraction (:class:`~shapes.flops.useful.MaskedAttention`).
+        useful_notes: masked attentions counted in full, and why.
 
     Example::
 
@@ -433,8 +452,9 @@ class FlopReport:
         subs = self._substitution(sizes)
         ops = {n: (c.calls, self._eval(c.flops, subs), self._eval(c.bytes, subs)) for n, c in self.ops.items()}
         mods = {n: (self._eval(m.flops, subs), self._eval(m.bytes, subs)) for n, m in self.by_module.items()}
+        phases = {p: (self._eval(f, subs), self._eval(self.phase_bytes[p], subs)) for p, f in self.phase_totals.items()}
         return FlopValues({s.name: int(v) for s, v in subs.items()}, self._eval(self.total, subs),
-                          self._eval(self.total_bytes, subs), ops, mods)
+                          self._eval(self.total_bytes, subs), ops, mods, self._eval(self.useful, subs), phases)
 
     def check(self, formula, consts: Optional[Mapping] = None, of: str = "total"):
         """Is the hand-written ``formula`` (a string in Python syntax over the dims
@@ -493,9 +513,16 @@ class FlopReport:
             "dims": self.dims,
             "total_flops": str(self.total),
             "total_bytes": str(self.total_bytes),
+            "mode": self.mode,
+            "phases": {p: {"flops": str(f), "bytes": str(self.phase_bytes[p])} for p, f in self.phase_totals.items()},
+            "useful_flops": str(self.useful),
+            "masked_attention": [{"where": m.where, "how": m.how, "mask": m.mask, "kept": str(m.kept),
+                                  "entries": str(m.entries), "matmuls": len(m.nodes)} for m in self.masked_attention],
+            "useful_notes": list(self.useful_notes),
             "ops": [{"op": c.op, "calls": c.calls, "kind": c.kind, "flops": str(c.flops), "bytes": str(c.bytes)}
                     for c in self._ordered_ops()],
             "by_module": {n: {"class": m.cls, "flops": str(m.flops), "bytes": str(m.bytes),
+                              "intensity": str(m.intensity),
                               "by_op": {k: str(v) for k, v in m.by_op.items()}} for n, m in self.by_module.items()},
             "uncounted": dict(self.uncounted),
             "zero_by_convention": dict(self.zero_by_convention),
@@ -510,7 +537,8 @@ class FlopReport:
         for sizes in sizes_list:
             v = self.at(sizes)
             ats.append({
-                "sizes": v.sizes, "flops": v.flops, "bytes": v.bytes,
+                "sizes": v.sizes, "flops": v.flops, "bytes": v.bytes, "useful_flops": v.useful,
+                "phases": {p: {"flops": f, "bytes": b} for p, (f, b) in v.phases.items()},
                 "intensity": _finite(v.intensity),
                 "ops": [{"op": n, "calls": c, "flops": f, "bytes": b,
                          "intensity": _finite(f / b if b else float("nan"))} for n, (c, f, b) in v.ops.items()],
