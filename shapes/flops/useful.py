@@ -377,6 +377,16 @@ class _Analysis:
                 masked = True
                 neg = _not(cond) if cond is not None else None
                 if neg is None:
+                    m = a[1]
+                    if cond is None and isinstance(m, torch.fx.Node) and getattr(
+                            m.target, "_overloadpacket", None) in (aten.bitwise_not, aten.logical_not):
+                        cond = self.pred(m.args[0])
+                        if cond is not None:
+                            return ("unrecognized", x, f"its mask keeps {cond.describe()}, and band masks are not "
+                                                       f"counted yet")
+                    elif cond is not None:
+                        return ("unrecognized", x, f"its mask keeps {_not_text(cond)}, and band masks are not "
+                                                   f"counted yet")
                     return ("unrecognized", x)
                 band = _and(band, neg, self.env) if band is not None else None
                 origin, x = a[1], a[0]
@@ -448,6 +458,10 @@ class _Analysis:
         return None, "band masks (both a lower and an upper diagonal) are not counted yet"
 
 
+def _not_text(b: Band) -> str:
+    return f"everything but {b.describe()}"
+
+
 def _mask_source(node):
     """The op that made a mask triangular (``tril``, ``triu``, a comparison), for the report."""
     seen, todo = set(), [node]
@@ -515,8 +529,9 @@ def analyze(report) -> None:
         if res is None:
             continue
         if res[0] == "unrecognized":
-            notes.append(f"{_where(res[1])}: attention mask not recognized as triangular (built from data, or in a "
-                         f"form symshape does not follow): counted in full")
+            why = res[2] if len(res) > 2 else ("attention mask not recognized as triangular (built from data, or "
+                                               "in a form symshape does not follow)")
+            notes.append(f"{_where(res[1])}: {why}: counted in full")
             continue
         score, band, origin, masked = res
         if not masked or band is None or (band.lo is None and band.hi is None and not band.empty):
