@@ -149,3 +149,36 @@ def test_training_flops_equal_flop_counter_with_backward(name):
 # and T5 it charges the backward of query/key/value to key, value and the output projection
 # in turn (siblings reading one input), and T5's relative-position Embedding gets matmuls.
 TRACKER_AGREES = ("mlp", "conv", "gpt2")
+
+
+def test_optimizer_step_is_counted_and_untraceable_ones_say_so():
+    sgd = shapes.count_flops(P.MLP(), "x: f32[B, T, 32]", mode="train",
+                             optimizer=lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9))
+    plain = shapes.count_flops(P.MLP(), "x: f32[B, T, 32]", mode="train")
+    assert sgd.phase_totals["optimizer"] == 0 and sgd.total == plain.total  # 0 FLOPs by torch's convention
+    n_params = sum(p.numel() for p in P.MLP().parameters())
+    # SGD with momentum reads the parameter and its gradient and updates both (in place, f32): at
+    # least 4 passes over the parameters, and the bytes depend on no size.
+    assert sgd.phase_bytes["optimizer"].is_Integer and sgd.phase_bytes["optimizer"] >= 4 * 4 * n_params
+    with pytest.raises(shapes.UnsupportedOpError, match="optimizer step of AdamW cannot be traced"):
+        shapes.count_flops(P.MLP(), "x: f32[B, T, 32]", mode="train",
+                           optimizer=lambda ps: torch.optim.AdamW(ps, lr=1e-3))
+
+
+def test_train_mode_errors():
+    with pytest.raises(SpecError, match="needs the program to return the loss"):
+        shapes.count_flops(lambda x: (x.sum(), x.mean()), "x: f32[N]", mode="train")
+    with pytest.raises(SpecError, match="does not depend on anything that requires grad"):
+        shapes.count_flops(lambda ids: ids.float().sum(), "ids: i64[N]", mode="train")
+    with pytest.raises(SpecError, match="mode must be 'forward' or 'train'"):
+        shapes.count_flops(P.MLP(), "x: f32[B, 32]", mode="backward")
+
+
+def test_function_inputs_require_grad_by_default():
+    r = shapes.count_flops(lambda a, b: (a @ b).sum(), "a: f32[M, K]", "b: f32[K, N]", mode="train")
+    # forward a @ b, backward grad @ b^T and a^T @ grad: three matmuls of 2*M*K*N each
+    M, K, N = (r.traced.symbol(d) for d in "MKN")
+    assert sympy.expand(r.total - 6 * M * K * N) == 0
+    only_a = shapes.count_flops(lambda a, b: (a @ b).sum(), "a: f32[M, K]", "b: f32[K, N]", mode="train",
+                                requires_grad=["a"])
+    assert sympy.expand(only_a.total - 4 * M * K * N) == 0

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..errors import SpecError
+from ..errors import SpecError, UnsupportedOpError
 
 #: Phases of a training step, in order (``meta["phase"]`` of the graph's nodes).
 PHASES = ("forward", "backward", "optimizer")
@@ -66,7 +66,14 @@ def training_step(optimizer: Optional[Callable] = None) -> Callable:
                 raise SpecError(f"optimizer must be a callable that takes the parameters and returns a "
                                 f"torch.optim.Optimizer, e.g. lambda ps: torch.optim.SGD(ps, lr=0.1); it "
                                 f"returned a {type(opt).__name__}")
-            opt.step()
+            try:
+                opt.step()
+            except Exception as e:  # a symshape limitation, not the program's error: say which
+                raise UnsupportedOpError(
+                    f"symshape: the optimizer step of {type(opt).__name__} cannot be traced on meta tensors with "
+                    f"symbolic sizes ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); optimizers "
+                    f"that read their step count as a number (Adam, AdamW) do. Optimizer steps are 0 FLOPs by "
+                    f"torch's convention: count without optimizer=, or with one that traces (SGD)") from e
         return loss.detach()
 
     return step
