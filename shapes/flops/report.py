@@ -47,6 +47,13 @@ FlopCounterMode does not count (it reports 0 for attention on CPU) and
 symshape counts with the SDPA formula.  To compare with FlopCounterMode on CPU
 tensors, give it ``custom_mapping=shapes.flops.formulas.torch_cpu_mapping()``.
 
+Training steps (``mode="train"``, :mod:`shapes.flops.train`) trace
+``loss.backward()`` through torch's autograd, so backward ops are counted by
+the same formulas; ``useful`` (:mod:`shapes.flops.useful`) counts causal
+attention at the score entries it keeps; :meth:`FlopReport.check` proves a
+hand-written formula (:mod:`shapes.flops.check`); :meth:`FlopReport.mfu`
+gives achieved FLOP/s and MFU (:mod:`shapes.flops.mfu`).
+
 Known divergence: the tracer runs torch's Python decompositions (as
 ``torch.compile`` and ``torch.export`` do), and its ``matmul`` folds a vector
 times a batch of matrices (``[K] @ [B, K, N]``) into ``aten.mv``, which

@@ -8,6 +8,17 @@ FLOP is derived from the forward by a rule: the backward ops are counted by
 the same formulas as the forward ones, and the totals equal
 ``FlopCounterMode`` around ``loss.backward()``.
 
+Per module, a backward op is charged to the module whose forward op created
+the autograd Node it runs in (the Node's sequence number links them), so a
+module's FLOPs are its forward and its backward.  torch's ModuleTracker (which
+FlopCounterMode uses) guesses from gradient hooks instead: it agrees on MLPs,
+conv nets and GPT-2, but charges the backward of BERT's and T5's query/key/
+value projections to their siblings, and its root entry has no backward ops.
+Totals and per-op counts are equal in every case.
+
+Ops outside any module (the loss's gradient seed, gradient accumulation, the
+optimizer step) count in the totals and phases, not in a module.
+
 Example::
 
     >>> import torch, shapes
