@@ -130,7 +130,7 @@ def test_training_step_halves_the_backward_attention_matmuls_too():
     r = shapes.count_flops(P.CausalSelfAttention(), "x: f32[B, T, 32]", mode="train")
     (m,) = r.masked_attention
     assert len(m.nodes) == 6  # Q @ K^T and P @ V, and two gradient matmuls of each
-    B, T = r.traced.symbol("B"), r.traced.symbol("T")
+    T = r.traced.symbol("T")
     bmm_total = r.ops["aten.bmm"].flops  # all six are the attention's
     assert sympy.expand(r.total - r.useful - bmm_total * (1 - (T + 1) / (2 * T))) == 0
 
