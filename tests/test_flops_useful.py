@@ -94,6 +94,28 @@ def triu_min_mask(q, k, v):
     return s.softmax(-1) @ v
 
 
+def legacy_additive(q, k, v):
+    # transformers' older causal mask: full(min) with 0 where col < row + 1, added to the scores
+    T = q.shape[-2]
+    mask = torch.full((T, T), torch.finfo(q.dtype).min, device=q.device)
+    idx = torch.arange(T, device=q.device)
+    mask = mask.masked_fill(idx < (idx + 1).view(T, 1), 0)
+    return ((q @ k.transpose(-2, -1)) + mask[None, None]).softmax(-1) @ v
+
+
+def triu_bias(q, k, v):
+    T = q.shape[-2]
+    bias = torch.triu(torch.full((T, T), float("-inf"), device=q.device), diagonal=1)
+    return ((q @ k.transpose(-2, -1)) + bias).softmax(-1) @ v
+
+
+def shifted_rows(q, k, v):
+    # row index arange(T + 1)[1:] keeps j <= i + 1: one more entry per row, the last row clipped
+    T = q.shape[-2]
+    keep = torch.arange(T + 1, device=q.device)[1:, None] >= torch.arange(T, device=q.device)[None, :]
+    return (q @ k.transpose(-2, -1)).masked_fill(~keep, float("-inf")).softmax(-1) @ v
+
+
 def sdpa_causal(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
@@ -112,7 +134,8 @@ def packed(q, k, v, seq):
     return s.softmax(-1) @ v
 
 
-@pytest.mark.parametrize("fn", [arange_mask, triu_min_mask, sdpa_causal, P.CausalSelfAttention])
+@pytest.mark.parametrize("fn", [arange_mask, triu_min_mask, legacy_additive, triu_bias, sdpa_causal,
+                                P.CausalSelfAttention])
 def test_triangular_masks_are_recognized(fn):
     program = fn() if isinstance(fn, type) else fn
     specs = ["x: f32[B, T, 32]"] if isinstance(fn, type) else _qkv("B", "T")
@@ -141,6 +164,9 @@ def test_unrecognized_and_data_dependent_masks_count_in_full_and_say_so():
     assert "not recognized" in r.useful_notes[0] and "masked_fill" in r.useful_notes[0]
     r = shapes.count_flops(sliding_band, *_qkv("B", "T"))
     assert r.useful == r.total and "band" in r.useful_notes[0]
+    # The slice offset is read (j <= i + 1), and the clipped last row is not a closed form here.
+    r = shapes.count_flops(shifted_rows, *_qkv("B", "T"))
+    assert r.useful == r.total and "keeps j <= i + 1" in r.useful_notes[0]
 
 
 def test_unmasked_attention_is_not_touched():

@@ -187,16 +187,28 @@ class MaskAnalysis:
             base = self.idx(n.args[0])
             if base is None:
                 return None
+            if p is aten.slice:
+                # A slice starting at `start` shifts the values (x[start + p]); steps other than 1 scale them.
+                args = list(n.args) + [None] * (5 - len(n.args))
+                start, step = args[2], args[4] if args[4] is not None else n.kwargs.get("step", 1)
+                start = n.kwargs.get("start", start)
+                if step != 1:
+                    return None
+                if start not in (None, 0):
+                    if isinstance(start, torch.fx.Node) and "expr" in start.meta:
+                        start = self.fix(start.meta["expr"])
+                    if not isinstance(start, (int, sympy.Basic)) or not self.proved(sympy.Ge(start, 0)):
+                        return None
+                    base = (base[0], base[1] + start)
             nonone = [i for i, s in enumerate(shape) if s != 1]
-            if len(nonone) > 1:
+            if len(nonone) != 1:
                 return None
-            if base[0] == "v" or True:
-                if len(shape) >= 2 and nonone == [len(shape) - 2]:
-                    return ("i", base[1]) if base[0] in ("v", "i") else None
-                if nonone == [len(shape) - 1]:
-                    if len(shape) == 1:
-                        return base
-                    return ("j", base[1]) if base[0] in ("v", "j") else None
+            if len(shape) == 1:
+                return base
+            if nonone == [len(shape) - 2]:
+                return ("i", base[1]) if base[0] in ("v", "i") else None
+            if nonone == [len(shape) - 1]:
+                return ("j", base[1]) if base[0] in ("v", "j") else None
             return None
         return None
 
@@ -242,7 +254,11 @@ class MaskAnalysis:
             return _and(x, y, self.env) if x is not None and y is not None else None
         if p in (aten.le, aten.lt, aten.ge, aten.gt) and len(a) == 2:
             x, y = self.idx(a[0]), self.idx(a[1])
-            if x is None or y is None or {x[0], y[0]} != {"i", "j"}:
+            if x is None or y is None:
+                return None
+            # A 1-D index broadcasts along the last dim: it is the column index.
+            x, y = (("j", x[1]) if x[0] == "v" else x), (("j", y[1]) if y[0] == "v" else y)
+            if {x[0], y[0]} != {"i", "j"}:
                 return None
             # Normalize to "j - i  op  k".
             if x[0] == "j":
@@ -269,6 +285,17 @@ class MaskAnalysis:
         s = self.scalar(v)
         return s is not None and (s == -math.inf or s <= _FILL_THRESHOLD)
 
+    def _is_fill(self, n) -> bool:
+        """A tensor filled with a masking value (``torch.full((T, T), finfo.min)``)."""
+        if not isinstance(n, torch.fx.Node) or n.op != "call_function":
+            return False
+        p = getattr(n.target, "_overloadpacket", None)
+        if p in (aten.full, aten.new_full, aten.full_like) and len(n.args) >= 2:
+            return self._masking(n.args[1])
+        if p in _PASS and n.args and self.last2_same(n, n.args[0]):
+            return self._is_fill(n.args[0])
+        return False
+
     def _bias(self, n):
         if n.op != "call_function":
             return None
@@ -284,6 +311,15 @@ class MaskAnalysis:
                 neg = _not(cond)
                 return (neg, a[0]) if neg is not None else None
             return None
+        if p in (aten.masked_fill, aten.masked_fill_) and len(a) == 3 and self._is_fill(a[0]) \
+                and self.scalar(a[2]) == 0:
+            # full(T, S, min).masked_fill(keep, 0): kept where the condition holds
+            cond = self.pred(a[1])
+            return (cond, a[1]) if cond is not None else None
+        if p in (aten.triu, aten.tril) and self._is_fill(a[0]):
+            # triu(full(T, T, min), k): masked where j >= i + k, kept where j <= i + k - 1
+            k = sympy.sympify(a[1] if len(a) > 1 else n.kwargs.get("diagonal", 0))
+            return (Band(hi=k - 1) if p is aten.triu else Band(lo=k + 1), n)
         if p is aten.masked_fill and len(a) == 3:
             cond = self.pred(a[1])
             base = self.scalar(a[0]) if not isinstance(a[0], torch.fx.Node) else None
@@ -353,10 +389,6 @@ class MaskAnalysis:
                 continue
             if p in _PASS and a and isinstance(a[0], torch.fx.Node) and self.last2_same(x, a[0]):
                 x = a[0]
-                continue
-            if p in _PASS and a and isinstance(a[0], torch.fx.Node) and getattr(
-                    a[0].target, "_overloadpacket", None) in _MATMUL:
-                x = a[0]  # the view from the batched matmul's [B*H, T, S] to [B, H, T, S]
                 continue
             return None
         return None
