@@ -258,11 +258,12 @@ class _GraphBuilder:
             node.meta["module_path"] = self.seq_paths.get(seq, ())
         else:
             # The autograd kernel creates its Node just before it redispatches
-            # here, so the last sequence number is this op's Node (the first op
-            # to see a number is the one that created it).
+            # here, so the first op to see a sequence number is the one that
+            # created that Node; later ops without a Node see the same number.
             seq = torch.autograd._get_sequence_nr() - 1
-            node.meta["autograd_seq"] = seq
-            self.seq_paths.setdefault(seq, tuple(self.module_stack))
+            if seq not in self.seq_paths:
+                node.meta["autograd_seq"] = seq
+                self.seq_paths[seq] = tuple(self.module_stack)
 
 
 def _expr_of(s):

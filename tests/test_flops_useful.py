@@ -300,3 +300,23 @@ def test_cli_errors_are_one_line(gpt2_file, capsys, argv, message):
     assert cli_main(["flops", f"{gpt2_file}:model", "-i", "ids: i64[B, T]", *argv]) != 0
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_frozen_attention_does_not_borrow_other_backward_matmuls():
+    # q, k, v need no grad, so the attention's matmuls create no autograd Node; the projection
+    # just before it does (its addmm is the last Node created).  Only the forward attention
+    # matmuls may be counted at the causal fraction, not that addmm's gradient matmul.
+    class Frozen(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(16, 16)
+
+        def forward(self, q, k, v):
+            z = self.proj(q.reshape(-1, 16))
+            y = sdpa_causal(q, k, v)
+            return z.sum() + y.sum()
+
+    r = shapes.count_flops(Frozen(), *_qkv("B", "T"), mode="train")
+    (m,) = r.masked_attention
+    assert len(m.nodes) == 2 and all(n.meta["phase"] == "forward" for n in m.nodes)
+    assert r.ops["aten.mm"].flops == r.useful_by_op["aten.mm"]
