@@ -1,8 +1,12 @@
 """Symbolic FLOP and memory-traffic counts (see :mod:`shapes.flops.report`).
 
 Modules: :mod:`~shapes.flops.report` (:func:`count_flops`, :class:`FlopReport`),
-:mod:`~shapes.flops.formulas` (per-op formulas, torch's conventions) and
-:mod:`~shapes.flops.tables` (text tables).
+:mod:`~shapes.flops.formulas` (per-op formulas, torch's conventions),
+:mod:`~shapes.flops.tables` (text tables), :mod:`~shapes.flops.train`
+(training steps: backward traced through autograd), :mod:`~shapes.flops.useful`
+and :mod:`~shapes.flops.masks` (causal / triangular-masked attention at the
+entries it keeps), :mod:`~shapes.flops.check` (prove a hand formula) and
+:mod:`~shapes.flops.mfu` (MFU, the peak table).
 
 Example::
 
