@@ -161,7 +161,8 @@ def test_training_step_halves_the_backward_attention_matmuls_too():
 def test_unrecognized_and_data_dependent_masks_count_in_full_and_say_so():
     r = shapes.count_flops(packed, *_qkv("B", "T"), "seq: i64[T]")
     assert r.useful == r.total and not r.masked_attention
-    assert "not recognized" in r.useful_notes[0] and "masked_fill" in r.useful_notes[0]
+    assert "built from the input `seq`" in r.useful_notes[0] and "masked_fill" in r.useful_notes[0]
+    assert "counted in full" in r.useful_notes[0]
     r = shapes.count_flops(sliding_band, *_qkv("B", "T"))
     assert r.useful == r.total and "band" in r.useful_notes[0]
     # The slice offset is read (j <= i + 1), and the clipped last row is not a closed form here.

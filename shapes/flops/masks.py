@@ -354,7 +354,7 @@ class MaskAnalysis:
                         break
                 else:
                     if self._looks_masking_add(a):
-                        return ("unrecognized", x)
+                        return ("unrecognized", x, self._data_reason(x))
                     return None
                 continue
             if p is aten.masked_fill and len(a) == 3 and self._masking(a[2]):
@@ -372,7 +372,7 @@ class MaskAnalysis:
                     elif cond is not None:
                         return ("unrecognized", x, f"its mask keeps {_not_text(cond)}, and band masks are not "
                                                    f"counted yet")
-                    return ("unrecognized", x)
+                    return ("unrecognized", x, self._data_reason(a[1]))
                 band = _and(band, neg, self.env) if band is not None else None
                 origin, x = a[1], a[0]
                 continue
@@ -380,7 +380,7 @@ class MaskAnalysis:
                 cond = self.pred(a[0])
                 masked = True
                 if cond is None:
-                    return ("unrecognized", x)
+                    return ("unrecognized", x, self._data_reason(a[0]))
                 band = _and(band, cond, self.env) if band is not None else None
                 origin, x = a[0], a[1]
                 continue
@@ -392,6 +392,25 @@ class MaskAnalysis:
                 continue
             return None
         return None
+
+    def _data_reason(self, mask) -> Optional[str]:
+        """Why a mask is not recognized: the program inputs it is built from, if any."""
+        seen, todo, inputs = set(), [mask], []
+        while todo:
+            n = todo.pop()
+            # Only tensor values: a size read from an input (x.shape[1]) is not data.
+            if not isinstance(n, torch.fx.Node) or n in seen or not isinstance(n.meta.get("val"), torch.Tensor):
+                continue
+            seen.add(n)
+            if n.op == "placeholder":
+                inputs.append(n.name)
+            todo += [a for a in n.all_input_nodes]
+        if not inputs:
+            return None
+        names = ", ".join(f"`{i}`" for i in sorted(inputs))
+        return (f"its mask is built from the input {names}, i.e. from data (e.g. the sequence ids or lengths of "
+                f"packed sequences, whose block-diagonal mask keeps sum(len*len) entries), which a count over "
+                f"sizes cannot see")
 
     def _looks_masking_add(self, args) -> bool:
         # An additive term that is not a recognized bias but is built with a masking fill.

@@ -133,8 +133,8 @@ def analyze(report) -> None:
         if res is None:
             continue
         if res[0] == "unrecognized":
-            why = res[2] if len(res) > 2 else ("attention mask not recognized as triangular (built from data, or "
-                                               "in a form symshape does not follow)")
+            why = res[2] if len(res) > 2 and res[2] else (
+                "attention mask not recognized as triangular (not in a form symshape follows)")
             notes.append(f"{_where(res[1])}: {why}: counted in full")
             continue
         score, band, origin, masked = res
