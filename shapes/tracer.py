@@ -248,7 +248,7 @@ class _GraphBuilder:
 
         A backward op runs inside the autograd Node that its forward op created;
         both carry that Node's sequence number, so the backward op is charged to
-        the module that ran the forward op (as torch's ModuleTracker does).
+        the module whose forward op created that Node.
         """
         node.meta["phase"] = self.phase
         current = torch._C._current_autograd_node()
@@ -432,13 +432,19 @@ def _composite_autograd_on_meta():
         if (isinstance(op, torch._ops.OpOverload) and DispatchKey.Meta in op.py_kernels
                 and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")):
             removed.append((op, op.py_kernels.pop(DispatchKey.Meta)))
-            op._dispatch_cache.clear()
+            _clear_dispatch_cache(op)
     try:
         yield
     finally:
         for op, fn in removed:
             op.py_kernels[DispatchKey.Meta] = fn
-            op._dispatch_cache.clear()
+            _clear_dispatch_cache(op)
+
+
+def _clear_dispatch_cache(op):
+    cache = getattr(op, "_dispatch_cache", None)
+    if cache is not None:
+        cache.clear()
 
 
 def _load_checkers(enabled: Optional[bool]):

@@ -170,6 +170,10 @@ def test_train_mode_errors():
         shapes.count_flops(lambda x: (x.sum(), x.mean()), "x: f32[N]", mode="train")
     with pytest.raises(SpecError, match="does not depend on anything that requires grad"):
         shapes.count_flops(lambda ids: ids.float().sum(), "ids: i64[N]", mode="train")
+    with pytest.raises(SpecError, match="'y', which is not an input; the inputs are x"):
+        shapes.count_flops(lambda x: x.sum(), "x: f32[N]", mode="train", requires_grad=["y"])
+    with pytest.raises(SpecError, match="'ids' is torch.int64, which cannot require grad"):
+        shapes.count_flops(lambda ids: ids.sum(), "ids: i64[N]", mode="train", requires_grad="ids")
     with pytest.raises(SpecError, match="mode must be 'forward' or 'train'"):
         shapes.count_flops(P.MLP(), "x: f32[B, 32]", mode="backward")
 

@@ -652,10 +652,10 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = True, mo
         from ..tracer import trace
         kw = {}
         if mode == "train":
-            from .train import default_requires_grad, training_step
+            from .train import check_requires_grad, default_requires_grad, training_step
             kw = {"backward": training_step(optimizer),
                   "requires_grad": tuple(default_requires_grad(program, specs) if requires_grad is None
-                                         else requires_grad)}
+                                         else check_requires_grad(requires_grad, specs))}
         traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one, **kw)
     return FlopReport(traced, name=_name_of(program))
 

@@ -98,3 +98,21 @@ def default_requires_grad(program, specs) -> list:
     from ..spec import parse_specs
     parsed, _ = parse_specs(specs)
     return [s.name for s in parsed if s.dtype.is_floating_point]
+
+
+def check_requires_grad(names, specs) -> list:
+    """``names`` as a list, each the name of a floating-point input (else a SpecError)."""
+    from ..spec import parse_specs
+    if isinstance(names, str):
+        names = [names]
+    parsed, _ = parse_specs(specs)
+    by_name = {s.name: s for s in parsed}
+    for n in names:
+        s = by_name.get(n)
+        if s is None:
+            raise SpecError(f"requires_grad names {n!r}, which is not an input; the inputs are "
+                            f"{', '.join(by_name) or '(none)'}")
+        if not s.dtype.is_floating_point:
+            raise SpecError(f"requires_grad: input {n!r} is {s.dtype}, which cannot require grad; "
+                            f"only floating-point inputs can")
+    return list(names)
