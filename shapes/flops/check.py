@@ -37,7 +37,7 @@ import sympy
 from ..errors import GuardViolation, SpecError, SymshapeError
 
 #: Largest number of size points tried before the outcome is "unknown".
-SEARCH_LIMIT = 4000
+SEARCH_LIMIT = 2000
 
 
 class FormulaError(SpecError):
