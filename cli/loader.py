@@ -70,14 +70,15 @@ def parse_point(text: str) -> dict:
     return parse_sizes(text)
 
 
-def trace_for(program, specs, dims, points=(), kwargs=None, progress=None):
+def trace_for(program, specs, dims, points=(), kwargs=None, progress=None, **trace_kwargs):
     """Trace at the default example sizes; if the program raises there and the
     user gave concrete points (``--at``), trace at the first point where it runs
-    instead, so a report about those sizes is still possible."""
+    instead, so a report about those sizes is still possible.  ``trace_kwargs``
+    go to :func:`shapes.trace`."""
     from shapes import TraceError, trace
 
     def trace_at(d):
-        return trace(program, *specs, dims=d, kwargs=kwargs, progress=progress)
+        return trace(program, *specs, dims=d, kwargs=kwargs, progress=progress, **trace_kwargs)
 
     try:
         return trace_at(dims)
@@ -97,13 +98,15 @@ def trace_for(program, specs, dims, points=(), kwargs=None, progress=None):
         raise first
 
 
-def trace_target(args, status, points=()):
+def trace_target(args, status, points=(), trace_options=None):
     """Load ``args.target`` and trace it with ``args.input``/``dim``/``arg``, showing progress on ``status``;
-    then say what translation validation proved, if it ran."""
+    then say what translation validation proved, if it ran.  ``trace_options(program)`` gives
+    further keyword arguments of :func:`shapes.trace` (e.g. a training step's)."""
     status.phase(f"loading {args.target}")
     prog = load_program(args.target)
     status.phase(f"tracing {args.target}")
-    tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops)
+    extra = trace_options(prog) if trace_options is not None else {}
+    tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops, **extra)
     report_validation(tp, status)
     return prog, tp
 

@@ -10,6 +10,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import operator
@@ -56,6 +57,10 @@ class _GraphBuilder:
         self.constants: dict[str, torch.Tensor] = {}
         self.module_stack: list[tuple[str, str]] = []
         self.value_bounds: dict[int, tuple] = {}
+        # Set when the trace records a backward pass (trace(..., backward=...)).
+        self.track_autograd = False
+        self.phase: Optional[str] = None
+        self.seq_paths: dict[int, tuple] = {}
 
     def bounds_of(self, t):
         return self.value_bounds.get(id(t))
@@ -234,6 +239,8 @@ class _GraphBuilder:
         node.meta["provenance"] = provenance
         if self.module_stack:
             node.meta["module_path"] = tuple(self.module_stack)
+        if self.track_autograd:
+            self._autograd_meta(node)
         if isinstance(out, torch.Tensor):
             self._set_shape_meta(node, out)
             self.tensor_nodes[id(out)] = (out, node)
@@ -244,8 +251,8 @@ class _GraphBuilder:
                     gi = self.graph.call_function(operator.getitem, (node, i))
                     gi.meta["val"] = o
                     self._set_shape_meta(gi, o)
-                    if self.module_stack:
-                        gi.meta["module_path"] = tuple(self.module_stack)
+                    if "module_path" in node.meta:
+                        gi.meta["module_path"] = node.meta["module_path"]
                     self.tensor_nodes[id(o)] = (o, gi)
                     shapes.append(gi.meta["shape"])
                 else:
@@ -263,6 +270,28 @@ class _GraphBuilder:
                     sn.meta["expr"] = u
                     self.sym_nodes[u] = sn
         return node
+
+    def _autograd_meta(self, node):
+        """Tag ``node`` with its phase and the autograd node that ran it.
+
+        A backward op runs inside the autograd Node that its forward op created;
+        both carry that Node's sequence number, so the backward op is charged to
+        the module whose forward op created that Node.
+        """
+        node.meta["phase"] = self.phase
+        current = torch._C._current_autograd_node()
+        if current is not None:
+            seq = current._sequence_nr()
+            node.meta["autograd_seq"] = seq
+            node.meta["module_path"] = self.seq_paths.get(seq, ())
+        else:
+            # The autograd kernel creates its Node just before it redispatches
+            # here, so the first op to see a sequence number is the one that
+            # created that Node; later ops without a Node see the same number.
+            seq = torch.autograd._get_sequence_nr() - 1
+            if seq not in self.seq_paths:
+                node.meta["autograd_seq"] = seq
+                self.seq_paths[seq] = tuple(self.module_stack)
 
 
 def _expr_of(s):
@@ -485,6 +514,40 @@ def _meta_like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
 
+@contextlib.contextmanager
+def _composite_autograd_on_meta():
+    """Let autograd differentiate composite ops on meta tensors under the Python dispatcher.
+
+    torch registers Python meta kernels for some CompositeImplicitAutograd ops
+    (``nll_loss``, ...).  The Python dispatcher then resolves AutogradMeta to
+    the autograd fallback instead of the composite kernel (it sees a "backend
+    kernel"), so the op gets no backward formula and its gradient is silently
+    lost.  While recording a backward pass those Meta kernels are set aside, so
+    the composite decomposes above autograd as it does in eager mode.
+    """
+    from torch._C import DispatchKey
+    from torch._decomp import global_decomposition_table
+    removed = []
+    ops = {op for table in global_decomposition_table.values() for op in table}
+    for op in ops:
+        if (isinstance(op, torch._ops.OpOverload) and DispatchKey.Meta in op.py_kernels
+                and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")):
+            removed.append((op, op.py_kernels.pop(DispatchKey.Meta)))
+            _clear_dispatch_cache(op)
+    try:
+        yield
+    finally:
+        for op, fn in removed:
+            op.py_kernels[DispatchKey.Meta] = fn
+            _clear_dispatch_cache(op)
+
+
+def _clear_dispatch_cache(op):
+    cache = getattr(op, "_dispatch_cache", None)
+    if cache is not None:
+        cache.clear()
+
+
 def _load_checkers(enabled: Optional[bool]):
     """Trace checkers registered by other packages (entry point group ``symshape.checkers``).
 
@@ -508,7 +571,8 @@ def _load_checkers(enabled: Optional[bool]):
 
 def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = False,
           translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
-          progress: Optional[Callable[[int], None]] = None) -> TracedProgram:
+          progress: Optional[Callable[[int], None]] = None, backward: Optional[Callable] = None,
+          requires_grad: tuple = ()) -> TracedProgram:
     """Trace ``program`` (a function or nn.Module) at symbolic input sizes.
 
     Args:
@@ -525,6 +589,14 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
             on the call; they are constants of the trace.
         progress: called with the number of ATen ops recorded so far after
             each op (for a progress display; keep it cheap).
+        backward: record a training step too: the module's parameters require
+            grad (as the module's do) and, after the program, ``backward(out,
+            params, phase)`` runs inside the recording, where ``params`` maps
+            parameter names to the traced ones and ``phase(name)`` tags the ops
+            recorded from then on (``meta["phase"]``); what it returns is the
+            graph's output.  Backward ops carry the module of their forward op.
+            Used by ``count_flops(mode="train")``.
+        requires_grad: names of inputs that require grad (with ``backward``).
 
     Returns a :class:`~shapes.program.TracedProgram`.
 
@@ -572,6 +644,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
             else:
                 sizes.append(d)
         t = torch.empty(sizes, dtype=s.dtype, device="meta")
+        if backward is not None and s.name in requires_grad:
+            t.requires_grad_()
         builder.add_placeholder(s.name, t)
         inputs.append(t)
 
@@ -579,6 +653,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         state = {}
         for n, p in program.named_parameters(remove_duplicate=False):
             state[n] = _meta_like(p)
+            if backward is not None and p.requires_grad:
+                state[n].requires_grad_()
         for n, bf in program.named_buffers(remove_duplicate=False):
             state[n] = _meta_like(bf)
         # Tied weights are one tensor: give them one meta tensor too.
@@ -594,15 +670,30 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         def call(*a, **kw):
             return torch.func.functional_call(program, state, a, kw, strict=False, tie_weights=False)
     else:
+        state = {}
         call = program
+    params = {n: state[n] for n, _ in program.named_parameters()} if isinstance(program, torch.nn.Module) else {}
 
-    with enable_python_dispatcher(), _ModuleScope(program, builder), _Recorder(builder, env, progress), \
-            decided_bool_flags():
+    def phase(name):
+        builder.phase = name
+
+    if backward is not None:
+        builder.track_autograd = True
+        phase("forward")
+    grad_mode = contextlib.nullcontext()
+    if backward is not None:
+        grad_mode = contextlib.ExitStack()
+        grad_mode.enter_context(torch.enable_grad())
+        grad_mode.enter_context(_composite_autograd_on_meta())
+    with grad_mode, enable_python_dispatcher(), _ModuleScope(program, builder), \
+            _Recorder(builder, env, progress), decided_bool_flags():
         try:
             if by_keyword:
                 out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs)
             else:
                 out = call(*inputs, **kwargs)
+            if backward is not None:
+                out = backward(out, params, phase)
         except (SymshapeError, DataDependentError) as e:
             # Where the trace stood (records, axioms): the path to a data-dependent decision
             # or an unsupported op is a region of sizes, which validation.dinfer reports.

@@ -21,7 +21,7 @@ import shapes
 from tests import programs as P
 from tests.programs import tiny_bert, tiny_gpt2
 from cli.main import main as cli_main
-from shapes.flop_formulas import torch_cpu_mapping
+from shapes.flops.formulas import torch_cpu_mapping
 from shapes.flops import FlopEvaluationError
 from shapes.functions import FloorDiv
 

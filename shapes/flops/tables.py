@@ -4,10 +4,10 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Mapping
 
-from .flops import _nice
+from .report import _nice
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .flops import FlopReport
+    from .report import FlopReport
 
 
 def _human(n) -> str:
@@ -38,8 +38,15 @@ def _wrapped(label: str, text: str, width: int) -> list[str]:
 
 
 def render_table(r: FlopReport, sizes, width: int) -> str:
-    lines = [f"FLOPs of {r.name}({', '.join(str(s) for s in r.traced.specs)})"]
+    what = "training step (forward + backward" + (" + optimizer" if "optimizer" in r.phase_totals else "") + ")"
+    lines = [f"FLOPs of {r.name}({', '.join(str(s) for s in r.traced.specs)})"
+             + (f", {what}" if r.mode == "train" else "")]
     lines += _wrapped("  total FLOPs  ", str(r.total), width)
+    if r.mode == "train":
+        for ph, f in r.phase_totals.items():
+            lines += _wrapped(f"    {ph:<9}  ", str(f), width)
+    if r.useful != r.total:
+        lines += _wrapped("  useful FLOPs ", f"{r.useful}  (masked attention at the entries it keeps)", width)
     lines += _wrapped("  total bytes  ", str(r.total_bytes), width)
     shown = [c for c in r._ordered_ops() if c.kind in ("counted", "uncounted") or c.bytes != 0]
     lines.append("")
@@ -50,8 +57,12 @@ def render_table(r: FlopReport, sizes, width: int) -> str:
     for pt in points:
         v = r.at(pt)
         lines.append("")
+        useful = f" ({v.useful:,} useful)" if v.useful is not None and v.useful != v.flops else ""
         lines += _wrapped("at " + ", ".join(f"{k}={n}" for k, n in v.sizes.items()) + ": ",
-                          f"{v.flops:,} FLOPs, {v.bytes:,} bytes, {_ratio(v.flops, v.bytes)} FLOP/byte", width)
+                          f"{v.flops:,} FLOPs{useful}, {v.bytes:,} bytes, {_ratio(v.flops, v.bytes)} FLOP/byte", width)
+        if len(v.phases) > 1:
+            lines += _wrapped("  ", "; ".join(f"{p} {f:,} FLOPs, {b:,} bytes" for p, (f, b) in v.phases.items()),
+                              width)
         numw = 10
         opw = max([len("op")] + [len(c.op) for c in shown])
         opw = min(opw, width - 5 - 2 * numw - 7 - 8)
@@ -60,6 +71,13 @@ def render_table(r: FlopReport, sizes, width: int) -> str:
         lines += _grid([("op", "calls", "FLOPs", "bytes", "FLOP/B")] + rows, (opw, 5, numw, numw, 7),
                        ("<", ">", ">", ">", ">"))
     notes = []
+    if r.masked_attention or r.useful_notes:
+        lines.append("")
+        lines.append("useful FLOPs: attention counted at the score entries its mask keeps:")
+        for m in r.masked_attention:
+            lines += _wrapped("  - ", str(m), width)
+        for note in r.useful_notes:
+            lines += _wrapped("  - ", note, width)
     if r.uncounted:
         notes.append(("UNCOUNTED (torch counts these, symshape has no formula; totals exclude them): ",
                       r.uncounted))
@@ -81,9 +99,28 @@ def render_table(r: FlopReport, sizes, width: int) -> str:
     return "\n".join(lines)
 
 
-def _expr_table(first: str, rows, width: int, with_calls: bool) -> list[str]:
-    """Rows of (name, [calls,] FLOPs, bytes) with symbolic cells: columns when
-    they fit in ``width``, else one block per row."""
+def _intensity_text(m) -> str:
+    import sympy
+    i = m.intensity
+    return "-" if i is sympy.nan else str(i)
+
+
+def _expr_table(first: str, rows, width: int, with_calls: bool, intensity: bool = False) -> list[str]:
+    """Rows of (name, [calls,] FLOPs, bytes[, FLOP/byte]) with symbolic cells:
+    columns when they fit in ``width``, else one block per row."""
+    if intensity:
+        namew = max([len(first)] + [len(x[0]) for x in rows])
+        cols = [max([len(h)] + [len(x[i]) for x in rows]) for i, h in ((1, "FLOPs"), (2, "bytes"), (3, "FLOP/byte"))]
+        if namew + sum(cols) + 6 <= width:
+            return _grid([(first, "FLOPs", "bytes", "FLOP/byte")] + list(rows), (namew, *cols), ("<", "<", "<", "<"))
+        lines = []
+        for row in rows:
+            lines.append(row[0])
+            indent = " " * (len(row[0]) - len(row[0].lstrip()))
+            lines += _wrapped(indent + "    FLOPs      ", row[1], width)
+            lines += _wrapped(indent + "    bytes      ", row[2], width)
+            lines += _wrapped(indent + "    FLOP/byte  ", row[3], width)
+        return lines
     namew = max([len(first)] + [len(x[0]) for x in rows])
     fw = max([len("FLOPs")] + [len(x[-2]) for x in rows])
     bw = max([len("bytes")] + [len(x[-1]) for x in rows])
@@ -122,8 +159,8 @@ def render_modules(r: FlopReport, sizes, depth: int, width: int) -> str:
             label += f" ({m.cls})"  # the class when it fits
         names.append(label)
     if v is None:
-        rows = [(n, str(_nice(m.flops)), str(_nice(m.bytes))) for n, m in zip(names, mods)]
-        return "\n".join(_expr_table("module", rows, width, with_calls=False))
+        rows = [(n, str(_nice(m.flops)), str(_nice(m.bytes)), _intensity_text(m)) for n, m in zip(names, mods)]
+        return "\n".join(_expr_table("module", rows, width, with_calls=False, intensity=True))
     rows = []
     for n, m in zip(names, mods):
         f, b = v.by_module[m.name]

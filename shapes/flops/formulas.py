@@ -43,7 +43,7 @@ Where symshape deliberately differs from torch (documented per formula):
 Example::
 
     >>> import sympy
-    >>> from shapes.flop_formulas import TensorArg, mm_flops
+    >>> from shapes.flops.formulas import TensorArg, mm_flops
     >>> m, k, n = sympy.symbols("m k n", integer=True)
     >>> mm_flops(TensorArg((m, k)), TensorArg((k, n)))
     2*k*m*n
@@ -331,6 +331,24 @@ BEYOND_TORCH = frozenset(p for p in (
     _op("_scaled_dot_product_fused_attention_overrideable_backward"),
 ) if p is not None)
 
+#: SDPA kernels with an ``is_causal`` argument (forward and backward).
+SDPA_CAUSAL_ARG = frozenset(p for p in (
+    _op("_scaled_dot_product_efficient_attention"), _op("_scaled_dot_product_flash_attention"),
+    _op("_scaled_dot_product_cudnn_attention"), _op("_scaled_dot_product_flash_attention_for_cpu"),
+    _op("_scaled_dot_product_fused_attention_overrideable"),
+    _op("_scaled_dot_product_efficient_attention_backward"), _op("_scaled_dot_product_flash_attention_backward"),
+    _op("_scaled_dot_product_cudnn_attention_backward"), _op("_scaled_dot_product_flash_attention_for_cpu_backward"),
+    _op("_scaled_dot_product_fused_attention_overrideable_backward"),
+    _op("_flash_attention_forward"), _op("_flash_attention_backward"),
+    _op("_efficient_attention_forward"), _op("_efficient_attention_backward"),
+) if p is not None)
+
+#: Of those, the kernels that take ``[batch, seq, heads, dim]`` tensors.
+BSHD_KERNELS = frozenset(p for p in (
+    _op("_flash_attention_forward"), _op("_flash_attention_backward"),
+    _op("_efficient_attention_forward"), _op("_efficient_attention_backward"),
+) if p is not None)
+
 #: Ops that do matrix arithmetic but which torch's convention counts as 0
 #: FLOPs (so does symshape, to agree with it); reports point them out.
 MATMUL_LIKE_UNCOUNTED = frozenset(p for p in (
@@ -350,7 +368,7 @@ def torch_cpu_mapping() -> dict:
     Example::
 
         >>> from torch.utils.flop_counter import FlopCounterMode
-        >>> from shapes.flop_formulas import torch_cpu_mapping
+        >>> from shapes.flops.formulas import torch_cpu_mapping
         >>> counter = FlopCounterMode(display=False, custom_mapping=torch_cpu_mapping())
     """
     def fwd(q, k, v, *args, out_shape=None, **kwargs):

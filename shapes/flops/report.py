@@ -16,7 +16,7 @@ Example::
     32768
 
 Conventions (those of ``torch.utils.flop_counter``; the formulas are in
-:mod:`shapes.flop_formulas`):
+:mod:`shapes.flops.formulas`):
 
 * a multiply-add is 2 FLOPs; only the matmul family (``mm``, ``addmm``,
   ``bmm``, ``baddbmm``, ``_scaled_mm``), convolution (forward and backward,
@@ -45,7 +45,14 @@ FlopCounterMode on meta) it decomposes into its math form, whose two
 ``_scaled_dot_product_flash_attention_for_cpu`` kernel, which torch's
 FlopCounterMode does not count (it reports 0 for attention on CPU) and
 symshape counts with the SDPA formula.  To compare with FlopCounterMode on CPU
-tensors, give it ``custom_mapping=shapes.flop_formulas.torch_cpu_mapping()``.
+tensors, give it ``custom_mapping=shapes.flops.formulas.torch_cpu_mapping()``.
+
+Training steps (``mode="train"``, :mod:`shapes.flops.train`) trace
+``loss.backward()`` through torch's autograd, so backward ops are counted by
+the same formulas; ``useful`` (:mod:`shapes.flops.useful`) counts causal
+attention at the score entries it keeps; :meth:`FlopReport.check` proves a
+hand-written formula (:mod:`shapes.flops.check`); :meth:`FlopReport.mfu`
+gives achieved FLOP/s and MFU (:mod:`shapes.flops.mfu`).
 
 Known divergence: the tracer runs torch's Python decompositions (as
 ``torch.compile`` and ``torch.export`` do), and its ``matmul`` folds a vector
@@ -67,9 +74,9 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from . import flop_formulas as ff
-from .errors import GuardViolation, SpecError, SymshapeError
-from .program import TracedProgram
+from . import formulas as ff
+from ..errors import GuardViolation, SpecError, SymshapeError
+from ..program import TracedProgram
 
 aten = torch.ops.aten
 
@@ -148,6 +155,13 @@ class ModuleCost:
     #: that never run forward (``ModuleList``) are not levels.
     depth: int = 0
 
+    @property
+    def intensity(self):
+        """FLOPs per byte moved (a sympy expression; ``nan`` when nothing moves)."""
+        if self.bytes == 0:
+            return sympy.nan
+        return sympy.cancel(self.flops / self.bytes)
+
 
 @dataclass
 class FlopValues:
@@ -158,6 +172,8 @@ class FlopValues:
     bytes: int
     ops: dict  # op -> (calls, flops, bytes)
     by_module: dict  # name -> (flops, bytes)
+    useful: Optional[int] = None  # useful FLOPs (causal attention at the entries it keeps)
+    phases: dict = field(default_factory=dict)  # phase -> (flops, bytes)
 
     @property
     def intensity(self) -> float:
@@ -186,6 +202,16 @@ class FlopReport:
         errors: op name -> why its formula could not read its arguments (the
             op is then in ``uncounted``).
         traced: the :class:`~shapes.program.TracedProgram`.
+        mode: ``"forward"`` or ``"train"`` (forward, backward and optimizer
+            step: see :mod:`shapes.flops.train`).
+        phase_totals, phase_bytes: phase -> FLOPs / bytes.
+        useful: FLOPs with causal and triangular-masked attention counted at
+            the score entries the mask keeps (see :mod:`shapes.flops.useful`);
+            equal to ``total`` when no such attention is recognized.
+        useful_by_op: op name -> useful FLOPs.
+        masked_attention: the attentions counted so, each with where, which
+            mask and what fraction (:class:`~shapes.flops.useful.MaskedAttention`).
+        useful_notes: masked attentions counted in full, and why.
 
     Example::
 
@@ -211,7 +237,17 @@ class FlopReport:
         self.total_bytes = sympy.Integer(0)
         #: reports of the other paths evaluated so far (see :meth:`piece_at`)
         self.pieces: list["FlopReport"] = []
+        #: "forward", or "train" when the trace recorded a training step.
+        self.mode = "train" if any("phase" in n.meta for n in traced.graph.nodes) else "forward"
+        #: phase ("forward", "backward", "optimizer") -> FLOPs; only "forward" unless mode == "train".
+        self.phase_totals: dict[str, Any] = {}
+        #: phase -> bytes moved.
+        self.phase_bytes: dict[str, Any] = {}
+        #: graph node -> its FLOPs (nodes with FLOPs only).
+        self.node_flops: dict[torch.fx.Node, Any] = {}
         self._collect()
+        from .useful import analyze
+        analyze(self)
 
     # -- building -------------------------------------------------------------------
     def _collect(self):
@@ -249,6 +285,8 @@ class FlopReport:
         mod_cls: dict[str, str] = {}
         mod_depth: dict[str, int] = {}
         is_module = isinstance(self.traced.program, torch.nn.Module)
+        phase_flops: dict[str, list] = defaultdict(list)
+        phase_bytes: dict[str, list] = defaultdict(list)
 
         for node in self.traced.graph.nodes:
             if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
@@ -300,7 +338,11 @@ class FlopReport:
                 nbytes = sympy.Add(*[t.nbytes for t in ins], *[t.nbytes for t in outs])
             if flops != 0:
                 op_terms[name].append(flops)
+                self.node_flops[node] = flops
             byte_terms[name].append(nbytes)
+            ph = node.meta.get("phase") or "forward"
+            phase_flops[ph].append(flops)
+            phase_bytes[ph].append(nbytes)
 
             if is_module:
                 # A module on the stack twice (recursion) counts once, as in
@@ -320,6 +362,11 @@ class FlopReport:
         for cost in self.ops.values():
             cost.flops, cost.bytes = _nice(cost.flops), _nice(cost.bytes)
         self.by_op = {n: c.flops for n, c in self.ops.items() if c.flops != 0}
+        from .train import PHASES
+        for ph in PHASES:
+            if ph in phase_bytes:
+                self.phase_totals[ph] = _nice(_sum(phase_flops[ph]))
+                self.phase_bytes[ph] = _nice(_sum(phase_bytes[ph]))
         # First-run order: parents before children, in execution order.
         for qual in mod_cls:
             by_op = {n: _sum(ts) for n, ts in mod_terms[qual].items()}
@@ -433,19 +480,57 @@ class FlopReport:
         subs = self._subs(given)
         ops = {n: (c.calls, self._eval(c.flops, subs), self._eval(c.bytes, subs)) for n, c in self.ops.items()}
         mods = {n: (self._eval(m.flops, subs), self._eval(m.bytes, subs)) for n, m in self.by_module.items()}
+        phases = {p: (self._eval(f, subs), self._eval(self.phase_bytes[p], subs)) for p, f in self.phase_totals.items()}
         return FlopValues({s.name: int(v) for s, v in subs.items()}, self._eval(self.total, subs),
-                          self._eval(self.total_bytes, subs), ops, mods)
+                          self._eval(self.total_bytes, subs), ops, mods, self._eval(self.useful, subs), phases)
+
+    def check(self, formula, consts: Optional[Mapping] = None, of: str = "total"):
+        """Is the hand-written ``formula`` (a string in Python syntax over the dims
+        and ``consts``, or a sympy expression) equal to this count?
+
+        Returns a :class:`~shapes.flops.check.CheckResult`: *equal* (proved),
+        *equal for sizes where ...*, *different* with the smallest counterexample
+        and both values, or *unknown*.  ``of`` picks the count: ``"total"``,
+        ``"useful"`` or a phase (``"forward"``, ``"backward"``).
+
+        Example::
+
+            >>> import torch, shapes
+            >>> r = shapes.count_flops(lambda a, b: a @ b, "a: f32[M, K]", "b: f32[K, N]")
+            >>> r.check("2*M*N*K").outcome
+            'equal'
+        """
+        from .check import check
+        return check(self, formula, consts, of)
+
+    def mfu(self, sizes: Mapping, seconds: float, peak_flops, count: str = "useful"):
+        """Achieved FLOP/s and model FLOPs utilization of a step measured at ``sizes``.
+
+        ``peak_flops`` is a FLOP/s number or a name from the documented table
+        (``"h100-sxm"``, ``"a100:tf32"``; see :mod:`shapes.flops.mfu`), never
+        guessed.  ``count`` is ``"useful"`` (default: causal attention at the
+        entries it keeps) or ``"total"`` (torch's convention).
+
+        Example::
+
+            >>> import torch, shapes
+            >>> r = shapes.count_flops(torch.nn.Linear(1024, 1024), "x: f32[N, 1024]")
+            >>> f"{r.mfu({'N': 8192}, 0.001, 'a100').mfu:.3f}"
+            '0.055'
+        """
+        from .mfu import mfu
+        return mfu(self, sizes, seconds, peak_flops, count)
 
     # -- presentation ---------------------------------------------------------------
     def table(self, sizes=None, width: int = 80) -> str:
         """A readable table (``width`` columns) of the ops as closed forms; with
         ``sizes`` (a dict, or a list of dicts), their values and intensity there."""
-        from .flop_tables import render_table
+        from .tables import render_table
         return render_table(self, sizes, width)
 
     def module_table(self, sizes: Optional[Mapping] = None, depth: int = 2, width: int = 80) -> str:
         """FLOPs and bytes per module, down to ``depth`` levels below the root."""
-        from .flop_tables import render_modules
+        from .tables import render_modules
         return render_modules(self, sizes, depth, width)
 
     def to_dict(self, sizes_list=()) -> dict:
@@ -456,9 +541,16 @@ class FlopReport:
             "dims": self.dims,
             "total_flops": str(self.total),
             "total_bytes": str(self.total_bytes),
+            "mode": self.mode,
+            "phases": {p: {"flops": str(f), "bytes": str(self.phase_bytes[p])} for p, f in self.phase_totals.items()},
+            "useful_flops": str(self.useful),
+            "masked_attention": [{"where": m.where, "how": m.how, "mask": m.mask, "kept": str(m.kept),
+                                  "entries": str(m.entries), "matmuls": len(m.nodes)} for m in self.masked_attention],
+            "useful_notes": list(self.useful_notes),
             "ops": [{"op": c.op, "calls": c.calls, "kind": c.kind, "flops": str(c.flops), "bytes": str(c.bytes)}
                     for c in self._ordered_ops()],
             "by_module": {n: {"class": m.cls, "flops": str(m.flops), "bytes": str(m.bytes),
+                              "intensity": str(m.intensity),
                               "by_op": {k: str(v) for k, v in m.by_op.items()}} for n, m in self.by_module.items()},
             "uncounted": dict(self.uncounted),
             "zero_by_convention": dict(self.zero_by_convention),
@@ -473,7 +565,8 @@ class FlopReport:
         for sizes in sizes_list:
             v = self.at(sizes)
             ats.append({
-                "sizes": v.sizes, "flops": v.flops, "bytes": v.bytes,
+                "sizes": v.sizes, "flops": v.flops, "bytes": v.bytes, "useful_flops": v.useful,
+                "phases": {p: {"flops": f, "bytes": b} for p, (f, b) in v.phases.items()},
                 "intensity": _finite(v.intensity),
                 "ops": [{"op": n, "calls": c, "flops": f, "bytes": b,
                          "intensity": _finite(f / b if b else float("nan"))} for n, (c, f, b) in v.ops.items()],
@@ -528,7 +621,8 @@ def _expr_of(s):
 
 # --------------------------------------------------------------------------- tables
 
-def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False) -> FlopReport:
+def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False, mode: str = "forward",
+                optimizer=None, requires_grad=None) -> FlopReport:
     """Count the FLOPs and bytes moved of ``program`` as closed forms over its dims.
 
     Args:
@@ -542,6 +636,16 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False) -
         specialize_zero_one: PyTorch's 0/1 specialization policy (sizes
             are then assumed >= 2).  Off by default: the count holds at
             size 1 too, or says where size 1 counts differently.
+        mode: ``"forward"``, or ``"train"``: the program returns the loss
+            (a scalar; a tensor is summed; a model output's ``.loss``), and the
+            count covers forward, ``loss.backward()`` (traced through torch's
+            autograd, see :mod:`shapes.flops.train`) and the optimizer step.
+        optimizer: with ``mode="train"``, a callable that takes the trainable
+            parameters and returns a ``torch.optim.Optimizer`` whose ``step()``
+            is counted too (0 FLOPs by torch's convention; its bytes count).
+        requires_grad: with ``mode="train"``, names of inputs that require grad;
+            default: none for an nn.Module (its parameters do), every
+            floating-point input for a plain function.
 
     Returns a :class:`FlopReport`.  Conventions are torch.utils.flop_counter's:
     see :mod:`shapes.flops`.
@@ -553,14 +657,27 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False) -
         >>> r.total
         388800*N
     """
+    if mode not in ("forward", "train"):
+        raise SpecError(f"mode must be 'forward' or 'train', got {mode!r}")
+    if mode != "train" and (optimizer is not None or requires_grad is not None):
+        raise SpecError("optimizer= and requires_grad= apply to mode='train' only")
     if isinstance(program, TracedProgram):
+        if mode == "train" and not any("phase" in n.meta for n in program.graph.nodes):
+            raise SpecError("count_flops got a forward-only TracedProgram with mode='train'; pass the program "
+                            "and its specs instead")
         if specs:
             raise SpecError("count_flops got a TracedProgram and input specs; the program is already traced")
         traced = program
         program = traced.program
     else:
-        from .tracer import trace
-        traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one)
+        from ..tracer import trace
+        kw = {}
+        if mode == "train":
+            from .train import check_requires_grad, default_requires_grad, training_step
+            kw = {"backward": training_step(optimizer),
+                  "requires_grad": tuple(default_requires_grad(program, specs) if requires_grad is None
+                                         else check_requires_grad(requires_grad, specs))}
+        traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one, **kw)
     return FlopReport(traced, name=_name_of(program))
 
 

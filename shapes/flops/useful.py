@@ -1,0 +1,175 @@
+"""``useful`` FLOPs: causal and triangular-masked attention counted at the entries it keeps.
+
+FlopCounterMode's convention (symshape's ``total``) counts every matmul in
+full, so causal attention counts all T*S score entries although a causal
+kernel computes only those on or below the diagonal.  ``FlopReport.useful``
+counts, for each recognized masked attention, its score matmul (``Q @ K^T``)
+and value matmul (``P @ V``), and in a training step their backward matmuls,
+at the fraction of score entries the mask keeps: ``T*(T+1)/2`` of ``T*T`` for
+a causal mask.  Everything else counts as in ``total``.
+
+Recognized (by following the graph from each softmax back to the score matmul
+and forward to the value matmul):
+
+* ``F.scaled_dot_product_attention(..., is_causal=True)`` (its math form on
+  meta tensors builds ``ones(L, S).tril()``), and the fused SDPA kernels'
+  ``is_causal`` argument;
+* masks built as ``torch.ones(T, T).tril()`` / ``.triu(1)`` (and ``tril(k)``,
+  ``triu(k)``), or from ``arange`` comparisons (``arange(T)[:, None] >=
+  arange(T)[None, :]``, with offsets), combined with ``~``, ``&``, and applied
+  with ``masked_fill(mask, -inf)``, ``where(mask, s, -inf)`` or an additive
+  bias ``where(mask, 0, -inf)``; a fill at or below -1e4 (``finfo.min``,
+  BERT's -10000) counts as masking.
+
+The count of kept entries is a closed form only where it is provably one over
+the traced ranges (e.g. ``j <= i + k`` with ``k >= 0`` and ``T + k <= S``);
+otherwise the attention is counted in full and ``useful_notes`` says why.
+
+Limitation, packed sequences: a block-diagonal mask built from data, e.g.
+``seq_id[:, None] == seq_id[None, :]`` for sequences of lengths ``[3, 5]``
+packed into T = 8, keeps ``3*3 + 5*5 = 34`` of 64 entries (causal within each
+sequence: ``6 + 15 = 21``), but the lengths are data, not sizes: such masks are
+not recognized, counted in full, and listed in ``useful_notes``.
+
+Example::
+
+    >>> import torch, shapes
+    >>> import torch.nn.functional as F
+    >>> def attn(q, k, v):
+    ...     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    >>> r = shapes.count_flops(attn, "q: f32[B, 4, T, 16]", "k: f32[B, 4, T, 16]", "v: f32[B, 4, T, 16]")
+    >>> r.total, r.useful
+    (256*B*T**2, 128*B*T*(T + 1))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from . import formulas as ff
+from .masks import SOFTMAX, Band, MaskAnalysis, _mask_source
+
+aten = torch.ops.aten
+
+
+@dataclass
+class MaskedAttention:
+    """One attention counted at the entries its mask keeps.
+
+    ``nodes`` are the matmul nodes (forward, and backward in a training step)
+    counted at ``fraction`` = ``kept / entries`` of their FLOPs.
+    """
+
+    where: str
+    mask: str
+    how: str
+    kept: Any
+    entries: Any
+    nodes: list
+
+    @property
+    def fraction(self):
+        return sympy.factor(self.kept / self.entries)
+
+    def __str__(self) -> str:
+        return (f"{self.where}: {self.how}; keeps {self.mask}: {sympy.factor(self.kept)} of {self.entries} score entries, "
+                f"so its {len(self.nodes)} matmul(s) count {self.fraction} of their FLOPs")
+
+
+def _where(node) -> str:
+    prov = node.meta.get("provenance")
+    if prov is not None and getattr(prov, "filename", None):
+        return f"{prov.filename}:{prov.lineno} `{prov.code}`"
+    return node.name
+
+
+def analyze(report) -> None:
+    """Set ``report.useful``, ``report.useful_by_op``, ``report.masked_attention``
+    and ``report.useful_notes``."""
+    an = MaskAnalysis(report)
+    graph = report.traced.graph
+    found: list[MaskedAttention] = []
+    notes: list[str] = []
+    fraction: dict = {}
+    by_seq: dict = {}
+    for n in graph.nodes:
+        if "autograd_seq" in n.meta and n in report.node_flops:
+            by_seq.setdefault(n.meta["autograd_seq"], []).append(n)
+
+    def with_backward(nodes):
+        out = list(nodes)
+        for n in nodes:
+            seq = n.meta.get("autograd_seq")
+            if seq is not None and n.meta.get("phase") == "forward":
+                out += [m for m in by_seq.get(seq, ()) if m.meta.get("phase") == "backward"]
+        return out
+
+    for n in graph.nodes:
+        if n.op != "call_function":
+            continue
+        p = getattr(n.target, "_overloadpacket", None)
+        if p in ff.SDPA_CAUSAL_ARG and n in report.node_flops:
+            args = ff.bind(n.target, n.args, n.kwargs)
+            if args.get("is_causal"):
+                q, k = an.shape(args["query"]), an.shape(args["key"])
+                T, S = q[-2], k[-2]
+                if p in ff.BSHD_KERNELS:
+                    T, S = q[1], k[1]
+                kept, why = an.kept(Band(hi=0), T, S)
+                if kept is None:
+                    notes.append(f"{_where(n)}: is_causal attention counted in full: {why}")
+                    continue
+                ma = MaskedAttention(_where(n), Band(hi=0).describe(), f"{p} with is_causal=True", kept, T * S, [n])
+                found.append(ma)
+                fraction[n] = ma.fraction
+            continue
+        if p not in SOFTMAX:
+            continue
+        res = an.scores(n)
+        if res is None:
+            continue
+        if res[0] == "unrecognized":
+            why = res[2] if len(res) > 2 and res[2] else (
+                "attention mask not recognized as triangular (not in a form symshape follows)")
+            notes.append(f"{_where(res[1])}: {why}: counted in full")
+            continue
+        score, band, origin, masked = res
+        if not masked or band is None or (band.lo is None and band.hi is None and not band.empty):
+            if masked and band is None:
+                notes.append(f"{_where(score)}: could not combine the attention masks: counted in full")
+            continue
+        out = an.shape(score)
+        T, S = out[-2], out[-1]
+        kept, why = an.kept(band, T, S)
+        if kept is None:
+            notes.append(f"{_where(score)}: mask keeps {band.describe()}, counted in full: {why}")
+            continue
+        value = an.value_matmul(n)
+        nodes = [score] + ([value] if value is not None else [])
+        nodes = with_backward(nodes)
+        source = _mask_source(origin) if isinstance(origin, torch.fx.Node) else None
+        origin_at = f"{source.target._overloadpacket} at {_where(source)}" if source is not None else "the program"
+        how = (f"score matmul {score.target._overloadpacket}"
+               + (f" and value matmul {value.target._overloadpacket}" if value is not None else "")
+               + f", mask from {origin_at}")
+        ma = MaskedAttention(_where(score), band.describe(), how, kept, T * S, [m for m in nodes
+                                                                                if m in report.node_flops])
+        found.append(ma)
+        for m in ma.nodes:
+            fraction[m] = ma.fraction
+
+    by_op: dict = {}
+    terms = []
+    from .report import _nice, _sum
+    for node, f in report.node_flops.items():
+        u = f * fraction[node] if node in fraction else f
+        terms.append(u)
+        by_op.setdefault(str(node.target._overloadpacket), []).append(u)
+    report.useful = _nice(sympy.simplify(_sum(terms))) if fraction else report.total
+    report.useful_by_op = {k: _nice(_sum(v)) for k, v in by_op.items()}
+    report.masked_attention = found
+    report.useful_notes = notes
