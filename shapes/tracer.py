@@ -262,6 +262,9 @@ class _Recorder(TorchDispatchMode):
         b = self.builder
         args = pytree.tree_map(b.adopt, args)
         kwargs = pytree.tree_map(b.adopt, kwargs)
+        r = eager_checks.intercept(self, func, args, kwargs)
+        if r is not NotImplemented:
+            return r
         from .provenance import capture
         op = str(func)
         prov = capture(op)
@@ -270,7 +273,7 @@ class _Recorder(TorchDispatchMode):
             for cond, msg in index_bounds.lookup_checks(func, args, b.bounds_of):
                 if not self.env.expect_true(cond, message=msg):
                     raise IndexError(f"index out of range in self ({msg})")
-            for cond, msg in eager_checks.checks(func, args):
+            for cond, msg in eager_checks.checks(func, args, kwargs):
                 if not self.env.expect_true(cond, message=msg):
                     raise RuntimeError(msg)
             handler = data_dependent.HANDLERS.get(func)
@@ -280,6 +283,7 @@ class _Recorder(TorchDispatchMode):
                 bindings = {}
             else:
                 out, bindings = res
+            out = eager_checks.eager_output(func, args, kwargs, out)
         except (SymshapeError, DataDependentError):
             raise
         except NotImplementedError as e:
@@ -471,7 +475,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
     else:
         call = program
 
-    with enable_python_dispatcher(), _ModuleScope(program, builder), _Recorder(builder, env):
+    with enable_python_dispatcher(), eager_checks.eager_kernels(), _ModuleScope(program, builder), \
+            _Recorder(builder, env):
         try:
             out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}) if by_keyword else call(*inputs)
         except (SymshapeError, DataDependentError) as e:
