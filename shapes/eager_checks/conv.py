@@ -10,8 +10,8 @@ Example::
     >>> import sympy, torch
     >>> from shapes.eager_checks.conv import convolution_checks
     >>> x, w, b = torch.empty(1, 4, 9), torch.empty(6, 2, 3), torch.empty(5)
-    >>> [m.split(",")[0] for c, m in convolution_checks(x, w, b, [1], [0], [1], False, [0], 2) if c is sympy.false]
-    ['Given weight of size [6, 2, 3]']
+    >>> [m for c, m in convolution_checks(x, w, b, [1], [0], [1], False, [0], 2) if c is sympy.false]
+    ['Given weight of size [6, 2, 3], expected bias to be 1-dimensional with 6 elements, but got bias of size [5] instead']
 """
 from __future__ import annotations
 
