@@ -279,7 +279,7 @@ class _Recorder(TorchDispatchMode):
             handler = data_dependent.HANDLERS.get(func)
             res = handler(self.env, func, args, kwargs) if handler else None
             if res is None:
-                out = func(*args, **_meta_device_kwargs(kwargs))
+                out = eager_checks.run_meta(func, args, _meta_device_kwargs(kwargs))
                 bindings = {}
             else:
                 out, bindings = res

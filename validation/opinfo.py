@@ -12,8 +12,10 @@ eager at the traced sizes and at other sizes:
   accept, differs from eager's output shape there;
 * *unsound accept*: symshape's guards accept sizes that torch's guards
   reject, and eager fails there;
-* guard counts: symshape's guards and runtime asserts (the 0/1 policy
-  excluded, as torch does not record it) against torch's guards.
+* guard counts: the distinct conditions among symshape's guards and
+  runtime asserts (the 0/1 policy excluded, as torch does not record it)
+  against those among torch's guards and runtime asserts, conjunctions
+  counted by conjunct.
 
 Other sizes come from uniform moves of every dim (+1, x2, -1), random moves
 of each dim, and Z3 models of symshape's own guard set, so sizes that only
@@ -205,9 +207,14 @@ def _first_line(e) -> str:
     return s.splitlines()[0][:300] if s else ""
 
 
+def _conjuncts(e):
+    return e.args if isinstance(e, sympy.And) else (e,)
+
+
 def _symshape_count(tp) -> int:
+    """Distinct conditions among the guards and runtime asserts (the 0/1 policy aside)."""
     from shapes.guard import Decision
-    return sum(1 for g in tp.env.records if g.decided_by is not Decision.ZERO_ONE)
+    return len({c for g in tp.env.records if g.decided_by is not Decision.ZERO_ONE for c in _conjuncts(g.expr)})
 
 
 def _torch_trace(case, timeout):
@@ -229,11 +236,15 @@ def _torch_trace(case, timeout):
 
 
 def _torch_count(senv) -> int:
+    """Distinct conditions among torch's guards and deferred runtime asserts.
+
+    torch keeps a conjunction as one guard where symshape keeps one record per
+    conjunct, so both are counted by conjunct."""
     if senv is None:
         return 0
-    exprs = {g.expr for g in senv.guards if g.expr is not sympy.true}
-    n = sum(len(v) for v in senv.deferred_runtime_asserts.values())
-    return len(exprs) + n
+    exprs = [g.expr for g in senv.guards]
+    exprs += [ra.expr for v in senv.deferred_runtime_asserts.values() for ra in v]
+    return len({c for e in exprs if e is not sympy.true for c in _conjuncts(e)})
 
 
 def _candidates(tp, case, rng: random.Random, z3_models: int = 2) -> list[dict]:

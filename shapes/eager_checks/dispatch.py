@@ -32,6 +32,7 @@ import functools
 
 import torch
 from torch._C import DispatchKey
+from torch.utils import _pytree as pytree
 
 aten = torch.ops.aten
 _has = torch._C._dispatch_has_kernel_for_dispatch_key
@@ -41,6 +42,36 @@ METADATA = {
     aten.stride.default: lambda t: tuple(int(s) for s in t.stride()),
     aten.storage_offset.default: lambda t: int(t.storage_offset()),
 }
+
+
+def _specialized(t):
+    return torch.empty_strided([int(s) for s in t.shape], [int(s) for s in t.stride()], dtype=t.dtype,
+                               device=t.device)
+
+
+def run_meta(func, args, kwargs):
+    """``func(*args, **kwargs)`` on meta tensors.
+
+    A few C++ meta kernels read sizes as ints (``hash_tensor``,
+    ``fractional_max_pool3d``).  On a tensor with symbolic sizes that read
+    goes to Python, where no dispatch mode is active while the tracer runs
+    the kernel, and torch fails with an INTERNAL ASSERT.  A functional op
+    then runs on its inputs specialized to the example sizes (each size a
+    specialization, as torch records for these ops); an op that changes its
+    inputs (``resize_as_``) raises :class:`~shapes.errors.UnsupportedOpError`.
+    """
+    try:
+        return func(*args, **kwargs)
+    except RuntimeError as e:
+        if "dispatch_on_subclass" not in str(e):
+            raise
+        if func._schema.is_mutable:
+            from ..errors import UnsupportedOpError
+            raise UnsupportedOpError(
+                f"symshape: the kernel of {func} reads symbolic sizes as ints, which symshape cannot trace for "
+                f"an op that changes its inputs; call it outside the traced program") from e
+    args, kwargs = pytree.tree_map_only(torch.Tensor, _specialized, (args, kwargs))
+    return func(*args, **kwargs)
 
 
 def _tensor_split_tensor(self, tensor_indices_or_sections, dim=0):
