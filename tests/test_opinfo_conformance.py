@@ -26,7 +26,8 @@ SUBSET = [
     "nn.functional.cross_entropy", "native_batch_norm", "_native_batch_norm_legit", "nn.functional.batch_norm",
     "kron", "take_along_dim", "linalg.multi_dot", "std_mean", "nn.functional.hinge_embedding_loss",
     "nn.functional.margin_ranking_loss", "fft.fft", "fft.rfft", "fft.fft2", "nn.functional.max_pool2d",
-    "nn.functional.interpolate", "nn.functional.pad",
+    "nn.functional.interpolate", "nn.functional.pad", "slice_scatter", "select_scatter", "diagonal_scatter",
+    "index_put", "ormqr",
 ]
 
 
@@ -194,3 +195,22 @@ def test_fft_ortho_stays_symbolic(fn):
     tp, outcomes = agrees_with_eager(fn, ["a: f32[N, C]"], at=[dict(N=3, C=4), dict(N=5, C=7), dict(N=8, C=16)])
     assert outcomes == ["ok", "ok", "ok"]
     assert tp.guards == []
+
+
+@pytest.mark.parametrize("fn, specs, good, bad", [
+    (lambda x, s: torch.slice_scatter(x, s, 0, 1, None, 2), ["x: f32[N, C]", "s: f32[M, C]"],
+     [dict(N=9, M=4, C=3), dict(N=4, M=2, C=5)], [dict(N=9, M=5, C=3), dict(N=10, M=4, C=3)]),
+    (lambda x, s: torch.select_scatter(x, s, 1, 2), ["x: f32[N, C, L]", "s: f32[M, L]"],
+     [dict(N=4, M=4, C=3, L=5), dict(N=6, M=6, C=7, L=2)], [dict(N=4, M=5, C=3, L=5), dict(N=4, M=4, C=2, L=5)]),
+    (lambda x, s: torch.diagonal_scatter(x, s, 1), ["x: f32[N, C]", "s: f32[M]"],
+     [dict(N=4, C=6, M=4), dict(N=5, C=3, M=2)], [dict(N=4, C=6, M=5), dict(N=5, C=5, M=5)]),
+    (lambda x, i, v: torch.index_put(x, (i,), v), ["x: f32[N, C]", "i: i64[K]", "v: f32[M, D]"],
+     [dict(N=4, C=6, K=3, M=3, D=6), dict(N=5, C=2, K=7, M=7, D=2)], [dict(N=4, C=6, K=3, M=2, D=6),
+                                                                      dict(N=4, C=6, K=3, M=3, D=5)]),
+    (lambda a, t, o: torch.ormqr(a, t, o), ["a: f32[N, C]", "t: f32[K]", "o: f32[N, M]"],
+     [dict(N=7, C=5, K=5, M=6), dict(N=4, C=6, K=4, M=3)], [dict(N=7, C=5, K=4, M=6), dict(N=4, C=6, K=3, M=3)]),
+], ids=["slice_scatter", "select_scatter", "diagonal_scatter", "index_put", "ormqr"])
+def test_scatter_into_view_checks_src_shape(fn, specs, good, bad):
+    # torch's meta kernels return a tensor like self without checking src; eager checks it.
+    _, outcomes = agrees_with_eager(fn, specs, dims=good[0], at=good + bad)
+    assert outcomes == ["ok"] * len(good) + ["eager fails"] * len(bad)

@@ -76,6 +76,7 @@ class SampleResult:
     wrong: list = field(default_factory=list)
     unsound: list = field(default_factory=list)
     both_accept_eager_fails: int = 0
+    both_accept_errors: list = field(default_factory=list)  # the first few (sizes, eager's error)
     sym_s: float = 0.0
     torch_s: float = 0.0
 
@@ -379,6 +380,8 @@ def run_case(op, index, sample, *, timeout: Optional[float] = 30, seed: int = 0,
             res.unsound.append((dict(sizes), shapes_or_err))
         else:
             res.both_accept_eager_fails += 1
+            if len(res.both_accept_errors) < 3:
+                res.both_accept_errors.append((dict(sizes), shapes_or_err))
 
     check(dict(case.hints), case.inputs, (True, eager_shapes))
     gen = torch.Generator().manual_seed(seed)

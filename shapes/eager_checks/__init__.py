@@ -10,7 +10,7 @@ the tracer calls:
 * :func:`intercept` before an op runs: answers ``aten.size`` queries from
   C++ kernels and runs the decomposition eager runs (:mod:`.dispatch`);
 * :func:`checks`: the shape conditions eager's kernel requires
-  (:mod:`.conv`, :mod:`.losses`); the tracer asserts each (a runtime assert
+  (:mod:`.conv`, :mod:`.losses`, :mod:`.scatter`); the tracer asserts each (a runtime assert
   with the user's line) and raises like eager when it fails at the example
   sizes.  Where the meta kernel already checks the same thing, the engine
   decides the second check statically and records nothing;
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from . import conv, losses, norms
+from . import conv, losses, norms, scatter
 from .dispatch import METADATA, eager_decomposition, eager_kernels, run_meta  # noqa: F401
 
 aten = torch.ops.aten
@@ -39,6 +39,13 @@ _CHECKS = {
     aten.convolution.default: conv.checks,
     aten.nll_loss_forward.default: lambda args, kwargs: losses.nll_loss_checks(*args[:3]),
     aten.nll_loss2d_forward.default: lambda args, kwargs: losses.nll_loss2d_checks(*args[:3]),
+    aten.slice_scatter.default: lambda args, kwargs: scatter.slice_scatter_checks(*args, **kwargs),
+    aten.select_scatter.default: lambda args, kwargs: scatter.select_scatter_checks(*args, **kwargs),
+    aten.diagonal_scatter.default: lambda args, kwargs: scatter.diagonal_scatter_checks(*args, **kwargs),
+    aten.index_put.default: lambda args, kwargs: scatter.index_put_checks(*args, **kwargs),
+    aten.index_put_.default: lambda args, kwargs: scatter.index_put_checks(*args, **kwargs),
+    aten._unsafe_index_put.default: lambda args, kwargs: scatter.index_put_checks(*args, **kwargs),
+    aten.ormqr.default: lambda args, kwargs: scatter.ormqr_checks(*args, **kwargs),
 }
 
 
