@@ -347,6 +347,9 @@ class _Recorder(TorchDispatchMode):
         b = self.builder
         args = pytree.tree_map(b.adopt, args)
         kwargs = pytree.tree_map(b.adopt, kwargs)
+        r = eager_checks.intercept(self, func, args, kwargs)
+        if r is not NotImplemented:
+            return r
         from .provenance import capture
         op = str(func)
         prov = capture(op)
@@ -355,16 +358,17 @@ class _Recorder(TorchDispatchMode):
             for cond, msg, exc in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty):
                 if not self.env.expect_true(cond, message=msg):
                     raise exc(msg)
-            for cond, msg in eager_checks.checks(func, args):
+            for cond, msg in eager_checks.checks(func, args, kwargs):
                 if not self.env.expect_true(cond, message=msg):
                     raise RuntimeError(msg)
             handler = data_dependent.HANDLERS.get(func)
             res = handler(self.env, func, args, kwargs) if handler else None
             if res is None:
-                out = func(*args, **_meta_device_kwargs(kwargs))
+                out = eager_checks.run_meta(func, args, _meta_device_kwargs(kwargs))
                 bindings = {}
             else:
                 out, bindings = res
+            out = eager_checks.eager_output(func, args, kwargs, out)
         except (SymshapeError, DataDependentError):
             raise
         except NotImplementedError as e:
@@ -685,7 +689,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         grad_mode = contextlib.ExitStack()
         grad_mode.enter_context(torch.enable_grad())
         grad_mode.enter_context(_composite_autograd_on_meta())
-    with grad_mode, enable_python_dispatcher(), _ModuleScope(program, builder), \
+    with grad_mode, enable_python_dispatcher(), eager_checks.eager_kernels(), _ModuleScope(program, builder), \
             _Recorder(builder, env, progress), decided_bool_flags():
         try:
             if by_keyword:

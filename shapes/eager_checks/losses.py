@@ -1,0 +1,55 @@
+"""The shape checks of eager's ``nll_loss`` kernels (``LossNLL.cpp``, ``LossNLL2d.cpp``).
+
+The class-weight size is what torch's meta route misses; the other checks
+are eager's too so the first failing one reports eager's message.
+
+Example::
+
+    >>> import torch
+    >>> from shapes.eager_checks.losses import nll_loss_checks
+    >>> x, t, w = torch.empty(4, 3), torch.empty(4, dtype=torch.long), torch.empty(5)
+    >>> [str(c) for c, m in nll_loss_checks(x, t, w)]
+    ['True', 'False']
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from .conv import _e, _sizes
+
+
+def _numel(t):
+    n = sympy.Integer(1)
+    for s in t.shape:
+        n = n * _e(s)
+    return n
+
+
+def nll_loss_checks(x, target, weight, *rest):
+    """[(condition, message)] of ``aten.nll_loss_forward`` (input 1-D or 2-D)."""
+    if not (0 < x.dim() <= 2) or target.dim() > 1:
+        return []  # ranks are static: the meta kernel reports them
+    out = []
+    if not (x.dim() == 1 and target.dim() == 0):
+        out.append((sympy.Eq(_e(x.shape[0]), _e(target.shape[0])),
+                    f"size mismatch (got input: {_sizes(x)}, target: {_sizes(target)})"))
+    if weight is not None:
+        n = _e(x.shape[-1])
+        ok = sympy.Eq(_numel(weight), n) if weight.dim() == 1 else sympy.false
+        out.append((ok, f"weight tensor should be defined either for all {n} classes or no classes but got "
+                        f"weight tensor of shape: {_sizes(weight)}"))
+    return out
+
+
+def nll_loss2d_checks(x, target, weight, *rest):
+    """[(condition, message)] of ``aten.nll_loss2d_forward`` (input N, C, H, W)."""
+    if x.dim() != 4 or target.dim() != 3:
+        return []
+    out = []
+    if weight is not None:
+        out.append((sympy.Eq(_numel(weight), _e(x.shape[1])),
+                    "weight tensor should be defined either for all or no classes"))
+    same = sympy.And(*[sympy.Eq(_e(x.shape[i]), _e(target.shape[j])) for i, j in ((0, 0), (2, 1), (3, 2))])
+    out.append((same, f"size mismatch (got input: {_sizes(x)} , target: {_sizes(target)}"))
+    return out
