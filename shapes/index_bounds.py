@@ -90,4 +90,19 @@ def lookup_checks(func, args, bounds_of):
         n = _e(x.shape[dim])
         return [(sympy.Ge(b[0], -n), f"index_select index {b[0]} out of range for size {n}"),
                 (sympy.Lt(b[1], n), f"index_select index {b[1]} out of range for size {n}")]
+    if func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._unsafe_index.Tensor):
+        # x[..., idx, ...] with index tensors (e.g. a list index made a constant):
+        # each must lie in [-n, n) for its dim, as eager checks.
+        x, indices = args[0], args[1]
+        if any(ix is not None and ix.dtype in (torch.bool, torch.uint8) for ix in indices):
+            return []
+        out = []
+        for d, ix in enumerate(indices):
+            b = bounds_of(ix) if ix is not None else None
+            if b is None or d >= x.dim():
+                continue
+            n = _e(x.shape[d])
+            out += [(sympy.Ge(b[0], -n), f"index {b[0]} is out of bounds for dimension {d} with size {n}"),
+                    (sympy.Lt(b[1], n), f"index {b[1]} is out of bounds for dimension {d} with size {n}")]
+        return out
     return []

@@ -83,7 +83,8 @@ class ShapeEnvFacade:
         return self._env.simplify(sympy.sympify(expr))
 
     def __getattr__(self, name):
-        raise AttributeError(
+        from .errors import AdapterGap
+        raise AdapterGap(
             f"symshape: torch asked its ShapeEnv for {name!r}, which symshape's adapter does not "
             f"provide (torch {__import__('torch').__version__}). Please report this with the program "
             f"that triggered it."

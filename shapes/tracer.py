@@ -23,12 +23,14 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import data_dependent, eager_checks, index_bounds
+from . import data_dependent, eager_checks, index_bounds, library_tracing
+from .creation import CreationMode
 from .env import DataDependentError, ShapeEnv
-from .errors import SpecError, SymshapeError, TraceError, UnsupportedOpError
+from .errors import (EngineFailure, SpecError, SymshapeError, TraceError, TracerLimitation, UnsupportedOpError,
+                     program_error)
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from .program import TracedProgram
-from .provenance import Provenance, _is_engine, _is_library
+from .provenance import Provenance, _is_engine, _is_library, capture
 from .spec import Dim, default_hints, parse_dims, parse_specs
 from .symnode import sym_value
 
@@ -87,9 +89,11 @@ class _GraphBuilder:
                 self.tensor_nodes[id(x)] = (x, node)
                 return x
             if x.device.type == "meta":
-                raise UnsupportedOpError(
-                    "symshape: the program used a meta tensor that symshape did not create; "
-                    "create tensors inside the program from the inputs (e.g. torch.zeros(..., device=x.device))"
+                prov = capture(self.env._current_op())
+                raise TracerLimitation(
+                    f"symshape: {prov.op or 'an op'} at {prov.location()} received a tensor on the meta "
+                    f"device that torch made outside the ops symshape records, so its values are unknown "
+                    f"to the trace. This is a limitation of symshape; please report it with this line."
                 )
             name = f"_const_{len(self.constants)}"
             self.constants[name] = x
@@ -132,7 +136,7 @@ class _GraphBuilder:
                 return self.sym_nodes[e]
             src = self.sym_sources.get(e)
             if src is None:
-                raise UnsupportedOpError(f"symshape: no graph value defines the symbol {e}")
+                raise TracerLimitation(f"symshape: no graph value defines the symbol {e}")
             node = g.call_function(torch.ops.aten.sym_size.int, (src[0], src[1]))
             node.meta["expr"] = e
             self.sym_nodes[e] = node
@@ -180,7 +184,7 @@ class _GraphBuilder:
         elif isinstance(e, sympy.Or):
             node = fold(operator.or_)
         else:
-            raise UnsupportedOpError(f"symshape: cannot emit the size expression {e} ({type(e).__name__})")
+            raise TracerLimitation(f"symshape: cannot emit the size expression {e} ({type(e).__name__})")
         if isinstance(node, torch.fx.Node):
             node.meta["expr"] = e
         return node
@@ -189,7 +193,7 @@ class _GraphBuilder:
         if isinstance(a, torch.Tensor):
             entry = self.tensor_nodes.get(id(a))
             if entry is None:
-                raise UnsupportedOpError("symshape: an op received a tensor the tracer does not know")
+                raise TracerLimitation("symshape: an op received a tensor the tracer does not know")
             return entry[1]
         if isinstance(a, SymTypes):
             return self.expr_node(a.node.expr)
@@ -269,10 +273,10 @@ class _Recorder(TorchDispatchMode):
         try:
             for cond, msg in index_bounds.lookup_checks(func, args, b.bounds_of):
                 if not self.env.expect_true(cond, message=msg):
-                    raise IndexError(f"index out of range in self ({msg})")
+                    raise program_error(IndexError(f"index out of range in self ({msg})"))
             for cond, msg in eager_checks.checks(func, args):
                 if not self.env.expect_true(cond, message=msg):
-                    raise RuntimeError(msg)
+                    raise program_error(RuntimeError(msg))
             handler = data_dependent.HANDLERS.get(func)
             res = handler(self.env, func, args, kwargs) if handler else None
             if res is None:
@@ -380,6 +384,27 @@ def _user_frame_of(exc: BaseException) -> Provenance:
                       function=best.name)
 
 
+def _engine_frame_of(exc: BaseException) -> Optional[str]:
+    """Where symshape's own code raised ``exc`` ("file:line"), or None when the
+    exception is the program's (raised by torch, a library, the user's code, or
+    by the engine on purpose for the program)."""
+    if getattr(exc, "symshape_program_error", False):
+        return None
+    last = None
+    for fs in traceback.extract_tb(exc.__traceback__):
+        fn = fs.filename
+        if _is_engine(fn) or not (_is_library(fn) and not fn.startswith(_TORCH_DIR)):
+            # sympy and the standard library are the engine's helpers: the frame
+            # that called them decides whose exception it is.
+            last = fs
+    if last is not None and _is_engine(last.filename):
+        return f"{os.path.basename(last.filename)}:{last.lineno}"
+    return None
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
 
@@ -471,7 +496,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
     else:
         call = program
 
-    with enable_python_dispatcher(), _ModuleScope(program, builder), _Recorder(builder, env):
+    with enable_python_dispatcher(), library_tracing.as_exporting(), _ModuleScope(program, builder), \
+            _Recorder(builder, env), CreationMode(builder):
         try:
             out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}) if by_keyword else call(*inputs)
         except (SymshapeError, DataDependentError) as e:
@@ -483,6 +509,13 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = True
         except Exception as e:  # the user's program raised: say where, and on which path
             prov = _user_frame_of(e)
             at = ", ".join(f"{n}={hints[n]}" for n in names)
+            engine = _engine_frame_of(e)
+            if engine is not None:
+                raise EngineFailure(
+                    f"symshape failed inside its engine ({type(e).__name__} at {engine}) while tracing "
+                    f"{prov.filename}:{prov.lineno} (`{prov.code}`) at {at or 'the given sizes'}: "
+                    f"{_first_line(e)}. This is a limitation of symshape, not an error of the program; "
+                    f"please report it.", exc=e, provenance=prov, env=env) from e
             raise TraceError(
                 f"the program raised {type(e).__name__} at {prov.filename}:{prov.lineno} (`{prov.code}`) "
                 f"when traced at {at or 'the given sizes'}: {_first_line(e)}",

@@ -44,7 +44,7 @@ import sympy
 import z3
 
 from shapes.env import DataDependentError
-from shapes.errors import SpecError, SymshapeError, TraceError, UnsupportedOpError
+from shapes.errors import SpecError, SymshapeError, TraceError, TracerLimitation
 from shapes.functions import FloorDiv, PyMod, TrueDiv
 from shapes.spec import Dim, default_hints, parse_dims, parse_specs
 from shapes.tracer import trace
@@ -216,7 +216,7 @@ def _first_line(e: BaseException) -> str:
 
 def _engine_limitation(exc: BaseException) -> bool:
     """An exception symshape itself raised inside the program call (not the program's error)."""
-    return isinstance(exc, (SymshapeError, DataDependentError)) or str(exc).startswith("symshape:")
+    return isinstance(exc, (SymshapeError, DataDependentError))
 
 
 @dataclass
@@ -267,7 +267,7 @@ class _Search:
             what = f"branches on data: {to_python(e.expr)}" + (_origins(env, [e.expr]) if env is not None else "")
             return _Outcome(Status.DATA_DEPENDENT, env, message=_first_line(e),
                             decision=ClassError(type(e).__name__, what, p.filename, p.lineno, p.code, p.op))
-        except UnsupportedOpError as e:
+        except TracerLimitation as e:
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None), message=_first_line(e))
         except SymshapeError:
             raise  # e.g. translation validation found an unsound engine step: never a class
