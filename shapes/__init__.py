@@ -10,7 +10,7 @@ Example::
 """
 from .env import DataDependentError, ShapeEnv
 from .flops import FlopReport, count_flops
-from .errors import GuardViolation, SpecError, SymshapeError, TraceError, UnsupportedOpError
+from .errors import GuardViolation, SpecError, SymshapeError, TraceError, TracerLimitation, UnsupportedOpError
 from .guard import Decision, Guard, GuardKind, LogEntry
 from .program import TracedProgram
 from .provenance import Provenance
@@ -21,5 +21,5 @@ from .value_ranges import ValueRange, bound
 __all__ = [
     "trace", "ShapeEnv", "TracedProgram", "Guard", "GuardKind", "Decision", "LogEntry", "Provenance",
     "Dim", "InputSpec", "parse_spec", "ValueRange", "bound", "DataDependentError", "GuardViolation",
-    "SpecError", "SymshapeError", "TraceError", "UnsupportedOpError", "count_flops", "FlopReport",
+    "SpecError", "SymshapeError", "TraceError", "TracerLimitation", "UnsupportedOpError", "count_flops", "FlopReport",
 ]

@@ -595,7 +595,8 @@ class ShapeEnv:
             raise DataDependentError(s, prov, sorted((x for x in s.free_symbols if x in self.unbacked), key=str), self)
         hint = self.hint_of(s)
         if hint is None:
-            raise RuntimeError(f"symshape: cannot evaluate {s}: it has no example value")
+            from .errors import TracerLimitation
+            raise TracerLimitation(f"symshape: cannot evaluate {s}: it has no example value")
         prov = provenance or capture(self._current_op())
         if is_bool:
             cond = s if hint else _negate(s)

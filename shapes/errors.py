@@ -37,8 +37,51 @@ class TraceError(SymshapeError, RuntimeError):
         self.env = env
 
 
-class UnsupportedOpError(SymshapeError, NotImplementedError):
+class TracerLimitation(SymshapeError, NotImplementedError):
+    """symshape itself cannot trace this yet: a limitation of the engine, never
+    an error of the program.
+
+    Tools tell it apart by type: dinfer, explain and flops say "symshape cannot
+    trace this yet" instead of blaming the program.
+
+    Example::
+
+        >>> import shapes
+        >>> from shapes.errors import TracerLimitation, UnsupportedOpError
+        >>> issubclass(UnsupportedOpError, TracerLimitation)
+        True
+    """
+
+
+class UnsupportedOpError(TracerLimitation):
     """A torch op symshape cannot model symbolically."""
+
+
+class EngineFailure(TracerLimitation):
+    """An unexpected exception inside symshape's own code while tracing.
+
+    ``exc`` is the original exception; the trace stopped at the user line
+    ``provenance``.
+    """
+
+    def __init__(self, message, *, exc=None, provenance=None, env=None):
+        super().__init__(message)
+        self.exc = exc
+        self.provenance = provenance
+        self.env = env
+
+
+class AdapterGap(TracerLimitation, AttributeError):
+    """torch asked symshape's ShapeEnv adapter for something it does not provide
+    (an AttributeError too, so torch's ``hasattr`` probes keep working)."""
+
+
+def program_error(exc: BaseException) -> BaseException:
+    """Mark an exception the engine raises *for the program* (the error eager
+    PyTorch raises at these sizes), so the tracer does not take it for an
+    engine failure."""
+    exc.symshape_program_error = True
+    return exc
 
 
 class GuardViolation(SymshapeError, AssertionError):

@@ -210,7 +210,7 @@ _LOOKUPS = {
     "put": (0, None, 1, "negative", IndexError),
     "put_": (0, None, 1, "negative", IndexError),
 }
-_ADVANCED = {"index", "index_put", "index_put_", "_index_put_impl_"}
+_ADVANCED = {"index", "index_put", "index_put_", "_index_put_impl_", "_unsafe_index"}
 
 
 def _numel(t):

@@ -220,7 +220,24 @@ class SymExprNode:
             return self._make(self.expr ** e, builtins.int)
         if e.is_Integer:
             return self._make(sympy.Pow(self.expr, e), builtins.float)
-        raise NotImplementedError(f"symshape: symbolic power {self.expr} ** {e} is not supported")
+        if e.is_number:
+            # A float exponent (``D ** 0.5``, SDPA's default scale): torch has already
+            # checked the base is >= 0 (SymFloat.__pow__), so the result is real.
+            return self._make(sympy.Pow(self._as_float(), sympy.Float(e)), builtins.float)
+        from .errors import TracerLimitation
+        raise TracerLimitation(f"symshape: a power with a symbolic exponent ({self.expr} ** {e}) is not supported")
+
+    def _as_float(self):
+        return self.expr if self.pytype is builtins.float else ToFloat(self.expr)
+
+    def sym_sqrt(self):
+        from .errors import TracerLimitation, program_error
+        if self.env.static_bool(sympy.Ge(self.expr, 0)) is not True:
+            if not self.env.expect_true(sympy.Ge(self.expr, 0), message="sqrt of a negative size"):
+                raise program_error(ValueError("math domain error"))
+        if not isinstance(self.expr, sympy.Expr):
+            raise TracerLimitation(f"symshape: sqrt of {self.expr} is not supported")
+        return self._make(sympy.Pow(self._as_float(), sympy.Float(0.5)), builtins.float)
 
     pow_by_natural = pow
     float_pow = pow
@@ -259,7 +276,8 @@ class SymExprNode:
         return self._make(TruncToInt(self.expr), builtins.int)
 
     def round(self, ndigits=None):
-        raise NotImplementedError("symshape: round() of a symbolic size is not supported")
+        from .errors import TracerLimitation
+        raise TracerLimitation("symshape: round() of a symbolic size is not supported")
 
     def is_integer(self):
         return self.wrap_bool(self.pytype is builtins.int)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import sympy
 
+from .errors import UnsupportedOpError
+
 
 class ShapeEnvFacade:
     """Answers torch's calls to ``node.shape_env`` from our ShapeEnv."""
@@ -61,7 +63,8 @@ class ShapeEnvFacade:
     def size_hint(self, expr, *, allow_none=False):
         v = self._env.hint_of(sympy.sympify(expr))
         if v is None and not allow_none:
-            raise RuntimeError(f"symshape: {expr} depends on data and has no example value")
+            raise UnsupportedOpError(f"torch asked for the example value of {expr}, which depends on data "
+                                     f"and has none")
         return None if v is None else sympy.sympify(v)
 
     def is_unbacked_symint(self, sym):
@@ -83,7 +86,8 @@ class ShapeEnvFacade:
         return self._env.simplify(sympy.sympify(expr))
 
     def __getattr__(self, name):
-        raise AttributeError(
+        from .errors import AdapterGap
+        raise AdapterGap(
             f"symshape: torch asked its ShapeEnv for {name!r}, which symshape's adapter does not "
             f"provide (torch {__import__('torch').__version__}). Please report this with the program "
             f"that triggered it."

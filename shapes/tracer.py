@@ -25,12 +25,14 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import data_dependent, eager_checks, index_bounds, limits
+from . import data_dependent, eager_checks, index_bounds, library_tracing, limits
+from .creation import CreationMode
 from .env import DataDependentError, ShapeEnv
-from .errors import SpecError, SymshapeError, TraceError, UnsupportedOpError
+from .errors import (EngineFailure, SpecError, SymshapeError, TraceError, TracerLimitation, UnsupportedOpError,
+                     program_error)
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from .program import TracedProgram
-from .provenance import Provenance, _is_engine, _is_library
+from .provenance import Provenance, _is_engine, _is_library, capture
 from .spec import Dim, DimExpr, default_hints, parse_dims, parse_specs
 from .size_oblivious import decided_bool_flags
 from .symnode import sym_value
@@ -100,9 +102,11 @@ class _GraphBuilder:
                 self.tensor_nodes[id(x)] = (x, node)
                 return x
             if x.device.type == "meta":
-                raise UnsupportedOpError(
-                    "symshape: the program used a meta tensor that symshape did not create; "
-                    "create tensors inside the program from the inputs (e.g. torch.zeros(..., device=x.device))"
+                prov = capture(self.env._current_op())
+                raise TracerLimitation(
+                    f"symshape: {prov.op or 'an op'} at {prov.location()} received a tensor on the meta "
+                    f"device that torch made outside the ops symshape records, so its values are unknown "
+                    f"to the trace. This is a limitation of symshape; please report it with this line."
                 )
             name = f"_const_{len(self.constants)}"
             self.constants[name] = x
@@ -213,7 +217,7 @@ class _GraphBuilder:
         elif isinstance(e, sympy.Or):
             node = fold(operator.or_)
         else:
-            raise UnsupportedOpError(f"symshape: cannot emit the size expression {e} ({type(e).__name__})")
+            raise TracerLimitation(f"symshape: cannot emit the size expression {e} ({type(e).__name__})")
         if isinstance(node, torch.fx.Node):
             node.meta["expr"] = e
         return node
@@ -222,7 +226,7 @@ class _GraphBuilder:
         if isinstance(a, torch.Tensor):
             entry = self.tensor_nodes.get(id(a))
             if entry is None:
-                raise UnsupportedOpError("symshape: an op received a tensor the tracer does not know")
+                raise TracerLimitation("symshape: an op received a tensor the tracer does not know")
             return entry[1]
         if isinstance(a, SymTypes):
             return self.expr_node(a.node.expr)
@@ -357,10 +361,10 @@ class _Recorder(TorchDispatchMode):
         try:
             for cond, msg, exc in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty):
                 if not self.env.expect_true(cond, message=msg):
-                    raise exc(msg)
+                    raise program_error(exc(msg))
             for cond, msg in eager_checks.checks(func, args, kwargs):
                 if not self.env.expect_true(cond, message=msg):
-                    raise RuntimeError(msg)
+                    raise program_error(RuntimeError(msg))
             handler = data_dependent.HANDLERS.get(func)
             res = handler(self.env, func, args, kwargs) if handler else None
             if res is None:
@@ -512,6 +516,27 @@ def _user_frame_of(exc: BaseException) -> Provenance:
     return Provenance(filename=best.filename, lineno=best.lineno or 0,
                       code=(best.line or linecache.getline(best.filename, best.lineno or 0)).strip(),
                       function=best.name)
+
+
+def _engine_frame_of(exc: BaseException) -> Optional[str]:
+    """Where symshape's own code raised ``exc`` ("file:line"), or None when the
+    exception is the program's (raised by torch, a library, the user's code, or
+    by the engine on purpose for the program)."""
+    if getattr(exc, "symshape_program_error", False):
+        return None
+    last = None
+    for fs in traceback.extract_tb(exc.__traceback__):
+        fn = fs.filename
+        if _is_engine(fn) or not (_is_library(fn) and not fn.startswith(_TORCH_DIR)):
+            # sympy and the standard library are the engine's helpers: the frame
+            # that called them decides whose exception it is.
+            last = fs
+    if last is not None and _is_engine(last.filename):
+        return f"{os.path.basename(last.filename)}:{last.lineno}"
+    return None
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
 def _meta_like(t: torch.Tensor) -> torch.Tensor:
@@ -689,8 +714,9 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         grad_mode = contextlib.ExitStack()
         grad_mode.enter_context(torch.enable_grad())
         grad_mode.enter_context(_composite_autograd_on_meta())
-    with grad_mode, enable_python_dispatcher(), eager_checks.eager_kernels(), _ModuleScope(program, builder), \
-            _Recorder(builder, env, progress), decided_bool_flags():
+    with grad_mode, enable_python_dispatcher(), library_tracing.as_exporting(), eager_checks.eager_kernels(), \
+            _ModuleScope(program, builder), _Recorder(builder, env, progress), CreationMode(builder), \
+            decided_bool_flags():
         try:
             if by_keyword:
                 out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs)
@@ -713,6 +739,13 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
                 raise err from e
             prov = _user_frame_of(e)
             at = ", ".join(f"{n}={hints[n]}" for n in names)
+            engine = _engine_frame_of(e)
+            if engine is not None:
+                raise EngineFailure(
+                    f"symshape failed inside its engine ({type(e).__name__} at {engine}) while tracing "
+                    f"{prov.filename}:{prov.lineno} (`{prov.code}`) at {at or 'the given sizes'}: "
+                    f"{_first_line(e)}. This is a limitation of symshape, not an error of the program; "
+                    f"please report it.", exc=e, provenance=prov, env=env) from e
             raise TraceError(
                 f"the program raised {type(e).__name__} at {prov.filename}:{prov.lineno} (`{prov.code}`) "
                 f"when traced at {at or 'the given sizes'}: {_first_line(e)}",

@@ -246,6 +246,24 @@ class UnsupportedExpression(TypeError):
     """An expression kind the range analysis does not know (never silently skipped)."""
 
 
+def real_power(x: ValueRange, p: float, e=None) -> ValueRange:
+    """``x ** p`` for a real exponent over a non-negative base, rounded outward.
+
+    Monotone on ``[0, inf)``: increasing for ``p > 0``, decreasing for ``p < 0``.
+    """
+    if x.lower < 0 or (p < 0 and x.lower <= 0):
+        raise UnsupportedExpression(f"power with a real exponent of a base that may be negative or 0: {e}")
+
+    def pw(v, toward):
+        if v in (INF, -INF):
+            return INF if p > 0 else 0.0
+        return math.nextafter(float(v) ** p, toward)
+
+    if p > 0:
+        return ValueRange(pw(x.lower, -math.inf), pw(x.upper, math.inf))
+    return ValueRange(pw(x.upper, -math.inf), pw(x.lower, math.inf))
+
+
 def bound(expr, ranges: Mapping[sympy.Symbol, ValueRange], _cache=None) -> ValueRange:
     """Sound bounds of ``expr`` with each symbol in ``ranges`` (missing: unbounded)."""
     cache = {} if _cache is None else _cache
@@ -301,6 +319,8 @@ def _bound_structural(e, ranges, cache) -> ValueRange:
         base, ex = e.args
         if ex.is_Integer:
             return power(b(base), int(ex))
+        if ex.is_number:
+            return real_power(b(base), float(ex), e)
         raise UnsupportedExpression(f"power with non-integer exponent: {e}")
     if isinstance(e, FloorDiv):
         return floordiv(b(e.args[0]), b(e.args[1]))

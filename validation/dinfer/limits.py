@@ -33,7 +33,6 @@ import sys
 import threading
 import time
 
-from shapes import errors as _errors
 from shapes.errors import DataDependentError, SymshapeError
 
 # torch raises TypeError when a symbolic value reaches C++ code that wants a plain
@@ -52,10 +51,7 @@ def engine_limitation(exc: BaseException) -> bool:
         >>> engine_limitation(RuntimeError("shape '[-1, 4]' is invalid for input of size 6"))
         False
     """
-    typed = getattr(_errors, "TracerLimitation", None)
-    if typed is not None and isinstance(exc, typed):
-        return True
-    if isinstance(exc, (SymshapeError, DataDependentError)) or str(exc).startswith("symshape:"):
+    if isinstance(exc, (SymshapeError, DataDependentError)):  # TracerLimitation is a SymshapeError
         return True
     return isinstance(exc, TypeError) and bool(_SYMBOLIC_TYPE.search(str(exc)))
 

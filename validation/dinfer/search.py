@@ -14,7 +14,7 @@ import sympy
 import z3
 
 from shapes.env import DataDependentError
-from shapes.errors import SpecError, SymshapeError, TraceError, UnsupportedOpError
+from shapes.errors import SpecError, SymshapeError, TraceError, TracerLimitation
 from shapes.spec import Dim, default_hints, parse_dims, parse_specs
 from shapes.tracer import trace
 
@@ -194,13 +194,10 @@ class _Search:
             what = f"branches on data: {to_python(e.expr, names)}" + (_origins(env, [e.expr]) if env is not None else "")
             return _Outcome(Status.DATA_DEPENDENT, env, message=_first_line(e),
                             decision=ClassError(type(e).__name__, what, p.filename, p.lineno, p.code, p.op))
-        except UnsupportedOpError as e:
+        except TracerLimitation as e:
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None),
                             message=f"unsupported by symshape: {_strip_prefix(_first_line(e))}", limitation=e)
-        except SymshapeError as e:
-            if _typed_limitation(e):
-                return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None),
-                                message=f"unsupported by symshape: {_strip_prefix(_first_line(e))}", limitation=e)
+        except SymshapeError:
             raise  # e.g. translation validation found an unsound engine step: never a class
         except Exception as e:  # symshape failed outside the program call: say so, never guess
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None), limitation=e,
@@ -436,9 +433,3 @@ def _strip_prefix(msg: str) -> str:
     return msg[len("symshape:"):].strip() if msg.startswith("symshape:") else msg
 
 
-def _typed_limitation(e) -> bool:
-    """symshape's typed "cannot trace this" (other SymshapeErrors, like translation
-    validation finding an unsound engine step, are never an outcome)."""
-    from shapes import errors
-    typed = getattr(errors, "TracerLimitation", None)
-    return typed is not None and isinstance(e, typed)
