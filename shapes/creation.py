@@ -27,6 +27,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from .errors import program_error
+from .index_bounds import IndexRange
 
 _SYM = (torch.SymInt, torch.SymFloat, torch.SymBool)
 _TensorBase = torch._C.TensorBase
@@ -102,7 +103,7 @@ class CreationMode(TorchFunctionMode):
             out = self._stack(data, dtype)
             if dtype in (torch.int64, torch.int32) and len(leaves) == 1 and isinstance(leaves[0], torch.SymInt):
                 e = leaves[0].node.expr
-                self.builder.value_bounds[id(out)] = (e, e)
+                self.builder.value_bounds[id(out)] = IndexRange(e, e)
             return out
         # Made on the CPU, the tensor becomes a graph constant at its first op (the
         # recorder adopts real tensors); its meta twin is what the program sees.
@@ -112,7 +113,7 @@ class CreationMode(TorchFunctionMode):
         m = self.builder.adopt(real)
         if leaves and not (dtype.is_floating_point or dtype.is_complex or dtype is torch.bool):
             vals = [int(v) for v in leaves]
-            self.builder.value_bounds[id(m)] = (sympy.Integer(min(vals)), sympy.Integer(max(vals)))
+            self.builder.value_bounds[id(m)] = IndexRange(sympy.Integer(min(vals)), sympy.Integer(max(vals)))
         return m
 
     def _stack(self, data, dtype):
