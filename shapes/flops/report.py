@@ -377,7 +377,7 @@ class FlopReport:
     @property
     def dims(self) -> list[str]:
         """The named dims of the program's inputs, in spec order."""
-        from .spec import dim_names
+        from ..spec import dim_names
         names = []
         for s in self.traced.specs:
             for d in dim_names(s.dims):
@@ -415,11 +415,11 @@ class FlopReport:
         (where this trace's guards fail) a trace at those sizes, made once and
         kept in :attr:`pieces`.  Raises :class:`~shapes.errors.GuardViolation`
         where the program raises or a dim's range excludes the sizes."""
-        from .flop_pieces import piece_for
+        from .pieces import piece_for
         return piece_for(self, self._given(sizes))
 
     def piecewise(self):
-        """FLOPs as one closed form per path (a :class:`~shapes.flop_pieces.PiecewiseCount`),
+        """FLOPs as one closed form per path (a :class:`~shapes.flops.pieces.PiecewiseCount`),
         after tracing the corners where dims are 1 (and 0, where their range has it).
 
         Example::
@@ -428,7 +428,7 @@ class FlopReport:
             >>> print(shapes.count_flops(torch.nn.Linear(4, 3), "x: f32[B, 4]").piecewise())
             always: 24*B
         """
-        from .flop_pieces import piecewise
+        from .pieces import piecewise
         return piecewise(self)
 
     def _eval(self, expr, subs) -> int:
@@ -463,7 +463,7 @@ class FlopReport:
         given = self._given(sizes)
         piece = self.piece_at(given)
         if expr is not None and piece is not self:
-            from .flop_pieces import to_python
+            from .pieces import to_python
             bad = self.traced.failing_guards(given)[0]
             raise GuardViolation(
                 f"at {', '.join(f'{k}={v}' for k, v in given.items())} the program takes another path (the guard "

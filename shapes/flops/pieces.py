@@ -27,10 +27,10 @@ from typing import Mapping
 
 import sympy
 
-from .errors import GuardViolation, SymshapeError
-from .functions import FloorDiv, PyMod
-from .guard import GuardKind
-from .spec import Dim
+from ..errors import GuardViolation, SymshapeError
+from ..functions import FloorDiv, PyMod
+from ..guard import GuardKind
+from ..spec import Dim
 
 #: At most this many dims get every combination of size-1 corners explored.
 _CORNER_DIMS = 4
@@ -65,8 +65,8 @@ def _refuse(report, given, g):
 
 
 def _trace_piece(report, given):
-    from .flops import FlopReport
-    from .tracer import trace
+    from .report import FlopReport
+    from ..tracer import trace
     tp = report.traced
     dims = {}
     for n, v in given.items():
