@@ -776,6 +776,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         output_shapes=output_shapes, out_spec=out_spec, hints=hints, dims=dmap,
         dim_symbols=dim_symbols, by_keyword=by_keyword,
     )
+    # How to trace the same program again at other sizes (a FLOP count's other paths).
+    tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad}
     for c in checkers:
         c.finish(tp)
     return tp

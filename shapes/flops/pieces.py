@@ -73,7 +73,8 @@ def _trace_piece(report, given):
         d = tp.dims.get(n, Dim())
         dims[n] = Dim(min(d.min, v), d.max, v) if d.min > v and tp.env.specialize_zero_one else Dim(d.min, d.max, v)
     try:
-        traced = trace(tp.program, *tp.specs, dims=dims, specialize_zero_one=tp.env.specialize_zero_one)
+        traced = trace(tp.program, *tp.specs, dims=dims, specialize_zero_one=tp.env.specialize_zero_one,
+                       **getattr(tp, "trace_options", {}))
     except SymshapeError as e:
         at = ", ".join(f"{k}={v}" for k, v in given.items())
         g = tp.failing_guards(given)[0]
