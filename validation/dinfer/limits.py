@@ -52,12 +52,19 @@ def engine_limitation(exc: BaseException) -> bool:
         >>> engine_limitation(RuntimeError("shape '[-1, 4]' is invalid for input of size 6"))
         False
     """
-    typed = getattr(_errors, "TracerLimitation", None)
-    if typed is not None and isinstance(exc, typed):
+    if typed_limitation(exc):
         return True
     if isinstance(exc, (SymshapeError, DataDependentError)) or str(exc).startswith("symshape:"):
         return True
     return isinstance(exc, TypeError) and bool(_SYMBOLIC_TYPE.search(str(exc)))
+
+
+def typed_limitation(exc: BaseException) -> bool:
+    """True if ``exc`` is symshape's typed "cannot trace this" (``TracerLimitation``, once
+    shapes.errors has it).  Other SymshapeErrors raised by a trace, like translation
+    validation finding an unsound engine step, are never an outcome of the program."""
+    typed = getattr(_errors, "TracerLimitation", None)
+    return typed is not None and isinstance(exc, typed)
 
 
 class TraceTimeout(BaseException):

@@ -21,7 +21,7 @@ from shapes.tracer import trace
 from ..input_space import ClassError, InputSpace, ShapeClass, Status, _holds, to_python
 from ..z3_translate import UntranslatableExpression
 from .assume import assume_data_branches, dim_and_data_names
-from .limits import TraceTimeout, engine_limitation, time_limit
+from .limits import TraceTimeout, engine_limitation, time_limit, typed_limitation
 from .suggest import suggest_spec
 from .summary import summarize
 from .z3box import Z3Box
@@ -197,7 +197,7 @@ class _Search:
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None),
                             message=f"unsupported by symshape: {_strip_prefix(_first_line(e))}", limitation=e)
         except SymshapeError as e:
-            if _typed_limitation(e):
+            if typed_limitation(e):
                 return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None),
                                 message=f"unsupported by symshape: {_strip_prefix(_first_line(e))}", limitation=e)
             raise  # e.g. translation validation found an unsound engine step: never a class
@@ -422,11 +422,3 @@ def _runs(c) -> bool:
 
 def _strip_prefix(msg: str) -> str:
     return msg[len("symshape:"):].strip() if msg.startswith("symshape:") else msg
-
-
-def _typed_limitation(e) -> bool:
-    """symshape's typed "cannot trace this" (other SymshapeErrors, like translation
-    validation finding an unsound engine step, are never an outcome)."""
-    from shapes import errors
-    typed = getattr(errors, "TracerLimitation", None)
-    return typed is not None and isinstance(e, typed)
