@@ -33,7 +33,7 @@ import sys
 import threading
 import time
 
-from shapes.errors import DataDependentError, SymshapeError
+from shapes.errors import DataDependentError, SymshapeError, TracerLimitation
 
 # torch raises TypeError when a symbolic value reaches C++ code that wants a plain
 # Python value ("argument 'is_causal' must be bool, not SymBool"): that is a limit
@@ -54,6 +54,18 @@ def engine_limitation(exc: BaseException) -> bool:
     if isinstance(exc, (SymshapeError, DataDependentError)):  # TracerLimitation is a SymshapeError
         return True
     return isinstance(exc, TypeError) and bool(_SYMBOLIC_TYPE.search(str(exc)))
+
+
+def typed_limitation(exc: BaseException) -> bool:
+    """True if ``exc`` is symshape's typed "cannot trace this" (:class:`~shapes.errors.TracerLimitation`).
+    Other SymshapeErrors raised by a trace, like translation validation finding an
+    unsound engine step, are never an outcome of the program.
+
+    >>> from shapes.errors import UnsupportedOpError
+    >>> typed_limitation(UnsupportedOpError("no model of aten.foo")), typed_limitation(ValueError("x"))
+    (True, False)
+    """
+    return isinstance(exc, TracerLimitation)
 
 
 class TraceTimeout(BaseException):

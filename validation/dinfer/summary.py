@@ -45,6 +45,8 @@ from .z3box import bound_of
 
 #: Most candidate atoms tried per region (the simplest first).
 MAX_ATOMS = 96
+#: A form this short is taken without trying the longer-to-compute ones.
+SHORT = 3
 
 
 @dataclass
@@ -207,6 +209,7 @@ class _Summarizer:
         else:
             self.universe = [z3.Or(*terms)] if terms else [z3.BoolVal(False)]
         self._tcache = {}
+        self._held = {}
 
     def term(self, c):
         t = self._tcache.get(c)
@@ -273,9 +276,29 @@ class _Summarizer:
             out.append(a)
         return out[:MAX_ATOMS]
 
+    def held(self, region_term, atoms):
+        """The atoms the region implies: one incremental solver, a push/pop per atom."""
+        key = region_term.hash()
+        if key in self._held:
+            return self._held[key]
+        s = self.z.solver(1500)
+        s.add(*self.universe, region_term)
+        out = []
+        for a in atoms:
+            if self.z.out_of_time():
+                break
+            s.push()
+            s.set(timeout=self.z.ms(1500))
+            s.add(z3.Not(self.term(a)))
+            if s.check() == z3.unsat:
+                out.append(a)
+            s.pop()
+        self._held[key] = out
+        return out
+
     def conj_form(self, region_term, atoms):
         """A conjunction of ``atoms`` equal to the region, shortest found, or None."""
-        held = [a for a in atoms if self.implies([region_term], self.term(a))]
+        held = self.held(region_term, atoms)
         if not self.implies([self.z.conj(held)], region_term):
             return None
         i = len(held) - 1
@@ -431,12 +454,14 @@ class _Summarizer:
             if conj is not None:
                 candidates.append([conj])
             others = [t for t in self.terms if not any(t is x for x in terms)]
-            if not self.z.out_of_time() and (others or self.space.complete):
+            short = conj is not None and len(conj) <= SHORT
+            if not short and not self.z.out_of_time() and (others or self.space.complete):
                 rest_term = z3.Not(region_term)
                 comp = self.conj_form(rest_term, atoms)
                 if comp is not None and comp:
                     candidates.append([(_negate(a),) for a in comp])
-            if not self.z.out_of_time():
+            short = short or any(sum(len(d) for d in c) <= SHORT for c in candidates)
+            if not short and not self.z.out_of_time():
                 candidates.append(self.widen(region_term, members))
         except (UntranslatableExpression, z3.Z3Exception):
             return r
