@@ -6,7 +6,7 @@ whose tensors all have rank >= 1, a fresh symbol per dim (see
 trace success, wrong output shapes, unsound accepts (symshape's guards
 accept sizes that torch's reject and eager fails), guard counts, trace time;
 then every sample where symshape is wrong, unsound, fails where torch
-traces, or needs more guards than torch.
+traces, accepts sizes where eager fails, or needs more guards than torch.
 
 Run::
 
@@ -90,6 +90,9 @@ def main(argv=None):
                                             if not r.sym_ok and r.torch_ok]),
         ("symshape traces, make_fx fails", [line(r, f"{r.torch_status}: {r.torch_error}") for r in results
                                             if r.sym_ok and not r.torch_ok]),
+        ("sizes both symshape and torch accept where eager fails (index values, or checks torch lacks too)",
+         [line(r, f"at {r.both_accept_errors[0][0]}: eager {r.both_accept_errors[0][1]}") for r in results
+          if r.both_accept_errors]),
         ("more guards than torch", [line(r, f"{r.sym_guards} vs {r.torch_guards}") for r in both
                                     if r.sym_guards > r.torch_guards]),
     ]

@@ -27,7 +27,7 @@ SUBSET = [
     "kron", "take_along_dim", "linalg.multi_dot", "std_mean", "nn.functional.hinge_embedding_loss",
     "nn.functional.margin_ranking_loss", "fft.fft", "fft.rfft", "fft.fft2", "nn.functional.max_pool2d",
     "nn.functional.interpolate", "nn.functional.pad", "slice_scatter", "select_scatter", "diagonal_scatter",
-    "index_put", "ormqr",
+    "index_put", "ormqr", "as_strided", "_unsafe_masked_index_put_accumulate",
 ]
 
 
@@ -55,12 +55,25 @@ def test_corpus_subset_traces_whatever_make_fx_traces(corpus_results):
     assert missed == []
 
 
-def test_corpus_subset_guard_counts(corpus_results):
-    from validation import opinfo
-    s = opinfo.summarize(corpus_results)
-    assert s.guards_le_pct >= 95.0, opinfo.table(corpus_results)
-    # Sizes other than the example were checked on most samples (the figures are not vacuous).
+def test_corpus_subset_checks_other_sizes(corpus_results):
+    # Sizes other than the example were checked on most samples: the figures above are not vacuous.
     assert sum(r.points > 1 for r in corpus_results) >= 0.8 * len(corpus_results)
+
+
+@pytest.fixture(scope="module")
+def strided_results():
+    """The first sample of every 8th OpInfo: an unbiased slice of the corpus (the subset above
+    leans to ops where symshape asserts eager checks that torch's meta kernels lack)."""
+    from validation import opinfo
+    names = [opinfo.op_name(o) for o in opinfo.op_db()][::8]
+    return opinfo.run_corpus(names, samples=1, timeout=60)
+
+
+def test_corpus_slice_sound_and_guard_counts(strided_results):
+    from validation import opinfo
+    s = opinfo.summarize(strided_results)
+    assert s.samples >= 60 and s.wrong == 0 and s.unsound == 0, opinfo.table(strided_results)
+    assert s.guards_le_pct >= 95.0, opinfo.table(strided_results)
 
 
 # -- eager's checks and shapes, op by op ----------------------------------------------------
@@ -209,8 +222,9 @@ def test_fft_ortho_stays_symbolic(fn):
                                                                       dict(N=4, C=6, K=3, M=3, D=5)]),
     (lambda a, t, o: torch.ormqr(a, t, o), ["a: f32[N, C]", "t: f32[K]", "o: f32[N, M]"],
      [dict(N=7, C=5, K=5, M=6), dict(N=4, C=6, K=4, M=3)], [dict(N=7, C=5, K=4, M=6), dict(N=4, C=6, K=3, M=3)]),
-], ids=["slice_scatter", "select_scatter", "diagonal_scatter", "index_put", "ormqr"])
-def test_scatter_into_view_checks_src_shape(fn, specs, good, bad):
-    # torch's meta kernels return a tensor like self without checking src; eager checks it.
+    (lambda x: torch.as_strided(x, (2, 2), (1, 2), 1), ["x: f32[N]"], [dict(N=8), dict(N=5)], [dict(N=4)]),
+], ids=["slice_scatter", "select_scatter", "diagonal_scatter", "index_put", "ormqr", "as_strided"])
+def test_checks_torch_meta_kernels_lack(fn, specs, good, bad):
+    # torch's meta kernels return a tensor like self without checking src (or the storage bound); eager does.
     _, outcomes = agrees_with_eager(fn, specs, dims=good[0], at=good + bad)
     assert outcomes == ["ok"] * len(good) + ["eager fails"] * len(bad)

@@ -45,6 +45,10 @@ _CHECKS = {
     aten.index_put.default: lambda args, kwargs: scatter.index_put_checks(*args, **kwargs),
     aten.index_put_.default: lambda args, kwargs: scatter.index_put_checks(*args, **kwargs),
     aten._unsafe_index_put.default: lambda args, kwargs: scatter.index_put_checks(*args, **kwargs),
+    aten._unsafe_masked_index_put_accumulate.default:
+        lambda args, kwargs: scatter.masked_index_put_checks(*args, **kwargs),
+    aten.as_strided.default: lambda args, kwargs: scatter.as_strided_checks(*args, **kwargs),
+    aten.as_strided_copy.default: lambda args, kwargs: scatter.as_strided_checks(*args, **kwargs),
     aten.ormqr.default: lambda args, kwargs: scatter.ormqr_checks(*args, **kwargs),
 }
 

@@ -123,3 +123,23 @@ def ormqr_checks(input, tau, other, left=True, transpose=False):
     want = sympy.Min(_e(other.shape[k]), _e(input.shape[-1]))
     return [(sympy.Eq(_e(tau.shape[-1]), want),
              f"torch.ormqr: tau.shape[-1] must be equal to min(other.shape[{k}], input.shape[-1])")]
+
+
+def masked_index_put_checks(self, mask, indices, values, *rest):
+    """``_unsafe_masked_index_put_accumulate``: values broadcast to the indexed shape, as for index_put."""
+    return index_put_checks(self, indices, values)
+
+
+def as_strided_checks(x, size, stride, storage_offset=None):
+    """The view must lie inside the storage of ``x`` (eager's ``setStorage`` check)."""
+    try:
+        nbytes = _e(x.untyped_storage().nbytes())
+    except Exception:  # noqa: BLE001 - no storage size to compare with: the kernel decides
+        return []
+    off = _e(x.storage_offset() if storage_offset is None else storage_offset)
+    sizes, strides = [_e(s) for s in size], [_e(s) for s in stride]
+    item = x.element_size()
+    need = (off + sum(((s - 1) * st for s, st in zip(sizes, strides)), sympy.Integer(0)) + 1) * item
+    ok = sympy.Or(*[sympy.Eq(s, 0) for s in sizes], sympy.Le(need, nbytes))
+    return [(ok, f"setStorage: sizes {sizes}, strides {strides}, storage offset {off}, and itemsize {item} "
+                 f"requiring a storage size of {need} are out of bounds for storage of size {nbytes}")]
