@@ -108,7 +108,11 @@ class TracedProgram:
         for g in (self.env.constraints if constraints else []) + self.env.records:
             if not g.expr.free_symbols <= subs.keys():
                 continue
-            if g.expr.xreplace(subs) is not sympy.true:
+            try:
+                holds = g.expr.xreplace(subs) is sympy.true
+            except ZeroDivisionError:  # it divides by a size that is 0 here: not this path
+                holds = False
+            if not holds:
                 bad.append(g)
         return bad
 
