@@ -104,7 +104,11 @@ def _exact_quotient(env, a, d):
     # x // k with k | x is exactly x/k: lets T // (T // 8) cancel to 8.
     exact = {f: f.args[0] / f.args[1] for f in (a.atoms(FloorDiv) | d.atoms(FloorDiv))
              if _pos_int(f.args[1]) and divides(env, int(f.args[1]), f.args[0])}
-    q = sympy.cancel(a.xreplace(exact) / d.xreplace(exact)) if exact else sympy.cancel(a / d)
+    for _ in range(3):  # nested exact quotients ((x // 4 + r) // 4): substitute consistently
+        exact = {f: _subst_top(v, exact) for f, v in exact.items()}
+    # Substitute only where x // k is a term or factor: inside another floordiv or
+    # mod the rational x/k would break the integer arguments those rules assume.
+    q = sympy.cancel(_subst_top(a, exact) / _subst_top(d, exact)) if exact else sympy.cancel(a / d)
     if not _is_int_poly(q):
         return None
     # x // k with k | x is nonzero exactly when x is: ranges alone lose that.
@@ -112,6 +116,16 @@ def _exact_quotient(env, a, d):
     if env.static_bool(sympy.Ne(nz, 0), log=False) is not True:
         return None
     return q
+
+
+def _subst_top(e, table):
+    """``e`` with ``table`` applied to its sum/product structure, not inside functions."""
+    if e in table:
+        return table[e]
+    if e.is_Add or e.is_Mul or e.is_Pow:
+        args = [_subst_top(a, table) for a in e.args]
+        return e.func(*args) if any(x is not y for x, y in zip(args, e.args)) else e
+    return e
 
 
 def rule_floordiv_cancel(env, e):
@@ -252,6 +266,52 @@ def rule_mod_split(env, e):
     return PyMod(r, k)
 
 
+def rule_mod_inner_mod(env, e):
+    """(c*(a % k) + r) % k  ->  (c*a + r) % k   for integer c (a % k is a mod k).
+
+    Padding written as ``(k - a % k) % k`` becomes ``(-a) % k``, whose sum with
+    ``a`` is then known to be a multiple of k.
+    """
+    if not isinstance(e, PyMod):
+        return None
+    k = e.args[1]
+    if k.is_number and _pos_int(k) is None:
+        return None
+    changed = False
+    terms = []
+    for t in sympy.Add.make_args(e.args[0]):
+        c, rest = t.as_coeff_Mul()
+        if c.is_Integer and isinstance(rest, PyMod) and rest.args[1] == k:
+            terms.append(c * rest.args[0])
+            changed = True
+        elif c.is_Integer and not k.is_number and rest == k:
+            changed = True  # a multiple of a symbolic k: (c*k + r) % k == r % k
+        else:
+            terms.append(t)
+    return PyMod(sympy.Add(*terms), k) if changed else None
+
+
+def rule_pad_multiple(env, e):
+    """a + (-a) % k  ->  k * ((a + k - 1) // k)   for k > 0: padding a up to a multiple of k.
+
+    The product form lets ``padded // k`` cancel, also for a symbolic k (a
+    window size that depends on the input).
+    """
+    if not e.is_Add:
+        return None
+    for m in e.args:
+        if not isinstance(m, PyMod):
+            continue
+        x, k = m.args
+        rest = e - m
+        if sympy.expand(rest + x) != 0:
+            continue
+        if not (_pos_int(k) or env.static_bool(sympy.Gt(k, 0), log=False) is True):
+            continue
+        return k * FloorDiv(rest + k - 1, k)
+    return None
+
+
 def rule_mod_divisible(env, e):
     """a % k  ->  0   when k | a is known."""
     if not isinstance(e, PyMod):
@@ -327,6 +387,8 @@ RULES: dict[str, Callable] = {
     "mod_split": rule_mod_split,
     "mod_cancel": rule_mod_cancel,
     "mod_gcd": rule_mod_gcd,
+    "mod_inner_mod": rule_mod_inner_mod,
+    "pad_multiple": rule_pad_multiple,
     "mod_divisible": rule_mod_divisible,
     "mod_range": rule_mod_range,
     "min_max": rule_min_max,
@@ -335,6 +397,7 @@ RULES: dict[str, Callable] = {
     "trunc_int": rule_trunc_int,
 }
 
+# pad_multiple fires on Adds holding a PyMod
 _RULE_TYPES = (FloorDiv, PyMod, sympy.Min, sympy.Max, Where, sympy.floor, sympy.ceiling, TruncToInt)
 
 
