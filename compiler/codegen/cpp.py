@@ -81,8 +81,9 @@ template <typename T> static inline T nan_max(T a, T b) { return (a != a) ? a : 
 template <typename T> static inline T nan_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 """
 
-# Elements of work per OpenMP thread before another thread pays for its start-up.
-PARALLEL_WORK = 32768
+# Element-ops per OpenMP thread (~0.1 ms vectorized) before another thread pays for its start-up,
+# which on a loaded machine is a scheduler time slice, not microseconds.
+PARALLEL_WORK = 1 << 18
 #: float32 lanes of one AVX-512 register: the aligned size class has row extents divisible by it.
 VEC = 16
 
