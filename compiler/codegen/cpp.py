@@ -1,9 +1,16 @@
 """C++/OpenMP kernels for scheduled groups, built with gcc and loaded by ctypes.
 
-Every kernel is ``extern "C" void NAME(void** bufs, const int64_t* sizes)``:
+Every kernel is ``extern "C" int NAME(void** bufs, const int64_t* sizes)``:
 buffer pointers in the kernel's argument order and the program's dim values,
-so one shared object serves every size.  Shared objects are cached by source
-hash under ``$SYMSHAPE_CACHE`` (default ``~/.cache/symshape``).
+so one shared object serves every size.  Row loops (reductions and row
+stores) are ``#pragma omp simd`` loops: gcc vectorizes them, calling glibc's
+vector math (libmvec) for exp/erf/tanh/..., with vector accumulators for
+reductions; rows run on OpenMP threads only when each thread gets
+:data:`PARALLEL_WORK` elements.  Each kernel is built in size-class
+variants (:func:`size_classes`) and its entry picks one per call from the
+sizes and returns its index, so a new size class never retraces.  Shared
+objects are cached by source hash under ``$SYMSHAPE_CACHE`` (default
+``~/.cache/symshape``): a second process with the same program runs no gcc.
 
 Example::
 
@@ -12,8 +19,9 @@ Example::
     >>> from compiler.scheduler import schedule
     >>> from compiler.codegen.cpp import CPP
     >>> lp = lower(shapes.trace(lambda x: torch.relu(x) + 1, "x: f32[N]"))
-    >>> "extern \\"C\\" void kernel0" in CPP.generate(lp, schedule(lp))[0]
-    True
+    >>> src, meta = CPP.generate(lp, schedule(lp))
+    >>> "extern \\"C\\" int kernel0" in src, meta["kernel0"][1]
+    (True, ['a16', 'any'])
 """
 from __future__ import annotations
 
@@ -24,16 +32,20 @@ import os
 import subprocess
 import tempfile
 import threading
+from dataclasses import dataclass
 
+import sympy
 import torch
 
 from ..exprs import to_cpp
-from ..ir import JVAR, RVAR, OpKind, compute_dtype, flat_index
+from ..ir import JVAR, RVAR, OpKind, ReductionKind, compute_dtype, flat_index
 from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
 
 # Half types are stored as their 16 bits and converted at loads and stores (computed in float).
 CTYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
           torch.bool: "bool", torch.float16: "uint16_t", torch.bfloat16: "uint16_t"}
+#: Buffer element types: bool tensors as their bytes (0/1), so loads and stores vectorize.
+BUF_CTYPES = {**CTYPES, torch.bool: "uint8_t"}
 
 PRELUDE = r"""
 #include <cmath>
@@ -41,6 +53,15 @@ PRELUDE = r"""
 #include <algorithm>
 #include <limits>
 #include <cstring>
+#include <omp.h>
+// glibc's vector math (libmvec, same special cases as the scalar functions, <= 4 ulp): declared
+// SIMD-callable so `#pragma omp simd` loops vectorize exp/erf/... without -ffast-math.
+#define SYMSHAPE_SIMD(fn) extern "C" { double fn(double) noexcept __attribute__((__simd__("notinbranch"))); \
+  float fn##f(float) noexcept __attribute__((__simd__("notinbranch"))); }
+SYMSHAPE_SIMD(exp) SYMSHAPE_SIMD(log) SYMSHAPE_SIMD(sin) SYMSHAPE_SIMD(cos) SYMSHAPE_SIMD(tanh)
+SYMSHAPE_SIMD(erf) SYMSHAPE_SIMD(log1p) SYMSHAPE_SIMD(expm1)
+extern "C" { double pow(double, double) noexcept __attribute__((__simd__("notinbranch")));
+  float powf(float, float) noexcept __attribute__((__simd__("notinbranch"))); }
 // float16 through the compiler's _Float16 (IEEE round-to-nearest-even conversions).
 static inline float h2f(uint16_t b) { _Float16 h; std::memcpy(&h, &b, 2); return (float)h; }
 static inline uint16_t f2h(float f) { _Float16 h = (_Float16)f; uint16_t b; std::memcpy(&b, &h, 2); return b; }
@@ -60,8 +81,52 @@ template <typename T> static inline T nan_max(T a, T b) { return (a != a) ? a : 
 template <typename T> static inline T nan_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 """
 
-# Enough work per call before OpenMP threads pay for themselves.
-PARALLEL_WORK = 32768
+# Element-ops per OpenMP thread (~0.1 ms vectorized) before another thread pays for its start-up,
+# which on a loaded machine is a scheduler time slice, not microseconds.
+PARALLEL_WORK = 1 << 18
+#: float32 lanes of one AVX-512 register: the aligned size class has row extents divisible by it.
+VEC = 16
+
+
+@dataclass(frozen=True)
+class SizeClass:
+    """A kernel variant's size class: every loop extent a multiple of :data:`VEC` (``aligned``)."""
+
+    tag: str
+    aligned: bool
+    extents: tuple
+
+    def predicate(self, g: KernelGen) -> str:
+        """The C++ condition on the sizes under which this variant runs."""
+        return " && ".join(f"(({g.expr(e)}) % {VEC} == 0)" for e in self.extents) or "true"
+
+
+def size_classes(g: KernelGen) -> list:
+    """``[(tag, SizeClass or None)]``: the variants to build, tried in order at call time.
+
+    The aligned variant is built where some row extent (reduction length or
+    stored row length) is symbolic or a constant multiple of :data:`VEC`; the
+    general one (``None``) unless the aligned one holds for every size.
+
+    >>> import torch, shapes
+    >>> from compiler.lowering import lower
+    >>> from compiler.scheduler import schedule
+    >>> lp = lower(shapes.trace(lambda x: torch.softmax(x, -1), "x: f32[B, T]"))
+    >>> k = schedule(lp)[0]
+    >>> [t for t, _ in size_classes(KernelGen(CPP, k, lp, CPP.sym_names(lp)))]
+    ['a16', 'any']
+    """
+    k = g.kernel
+    extents = list(dict.fromkeys([r.rsize for r, _, _ in k.reductions] + [L for _, L, _ in k.inner_stores]))
+    if not extents:
+        return [("any", None)]
+    consts = [sympy.sympify(e) for e in extents if sympy.sympify(e).is_Integer]
+    if any(int(c) % VEC for c in consts):
+        return [("any", None)]
+    cls = SizeClass("a16", True, tuple(extents))
+    if len(consts) == len(extents):
+        return [("a16", cls)]
+    return [("a16", cls), ("any", None)]
 
 
 def _minmax(which):
@@ -127,6 +192,7 @@ def cache_dir() -> str:
 
 
 CXXFLAGS = ["-O3", "-fopenmp", "-march=native", "-shared", "-fPIC", "-std=c++17", "-fno-math-errno"]
+LDFLAGS = ["-lmvec", "-lm"]
 _lock = threading.Lock()
 BUILD_COUNT = {"gcc": 0}
 
@@ -143,7 +209,7 @@ def build(source: str) -> ctypes.CDLL:
                 f.write(source)
             tmp_so = tmp_cpp[:-4] + ".so"
             cxx = os.environ.get("CXX", "g++")
-            r = subprocess.run([cxx, *CXXFLAGS, tmp_cpp, "-o", tmp_so], capture_output=True, text=True)
+            r = subprocess.run([cxx, *CXXFLAGS, tmp_cpp, "-o", tmp_so, *LDFLAGS], capture_output=True, text=True)
             if r.returncode != 0:
                 raise RuntimeError(f"symshape: C++ kernel build failed:\n{r.stderr[-4000:]}\nsource: {tmp_cpp}")
             os.replace(tmp_so, so)  # atomic: concurrent builders never load a half-written file
@@ -153,7 +219,7 @@ def build(source: str) -> ctypes.CDLL:
 
 
 class CppTarget(Target):
-    """C++17 with OpenMP: rows of a kernel in parallel, reductions as scalar loops."""
+    """C++17 with OpenMP: rows of a kernel in parallel, row loops vectorized (``omp simd``)."""
 
     name = "C++"
     op_table = OP_TABLE
@@ -165,6 +231,9 @@ class CppTarget(Target):
         return _const(value, dtype)
 
     def declare(self, name, code, dtype) -> str:
+        if dtype == torch.bool:
+            # gcc 12 vectorizes no loop holding a C++ bool value; a 0/1 int vectorizes with floats.
+            return f"const int {name} = (int)(bool)({code});"
         return f"const {CTYPES[dtype]} {name} = {code};"
 
     def load(self, scope: Scope, v) -> str:
@@ -177,23 +246,54 @@ class CppTarget(Target):
         return to_cpp(e, names)
 
     def kernel_source(self, g: KernelGen):
+        k = g.kernel
+        simd = not (set(k.reads) & g.written)  # no buffer is both read and written: lanes are independent
+        variants = size_classes(g) if simd else [("any", None)]
+        fns, checks = [], []
+        for tag, cls in variants:
+            fname = f"{k.name}__{tag}"
+            fns.append(f"static void {fname}(void** bufs, const int64_t* sizes) {{")
+            fns += self._body(g, cls, simd)
+            fns.append("}")
+            checks.append((cls.predicate(g) if cls else "true", fname))
+        out = fns + [f'extern "C" int {k.name}(void** bufs, const int64_t* sizes) {{']
+        out += self._sym_lines(g)
+        for i, (pred, fname) in enumerate(checks):
+            out.append(f"  if ({pred}) {{ {fname}(bufs, sizes); return {i}; }}")
+        out += ["  return -1;", "}"]
+        return "\n".join(out), [tag for tag, _ in variants]
+
+    def _sym_lines(self, g):
+        return [f"  const int64_t {g.sym_names[s]} = sizes[{i}]; (void){g.sym_names[s]};"
+                for i, s in enumerate(g.lp.symbols)]
+
+    def _body(self, g: KernelGen, cls, simd: bool):
+        """One size-class variant's statements; ``cls`` None is the general one."""
         k, lp = g.kernel, g.lp
-        out = [f'extern "C" void {k.name}(void** bufs, const int64_t* sizes) {{']
-        for i, s in enumerate(lp.symbols):
-            out.append(f"  const int64_t {g.sym_names[s]} = sizes[{i}]; (void){g.sym_names[s]};")
+        out = self._sym_lines(g)
         for i, name in enumerate(g.args):
-            ct = CTYPES[lp.buffers[name].dtype]
+            ct = BUF_CTYPES[lp.buffers[name].dtype]
             q = "" if name in g.written else "const "
             out.append(f"  {q}{ct}* __restrict__ {g.ptr[name]} = ({q}{ct}*)bufs[{i}];")
+        vec = simd
+
+        def extent(e):
+            # Under the aligned class every extent is a multiple of the vector width: saying so
+            # in the trip count lets gcc drop the scalar epilogue.
+            x = g.expr(e)
+            return f"(({x}) & ~(int64_t){VEC - 1})" if cls is not None and cls.aligned else x
+
         ov = k.outer_vars
         rows = " * ".join(f"(int64_t)({g.expr(s)})" for s in k.outer) or "1"
         work = " + ".join([f"(int64_t)({g.expr(r.rsize)})" for r, _, _ in k.reductions]
                           + [f"(int64_t)({g.expr(L)})" for _, L, _ in k.inner_stores] + ["1"])
-        out.append(f"  const bool par = ({rows}) * ({work}) >= {PARALLEL_WORK};")
+        # Threads only where each gets at least PARALLEL_WORK elements: tiny sizes stay serial.
+        out.append(f"  const int64_t nt = std::min<int64_t>(omp_get_max_threads(), "
+                   f"({rows}) * ({work}) / {PARALLEL_WORK});")
         ind = "  "
         if ov:
             coll = f" collapse({len(ov)})" if len(ov) > 1 else ""
-            out.append(f"  #pragma omp parallel for{coll} if(par)")
+            out.append(f"  #pragma omp parallel for{coll} num_threads(nt > 1 ? nt : 1) if(parallel: nt > 1)")
             for v, s in zip(ov, k.outer):
                 out.append(f"{ind}for (int64_t {v} = 0; {v} < {g.expr(s)}; {v}++)")
                 ind += "  "
@@ -206,22 +306,39 @@ class CppTarget(Target):
             ident = {"sum": _const(0, acc_dt),
                      "max": _const(-math.inf, acc_dt) if fl else f"std::numeric_limits<{ct}>::lowest()",
                      "min": _const(math.inf, acc_dt) if fl else f"std::numeric_limits<{ct}>::max()"}[red.op]
-            row.lines.append(f"{ind}{ct} red{n} = {ident};")
-            row.lines.append(f"{ind}for (int64_t {RVAR} = 0; {RVAR} < {g.expr(red.rsize)}; {RVAR}++) {{")
+            acc = f"red{n}"
+            row.lines.append(f"{ind}{ct} {acc} = {ident};")
+            nan = fl and red.op != "sum"
+            if nan:
+                # NaN propagates through max/min (eager's semantics): tracked apart from the
+                # comparison so the loop stays an OpenMP max/min reduction.
+                row.lines.append(f"{ind}int {acc}_nan = 0;")
+            if vec and acc_dt != torch.bool:
+                clause = f"reduction({'+' if red.op == 'sum' else ReductionKind(red.op).value}:{acc})"
+                row.lines.append(f"{ind}#pragma omp simd {clause}" + (f" reduction(|:{acc}_nan)" if nan else ""))
+            row.lines.append(f"{ind}for (int64_t {RVAR} = 0; {RVAR} < {extent(red.rsize)}; {RVAR}++) {{")
             inner = Scope(g, ind + "  ", parent=row)
             v = inner.emit(g.accumulated(body))
-            acc = f"red{n}"
-            upd = {"sum": f"{acc} += {v};",
-                   "max": f"{acc} = ({v} > {acc} || {v} != {v}) ? {v} : {acc};",
-                   "min": f"{acc} = ({v} < {acc} || {v} != {v}) ? {v} : {acc};"}[red.op]
+            cmp = ">" if red.op == "max" else "<"
+            if red.op == "sum":
+                upd = f"{acc} += {v};"
+            elif nan:
+                upd = f"{acc} = {v} {cmp} {acc} ? {v} : {acc}; {acc}_nan |= ({v} != {v});"
+            else:
+                upd = f"{acc} = {v} {cmp} {acc} ? {v} : {acc};"
             row.lines += inner.lines + [f"{ind}  {upd}", f"{ind}}}"]
+            if nan:
+                row.lines.append(f"{ind}if ({acc}_nan) {acc} = NAN;")
         for buf, value in k.row_stores:
             v = row.emit(value)
             row.lines.append(f"{ind}{g.ptr[buf.name]}[{g.index(flat_index(ov, buf.strides))}] = {v};")
         for buf, L, value in k.inner_stores:
             if not ov and not k.reductions:
-                row.lines.append(f"{ind}#pragma omp parallel for if(par)")
-            row.lines.append(f"{ind}for (int64_t {JVAR} = 0; {JVAR} < {g.expr(L)}; {JVAR}++) {{")
+                row.lines.append(f"{ind}#pragma omp parallel for{' simd' if vec else ''} "
+                                 f"num_threads(nt > 1 ? nt : 1) if(parallel: nt > 1)")
+            elif vec:
+                row.lines.append(f"{ind}#pragma omp simd")
+            row.lines.append(f"{ind}for (int64_t {JVAR} = 0; {JVAR} < {extent(L)}; {JVAR}++) {{")
             inner = Scope(g, ind + "  ", parent=row)
             v = inner.emit(value)
             idx = g.index(flat_index(ov + (JVAR,), buf.strides))
@@ -229,8 +346,7 @@ class CppTarget(Target):
         out += row.lines
         if ov:
             out.append(f"{ind[:-2]}}}")
-        out.append("}")
-        return "\n".join(out), None
+        return out
 
     def module_source(self, parts) -> str:
         return "\n\n".join([PRELUDE] + parts)
@@ -241,12 +357,17 @@ class CppTarget(Target):
     def launcher(self, module, name, meta, lp):
         fn = getattr(module, name)
         fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        fn.restype = None
+        fn.restype = ctypes.c_int
+        calls = dict.fromkeys(meta, 0)
 
-        def launch(tensors, sizes, _fn=fn):
+        def launch(tensors, sizes, _fn=fn, _tags=meta, _calls=calls):
             ptrs = (ctypes.c_void_p * len(tensors))(*[t.data_ptr() for t in tensors])
             vals = (ctypes.c_int64 * max(len(sizes), 1))(*sizes)
-            _fn(ptrs, vals)
+            i = _fn(ptrs, vals)
+            if i < 0:
+                raise RuntimeError(f"symshape: no size-class variant of {name} holds for sizes {tuple(sizes)}")
+            _calls[_tags[i]] += 1
+        launch.variant_calls = calls  # size-class tag -> launches (selected by the kernel's C++ predicate)
         return launch
 
 

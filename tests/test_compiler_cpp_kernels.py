@@ -1,0 +1,85 @@
+"""The C++ kernels themselves: size-class variants chosen per call, vectorized
+math, NaN semantics of vector reductions, and the on-disk build cache."""
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import compiler
+import shapes
+from compiler.codegen import cpp as cpp_codegen
+from compiler.codegen.cpp import CPP
+from compiler.lowering import lower
+from compiler.scheduler import schedule
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _softmax_ln(x):
+    y = torch.softmax(x * 0.5, dim=-1)
+    return torch.nn.functional.gelu(torch.nn.functional.layer_norm(y + x, x.shape[-1:]))
+
+
+def test_size_class_change_selects_another_variant_without_retrace():
+    f = compiler.compile(_softmax_ln, "x: f32[B, T]")
+    builds = cpp_codegen.BUILD_COUNT["gcc"]
+    launch = f.variants[0].launchers["kernel0"][1]
+    assert set(launch.variant_calls) == {"a16", "any"}
+    seen = []
+    torch.manual_seed(0)
+    for B, T in [(3, 32), (2, 33), (5, 16), (4, 7), (2, 5), (2, 1024)]:
+        before = dict(launch.variant_calls)
+        x = torch.randn(B, T)
+        torch.testing.assert_close(f(x), _softmax_ln(x), atol=2e-6, rtol=1e-5)
+        used = [t for t in before if launch.variant_calls[t] == before[t] + 1]
+        assert len(used) == 1
+        seen.append(used[0])
+    # T a multiple of 16 runs the aligned variant, any other T the general one.
+    assert seen == ["a16", "any", "a16", "any", "any", "a16"]
+    assert f.stats["traces"] == 1 and f.stats["variants"] == 1
+    assert cpp_codegen.BUILD_COUNT["gcc"] == builds
+
+
+@pytest.mark.parametrize("T", [16, 37])
+def test_vector_max_min_keep_nan_and_inf(T):
+    f = compiler.compile(lambda x: (x.amax(-1), x.amin(-1), x.sum(-1)), "x: f32[B, T]")
+    x = torch.randn(6, T)
+    x[1, T // 2] = float("nan")
+    x[2, -1] = float("nan")
+    x[3, 0] = float("inf")
+    x[4, :] = -float("inf")
+    x[5, :] = float("nan")
+    for out, ref in zip(f(x), (x.amax(-1), x.amin(-1), x.sum(-1))):
+        torch.testing.assert_close(out, ref, equal_nan=True, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"), reason="libmvec is glibc's x86-64 vector math")
+def test_transcendentals_call_vector_math():
+    lp = lower(shapes.trace(_softmax_ln, "x: f32[B, T]"))
+    src, _ = CPP.generate(lp, schedule(lp))
+    so = cpp_codegen.build(src)._name
+    with open(so, "rb") as fh:
+        blob = fh.read()
+    # glibc vector variants are named _ZGV<isa><mask><lanes>v_<name>.
+    assert b"v_expf" in blob and b"v_erff" in blob
+
+
+def test_second_process_with_same_program_compiles_nothing(tmp_path):
+    script = textwrap.dedent("""
+        import torch, compiler
+        from compiler.codegen import cpp as cpp_codegen
+        f = compiler.compile(lambda x: torch.softmax(x, -1) * torch.sigmoid(x), "x: f32[B, T]")
+        x = torch.randn(3, 40)
+        assert torch.allclose(f(x), torch.softmax(x, -1) * torch.sigmoid(x), atol=1e-6)
+        print(cpp_codegen.BUILD_COUNT["gcc"])
+    """)
+    env = {**os.environ, "SYMSHAPE_CACHE": str(tmp_path), "PYTHONPATH": ROOT}
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    assert [int(r.stdout.split()[-1]) for r in runs] == [1, 0]
