@@ -151,11 +151,19 @@ def _decomposes_in_eager(func) -> bool:
     return not (_has(name, "CPU") or _has(name, "CompositeExplicitAutograd"))
 
 
+#: Composite ops kept whole in the graph: eager runs a fused kernel for them on real
+#: devices (flash attention for CPU and CUDA), while their decomposition on meta tensors
+#: is the unfused math path; FLOP counting and the compiler need the op itself.
+KEEP_WHOLE = frozenset({aten.scaled_dot_product_attention.default})
+
+
 def eager_decomposition(func):
     """The function to run instead of ``func``'s meta kernel, or None.
 
     It runs with the tracer's mode active, so the ops it calls are traced.
     """
+    if func in KEEP_WHOLE:
+        return None
     impl = IMPLEMENTATIONS.get(func)
     if impl is not None:
         return impl

@@ -200,16 +200,22 @@ class MaskAnalysis:
                     if not isinstance(start, (int, sympy.Basic)) or not self.proved(sympy.Ge(start, 0)):
                         return None
                     base = (base[0], base[1] + start)
+            # Still one index along a single dim: whether it indexes rows or columns is
+            # read off the shape where it is compared (views may move that dim first).
             nonone = [i for i, s in enumerate(shape) if s != 1]
-            if len(nonone) != 1:
-                return None
-            if len(shape) == 1:
-                return base
-            if nonone == [len(shape) - 2]:
-                return ("i", base[1]) if base[0] in ("v", "i") else None
-            if nonone == [len(shape) - 1]:
-                return ("j", base[1]) if base[0] in ("v", "j") else None
+            return base if len(nonone) == 1 else None
+        return None
+
+    def role(self, n, v):
+        """``("i", k)`` (row index + k) or ``("j", k)`` (column index + k) for index value ``v`` of node ``n``."""
+        shape = self.shape(n)
+        if v is None or shape is None:
             return None
+        nonone = [i for i, s in enumerate(shape) if s != 1]
+        if len(shape) == 1 or nonone == [len(shape) - 1]:
+            return ("j", v[1])
+        if len(shape) >= 2 and nonone == [len(shape) - 2]:
+            return ("i", v[1])
         return None
 
     # -- boolean masks -----------------------------------------------------------------------
@@ -252,12 +258,20 @@ class MaskAnalysis:
         if p in (aten.bitwise_and, aten.logical_and, aten.mul) and len(a) == 2:
             x, y = self.pred(a[0]), self.pred(a[1])
             return _and(x, y, self.env) if x is not None and y is not None else None
+        if p in (aten.ge, aten.gt) and len(a) == 2 and not isinstance(a[1], torch.fx.Node):
+            # index >= c where the index starts at k >= c (arange(k, ...)): true everywhere
+            # (transformers' bidirectional mask under export: q_idx >= 0).
+            v = self.idx(a[0])
+            c = self.scalar(a[1])
+            if v is not None and c is not None and v[1].is_number:
+                start = float(v[1])
+                if start > c or (p is aten.ge and start == c):
+                    return ALL
         if p in (aten.le, aten.lt, aten.ge, aten.gt) and len(a) == 2:
-            x, y = self.idx(a[0]), self.idx(a[1])
+            # A 1-D index broadcasts along the last dim: it is the column index.
+            x, y = self.role(a[0], self.idx(a[0])), self.role(a[1], self.idx(a[1]))
             if x is None or y is None:
                 return None
-            # A 1-D index broadcasts along the last dim: it is the column index.
-            x, y = (("j", x[1]) if x[0] == "v" else x), (("j", y[1]) if y[0] == "v" else y)
             if {x[0], y[0]} != {"i", "j"}:
                 return None
             # Normalize to "j - i  op  k".
