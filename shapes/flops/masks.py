@@ -280,8 +280,12 @@ class MaskAnalysis:
             else:
                 k, op = x[1] - y[1], {aten.le: aten.ge, aten.lt: aten.gt, aten.ge: aten.le, aten.gt: aten.lt}[p]
             return {aten.le: Band(hi=k), aten.lt: Band(hi=k - 1), aten.ge: Band(lo=k), aten.gt: Band(lo=k + 1)}[op]
-        if p in _PASS and a and isinstance(a[0], torch.fx.Node) and self.last2_same(n, a[0]):
-            return self.pred(a[0])
+        if p in _PASS and a and isinstance(a[0], torch.fx.Node):
+            base = self.pred(a[0])
+            # Everything (or nothing) stays so when broadcast; a band only where the last two dims stay.
+            if base is not None and (base.empty or (base.lo is None and base.hi is None)):
+                return base
+            return base if self.last2_same(n, a[0]) else None
         return None
 
     # -- additive biases: 0 where kept, -inf (or very negative) where masked -----------------
