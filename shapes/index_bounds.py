@@ -90,6 +90,14 @@ def lookup_checks(func, args, bounds_of):
         n = _e(x.shape[dim])
         return [(sympy.Ge(b[0], -n), f"index_select index {b[0]} out of range for size {n}"),
                 (sympy.Lt(b[1], n), f"index_select index {b[1]} out of range for size {n}")]
+    if func is aten.gather.default:
+        x, dim, idx = args[0], args[1], args[2]
+        b = bounds_of(idx)
+        if b is None or x.dim() == 0:
+            return []
+        n = _e(x.shape[dim])
+        return [(sympy.Ge(b[0], 0), f"gather index {b[0]} must be >= 0"),
+                (sympy.Lt(b[1], n), f"gather index {b[1]} is out of bounds for dimension {dim} with size {n}")]
     if func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._unsafe_index.Tensor):
         # x[..., idx, ...] with index tensors (e.g. a list index made a constant):
         # each must lie in [-n, n) for its dim, as eager checks.

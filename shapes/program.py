@@ -108,7 +108,11 @@ class TracedProgram:
         for g in (self.env.constraints if constraints else []) + self.env.records:
             if not g.expr.free_symbols <= subs.keys():
                 continue
-            if g.expr.xreplace(subs) is not sympy.true:
+            try:
+                holds = g.expr.xreplace(subs) is sympy.true
+            except ZeroDivisionError:  # e.g. (H//4) % ... at H < 4: the guard's sizes do not exist
+                holds = False
+            if not holds:
                 bad.append(g)
         return bad
 
