@@ -320,7 +320,7 @@ def _as_program(obj, name, target):
 # --------------------------------------------------------------------------- writing
 
 
-def _toml_value(v) -> str:
+def toml_value(v) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, int):
@@ -330,14 +330,14 @@ def _toml_value(v) -> str:
     if isinstance(v, str):
         return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+        return "{ " + ", ".join(f"{_key(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
 def _key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else _toml_value(k)
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else toml_value(k)
 
 
 def dims_to_toml(dims: dict) -> dict:
@@ -350,17 +350,17 @@ def render_entries(contracts, table: str) -> str:
     """The TOML text of ``contracts`` as ``[[table]]`` arrays (one per entry)."""
     blocks = []
     for c in contracts:
-        lines = [f"[[{table}]]", f"name = {_toml_value(c.name)}", f"program = {_toml_value(c.program)}"]
+        lines = [f"[[{table}]]", f"name = {toml_value(c.name)}", f"program = {toml_value(c.program)}"]
         if c.factory:
             lines.append("factory = true")
         if c.factory_args:
-            lines.append(f"factory_args = {_toml_value(c.factory_args)}")
-        lines.append(f"inputs = {_toml_value(c.inputs)}")
+            lines.append(f"factory_args = {toml_value(c.factory_args)}")
+        lines.append(f"inputs = {toml_value(c.inputs)}")
         if c.dims:
-            lines.append(f"dims = {_toml_value(dims_to_toml(c.dims))}")
+            lines.append(f"dims = {toml_value(dims_to_toml(c.dims))}")
         for k in EXPECTATIONS:
             if k in c.expectations:
-                lines.append(f"{k} = {_toml_value(c.expectations[k])}")
+                lines.append(f"{k} = {toml_value(c.expectations[k])}")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks) + "\n"
 

@@ -159,10 +159,7 @@ def _smallest(tr, dom, term, names_syms):
 
 def _z3box(sp, timeout_s: float = 10.0):
     """dinfer's Z3 view of the searched box (a class of its own since dinfer became a package)."""
-    try:
-        from validation.dinfer.z3box import Z3Box
-    except ImportError:
-        from validation.dinfer import _Z3Box as Z3Box
+    from validation.dinfer.z3box import Z3Box
     return Z3Box(list(sp.symbols), sp.symbols, sp.dims, timeout_s)
 
 
@@ -348,8 +345,8 @@ def _check_output(facts: _Facts, want) -> Finding:
 
 
 def _toml(v) -> str:
-    from .contracts import _toml_value
-    return _toml_value(v)
+    from .contracts import toml_value
+    return toml_value(v)
 
 
 def _shape_fact(output_shapes):

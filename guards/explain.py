@@ -41,7 +41,9 @@ from shapes.guard import Decision, Guard, GuardKind
 from shapes.errors import SpecError
 from shapes.spec import parse_sizes
 
-from .render import source_names, to_python
+from . import report_html, report_json, report_text
+from .checker import check_sizes
+from .render import short_path, source_names, to_python
 
 # Origins of a record: who asked the question that produced it.
 from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE, suggest  # noqa: E402
@@ -172,22 +174,18 @@ class Explanation:
 
     def text(self, width: int = 80) -> str:
         """The plain-text report, every line at most ``width`` columns."""
-        from .report_text import render
-        return render(self, width=width)
+        return report_text.render(self, width=width)
 
     def to_dict(self) -> dict:
         """The JSON report as a dict (it validates against ``guards/report.schema.json``)."""
-        from .report_json import to_dict
-        return to_dict(self)
+        return report_json.to_dict(self)
 
     def json(self, indent: int = 2) -> str:
-        from .report_json import dumps
-        return dumps(self, indent=indent)
+        return report_json.dumps(self, indent=indent)
 
     def html(self) -> str:
         """The HTML report: one self-contained page (inline CSS and JS, no network)."""
-        from .report_html import render
-        return render(self)
+        return report_html.render(self)
 
     def entry(self, index: int) -> Entry:
         return self.entries[index]
@@ -248,22 +246,6 @@ def _negate(expr):
 
 
 # ----------------------------------------------------------------------------- paths and source
-
-def short_path(filename: str) -> str:
-    """A path for reading: relative to the working directory when under it,
-    from ``site-packages/`` on for installed libraries."""
-    if not filename or filename.startswith("<"):
-        return filename or "<unknown>"
-    i = filename.rfind("site-packages" + os.sep)
-    if i >= 0:
-        return filename[i:]
-    try:
-        rel = os.path.relpath(filename)
-    except ValueError:
-        return filename
-    # Outside the working directory an absolute path reads better than ../..
-    return filename if rel.startswith(".." + os.sep) else rel
-
 
 def _snippet(filename: str, lineno: int, context: int = SNIPPET_CONTEXT):
     if not filename or filename.startswith("<") or lineno <= 0:
@@ -495,8 +477,6 @@ def _parse_at(text: str) -> dict:
 
 
 def _evaluate_at(traced, ex: Explanation, at) -> AtResult:
-    from .checker import check_sizes
-
     point = _parse_at(at) if isinstance(at, str) else {
         (k if isinstance(k, str) else k.name): v for k, v in dict(at).items()}
     dims = list(traced.hints)

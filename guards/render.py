@@ -16,6 +16,8 @@ Example::
 """
 from __future__ import annotations
 
+import os
+
 import re
 from typing import Mapping, Optional
 
@@ -312,3 +314,23 @@ def _sympy_calls(s: str) -> str:
             if m.group(1) == "Mod":
                 rep = f"({rep})"
         s = s[:m.start()] + rep + s[j:]
+
+
+def short_path(filename: str) -> str:
+    """A path for reading: relative to the working directory when under it,
+    from ``site-packages/`` on for installed libraries.
+
+    >>> short_path("/usr/lib/python3/site-packages/torch/nn/functional.py")
+    'site-packages/torch/nn/functional.py'
+    """
+    if not filename or filename.startswith("<"):
+        return filename or "<unknown>"
+    i = filename.rfind("site-packages" + os.sep)
+    if i >= 0:
+        return filename[i:]
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    # Outside the working directory an absolute path reads better than ../..
+    return filename if rel.startswith(".." + os.sep) else rel

@@ -23,7 +23,10 @@ import json
 import os
 from typing import Optional
 
-from .explain import Explanation
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .explain import Explanation
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report.schema.json")
 SCHEMA_VERSION = 1

@@ -18,8 +18,13 @@ from __future__ import annotations
 
 import textwrap
 
-from .explain import (INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE, Entry, Explanation,
-                      short_path)
+from typing import TYPE_CHECKING
+
+from .render import short_path
+from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .explain import Entry, Explanation
 
 _KIND_TITLE = {"guard": "guard", "runtime_assert": "runtime assert", "specialization": "specialization"}
 _LABEL_WIDTH = 12

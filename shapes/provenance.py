@@ -34,11 +34,11 @@ _TORCH_PLUMBING = tuple(
 )
 
 
-def _is_engine(filename: str) -> bool:
+def is_engine_file(filename: str) -> bool:
     return filename.startswith(_ENGINE_DIRS)
 
 
-def _is_library(filename: str) -> bool:
+def is_library_file(filename: str) -> bool:
     if filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen"):
         return True
     # The standard library (contextlib, functools, ...) is never "user code",
@@ -94,9 +94,9 @@ def capture(current_op: Optional[str] = None, *, stack_depth: int = 6) -> Proven
     stack = []
     while f is not None:
         fn = f.f_code.co_filename
-        if _is_engine(fn):
+        if is_engine_file(fn):
             pass
-        elif _is_library(fn):
+        elif is_library_file(fn):
             if (user is None and torch_fn is None and fn.startswith(_TORCH_DIR)
                     and not fn.startswith(_TORCH_PLUMBING)):
                 torch_fn = _torch_function_name(fn, f.f_code.co_name)

@@ -32,7 +32,7 @@ from .errors import (EngineFailure, SpecError, SymshapeError, TraceError, Tracer
                      program_error)
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from .program import TracedProgram
-from .provenance import Provenance, _is_engine, _is_library, capture
+from .provenance import Provenance, is_engine_file, is_library_file, capture
 from .spec import Dim, DimExpr, default_hints, parse_dims, parse_specs
 from .size_oblivious import decided_bool_flags
 from .symnode import sym_value
@@ -509,7 +509,7 @@ def _user_frame_of(exc: BaseException) -> Provenance:
     import linecache
     best = None
     for fs in traceback.extract_tb(exc.__traceback__):
-        if not _is_engine(fs.filename) and not _is_library(fs.filename):
+        if not is_engine_file(fs.filename) and not is_library_file(fs.filename):
             best = fs
     if best is None:
         return Provenance()
@@ -527,11 +527,11 @@ def _engine_frame_of(exc: BaseException) -> Optional[str]:
     last = None
     for fs in traceback.extract_tb(exc.__traceback__):
         fn = fs.filename
-        if _is_engine(fn) or not (_is_library(fn) and not fn.startswith(_TORCH_DIR)):
+        if is_engine_file(fn) or not (is_library_file(fn) and not fn.startswith(_TORCH_DIR)):
             # sympy and the standard library are the engine's helpers: the frame
             # that called them decides whose exception it is.
             last = fs
-    if last is not None and _is_engine(last.filename):
+    if last is not None and is_engine_file(last.filename):
         return f"{os.path.basename(last.filename)}:{last.lineno}"
     return None
 

@@ -47,7 +47,7 @@ from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Wher
 from shapes.value_ranges import INF, bound
 
 from .concrete import compile_expr, evaluate
-from .translation import _model_values, _oblivious_symbols, divisors, validate_env
+from .translation import model_values, oblivious_symbols, divisors, validate_env
 from .z3_translate import Z3Translator
 
 _RELS = (sympy.Eq, sympy.Ne, sympy.Lt, sympy.Le, sympy.Gt, sympy.Ge)
@@ -536,7 +536,7 @@ class _Fuzzer:
         if v is None:
             return
         res.static_decided += 1
-        big = _oblivious_symbols(env)
+        big = oblivious_symbols(env)
         idx = [i for i, s in enumerate(syms) if s in big]
         for p in pts:
             if any(p[i] < 2 for i in idx):
@@ -553,7 +553,7 @@ class _Fuzzer:
             if m == "unknown":
                 res.z3_unknown += 1
             elif m is not None:
-                pt = _model_values(m, z3side.tr, syms)
+                pt = model_values(m, z3side.tr, syms)
                 named = {str(k): val for k, val in pt.items()}
                 try:
                     bad = bool(evaluate(c, pt)) != v and all(evaluate(f, pt) for f in env.facts)
@@ -600,7 +600,7 @@ class _Fuzzer:
             if m == "unknown":
                 res.z3_unknown += 1
                 continue
-            pt = _model_values(m, tr, syms)
+            pt = model_values(m, tr, syms)
             self.confirm(check, env, syms, expr, engine, pt, simp)
         if v is None and self.rng.random() < 0.5:
             # Could the engine have decided it?  Count as imprecise if Z3 proves it constant.

@@ -65,7 +65,7 @@ class ClassError:
                 "code": self.code, "op": self.op}
 
 
-def _holds(cond, subs) -> bool:
+def holds(cond, subs) -> bool:
     """``cond`` at a concrete point; a division by zero means the point is outside
     (the Z3 side of dinfer gives such conditions the same meaning)."""
     try:
@@ -151,7 +151,7 @@ class ShapeClass:
     def contains(self, sizes: Mapping) -> bool:
         """Whether the point ``sizes`` (dim symbol -> int) satisfies the predicate."""
         subs = {k: sympy.Integer(v) for k, v in sizes.items()}
-        return all(_holds(c, subs) for c in self.conditions)
+        return all(holds(c, subs) for c in self.conditions)
 
     def describe(self) -> str:
         """The predicate as a Python expression over the dim names."""

@@ -325,10 +325,10 @@ def _oblivious_assumptions(env, index: int) -> tuple:
     """What the size-oblivious step ``index`` assumed to be >= 2: the size atoms of a
     layout-only question (``env.oblivious_atoms``), else the unbacked sizes."""
     atoms = getattr(env, "oblivious_atoms", {}).get(index)
-    return tuple(atoms) if atoms else _oblivious_symbols(env)
+    return tuple(atoms) if atoms else oblivious_symbols(env)
 
 
-def _oblivious_symbols(env) -> tuple:
+def oblivious_symbols(env) -> tuple:
     """Unbacked sizes a size-oblivious decision may assume to be >= 2 (as the engine does)."""
     out = []
     for s in env.unbacked:
@@ -463,7 +463,7 @@ def _check_step(i: int, e: LogEntry, chk: _Checker, obl, prov) -> Optional[StepR
                           message=f"Z3 could not decide the step ({chk.solver.reason_unknown() or 'timeout'}); "
                                   f"it is NOT known to be sound")
     syms = _relevant_symbols(claim, chk, obl)
-    cx = _model_values(model, chk.tr, syms)
+    cx = model_values(model, chk.tr, syms)
     assumptions = list(chk.env.facts[:chk.n_asserted]) + [sympy.Ge(s, 2) for s in obl]
     if not chk.strict_division:
         assumptions += [sympy.Ne(d, 0) for d in divisors(e.before)]
@@ -489,7 +489,7 @@ def _relevant_symbols(claim, chk: _Checker, obl) -> list:
     return sorted(syms, key=str)
 
 
-def _model_values(model, tr: Z3Translator, syms) -> dict:
+def model_values(model, tr: Z3Translator, syms) -> dict:
     out = {}
     for s in syms:
         v = model.eval(tr.var(s), model_completion=True)
@@ -547,6 +547,6 @@ def _check_final(env, chk: _Checker) -> Optional[StepResult]:
     if r == z3.unknown:
         return StepResult(len(env.log), entry, "unknown", message="Z3 could not decide the final guard check")
     syms = sorted(orig.free_symbols | final.free_symbols, key=str)
-    cx = _model_values(s.model(), chk.tr, syms)
+    cx = model_values(s.model(), chk.tr, syms)
     return StepResult(len(env.log), entry, "unsound", claim=sympy.Equivalent(orig, final),
                       counterexample={str(k): v for k, v in cx.items()})

@@ -21,7 +21,7 @@ import torch
 from ..functions import PyMod
 
 
-def _e(x):
+def size_expr(x):
     return x.node.expr if isinstance(x, torch.SymInt) else sympy.Integer(int(x))
 
 
@@ -30,8 +30,8 @@ def _seq(v, n):
     return v * n if len(v) == 1 else v
 
 
-def _sizes(t) -> str:
-    return "[" + ", ".join(str(_e(s)) for s in t.shape) + "]"
+def sizes_of(t) -> str:
+    return "[" + ", ".join(str(size_expr(s)) for s in t.shape) + "]"
 
 
 def convolution_checks(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):
@@ -39,44 +39,44 @@ def convolution_checks(x, w, bias, stride, padding, dilation, transposed, output
     nsp = w.dim() - 2
     if nsp <= 0 or x.dim() != w.dim():
         return []  # ranks are static: the meta kernel reports them
-    g = _e(groups)
-    out_ch = _e(w.shape[0])
-    ws = _sizes(w)
+    g = size_expr(groups)
+    out_ch = size_expr(w.shape[0])
+    ws = sizes_of(w)
     checks = [
         (sympy.Ge(out_ch, g), f"Given groups={g}, expected weight to be at least {g} at dimension 0, "
                               f"but got weight of size {ws} instead"),
         (sympy.Eq(PyMod(out_ch, g), 0), f"Given groups={g}, expected weight to be divisible by {g} at "
                                         f"dimension 0, but got weight of size [{ws}] instead"),
     ]
-    c_in = _e(x.shape[1])
+    c_in = size_expr(x.shape[1])
     if not transposed:
-        want = _e(w.shape[1]) * g
-        checks.append((sympy.Eq(c_in, want), f"Given groups={g}, weight of size {ws}, expected input{_sizes(x)} "
+        want = size_expr(w.shape[1]) * g
+        checks.append((sympy.Eq(c_in, want), f"Given groups={g}, weight of size {ws}, expected input{sizes_of(x)} "
                                              f"to have {want} channels, but got {c_in} channels instead"))
         if bias is not None:
             checks.append(_bias_check(bias, out_ch, f"Given weight of size {ws}"))
         pad, dil = _seq(padding, nsp), _seq(dilation, nsp)
         for i in range(nsp):
-            size = _e(x.shape[2 + i]) + 2 * _e(pad[i])
-            kernel = _e(dil[i]) * (_e(w.shape[2 + i]) - 1) + 1
+            size = size_expr(x.shape[2 + i]) + 2 * size_expr(pad[i])
+            kernel = size_expr(dil[i]) * (size_expr(w.shape[2 + i]) - 1) + 1
             checks.append((sympy.Ge(size, kernel),
                            f"Calculated padded input size per channel: {size} in spatial dim {i}. Kernel size: "
                            f"{kernel}. Kernel size can't be greater than actual input size"))
     else:
         checks.append((sympy.Eq(c_in, out_ch), f"Given transposed=1, weight of size {ws}, expected input"
-                                               f"{_sizes(x)} to have {out_ch} channels, but got {c_in} channels "
+                                               f"{sizes_of(x)} to have {out_ch} channels, but got {c_in} channels "
                                                f"instead"))
         if bias is not None:
-            checks.append(_bias_check(bias, _e(w.shape[1]) * g, f"Given transposed=1, weight of size {ws}"))
+            checks.append(_bias_check(bias, size_expr(w.shape[1]) * g, f"Given transposed=1, weight of size {ws}"))
     return checks
 
 
 def _bias_check(bias, want, prefix):
     if bias.dim() != 1:
         return (sympy.false, f"{prefix}, expected bias to be 1-dimensional with {want} elements, but got bias of "
-                             f"size {_sizes(bias)} instead")
-    return (sympy.Eq(_e(bias.shape[0]), want), f"{prefix}, expected bias to be 1-dimensional with {want} "
-                                               f"elements, but got bias of size {_sizes(bias)} instead")
+                             f"size {sizes_of(bias)} instead")
+    return (sympy.Eq(size_expr(bias.shape[0]), want), f"{prefix}, expected bias to be 1-dimensional with {want} "
+                                               f"elements, but got bias of size {sizes_of(bias)} instead")
 
 
 def checks(args, kwargs):

@@ -16,13 +16,13 @@ from __future__ import annotations
 import sympy
 import torch
 
-from .conv import _e, _sizes
+from .conv import size_expr, sizes_of
 
 
 def _numel(t):
     n = sympy.Integer(1)
     for s in t.shape:
-        n = n * _e(s)
+        n = n * size_expr(s)
     return n
 
 
@@ -32,13 +32,13 @@ def nll_loss_checks(x, target, weight, *rest):
         return []  # ranks are static: the meta kernel reports them
     out = []
     if not (x.dim() == 1 and target.dim() == 0):
-        out.append((sympy.Eq(_e(x.shape[0]), _e(target.shape[0])),
-                    f"size mismatch (got input: {_sizes(x)}, target: {_sizes(target)})"))
+        out.append((sympy.Eq(size_expr(x.shape[0]), size_expr(target.shape[0])),
+                    f"size mismatch (got input: {sizes_of(x)}, target: {sizes_of(target)})"))
     if weight is not None:
-        n = _e(x.shape[-1])
+        n = size_expr(x.shape[-1])
         ok = sympy.Eq(_numel(weight), n) if weight.dim() == 1 else sympy.false
         out.append((ok, f"weight tensor should be defined either for all {n} classes or no classes but got "
-                        f"weight tensor of shape: {_sizes(weight)}"))
+                        f"weight tensor of shape: {sizes_of(weight)}"))
     return out
 
 
@@ -48,8 +48,8 @@ def nll_loss2d_checks(x, target, weight, *rest):
         return []
     out = []
     if weight is not None:
-        out.append((sympy.Eq(_numel(weight), _e(x.shape[1])),
+        out.append((sympy.Eq(_numel(weight), size_expr(x.shape[1])),
                     "weight tensor should be defined either for all or no classes"))
-    same = sympy.And(*[sympy.Eq(_e(x.shape[i]), _e(target.shape[j])) for i, j in ((0, 0), (2, 1), (3, 2))])
-    out.append((same, f"size mismatch (got input: {_sizes(x)} , target: {_sizes(target)}"))
+    same = sympy.And(*[sympy.Eq(size_expr(x.shape[i]), size_expr(target.shape[j])) for i, j in ((0, 0), (2, 1), (3, 2))])
+    out.append((same, f"size mismatch (got input: {sizes_of(x)} , target: {sizes_of(target)}"))
     return out

@@ -19,15 +19,15 @@ from __future__ import annotations
 import sympy
 import torch
 
-from .conv import _e, _sizes
+from .conv import size_expr, sizes_of
 
 
 def _same_shape(src, shape, what="src"):
     text = "[" + ", ".join(str(s) for s in shape) + "]"
-    msg = f"expected {what} to have a size equal to the slice of self. {what} size = {_sizes(src)}, slice size = {text}"
+    msg = f"expected {what} to have a size equal to the slice of self. {what} size = {sizes_of(src)}, slice size = {text}"
     if src.dim() != len(shape):
         return [(sympy.false, msg)]
-    return [(sympy.And(*[sympy.Eq(_e(a), b) for a, b in zip(src.shape, shape)]), msg)]
+    return [(sympy.And(*[sympy.Eq(size_expr(a), b) for a, b in zip(src.shape, shape)]), msg)]
 
 
 def _dim(d, n):
@@ -36,7 +36,7 @@ def _dim(d, n):
 
 def _bound(v, size):
     """A slice bound as eager normalizes it: negative counts from the end, then clamped to [0, size]."""
-    v = _e(v)
+    v = size_expr(v)
     if v.is_number and v < 0:
         return sympy.Max(v + size, 0)
     return sympy.Min(v, size)
@@ -46,12 +46,12 @@ def slice_scatter_checks(self, src, dim=0, start=None, end=None, step=1):
     if self.dim() == 0:
         return []
     d = _dim(dim, self.dim())
-    size = _e(self.shape[d])
+    size = size_expr(self.shape[d])
     lo = sympy.Integer(0) if start is None else _bound(start, size)
     hi = size if end is None else _bound(end, size)
-    step = _e(step)
+    step = size_expr(step)
     length = sympy.Max((hi - lo + step - 1) // step, 0) if step != 1 else sympy.Max(hi - lo, 0)
-    shape = [_e(s) for s in self.shape]
+    shape = [size_expr(s) for s in self.shape]
     shape[d] = length
     return _same_shape(src, shape)
 
@@ -60,22 +60,22 @@ def select_scatter_checks(self, src, dim, index):
     if self.dim() == 0:
         return []
     d = _dim(dim, self.dim())
-    size, i = _e(self.shape[d]), _e(index)
+    size, i = size_expr(self.shape[d]), size_expr(index)
     in_range = (sympy.And(sympy.Ge(i, -size), sympy.Lt(i, size)),
-                f"select(): index {i} out of range for tensor of size {_sizes(self)} at dimension {d}")
-    return [in_range] + _same_shape(src, [_e(s) for i, s in enumerate(self.shape) if i != d])
+                f"select(): index {i} out of range for tensor of size {sizes_of(self)} at dimension {d}")
+    return [in_range] + _same_shape(src, [size_expr(s) for i, s in enumerate(self.shape) if i != d])
 
 
 def diagonal_scatter_checks(self, src, offset=0, dim1=0, dim2=1):
     if self.dim() < 2:
         return []
     d1, d2 = _dim(dim1, self.dim()), _dim(dim2, self.dim())
-    s1, s2, off = _e(self.shape[d1]), _e(self.shape[d2]), _e(offset)
+    s1, s2, off = size_expr(self.shape[d1]), size_expr(self.shape[d2]), size_expr(offset)
     if off.is_number and off < 0:
         n = sympy.Max(sympy.Min(s1 + off, s2), 0)
     else:
         n = sympy.Max(sympy.Min(s1, s2 - off), 0)
-    shape = [_e(s) for i, s in enumerate(self.shape) if i not in (d1, d2)] + [n]
+    shape = [size_expr(s) for i, s in enumerate(self.shape) if i not in (d1, d2)] + [n]
     return _same_shape(src, shape)
 
 
@@ -91,9 +91,9 @@ def index_put_checks(self, indices, values, accumulate=False):
         if idx.dtype in (torch.bool, torch.uint8):
             for k in range(idx.dim()):
                 if pos + k < self.dim():
-                    out.append((sympy.Eq(_e(idx.shape[k]), _e(self.shape[pos + k])),
-                                f"The shape of the mask {_sizes(idx)} at index {k} does not match the shape of the "
-                                f"indexed tensor {_sizes(self)} at index {pos + k}"))
+                    out.append((sympy.Eq(size_expr(idx.shape[k]), size_expr(self.shape[pos + k])),
+                                f"The shape of the mask {sizes_of(idx)} at index {k} does not match the shape of the "
+                                f"indexed tensor {sizes_of(self)} at index {pos + k}"))
             pos += idx.dim()
         else:
             pos += 1
@@ -103,9 +103,9 @@ def index_put_checks(self, indices, values, accumulate=False):
         result = torch.ops.aten.index.Tensor(self, list(indices))
     except Exception:  # noqa: BLE001 - the kernel itself reports a bad index; its check comes first
         return out
-    r, v = [_e(s) for s in result.shape], [_e(s) for s in values.shape]
-    msg = (f"shape mismatch: value tensor of shape {_sizes(values)} cannot be broadcast to indexing result of "
-           f"shape {_sizes(result)}")
+    r, v = [size_expr(s) for s in result.shape], [size_expr(s) for s in values.shape]
+    msg = (f"shape mismatch: value tensor of shape {sizes_of(values)} cannot be broadcast to indexing result of "
+           f"shape {sizes_of(result)}")
     if len(v) > len(r):
         # Leading size-1 dims of values are dropped before broadcasting.
         extra = v[:len(v) - len(r)]
@@ -120,8 +120,8 @@ def ormqr_checks(input, tau, other, left=True, transpose=False):
     if input.dim() < 2 or other.dim() < 2 or tau.dim() < 1:
         return []
     k = -2 if left else -1
-    want = sympy.Min(_e(other.shape[k]), _e(input.shape[-1]))
-    return [(sympy.Eq(_e(tau.shape[-1]), want),
+    want = sympy.Min(size_expr(other.shape[k]), size_expr(input.shape[-1]))
+    return [(sympy.Eq(size_expr(tau.shape[-1]), want),
              f"torch.ormqr: tau.shape[-1] must be equal to min(other.shape[{k}], input.shape[-1])")]
 
 
@@ -133,11 +133,11 @@ def masked_index_put_checks(self, mask, indices, values, *rest):
 def as_strided_checks(x, size, stride, storage_offset=None):
     """The view must lie inside the storage of ``x`` (eager's ``setStorage`` check)."""
     try:
-        nbytes = _e(x.untyped_storage().nbytes())
+        nbytes = size_expr(x.untyped_storage().nbytes())
     except Exception:  # noqa: BLE001 - no storage size to compare with: the kernel decides
         return []
-    off = _e(x.storage_offset() if storage_offset is None else storage_offset)
-    sizes, strides = [_e(s) for s in size], [_e(s) for s in stride]
+    off = size_expr(x.storage_offset() if storage_offset is None else storage_offset)
+    sizes, strides = [size_expr(s) for s in size], [size_expr(s) for s in stride]
     item = x.element_size()
     need = (off + sum(((s - 1) * st for s, st in zip(sizes, strides)), sympy.Integer(0)) + 1) * item
     ok = sympy.Or(*[sympy.Eq(s, 0) for s in sizes], sympy.Le(need, nbytes))

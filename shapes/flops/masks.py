@@ -480,7 +480,7 @@ def _not_text(b: Band) -> str:
     return f"everything but {b.describe()}"
 
 
-def _mask_source(node):
+def mask_source(node):
     """The op that made a mask triangular (``tril``, ``triu``, a comparison), for the report."""
     seen, todo = set(), [node]
     while todo:

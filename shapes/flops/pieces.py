@@ -64,7 +64,6 @@ def _refuse(report, given, g):
 
 
 def _trace_piece(report, given):
-    from .report import FlopReport
     from ..tracer import trace
     tp = report.traced
     dims = {}
@@ -79,7 +78,7 @@ def _trace_piece(report, given):
         g = tp.failing_guards(given)[0]
         raise GuardViolation(f"at {at} the guard {to_python(g.expr)} from {g.provenance} fails, and the path "
                              f"taken there has no count: {str(e).splitlines()[0]}", guard=g, values=given) from e
-    piece = FlopReport(traced, name=report.name)
+    piece = type(report)(traced, name=report.name)
     if piece.traced.failing_guards(given):  # never count a path the sizes do not take
         raise SymshapeError(f"symshape: the trace at {given} does not hold at its own sizes")
     report.pieces.append(piece)

@@ -75,6 +75,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from . import formulas as ff
+from .exprs import nice, sum_exprs
 from ..errors import GuardViolation, SpecError, SymshapeError
 from ..program import TracedProgram
 
@@ -355,22 +356,22 @@ class FlopReport:
                     mod_bytes[qual].append(nbytes)
 
         for name, cost in self.ops.items():
-            cost.flops = _sum(op_terms.get(name, ()))
-            cost.bytes = _sum(byte_terms.get(name, ()))
-        self.total = _nice(_sum(c.flops for c in self.ops.values()))
-        self.total_bytes = _nice(_sum(c.bytes for c in self.ops.values()))
+            cost.flops = sum_exprs(op_terms.get(name, ()))
+            cost.bytes = sum_exprs(byte_terms.get(name, ()))
+        self.total = nice(sum_exprs(c.flops for c in self.ops.values()))
+        self.total_bytes = nice(sum_exprs(c.bytes for c in self.ops.values()))
         for cost in self.ops.values():
-            cost.flops, cost.bytes = _nice(cost.flops), _nice(cost.bytes)
+            cost.flops, cost.bytes = nice(cost.flops), nice(cost.bytes)
         self.by_op = {n: c.flops for n, c in self.ops.items() if c.flops != 0}
         from .train import PHASES
         for ph in PHASES:
             if ph in phase_bytes:
-                self.phase_totals[ph] = _nice(_sum(phase_flops[ph]))
-                self.phase_bytes[ph] = _nice(_sum(phase_bytes[ph]))
+                self.phase_totals[ph] = nice(sum_exprs(phase_flops[ph]))
+                self.phase_bytes[ph] = nice(sum_exprs(phase_bytes[ph]))
         # First-run order: parents before children, in execution order.
         for qual in mod_cls:
-            by_op = {n: _sum(ts) for n, ts in mod_terms[qual].items()}
-            self.by_module[qual] = ModuleCost(qual, mod_cls[qual], _sum(by_op.values()), _sum(mod_bytes[qual]),
+            by_op = {n: sum_exprs(ts) for n, ts in mod_terms[qual].items()}
+            self.by_module[qual] = ModuleCost(qual, mod_cls[qual], sum_exprs(by_op.values()), sum_exprs(mod_bytes[qual]),
                                               by_op, mod_depth[qual])
 
     # -- evaluation -----------------------------------------------------------------
@@ -592,25 +593,6 @@ class FlopReport:
 
 def _finite(x: float):
     return None if isinstance(x, float) and math.isnan(x) else x
-
-
-def _sum(terms):
-    terms = list(terms)
-    if not terms:
-        return sympy.Integer(0)
-    return sympy.expand(sympy.Add(*terms))
-
-
-def _nice(e):
-    """The shorter of the expanded and the factored form (ties: expanded).
-
-    Products of output sizes (``N*(H//2 + 1)*(W//2 + 1)``) read best factored,
-    sums of weight and activation bytes (``384*B + 8320``) expanded.
-    """
-    if e.is_number:
-        return e
-    f = sympy.factor(e)
-    return f if len(str(f)) < len(str(e)) else e
 
 
 def _expr_of(s):

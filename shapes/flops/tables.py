@@ -4,7 +4,7 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Mapping
 
-from .report import _nice
+from .exprs import nice
 
 if TYPE_CHECKING:  # pragma: no cover
     from .report import FlopReport
@@ -159,7 +159,7 @@ def render_modules(r: FlopReport, sizes, depth: int, width: int) -> str:
             label += f" ({m.cls})"  # the class when it fits
         names.append(label)
     if v is None:
-        rows = [(n, str(_nice(m.flops)), str(_nice(m.bytes)), _intensity_text(m)) for n, m in zip(names, mods)]
+        rows = [(n, str(nice(m.flops)), str(nice(m.bytes)), _intensity_text(m)) for n, m in zip(names, mods)]
         return "\n".join(_expr_table("module", rows, width, with_calls=False, intensity=True))
     rows = []
     for n, m in zip(names, mods):

@@ -51,7 +51,8 @@ import torch
 import torch.fx
 
 from . import formulas as ff
-from .masks import SOFTMAX, Band, MaskAnalysis, _mask_source
+from .exprs import nice, sum_exprs
+from .masks import SOFTMAX, Band, MaskAnalysis, mask_source
 
 aten = torch.ops.aten
 
@@ -151,7 +152,7 @@ def analyze(report) -> None:
         value = an.value_matmul(n)
         nodes = [score] + ([value] if value is not None else [])
         nodes = with_backward(nodes)
-        source = _mask_source(origin) if isinstance(origin, torch.fx.Node) else None
+        source = mask_source(origin) if isinstance(origin, torch.fx.Node) else None
         origin_at = f"{source.target._overloadpacket} at {_where(source)}" if source is not None else "the program"
         how = (f"score matmul {score.target._overloadpacket}"
                + (f" and value matmul {value.target._overloadpacket}" if value is not None else "")
@@ -164,12 +165,11 @@ def analyze(report) -> None:
 
     by_op: dict = {}
     terms = []
-    from .report import _nice, _sum
     for node, f in report.node_flops.items():
         u = f * fraction[node] if node in fraction else f
         terms.append(u)
         by_op.setdefault(str(node.target._overloadpacket), []).append(u)
-    report.useful = _nice(sympy.simplify(_sum(terms))) if fraction else report.total
-    report.useful_by_op = {k: _nice(_sum(v)) for k, v in by_op.items()}
+    report.useful = nice(sympy.simplify(sum_exprs(terms))) if fraction else report.total
+    report.useful_by_op = {k: nice(sum_exprs(v)) for k, v in by_op.items()}
     report.masked_attention = found
     report.useful_notes = notes

@@ -18,7 +18,7 @@ from shapes.errors import SpecError, SymshapeError, TraceError, TracerLimitation
 from shapes.spec import Dim, default_hints, parse_dims, parse_specs
 from shapes.tracer import trace
 
-from ..input_space import ClassError, InputSpace, ShapeClass, Status, _holds, to_python
+from ..input_space import ClassError, InputSpace, ShapeClass, Status, holds, to_python
 from ..z3_translate import UntranslatableExpression
 from .assume import assume_data_branches, dim_and_data_names
 from .limits import TraceTimeout, engine_limitation, time_limit, typed_limitation
@@ -237,7 +237,7 @@ class _Search:
             imprecise = "the engine gave no path condition for this trace; the class is this one point"
         else:
             try:
-                bad = [c for c in conds if not _holds(c, subs)]
+                bad = [c for c in conds if not holds(c, subs)]
             except (ValueError, TypeError) as e:
                 bad, imprecise = [], f"a path condition cannot be evaluated ({e}); the class is this one point"
             if bad:
