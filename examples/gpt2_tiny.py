@@ -20,6 +20,18 @@ def make_model(n_layer=2, n_embd=64, n_head=4, n_positions=128, vocab_size=100):
     return transformers.GPT2Model(cfg).eval()
 
 
+class TinyGPT2(nn.Module):
+    """The same model as a class, for the CLI (``symshape flops examples/gpt2_tiny.py:TinyGPT2``),
+    which constructs a class it is given without arguments."""
+
+    def __init__(self):
+        super().__init__()
+        self.gpt = make_model()
+
+    def forward(self, input_ids):
+        return self.gpt(input_ids).last_hidden_state
+
+
 class Mutated(nn.Module):
     """GPT-2 behind a hard-coded batch of 8."""
 
