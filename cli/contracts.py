@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import inspect
 import math
 import os
 import re
@@ -55,7 +54,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .loader import CliError, load_program
+from .loader import CliError, as_program, load_program
 
 #: The expectations a contract entry may state, in the order they are checked.
 EXPECTATIONS = ("output", "valid", "no_specialization", "max_guards", "flops")
@@ -301,20 +300,7 @@ def _import_name(kind, target, path, name, roots):
 
 
 def _as_program(obj, name, target):
-    import torch
-    if inspect.isclass(obj):
-        if not issubclass(obj, torch.nn.Module):
-            raise CliError(f"{target} is a class but not an nn.Module")
-        try:
-            obj = obj()
-        except TypeError as e:
-            raise CliError(f"cannot construct {name}() without arguments ({e}); use factory = true with "
-                           f"a function that builds it") from e
-    if not callable(obj):
-        raise CliError(f"{target} is a {type(obj).__name__}, not a function or nn.Module")
-    if isinstance(obj, torch.nn.Module):
-        obj.eval()
-    return obj
+    return as_program(obj, name, target, "use factory = true with a function that builds it")
 
 
 # --------------------------------------------------------------------------- writing

@@ -49,17 +49,29 @@ def load_program(target: str):
             (inspect.isclass(v) and issubclass(v, torch.nn.Module))) and getattr(v, "__module__", mod_name) == mod_name]
         hint = f"; it defines: {', '.join(avail)}" if avail else ""
         raise CliError(f"{path} has no name {name!r}{hint}")
-    obj = getattr(module, name)
+    return as_program(getattr(module, name), name, f"{name} in {path}",
+                      "expose an instance or a function instead")
+
+
+def as_program(obj, name: str, what: str, advice: str):
+    """``obj`` as something to trace: an nn.Module class is constructed (no arguments) and set to
+    eval mode; anything else must be callable.  ``what`` names it in errors, ``advice`` says what
+    to do when the class cannot be constructed.
+
+    >>> import torch
+    >>> as_program(torch.nn.ReLU, "ReLU", "ReLU", "").training
+    False
+    """
+    import torch
     if inspect.isclass(obj):
         if not issubclass(obj, torch.nn.Module):
-            raise CliError(f"{name} in {path} is a class but not an nn.Module")
+            raise CliError(f"{what} is a class but not an nn.Module")
         try:
             obj = obj()
         except TypeError as e:
-            raise CliError(f"cannot construct {name}() without arguments ({e}); expose an instance or a function "
-                           f"instead") from e
+            raise CliError(f"cannot construct {name}() without arguments ({e}); {advice}") from e
     if not callable(obj):
-        raise CliError(f"{name} in {path} is a {type(obj).__name__}, not a function or nn.Module")
+        raise CliError(f"{what} is a {type(obj).__name__}, not a function or nn.Module")
     if isinstance(obj, torch.nn.Module):
         obj.eval()
     return obj
