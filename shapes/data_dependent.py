@@ -24,7 +24,7 @@ def _numel_expr(t):
 
 
 def _where(env) -> str:
-    p = capture(env._current_op())
+    p = capture(env.current_op())
     return f"{p.filename}:{p.lineno} `{p.code}`" if p.code else p.location()
 
 

@@ -83,26 +83,48 @@ class Guard:
         return f"<Guard {self.kind.value}: {self.expr} at {self.provenance.location()}{op}>"
 
 
+class StepKind(str, enum.Enum):
+    """What one step of the decision log claims (see :class:`LogEntry`).
+
+    >>> StepKind("static") is StepKind.STATIC, str(StepKind.FACT)
+    (True, 'fact')
+    """
+
+    AXIOM = "axiom"        # ``after`` is assumed (symbol range, op semantics)
+    FACT = "fact"          # ``after`` becomes a known fact (a guard or runtime assert)
+    STATIC = "static"      # ``before`` equals the constant ``after`` by the facts, no guard
+    REWRITE = "rewrite"    # ``before`` was rewritten to ``after`` by ``rule``
+    FALLBACK = "fallback"  # an undecidable condition took a default (``guard_or_false``): no claim
+    FINAL = "final"        # validation's own step: the final guards imply the original ones
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class LogEntry:
     """One engine decision, replayable by :mod:`validation`.
 
-    ``kind`` is one of:
+    ``kind`` (a :class:`StepKind`) says what the step claims:
 
-    * ``"axiom"``: ``after`` is assumed (symbol range, op semantics).
-    * ``"fact"``: ``after`` becomes a known fact (a guard or runtime assert).
-    * ``"static"``: ``before`` was decided to equal ``after`` (a constant) with
+    * ``AXIOM``: ``after`` is assumed (symbol range, op semantics).
+    * ``FACT``: ``after`` becomes a known fact (a guard or runtime assert).
+    * ``STATIC``: ``before`` was decided to equal ``after`` (a constant) with
       no guard, from the facts known at that point.
-    * ``"rewrite"``: ``before`` was rewritten to ``after`` by ``rule``; the
+    * ``REWRITE``: ``before`` was rewritten to ``after`` by ``rule``; the
       two must be equal under the facts known at that point.
-    * ``"fallback"``: an undecidable condition took a default value without a
+    * ``FALLBACK``: an undecidable condition took a default value without a
       guard (torch's ``guard_or_false``); not a claim of truth.
 
     ``n_facts`` is how many facts (axioms included) existed when the step was
     taken: the step may only rely on those.
+
+    >>> import sympy
+    >>> LogEntry(StepKind.AXIOM, sympy.true, sympy.Symbol("N") >= 2, "range", 0).kind
+    <StepKind.AXIOM: 'axiom'>
     """
 
-    kind: str
+    kind: StepKind
     before: sympy.Basic
     after: sympy.Basic
     rule: str

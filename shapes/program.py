@@ -354,3 +354,25 @@ def _real_device(kwargs, device):
         kwargs = dict(kwargs)
         kwargs["device"] = device
     return kwargs
+
+
+class UntracedOutput:
+    """Stands in for an output object the traced graph does not reproduce.
+
+    >>> UntracedOutput("DynamicCache")
+    <untraced DynamicCache>
+    """
+
+    def __init__(self, typename: str):
+        self._typename = typename
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"symshape: this output was a {self._typename}, which the traced graph does not reproduce "
+            f"(only tensors, sizes and plain values are outputs of the graph)"
+        )
+
+    def __repr__(self) -> str:
+        return f"<untraced {self._typename}>"

@@ -163,7 +163,7 @@ def site_of(env, expr, size_oblivious: bool = False, cpp_site: Optional[str] = N
         site = str(cpp_site).replace("\\", "/")
         if site.endswith(_CPP_LAYOUT_FILES):
             name = site.rsplit("/", 1)[-1]
-            if name == "TensorUtils.cpp" and "view" not in (env._current_op() or ""):
+            if name == "TensorUtils.cpp" and "view" not in (env.current_op() or ""):
                 return "reshape"  # computeStride under reshape: a view or a copy, equal values
             return name
         # c10's SymInt.h re-asks, through guard_bool, the question a contiguity
@@ -259,14 +259,10 @@ def decide_generic(env, expr) -> Optional[tuple]:
         subs[a] = d
         ranges[d] = ValueRange(max(2, r.lower), r.upper)
     generic = expr.xreplace(subs)
-    saved = (env.ranges, env._simplify_cache, env._static_cache, env.log, env.observers)
-    env.ranges, env._simplify_cache, env._static_cache, env.log, env.observers = ranges, {}, {}, [], []
     try:
-        v = env._decide(generic, False)
+        v = env.decisions.decide_with_ranges(generic, ranges)
     except Exception:  # noqa: BLE001 - an undecidable question is a guard, never a crash
         v = None
-    finally:
-        env.ranges, env._simplify_cache, env._static_cache, env.log, env.observers = saved
     return None if v is None else (v, atoms)
 
 

@@ -133,7 +133,7 @@ class SymExprNode:
 
     def _dd_error(self):
         from .env import DataDependentError
-        prov = capture(self.env._current_op())
+        prov = capture(self.env.current_op())
         unb = sorted((s for s in self.expr.free_symbols if s in self.env.unbacked), key=str)
         return DataDependentError(self.expr, prov, unb, self.env)
 

@@ -72,7 +72,7 @@ class ShapeEnvFacade:
 
     def bound_sympy(self, expr, size_oblivious=False):
         from .value_ranges import bound
-        return bound(expr, self._env._ranges_for(size_oblivious))
+        return bound(expr, self._env.ranges_for(size_oblivious))
 
     @property
     def var_to_range(self):

@@ -11,11 +11,9 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import inspect
 import math
 import operator
 import os
-import traceback
 from typing import Any, Callable, Optional
 
 import sympy
@@ -23,16 +21,17 @@ import torch
 import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import data_dependent, eager_checks, index_bounds, library_tracing, limits
+from . import eager_checks, index_bounds, library_tracing
+from .binding import by_keyword, module_state
 from .creation import CreationMode
 from .env import DataDependentError, ShapeEnv
-from .errors import (EngineFailure, SpecError, SymshapeError, TraceError, TracerLimitation, UnsupportedOpError,
-                     program_error)
+from .errors import SpecError, SymshapeError, TracerLimitation, UnsupportedOpError
+from .failures import trace_failure
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
-from .program import TracedProgram
-from .provenance import Provenance, is_engine_file, is_library_file, capture
+from .program import TracedProgram, UntracedOutput
+from .provenance import Provenance, capture
+from .recorder import ModuleScope, Recorder, composite_autograd_on_meta
 from .spec import Dim, DimExpr, default_hints, parse_dims, parse_specs
 from .size_oblivious import decided_bool_flags
 from .symnode import sym_value
@@ -102,7 +101,7 @@ class _GraphBuilder:
                 self.tensor_nodes[id(x)] = (x, node)
                 return x
             if x.device.type == "meta":
-                prov = capture(self.env._current_op())
+                prov = capture(self.env.current_op())
                 raise TracerLimitation(
                     f"symshape: {prov.op or 'an op'} at {prov.location()} received a tensor on the meta "
                     f"device that torch made outside the ops symshape records, so its values are unknown "
@@ -330,253 +329,6 @@ def _linear(e):
     return (sym, a, b) if a > 0 else None
 
 
-def _meta_device_kwargs(kwargs):
-    dev = kwargs.get("device")
-    if dev is not None and torch.device(dev).type != "meta":
-        kwargs = dict(kwargs)
-        kwargs["device"] = torch.device("meta")
-    return kwargs
-
-
-class _Recorder(TorchDispatchMode):
-    def __init__(self, builder: _GraphBuilder, env: ShapeEnv, progress=None):
-        super().__init__()
-        self.builder = builder
-        self.env = env
-        self.progress = progress
-        self.ops = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        b = self.builder
-        args = pytree.tree_map(b.adopt, args)
-        kwargs = pytree.tree_map(b.adopt, kwargs)
-        r = eager_checks.intercept(self, func, args, kwargs)
-        if r is not NotImplemented:
-            return r
-        from .provenance import capture
-        op = str(func)
-        prov = capture(op)
-        self.env.op_stack.append(op)
-        try:
-            for cond, msg, exc in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty):
-                if not self.env.expect_true(cond, message=msg):
-                    raise program_error(exc(msg))
-            for cond, msg in eager_checks.checks(func, args, kwargs):
-                if not self.env.expect_true(cond, message=msg):
-                    raise program_error(RuntimeError(msg))
-            handler = data_dependent.HANDLERS.get(func)
-            res = handler(self.env, func, args, kwargs) if handler else None
-            if res is None:
-                out = eager_checks.run_meta(func, args, _meta_device_kwargs(kwargs))
-                bindings = {}
-            else:
-                out, bindings = res
-            out = eager_checks.eager_output(func, args, kwargs, out)
-        except (SymshapeError, DataDependentError):
-            raise
-        except NotImplementedError as e:
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            if "data-dependent" in msg or "DynamicOutputShape" in type(e).__name__ or "meta" in msg.lower():
-                raise UnsupportedOpError(
-                    f"symshape: {op} at {prov.filename}:{prov.lineno} (`{prov.code}`) cannot run on meta tensors "
-                    f"with symbolic sizes ({msg}); its output shape may depend on data. Please report it."
-                ) from e
-            raise
-        finally:
-            self.env.op_stack.pop()
-        self._check_limits(func, out, prov)
-        b.record(func, args, kwargs, out, bindings, prov)
-        if self.progress is not None:
-            self.ops += 1
-            self.progress(self.ops)
-        if index_bounds.writes_integer_tensor(func, args, kwargs):
-            # An in-place write changes the values of the tensor and of every view of it.
-            b.value_bounds.clear()
-        if isinstance(out, torch.Tensor) and not out.dtype.is_floating_point:
-            vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty)
-            if vb is not None:
-                b.value_bounds[id(out)] = vb
-        return out
-
-    def _nonempty(self, t) -> bool:
-        n = sympy.Integer(1)
-        for s in t.shape:
-            n = n * _expr_of(s)
-        return self.env.static_bool(sympy.Ge(n, 1), log=False) is True
-
-    def _check_limits(self, func, out, prov):
-        """Eager's storage-size overflow check for each tensor this op allocates."""
-        env = self.env
-        for i, t in limits.tensor_outputs(out):
-            sizes = [limits.expr_of(s) for s in t.shape]
-            if all(s.is_number for s in sizes) or not limits.allocates(func, i):
-                continue
-            maybe_zero = lambda s: env.static_bool(sympy.Ge(s, 1), log=False) is not True  # noqa: E731
-            for cond, what in limits.storage_conditions(sizes, t.element_size(), maybe_zero):
-                msg = (f"{func}: the {what} of a {t.dtype} tensor of sizes {list(sizes)} must fit in "
-                       f"{'uint64' if what == 'size product' else 'int64'} (eager raises "
-                       f"'{limits.OVERFLOW_MESSAGE}...' otherwise)")
-                if not env.check_limit(cond, provenance=prov, message=msg):
-                    at = [env.hint_of(s) for s in sizes]
-                    raise RuntimeError(f"{limits.OVERFLOW_MESSAGE}{at}")
-
-
-class _ModuleScope:
-    """Tracks the nn.Module hierarchy so nodes know which module emitted them."""
-
-    def __init__(self, root, builder):
-        self.names = {}
-        if isinstance(root, torch.nn.Module):
-            for name, m in root.named_modules():
-                self.names[id(m)] = name
-        self.builder = builder
-        self.handles = []
-
-    def __enter__(self):
-        from torch.nn.modules import module as mod
-
-        def pre(m, args):
-            name = self.names.get(id(m))
-            if name is not None:
-                self.builder.module_stack.append((name, type(m).__name__))
-
-        def post(m, args, out):
-            if self.names.get(id(m)) is not None and self.builder.module_stack:
-                self.builder.module_stack.pop()
-
-        self.handles = [mod.register_module_forward_pre_hook(pre), mod.register_module_forward_hook(post)]
-        return self
-
-    def __exit__(self, *exc):
-        for h in self.handles:
-            h.remove()
-        self.builder.module_stack.clear()
-
-
-def _binding(program, names: list, kwargs=()) -> bool:
-    """How inputs are passed: True to pass them by keyword (every spec is named
-    after a parameter and they are not simply the leading positionals, e.g.
-    ``ids`` and ``attention_mask`` of a transformers model), False for
-    positional.  ``kwargs`` names the non-tensor arguments passed by keyword.
-    Raises SpecError when the inputs cannot be passed at all."""
-    fn = program.forward if isinstance(program, torch.nn.Module) else program
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return False
-    params = list(sig.parameters.values())
-    fname = getattr(fn, "__qualname__", repr(fn))
-    given = set(kwargs)
-    if given:
-        takes = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-        unknown = sorted(given - takes)
-        if unknown and not any(p.kind is p.VAR_KEYWORD for p in params):
-            raise SpecError(f"{fname} has no parameter named {', '.join(map(repr, unknown))} "
-                            f"(its parameters: {', '.join(p.name for p in params) or 'none'})")
-        clash = [k for k in names if k in given]
-        if clash:
-            raise SpecError(f"{', '.join(map(repr, clash))} is given both as an input spec and as an argument")
-    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    by_name = {p.name: p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
-    n = len(names)
-    if names and all(nm in by_name for nm in names) and names != [p.name for p in positional[:n]]:
-        missing = [p.name for p in params if p.default is p.empty and p.name not in names
-                   and p.name not in given and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        if missing:
-            raise SpecError(f"{fname} needs input(s) {', '.join(missing)}, which no spec names")
-        return True
-    if any(p.kind is p.VAR_POSITIONAL for p in params):
-        return False
-    if n > len(positional):
-        raise SpecError(
-            f"{fname} takes {len(positional)} positional input(s) ({', '.join(p.name for p in positional)}) "
-            f"but {n} input spec(s) were given; name a spec after a parameter to pass it by keyword"
-        )
-    taken = [p.name for p in positional[:n] if p.name in given]
-    if taken:
-        raise SpecError(f"the input specs fill {fname}'s parameter(s) {', '.join(taken)} by position, which are "
-                        f"also given as arguments; name each spec after its parameter")
-    missing = [p.name for p in positional[n:] if p.default is p.empty and p.name not in given]
-    if missing:
-        required = len([p for p in positional if p.default is p.empty and p.name not in given])
-        raise SpecError(f"{fname} needs {required} input(s) but {n} spec(s) were given; missing: "
-                        f"{', '.join(missing)}")
-    return False
-
-
-def _user_frame_of(exc: BaseException) -> Provenance:
-    import linecache
-    best = None
-    for fs in traceback.extract_tb(exc.__traceback__):
-        if not is_engine_file(fs.filename) and not is_library_file(fs.filename):
-            best = fs
-    if best is None:
-        return Provenance()
-    return Provenance(filename=best.filename, lineno=best.lineno or 0,
-                      code=(best.line or linecache.getline(best.filename, best.lineno or 0)).strip(),
-                      function=best.name)
-
-
-def _engine_frame_of(exc: BaseException) -> Optional[str]:
-    """Where symshape's own code raised ``exc`` ("file:line"), or None when the
-    exception is the program's (raised by torch, a library, the user's code, or
-    by the engine on purpose for the program)."""
-    if getattr(exc, "symshape_program_error", False):
-        return None
-    last = None
-    for fs in traceback.extract_tb(exc.__traceback__):
-        fn = fs.filename
-        if is_engine_file(fn) or not (is_library_file(fn) and not fn.startswith(_TORCH_DIR)):
-            # sympy and the standard library are the engine's helpers: the frame
-            # that called them decides whose exception it is.
-            last = fs
-    if last is not None and is_engine_file(last.filename):
-        return f"{os.path.basename(last.filename)}:{last.lineno}"
-    return None
-
-
-_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-
-
-def _meta_like(t: torch.Tensor) -> torch.Tensor:
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-
-
-@contextlib.contextmanager
-def _composite_autograd_on_meta():
-    """Let autograd differentiate composite ops on meta tensors under the Python dispatcher.
-
-    torch registers Python meta kernels for some CompositeImplicitAutograd ops
-    (``nll_loss``, ...).  The Python dispatcher then resolves AutogradMeta to
-    the autograd fallback instead of the composite kernel (it sees a "backend
-    kernel"), so the op gets no backward formula and its gradient is silently
-    lost.  While recording a backward pass those Meta kernels are set aside, so
-    the composite decomposes above autograd as it does in eager mode.
-    """
-    from torch._C import DispatchKey
-    from torch._decomp import global_decomposition_table
-    removed = []
-    ops = {op for table in global_decomposition_table.values() for op in table}
-    for op in ops:
-        if (isinstance(op, torch._ops.OpOverload) and DispatchKey.Meta in op.py_kernels
-                and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")):
-            removed.append((op, op.py_kernels.pop(DispatchKey.Meta)))
-            _clear_dispatch_cache(op)
-    try:
-        yield
-    finally:
-        for op, fn in removed:
-            op.py_kernels[DispatchKey.Meta] = fn
-            _clear_dispatch_cache(op)
-
-
-def _clear_dispatch_cache(op):
-    cache = getattr(op, "_dispatch_cache", None)
-    if cache is not None:
-        cache.clear()
-
-
 def _load_checkers(enabled: Optional[bool]):
     """Trace checkers registered by other packages (entry point group ``symshape.checkers``).
 
@@ -637,7 +389,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         raise SpecError(f"program must be a function or an nn.Module, got {type(program).__name__}")
     parsed, names = parse_specs(specs)
     kwargs = dict(kwargs or {})
-    by_keyword = _binding(program, [s.name for s in parsed], kwargs)
+    keyword = by_keyword(program, [s.name for s in parsed], kwargs)
     dmap = parse_dims(dims, names)
     hints = default_hints(names, dmap)
 
@@ -678,28 +430,11 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         builder.add_placeholder(s.name, t)
         inputs.append(t)
 
+    state = module_state(program, builder.add_attr, trainable=backward is not None)
     if isinstance(program, torch.nn.Module):
-        state = {}
-        for n, p in program.named_parameters(remove_duplicate=False):
-            state[n] = _meta_like(p)
-            if backward is not None and p.requires_grad:
-                state[n].requires_grad_()
-        for n, bf in program.named_buffers(remove_duplicate=False):
-            state[n] = _meta_like(bf)
-        # Tied weights are one tensor: give them one meta tensor too.
-        by_id = {}
-        for n, p in list(program.named_parameters(remove_duplicate=False)) + list(
-                program.named_buffers(remove_duplicate=False)):
-            if id(p) in by_id:
-                state[n] = state[by_id[id(p)]]
-            else:
-                by_id[id(p)] = n
-                builder.add_attr(n, state[n])
-
         def call(*a, **kw):
             return torch.func.functional_call(program, state, a, kw, strict=False, tie_weights=False)
     else:
-        state = {}
         call = program
     params = {n: state[n] for n, _ in program.named_parameters()} if isinstance(program, torch.nn.Module) else {}
 
@@ -713,12 +448,12 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     if backward is not None:
         grad_mode = contextlib.ExitStack()
         grad_mode.enter_context(torch.enable_grad())
-        grad_mode.enter_context(_composite_autograd_on_meta())
+        grad_mode.enter_context(composite_autograd_on_meta())
     with grad_mode, enable_python_dispatcher(), library_tracing.as_exporting(), eager_checks.eager_kernels(), \
-            _ModuleScope(program, builder), _Recorder(builder, env, progress), CreationMode(builder), \
+            ModuleScope(program, builder), Recorder(builder, env, progress), CreationMode(builder), \
             decided_bool_flags():
         try:
-            if by_keyword:
+            if keyword:
                 out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs)
             else:
                 out = call(*inputs, **kwargs)
@@ -731,26 +466,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
                 e.env = env
             raise
         except Exception as e:  # the user's program raised: say where, and on which path
-            if isinstance(e, TypeError) and "not SymBool" in str(e):
-                # Not the program's error: eager passes a bool where the trace has a size comparison.
-                err = UnsupportedOpError(f"symshape: a size comparison (SymBool) reached a torch function that "
-                                         f"takes a bool ({_first_line(e)}); please report it")
-                err.env = env
-                raise err from e
-            prov = _user_frame_of(e)
-            at = ", ".join(f"{n}={hints[n]}" for n in names)
-            engine = _engine_frame_of(e)
-            if engine is not None:
-                raise EngineFailure(
-                    f"symshape failed inside its engine ({type(e).__name__} at {engine}) while tracing "
-                    f"{prov.filename}:{prov.lineno} (`{prov.code}`) at {at or 'the given sizes'}: "
-                    f"{_first_line(e)}. This is a limitation of symshape, not an error of the program; "
-                    f"please report it.", exc=e, provenance=prov, env=env) from e
-            raise TraceError(
-                f"the program raised {type(e).__name__} at {prov.filename}:{prov.lineno} (`{prov.code}`) "
-                f"when traced at {at or 'the given sizes'}: {_first_line(e)}",
-                exc=e, provenance=prov, path=env.guards, env=env,
-            ) from e
+            raise trace_failure(e, env, ", ".join(f"{n}={hints[n]}" for n in names)) from e
 
     leaves, out_spec = pytree.tree_flatten(out)
     out_nodes = []
@@ -774,33 +490,10 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     tp = TracedProgram(
         program=program, specs=parsed, env=env, graph=builder.graph, constants=builder.constants,
         output_shapes=output_shapes, out_spec=out_spec, hints=hints, dims=dmap,
-        dim_symbols=dim_symbols, by_keyword=by_keyword,
+        dim_symbols=dim_symbols, by_keyword=keyword,
     )
     # How to trace the same program again at other sizes (a FLOP count's other paths).
     tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad}
     for c in checkers:
         c.finish(tp)
     return tp
-
-
-class UntracedOutput:
-    """Stands in for an output object the traced graph does not reproduce."""
-
-    def __init__(self, typename: str):
-        self._typename = typename
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        raise AttributeError(
-            f"symshape: this output was a {self._typename}, which the traced graph does not reproduce "
-            f"(only tensors, sizes and plain values are outputs of the graph)"
-        )
-
-    def __repr__(self) -> str:
-        return f"<untraced {self._typename}>"
-
-
-def _first_line(e: BaseException) -> str:
-    s = str(e).strip()
-    return s.splitlines()[0] if s else type(e).__name__

@@ -12,7 +12,7 @@ import sympy
 import torch
 
 import shapes
-import shapes.env as shapes_env
+import shapes.facts as shapes_facts
 import shapes.value_ranges as value_ranges
 from shapes.env import ShapeEnv
 from shapes.errors import GuardViolation, TraceError
@@ -299,7 +299,7 @@ def test_mutation_integer_tightening_of_a_float_min_is_caught(monkeypatch):
     """Min(N / 2, 5.5) < 4 tightened as if integer to <= 3 decides m > 3 false (N = 7: 3.5)."""
     tp = shapes.trace(float_min_half, "x: f32[N]", dims={"N": 7}, translation_validation=True)
     assert tp.validation_report.ok
-    monkeypatch.setattr(shapes_env, "integer_valued", lambda e: True)
+    monkeypatch.setattr(shapes_facts, "integer_valued", lambda e: True)
     with pytest.raises(UnsoundStep) as info:
         shapes.trace(float_min_half, "x: f32[N]", dims={"N": 7}, translation_validation=True)
     step = info.value.step

@@ -64,9 +64,9 @@ def test_fuzz_catches_a_wrong_mod_range(monkeypatch):
 def test_fuzz_catches_the_size_oblivious_boolean_bug(monkeypatch):
     """The engine bug translation validation found (a boolean item() widened to [2, 2]
     by size-oblivious reasoning) is also found by the fuzzer when reinstated."""
-    from shapes.env import ShapeEnv
+    from shapes.facts import FactStore
     from tests.test_translation_validation import _old_ranges_for
-    monkeypatch.setattr(ShapeEnv, "_ranges_for", _old_ranges_for)
+    monkeypatch.setattr(FactStore, "ranges_for", _old_ranges_for)
     res = run_fuzz(2000, seed=0)
     cases = [c for c in res.unsound if c.check == "static (size-oblivious)"]
     assert cases

@@ -13,11 +13,13 @@ import sympy
 import torch
 
 import shapes
-import shapes.env as shapes_env
+import shapes.decide as shapes_decide
 import shapes.simplify as simplify
 import shapes.value_ranges as value_ranges
 from torch.fx.experimental.symbolic_shapes import guard_size_oblivious
+from shapes.decide import DecisionProcedure
 from shapes.env import ShapeEnv
+from shapes.facts import FactStore
 from shapes.functions import ENGINE_FUNCTIONS, FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from shapes.value_ranges import ValueRange
 from validation.translation import UnsoundStep, TranslationValidator, validate, validate_env
@@ -298,16 +300,17 @@ def prog_same_size(x, y):
 def test_mutation_equality_from_equal_hints(monkeypatch):
     """N == M assumed because the example sizes are equal, without a guard."""
     trace_clean(prog_same_size, "x: f32[N]", "y: f32[M]", dims={"N": 8, "M": 8})
-    good = ShapeEnv.static_bool
+    good = DecisionProcedure.static_bool
 
     def bad(self, expr, *, log=True, size_oblivious=False):
         v = good(self, expr, log=log, size_oblivious=size_oblivious)
-        if v is None and isinstance(expr, sympy.Eq) and not self.has_unbacked(expr) and self.hint_of(expr) is True:
+        if v is None and isinstance(expr, sympy.Eq) and not self.table.has_unbacked(expr) \
+                and self.hint_of(expr) is True:
             if log:
                 self.log_step("static", expr, sympy.true, "static")
             return True
         return v
-    monkeypatch.setattr(ShapeEnv, "static_bool", bad)
+    monkeypatch.setattr(DecisionProcedure, "static_bool", bad)
     err = trace_unsound(prog_same_size, "x: f32[N]", "y: f32[M]", dims={"N": 8, "M": 8})
     assert err.step.kind == "static" and err.step.entry.after is sympy.true
     assert err.counterexample["N"] != err.counterexample["M"]
@@ -328,14 +331,14 @@ def prog_checked(x):
 def test_mutation_range_refinement_off_by_one(monkeypatch):
     """Learning `n < 64` as the range n <= 62."""
     trace_clean(prog_checked, "x: f32[N]", dims={"N": 16})
-    good = ShapeEnv._refine_range
+    good = FactStore._refine_range
 
     def bad(self, f):
         good(self, f)
         if isinstance(f, sympy.Lt) and f.lhs.is_Symbol and f.rhs.is_Integer:
             r = self.ranges[f.lhs]
             self.ranges[f.lhs] = ValueRange(r.lower, min(r.upper, int(f.rhs) - 2))
-    monkeypatch.setattr(ShapeEnv, "_refine_range", bad)
+    monkeypatch.setattr(FactStore, "_refine_range", bad)
     err = trace_unsound(prog_checked, "x: f32[N]", dims={"N": 16})
     assert err.step.kind == "static"
     assert err.counterexample["N"] == 63
@@ -352,14 +355,14 @@ def prog_guarded(x):
 def test_mutation_guard_simplified_to_a_weaker_condition(monkeypatch):
     """Canonical form making a strict bound inclusive without the -1: `N < 16` kept as `N <= 16`."""
     trace_clean(prog_guarded, "x: f32[N]", dims={"N": 8})
-    good = shapes_env.canonical_condition
+    good = shapes_decide.canonical_condition
 
     def bad(e):
         e = good(e)
         if isinstance(e, sympy.Lt) and e.rhs.is_Integer:
             return sympy.Le(e.lhs, e.rhs)
         return e
-    monkeypatch.setattr(shapes_env, "canonical_condition", bad)
+    monkeypatch.setattr(shapes_decide, "canonical_condition", bad)
     err = trace_unsound(prog_guarded, "x: f32[N]", dims={"N": 8})
     assert err.step.kind == "fact"
     assert err.counterexample["N"] == 16
@@ -460,7 +463,7 @@ def _old_ranges_for(self, size_oblivious):
     if not size_oblivious:
         return self.ranges
     r = dict(self.ranges)
-    for s in self.unbacked:
+    for s in self.table.unbacked:
         if s in r and r[s].lower >= 0:
             r[s] = ValueRange(max(2, r[s].lower), max(2, r[s].upper))
     return r
@@ -472,7 +475,7 @@ def test_size_oblivious_boolean_item_is_not_decided(monkeypatch):
     size-oblivious reasoning, so `guard_size_oblivious(b)` was False with no guard."""
     with pytest.raises(shapes.DataDependentError):
         shapes.trace(prog_bool_item, "x: f32[N]", translation_validation=True)
-    monkeypatch.setattr(ShapeEnv, "_ranges_for", _old_ranges_for)
+    monkeypatch.setattr(FactStore, "ranges_for", _old_ranges_for)
     err = trace_unsound(prog_bool_item, "x: f32[N]")
     assert (err.step.kind, err.step.rule) == ("static", "size_oblivious")
     assert err.counterexample["u0"] == 1

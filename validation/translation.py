@@ -299,7 +299,7 @@ class TranslationValidator:
         if key not in self._seen:
             # Only the first occurrence can be the first unsound step: capture once.
             self._seen.add(key)
-            self.provenance[index] = capture(env._current_op())
+            self.provenance[index] = capture(env.current_op())
 
     def validate(self) -> ValidationReport:
         """Replay the env's log now and return the report."""

@@ -1,0 +1,218 @@
+"""The fact store: conditions known to hold, and what the engine learns from them.
+
+Each fact (a guard, a runtime assert, an axiom such as a symbol's range) is
+kept as given and also mined for three kinds of knowledge the decision
+procedure (:mod:`shapes.decide`) uses: *replacements* (``N == 2*M`` lets
+``N`` be written ``2*M`` everywhere), *divisibility* (``N % 8 == 0``) and
+tighter *ranges* (``N <= 512``).
+
+Example::
+
+    >>> import sympy
+    >>> from shapes.facts import FactStore
+    >>> from shapes.symbols import SymbolTable
+    >>> from shapes.value_ranges import ValueRange
+    >>> table = SymbolTable(); N = table.add_backed("N", 8); M = table.add_backed("M", 8)
+    >>> store = FactStore(table); store.ranges[N] = ValueRange(2, 1024)
+    >>> store.add(sympy.Le(N, 512)); store.ranges[N]
+    ValueRange(2, 512)
+    >>> store.add(sympy.Eq(M, N)); store.apply_replacements(M + N)
+    2*N
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import sympy
+
+from .conditions import canonical_condition, normal_form
+from .functions import FloorDiv, PyMod
+from .symbols import SymbolTable
+from .value_ranges import INF, ValueRange, bound
+
+
+class FactStore:
+    """Known facts and what was learned from them: ranges, replacements, divisibility.
+
+    ``replacement_reasons`` maps a replaced symbol to the index of the record
+    (guard or assert) whose equality replaced it, -1 for an axiom.
+    """
+
+    def __init__(self, table: SymbolTable):
+        self.table = table
+        self.ranges: dict[sympy.Symbol, ValueRange] = {}
+        self.replacements: dict[sympy.Symbol, sympy.Expr] = {}
+        self.replacement_reasons: dict[sympy.Symbol, int] = {}
+        self.divisible: dict[sympy.Expr, int] = {}
+        self.facts: list[sympy.Basic] = []
+        self._forms: Optional[list] = []
+        self._relations: set = set()
+
+    def add(self, expr, record_index: Optional[int] = None) -> None:
+        """Know ``expr`` from now on (``record_index``: the guard or assert that says so)."""
+        self.facts.append(expr)
+        for f in sympy.And.make_args(expr):
+            self._learn(f, record_index)
+        self._forms = None  # recomputed lazily against the new replacements
+
+    def _learn(self, f, record_index) -> None:
+        """Derive replacements, divisibility and range refinements from a fact."""
+        f = self.apply_replacements(f)
+        if f is sympy.true or not isinstance(f, sympy.Rel):
+            return
+        self._relations.add(f)
+        if isinstance(f, sympy.Eq):
+            lhs, rhs = f.lhs, f.rhs
+            m = lhs if isinstance(lhs, PyMod) and rhs == 0 else rhs if isinstance(rhs, PyMod) and lhs == 0 else None
+            if m is not None and m.args[1].is_Integer:
+                k, target = abs(int(m.args[1])), m.args[0]
+                self.divisible[target] = math.lcm(self.divisible.get(target, 1), k)
+                r = self.ranges.get(target)
+                if r is not None and k > 1:
+                    # A multiple of k inside [lo, hi]: round the bounds inward.
+                    lo = r.lower if r.lower in (-INF, INF) else -((-r.lower) // k) * k
+                    hi = r.upper if r.upper in (-INF, INF) else (r.upper // k) * k
+                    if lo <= hi:
+                        self.ranges[target] = ValueRange(lo, hi)
+                return
+            self._maybe_replace(lhs, rhs, record_index)
+            return
+        self._refine_range(f)
+
+    def _maybe_replace(self, lhs, rhs, record_index) -> None:
+        floats, unbacked = self.table.unbacked_float, self.table.unbacked
+        cands = []
+        for a, b in ((lhs, rhs), (rhs, lhs)):
+            # An integer symbol only stands for integer-valued expressions: N == M / 2
+            # would make the integer rules' operands reals.
+            if a.is_Symbol and a not in b.free_symbols and a not in floats and b.is_integer:
+                cands.append((a, b))
+        if not cands:
+            # Linear in one symbol with unit coefficient: s + rest == 0.
+            diff = sympy.expand(lhs - rhs)
+            for s in sorted(diff.free_symbols, key=str):
+                c = diff.coeff(s)
+                if c not in (1, -1) or s in floats:
+                    continue
+                t = sympy.expand(-(diff - c * s) / c)
+                if s not in t.free_symbols and t.is_integer:
+                    cands.append((s, t))
+            if not cands:
+                return
+
+        def order(pair):
+            s, target = pair
+            # Replace unbacked before backed, later symbols before earlier ones,
+            # so that the user's first-named dim survives.
+            return (s not in unbacked, -self.table.creation_index(s))
+
+        s, target = min(cands, key=order)
+        if target.is_Symbol and target in unbacked and s not in unbacked:
+            return  # never express a backed input dim through a data-dependent one
+        self.replacements[s] = target
+        self.replacement_reasons[s] = record_index if record_index is not None else -1
+        # Keep ranges sound: the target now stands for s, so it is bounded by both.
+        if target.is_Symbol:
+            rs, rt = self.ranges.get(s), self.ranges.get(target)
+            if rs is not None and rt is not None:
+                lo, hi = max(rs.lower, rt.lower), min(rs.upper, rt.upper)
+                if lo <= hi:
+                    self.ranges[target] = ValueRange(lo, hi)
+        for k, v in list(self.replacements.items()):
+            self.replacements[k] = v.xreplace({s: target})
+
+    def _refine_range(self, f) -> None:
+        """From ``s <= e`` / ``s >= e`` (unit coefficient) tighten the range of s."""
+        if isinstance(f, (sympy.Lt, sympy.Le)):
+            d, strict = sympy.expand(f.lhs - f.rhs), isinstance(f, sympy.Lt)
+        elif isinstance(f, (sympy.Gt, sympy.Ge)):
+            d, strict = sympy.expand(f.rhs - f.lhs), isinstance(f, sympy.Gt)
+        else:
+            return
+        # d < 0 (strict) or d <= 0.  Tighten the range of each unit-coefficient
+        # term: a symbol, or a compound atom like H//2 (kept in ranges by key).
+        for t in sympy.Add.make_args(d):
+            c, atom = t.as_coeff_Mul()
+            if c not in (1, -1) or atom.is_number:
+                continue
+            if not (atom.is_Symbol or isinstance(atom, (FloorDiv, PyMod, sympy.Min, sympy.Max))):
+                continue
+            if atom in self.table.unbacked_float:
+                continue
+            rest = d - c * atom
+            if rest.has(atom):
+                continue
+            try:
+                r = bound(rest, self.ranges)
+                old = self.ranges.get(atom) or bound(atom, self.ranges)
+            except TypeError:
+                continue
+            # Rounding to the next integer is valid only for an integer-valued atom:
+            # Min(N, 5.5) < 4.5 says nothing about Min(N, 5.5) <= 3.
+            integer = integer_valued(atom)
+            if c == 1:  # atom + rest <= 0  ->  atom <= -rest
+                hi = -r.lower
+                if integer and hi not in (INF, -INF):
+                    hi = math.ceil(hi) - 1 if strict else math.floor(hi)
+                new = ValueRange(old.lower, min(old.upper, hi)) if min(old.upper, hi) >= old.lower else old
+            else:  # -atom + rest <= 0  ->  atom >= rest
+                lo = r.lower
+                if integer and lo not in (INF, -INF):
+                    lo = math.floor(lo) + 1 if strict else math.ceil(lo)
+                new = ValueRange(max(old.lower, lo), old.upper) if max(old.lower, lo) <= old.upper else old
+            self.ranges[atom] = new
+
+    def apply_replacements(self, e):
+        """``e`` with every replaced symbol written as what replaced it."""
+        if not self.replacements or e.is_number:
+            return e
+        if not (e.free_symbols & self.replacements.keys()):
+            return e
+        return e.xreplace(self.replacements)
+
+    def known(self, e) -> Optional[bool]:
+        """True/False when ``e`` or its negation is a known fact (either way round), else None."""
+        neg = sympy.Not(e)
+        for c, val in ((e, True), (neg, False)):
+            if not isinstance(c, sympy.Rel):
+                continue
+            for form in (c, c.reversed, canonical_condition(c)):
+                if form in self._relations:
+                    return val
+        return None
+
+    def normal_forms(self) -> list:
+        """Every fact's conjuncts as ``(g, op)`` meaning ``g op 0`` (see :func:`shapes.conditions.normal_form`)."""
+        if self._forms is None:
+            forms = []
+            for f in self.facts:
+                for a in sympy.And.make_args(self.apply_replacements(f)):
+                    nf = normal_form(a)
+                    if nf is not None:
+                        forms.append(nf)
+            self._forms = forms
+        return self._forms
+
+    def ranges_for(self, size_oblivious: bool) -> dict:
+        """The ranges to bound with: size-oblivious questions take data-dependent sizes as >= 2."""
+        if not size_oblivious:
+            return self.ranges
+        r = dict(self.ranges)
+        for s in self.table.unbacked:
+            # Only sizes that can be >= 2: a boolean item() in [0, 1] made [2, 2]
+            # would decide Eq(b, 1) False with no guard (found by translation validation).
+            if s in r and r[s].lower >= 0 and r[s].upper >= 2:
+                r[s] = ValueRange(max(2, r[s].lower), r[s].upper)
+        return r
+
+
+def integer_valued(e) -> bool:
+    """Known to take integer values only (``N // 2`` is, ``N / 2`` and ``Min(N, 5.5)`` are not);
+    rules that round to integers must check this.
+
+    >>> N = sympy.Symbol("N", integer=True)
+    >>> integer_valued(FloorDiv(N, 2)), integer_valued(N / 2)
+    (True, False)
+    """
+    return e.is_integer is True

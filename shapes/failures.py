@@ -1,0 +1,93 @@
+"""Whose fault an exception raised during a trace is: the program's, or symshape's own.
+
+The program's exceptions (raised by its code, a library, or torch as eager
+would) become :class:`~shapes.errors.TraceError` with the user's line; an
+exception from inside the engine becomes :class:`~shapes.errors.EngineFailure`,
+never reported as the program's error.
+
+Example::
+
+    >>> try:
+    ...     raise ValueError("bad size\\nmore")
+    ... except ValueError as e:
+    ...     first_line(e)
+    'bad size'
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import traceback
+from typing import Optional
+
+import torch
+
+from .errors import EngineFailure, TraceError, UnsupportedOpError
+from .provenance import Provenance, is_engine_file, is_library_file
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def user_frame_of(exc: BaseException) -> Provenance:
+    """The innermost frame of the user's code in ``exc``'s traceback (empty when none)."""
+    best = None
+    for fs in traceback.extract_tb(exc.__traceback__):
+        if not is_engine_file(fs.filename) and not is_library_file(fs.filename):
+            best = fs
+    if best is None:
+        return Provenance()
+    return Provenance(filename=best.filename, lineno=best.lineno or 0,
+                      code=(best.line or linecache.getline(best.filename, best.lineno or 0)).strip(),
+                      function=best.name)
+
+
+def engine_frame_of(exc: BaseException) -> Optional[str]:
+    """Where symshape's own code raised ``exc`` ("file:line"), or None when the
+    exception is the program's (raised by torch, a library, the user's code, or
+    by the engine on purpose for the program)."""
+    if getattr(exc, "symshape_program_error", False):
+        return None
+    last = None
+    for fs in traceback.extract_tb(exc.__traceback__):
+        fn = fs.filename
+        if is_engine_file(fn) or not (is_library_file(fn) and not fn.startswith(_TORCH_DIR)):
+            # sympy and the standard library are the engine's helpers: the frame
+            # that called them decides whose exception it is.
+            last = fs
+    if last is not None and is_engine_file(last.filename):
+        return f"{os.path.basename(last.filename)}:{last.lineno}"
+    return None
+
+
+def trace_failure(e: Exception, env, at: str) -> Exception:
+    """The error to raise for ``e``, raised by the program while traced at sizes ``at``.
+
+    A SymBool passed where torch takes a bool is symshape's limitation
+    (:class:`UnsupportedOpError`); an exception from the engine's own code is
+    an :class:`EngineFailure`; anything else is the program's
+    :class:`TraceError`, with the path (guards) that led there.
+    """
+    if isinstance(e, TypeError) and "not SymBool" in str(e):
+        # Not the program's error: eager passes a bool where the trace has a size comparison.
+        err = UnsupportedOpError(f"symshape: a size comparison (SymBool) reached a torch function that "
+                                 f"takes a bool ({first_line(e)}); please report it")
+        err.env = env
+        return err
+    prov = user_frame_of(e)
+    engine = engine_frame_of(e)
+    if engine is not None:
+        return EngineFailure(
+            f"symshape failed inside its engine ({type(e).__name__} at {engine}) while tracing "
+            f"{prov.filename}:{prov.lineno} (`{prov.code}`) at {at or 'the given sizes'}: "
+            f"{first_line(e)}. This is a limitation of symshape, not an error of the program; "
+            f"please report it.", exc=e, provenance=prov, env=env)
+    return TraceError(
+        f"the program raised {type(e).__name__} at {prov.filename}:{prov.lineno} (`{prov.code}`) "
+        f"when traced at {at or 'the given sizes'}: {first_line(e)}",
+        exc=e, provenance=prov, path=env.guards, env=env)
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of ``e``'s message, or its type's name when it has none."""
+    s = str(e).strip()
+    return s.splitlines()[0] if s else type(e).__name__

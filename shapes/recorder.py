@@ -1,0 +1,217 @@
+"""The dispatch mode that runs a program's ATen ops on meta tensors and records each one.
+
+Each op is checked as eager would check it (:mod:`shapes.eager_checks`,
+index bounds, storage limits), run on meta tensors with symbolic sizes, and
+handed to the tracer's graph builder.  The op being run is on an
+:class:`OpStack`: decisions the engine takes inside it name it in their
+provenance.
+
+Example::
+
+    >>> ops = OpStack(); ops.push("aten.view.default"); ops.current()
+    'aten.view.default'
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Optional
+
+import sympy
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from . import data_dependent, eager_checks, index_bounds, limits
+from .env import DataDependentError, ShapeEnv
+from .errors import SymshapeError, UnsupportedOpError, program_error
+from .provenance import capture
+
+
+class OpStack:
+    """The ATen ops running now, innermost last (an op's meta kernel may run others).
+
+    >>> ops = OpStack(); ops.current() is None
+    True
+    """
+
+    def __init__(self):
+        self.names: list[str] = []
+
+    def push(self, op: str) -> None:
+        self.names.append(op)
+
+    def pop(self) -> None:
+        self.names.pop()
+
+    def current(self) -> Optional[str]:
+        return self.names[-1] if self.names else None
+
+
+def meta_device_kwargs(kwargs):
+    dev = kwargs.get("device")
+    if dev is not None and torch.device(dev).type != "meta":
+        kwargs = dict(kwargs)
+        kwargs["device"] = torch.device("meta")
+    return kwargs
+
+
+class Recorder(TorchDispatchMode):
+    """Runs each ATen op on meta tensors under the engine's checks and records it in the graph.
+
+    ``builder`` is the tracer's graph builder (:mod:`shapes.tracer`); ``progress``
+    is called with the number of ops recorded so far.  While an op runs, its
+    name is on :attr:`ops`, which the env reads for provenance.
+    """
+
+    def __init__(self, builder, env: ShapeEnv, progress=None):
+        super().__init__()
+        self.builder = builder
+        self.env = env
+        self.progress = progress
+        self.count = 0
+        self.ops = OpStack()
+        env.ops = self.ops
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        b = self.builder
+        args = pytree.tree_map(b.adopt, args)
+        kwargs = pytree.tree_map(b.adopt, kwargs)
+        r = eager_checks.intercept(self, func, args, kwargs)
+        if r is not NotImplemented:
+            return r
+        op = str(func)
+        prov = capture(op)
+        self.ops.push(op)
+        try:
+            for cond, msg, exc in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty):
+                if not self.env.expect_true(cond, message=msg):
+                    raise program_error(exc(msg))
+            for cond, msg in eager_checks.checks(func, args, kwargs):
+                if not self.env.expect_true(cond, message=msg):
+                    raise program_error(RuntimeError(msg))
+            handler = data_dependent.HANDLERS.get(func)
+            res = handler(self.env, func, args, kwargs) if handler else None
+            if res is None:
+                out = eager_checks.run_meta(func, args, meta_device_kwargs(kwargs))
+                bindings = {}
+            else:
+                out, bindings = res
+            out = eager_checks.eager_output(func, args, kwargs, out)
+        except (SymshapeError, DataDependentError):
+            raise
+        except NotImplementedError as e:
+            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if "data-dependent" in msg or "DynamicOutputShape" in type(e).__name__ or "meta" in msg.lower():
+                raise UnsupportedOpError(
+                    f"symshape: {op} at {prov.filename}:{prov.lineno} (`{prov.code}`) cannot run on meta tensors "
+                    f"with symbolic sizes ({msg}); its output shape may depend on data. Please report it."
+                ) from e
+            raise
+        finally:
+            self.ops.pop()
+        self._check_limits(func, out, prov)
+        b.record(func, args, kwargs, out, bindings, prov)
+        if self.progress is not None:
+            self.count += 1
+            self.progress(self.count)
+        if index_bounds.writes_integer_tensor(func, args, kwargs):
+            # An in-place write changes the values of the tensor and of every view of it.
+            b.value_bounds.clear()
+        if isinstance(out, torch.Tensor) and not out.dtype.is_floating_point:
+            vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty)
+            if vb is not None:
+                b.value_bounds[id(out)] = vb
+        return out
+
+    def _nonempty(self, t) -> bool:
+        n = sympy.Integer(1)
+        for s in t.shape:
+            n = n * limits.expr_of(s)
+        return self.env.static_bool(sympy.Ge(n, 1), log=False) is True
+
+    def _check_limits(self, func, out, prov):
+        """Eager's storage-size overflow check for each tensor this op allocates."""
+        env = self.env
+        for i, t in limits.tensor_outputs(out):
+            sizes = [limits.expr_of(s) for s in t.shape]
+            if all(s.is_number for s in sizes) or not limits.allocates(func, i):
+                continue
+            maybe_zero = lambda s: env.static_bool(sympy.Ge(s, 1), log=False) is not True  # noqa: E731
+            for cond, what in limits.storage_conditions(sizes, t.element_size(), maybe_zero):
+                msg = (f"{func}: the {what} of a {t.dtype} tensor of sizes {list(sizes)} must fit in "
+                       f"{'uint64' if what == 'size product' else 'int64'} (eager raises "
+                       f"'{limits.OVERFLOW_MESSAGE}...' otherwise)")
+                if not env.check_limit(cond, provenance=prov, message=msg):
+                    at = [env.hint_of(s) for s in sizes]
+                    raise RuntimeError(f"{limits.OVERFLOW_MESSAGE}{at}")
+
+
+class ModuleScope:
+    """Tracks the nn.Module hierarchy so nodes know which module emitted them."""
+
+    def __init__(self, root, builder):
+        self.names = {}
+        if isinstance(root, torch.nn.Module):
+            for name, m in root.named_modules():
+                self.names[id(m)] = name
+        self.builder = builder
+        self.handles = []
+
+    def __enter__(self):
+        from torch.nn.modules import module as mod
+
+        def pre(m, args):
+            name = self.names.get(id(m))
+            if name is not None:
+                self.builder.module_stack.append((name, type(m).__name__))
+
+        def post(m, args, out):
+            if self.names.get(id(m)) is not None and self.builder.module_stack:
+                self.builder.module_stack.pop()
+
+        self.handles = [mod.register_module_forward_pre_hook(pre), mod.register_module_forward_hook(post)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+        self.builder.module_stack.clear()
+
+
+def meta_like(t: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+
+
+@contextlib.contextmanager
+def composite_autograd_on_meta():
+    """Let autograd differentiate composite ops on meta tensors under the Python dispatcher.
+
+    torch registers Python meta kernels for some CompositeImplicitAutograd ops
+    (``nll_loss``, ...).  The Python dispatcher then resolves AutogradMeta to
+    the autograd fallback instead of the composite kernel (it sees a "backend
+    kernel"), so the op gets no backward formula and its gradient is silently
+    lost.  While recording a backward pass those Meta kernels are set aside, so
+    the composite decomposes above autograd as it does in eager mode.
+    """
+    from torch._C import DispatchKey
+    from torch._decomp import global_decomposition_table
+    removed = []
+    ops = {op for table in global_decomposition_table.values() for op in table}
+    for op in ops:
+        if (isinstance(op, torch._ops.OpOverload) and DispatchKey.Meta in op.py_kernels
+                and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")):
+            removed.append((op, op.py_kernels.pop(DispatchKey.Meta)))
+            _clear_dispatch_cache(op)
+    try:
+        yield
+    finally:
+        for op, fn in removed:
+            op.py_kernels[DispatchKey.Meta] = fn
+            _clear_dispatch_cache(op)
+
+
+def _clear_dispatch_cache(op):
+    cache = getattr(op, "_dispatch_cache", None)
+    if cache is not None:
+        cache.clear()
