@@ -37,7 +37,7 @@ from typing import Mapping, Optional, Union
 import sympy
 
 from shapes.errors import SymshapeError
-from shapes.guard import Decision, Guard, GuardKind
+from shapes.guard import Decision, Guard, GuardKind, StepKind
 from shapes.errors import SpecError
 from shapes.spec import parse_sizes
 
@@ -290,7 +290,7 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
     dd = [{"name": str(s), "what": what} for s, what in env.unbacked.items()]
     counts = _counts(entries)
     # Distinct conditions: the engine asks many of them more than once.
-    static = len({e.before for e in env.log if e.kind == "static"})
+    static = len({e.before for e in env.log if e.kind is StepKind.STATIC})
     ex = Explanation(
         program=_program_name(traced.program),
         inputs=[str(s) for s in traced.specs],

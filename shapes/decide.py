@@ -74,7 +74,7 @@ class DecisionProcedure:
 
     def log_step(self, kind: StepKind, before, after, rule: str) -> None:
         """Append one decision to the log and tell the observers."""
-        entry = LogEntry(StepKind(kind), before, after, rule, len(self.facts.facts))
+        entry = LogEntry(kind, before, after, rule, len(self.facts.facts))
         self.log.append(entry)
         for obs in self.observers:
             obs(entry, self.env)

@@ -129,3 +129,6 @@ class LogEntry:
     after: sympy.Basic
     rule: str
     n_facts: int
+
+    def __post_init__(self):
+        object.__setattr__(self, "kind", StepKind(self.kind))  # "static" reads as StepKind.STATIC

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 import sympy
 
 from .functions import FloorDiv, PyMod, TrueDiv, TruncToInt, Where
+from .guard import StepKind
 
 if TYPE_CHECKING:  # pragma: no cover
     from .env import ShapeEnv
@@ -416,7 +417,7 @@ def rewrite(env: "ShapeEnv", e):
         for name, rule in RULES.items():
             new = rule(env, e)
             if new is not None and new != e:
-                env.log_step("rewrite", e, new, name)
+                env.log_step(StepKind.REWRITE, e, new, name)
                 e = new
                 break
         else:

@@ -69,7 +69,7 @@ import z3
 
 from shapes.errors import SymshapeError
 from shapes.functions import FloorDiv, PyMod, TrueDiv
-from shapes.guard import LogEntry
+from shapes.guard import LogEntry, StepKind
 from shapes.provenance import Provenance, capture
 
 from .concrete import UnevaluableExpression, evaluate
@@ -82,7 +82,7 @@ DEFAULT_TIMEOUT_MS = 4000
 #: below any wrong rule.
 FLOAT_RTOL = sympy.Rational(1, 10**9)
 
-_CLAIM_KINDS = ("static", "rewrite", "fact")
+_CLAIM_KINDS = (StepKind.STATIC, StepKind.REWRITE, StepKind.FACT)
 
 
 @dataclass
@@ -120,11 +120,11 @@ class StepResult:
         e = self.entry
         where = f" at {self.provenance}" if self.provenance is not None and self.provenance.lineno else ""
         head = f"step #{self.index} ({e.kind}, rule {e.rule!r}){where}"
-        if e.kind == "static":
+        if e.kind is StepKind.STATIC:
             what = f"decided {e.before} to be {e.after} with {e.n_facts} fact(s)"
-        elif e.kind == "rewrite":
+        elif e.kind is StepKind.REWRITE:
             what = f"rewrote {e.before}  ->  {e.after}"
-        elif e.kind == "final":
+        elif e.kind is StepKind.FINAL:
             what = "final guards are not equivalent to the guards as first raised"
         else:
             what = f"kept the guard {e.after} for the condition raised as {e.before}"
@@ -290,7 +290,7 @@ class TranslationValidator:
         env.observers.append(self._observe)
 
     def _observe(self, entry: LogEntry, env) -> None:
-        if entry.kind not in ("static", "rewrite"):
+        if entry.kind not in (StepKind.STATIC, StepKind.REWRITE):
             return  # fact entries carry their provenance in env.records
         index = len(env.log) - 1
         if entry.rule == "size_oblivious":
@@ -363,16 +363,16 @@ def validate_env(env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, provenance: Optio
     proven: set = set()
     fact_no = 0
     for i, e in enumerate(env.log):
-        if e.kind == "axiom":
+        if e.kind is StepKind.AXIOM:
             continue
-        if e.kind == "fallback":
+        if e.kind is StepKind.FALLBACK:
             report.skipped_fallbacks += 1
             continue
         if e.kind not in _CLAIM_KINDS:
             report.failures.append(StepResult(i, e, "error", message=f"unknown log entry kind {e.kind!r}"))
             break
         prov = provenance.get(i)
-        if e.kind == "fact":
+        if e.kind is StepKind.FACT:
             rec = env.records[fact_no] if fact_no < len(env.records) else None
             prov = rec.provenance if rec is not None else None
             fact_no += 1
@@ -411,9 +411,9 @@ def validate_env(env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, provenance: Optio
 
 def _claim(e: LogEntry):
     """The proposition a log entry asserts (a sympy boolean)."""
-    if e.kind == "static":
+    if e.kind is StepKind.STATIC:
         return e.before if e.after is sympy.true else sympy.Not(e.before)
-    if e.kind == "rewrite":
+    if e.kind is StepKind.REWRITE:
         if _is_bool(e.before):
             return sympy.Equivalent(e.before, e.after)
         if not e.after.is_integer and (e.after.has(sympy.Float) or e.before.has(sympy.Float)):
@@ -430,12 +430,12 @@ def _is_bool(x) -> bool:
 
 def _trivial(e: LogEntry, chk: _Checker, obl) -> bool:
     """Steps sympy settles syntactically, without a Z3 query."""
-    if e.kind == "fact" and e.before == e.after:
+    if e.kind is StepKind.FACT and e.before == e.after:
         return True
-    if e.kind == "static" and not obl:
+    if e.kind is StepKind.STATIC and not obl:
         if e.after is sympy.true and e.before in chk.fact_set:
             return True
-    if e.kind == "rewrite" and not _is_bool(e.before) and not e.before.has(FloorDiv, PyMod, TrueDiv):
+    if e.kind is StepKind.REWRITE and not _is_bool(e.before) and not e.before.has(FloorDiv, PyMod, TrueDiv):
         # Pure polynomial identities (no division that may be undefined).
         try:
             return sympy.expand(e.before - e.after) == 0
@@ -530,10 +530,10 @@ def _check_final(env, chk: _Checker) -> Optional[StepResult]:
     """axioms ∧ guards as first raised  <=>  axioms ∧ guards as kept."""
     if not env.records:
         return None
-    axioms = [e.after for e in env.log if e.kind == "axiom"]
+    axioms = [e.after for e in env.log if e.kind is StepKind.AXIOM]
     orig = sympy.And(*axioms, *[g.original for g in env.records])
     final = sympy.And(*axioms, *[g.expr for g in env.records])
-    entry = LogEntry("final", orig, final, "final_guards", 0)
+    entry = LogEntry(StepKind.FINAL, orig, final, "final_guards", 0)
     try:
         claim = chk.tr.to_z3(orig) == chk.tr.to_z3(final)
     except UntranslatableExpression as err:

@@ -65,103 +65,19 @@ from __future__ import annotations
 
 import json
 import math
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 import sympy
 import torch
 import torch.fx
-from torch.utils import _pytree as pytree
 
-from . import formulas as ff
-from .exprs import nice, sum_exprs
+from .costs import ModuleCost, OpCost, count_graph
 from ..errors import GuardViolation, SpecError, SymshapeError
 from ..program import TracedProgram
 
-aten = torch.ops.aten
-
-# Size queries and symbolic arithmetic in the graph are not tensor ops.
-_SCALAR_OPS = frozenset(p for p in (
-    aten.sym_size, aten.sym_stride, aten.sym_numel, aten.sym_storage_offset,
-    getattr(aten, "_assert_scalar", None), getattr(aten, "sym_constrain_range", None),
-    getattr(aten, "sym_constrain_range_for_size", None),
-) if p is not None)
-
-# Ops that alias their input without an alias annotation in their schema, or
-# change only metadata in place: no data moves.
-_VIEW_LIKE = frozenset(p for p in (
-    aten._unsafe_view, getattr(aten, "_reshape_alias", None), aten.squeeze_, aten.unsqueeze_, aten.transpose_,
-    aten.t_, aten.as_strided_, aten.detach_, getattr(aten, "swapdims_", None), getattr(aten, "lift_fresh", None),
-) if p is not None)
-
-# Allocations that write nothing.
-_ALLOCATIONS = frozenset(p for p in (
-    aten.empty, aten.empty_strided, aten.empty_like, aten.new_empty, aten.new_empty_strided,
-) if p is not None)
-
-
 class FlopEvaluationError(SpecError):
     """Sizes given to :meth:`FlopReport.evaluate` are missing, unknown or invalid."""
-
-
-def _is_view(func) -> bool:
-    packet = func._overloadpacket
-    if packet in _VIEW_LIKE:
-        return True
-    rets = func._schema.returns
-    # A view returns an alias of an input that it does not write; in-place ops
-    # (alias with is_write) read and write data.
-    return bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write for r in rets)
-
-
-@dataclass
-class OpCost:
-    """Totals for one ATen op (all its calls).
-
-    ``flops`` and ``bytes`` are sympy expressions over the program's dims;
-    ``kind`` is ``"counted"`` (has a formula), ``"uncounted"`` (torch counts
-    it, symshape has no formula), ``"zero"`` (0 FLOPs by convention) or
-    ``"view"`` (0 FLOPs, 0 bytes).
-    """
-
-    op: str
-    calls: int = 0
-    flops: Any = sympy.Integer(0)
-    bytes: Any = sympy.Integer(0)
-    kind: str = "zero"
-
-    @property
-    def intensity(self):
-        """FLOPs per byte moved (a sympy expression; ``nan`` when nothing moves)."""
-        if self.bytes == 0:
-            return sympy.nan
-        return self.flops / self.bytes
-
-
-@dataclass
-class ModuleCost:
-    """Totals for one nn.Module (its ops and its children's).
-
-    ``name`` is the qualified name (``"h.0.attn"``; ``""`` is the root),
-    ``by_op`` maps op names to FLOP expressions.
-    """
-
-    name: str
-    cls: str
-    flops: Any = sympy.Integer(0)
-    bytes: Any = sympy.Integer(0)
-    by_op: dict = field(default_factory=dict)
-    #: nesting depth in the module call stack (the root is 0); containers
-    #: that never run forward (``ModuleList``) are not levels.
-    depth: int = 0
-
-    @property
-    def intensity(self):
-        """FLOPs per byte moved (a sympy expression; ``nan`` when nothing moves)."""
-        if self.bytes == 0:
-            return sympy.nan
-        return sympy.cancel(self.flops / self.bytes)
 
 
 @dataclass
@@ -227,152 +143,29 @@ class FlopReport:
     def __init__(self, traced: TracedProgram, name: str = "program"):
         self.traced = traced
         self.name = name
-        self.ops: dict[str, OpCost] = {}
-        self.by_module: dict[str, ModuleCost] = {}
-        self.uncounted: dict[str, int] = {}
-        self.zero_by_convention: dict[str, int] = {}
-        self.matmul_like_uncounted: dict[str, int] = {}
-        self.beyond_torch: dict[str, int] = {}
-        self.errors: dict[str, str] = {}
-        self.total = sympy.Integer(0)
-        self.total_bytes = sympy.Integer(0)
+        costs = count_graph(traced)
+        self.ops: dict[str, OpCost] = costs.ops
+        self.by_module: dict[str, ModuleCost] = costs.by_module
+        self.by_op: dict[str, Any] = costs.by_op
+        self.uncounted: dict[str, int] = costs.uncounted
+        self.zero_by_convention: dict[str, int] = costs.zero_by_convention
+        self.matmul_like_uncounted: dict[str, int] = costs.matmul_like_uncounted
+        self.beyond_torch: dict[str, int] = costs.beyond_torch
+        self.errors: dict[str, str] = costs.errors
+        self.total = costs.total
+        self.total_bytes = costs.total_bytes
         #: reports of the other paths evaluated so far (see :meth:`piece_at`)
         self.pieces: list["FlopReport"] = []
         #: "forward", or "train" when the trace recorded a training step.
         self.mode = "train" if any("phase" in n.meta for n in traced.graph.nodes) else "forward"
         #: phase ("forward", "backward", "optimizer") -> FLOPs; only "forward" unless mode == "train".
-        self.phase_totals: dict[str, Any] = {}
+        self.phase_totals: dict[str, Any] = costs.phase_totals
         #: phase -> bytes moved.
-        self.phase_bytes: dict[str, Any] = {}
+        self.phase_bytes: dict[str, Any] = costs.phase_bytes
         #: graph node -> its FLOPs (nodes with FLOPs only).
-        self.node_flops: dict[torch.fx.Node, Any] = {}
-        self._collect()
+        self.node_flops: dict[torch.fx.Node, Any] = costs.node_flops
         from .useful import analyze
         analyze(self)
-
-    # -- building -------------------------------------------------------------------
-    def _collect(self):
-        env = self.traced.env
-        repl = env.replacements
-
-        def fix(e):
-            e = sympy.sympify(e)
-            return e.xreplace(repl) if repl else e
-
-        def value(a):
-            if isinstance(a, torch.fx.Node):
-                v = a.meta.get("val")
-                if isinstance(v, torch.Tensor):
-                    return ff.TensorArg(tuple(fix(_expr_of(s)) for s in v.shape), v.dtype)
-                if "expr" in a.meta:
-                    return fix(a.meta["expr"])
-                if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-                    return fix(v.node.expr)
-                return v
-            return a
-
-        def out_value(v):
-            if isinstance(v, torch.Tensor):
-                return ff.TensorArg(tuple(fix(_expr_of(s)) for s in v.shape), v.dtype)
-            if isinstance(v, (tuple, list)):
-                return type(v)(out_value(x) for x in v)
-            return v
-
-        counted_by_torch = ff.torch_counted()
-        op_terms: dict[str, list] = defaultdict(list)
-        byte_terms: dict[str, list] = defaultdict(list)
-        mod_terms: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-        mod_bytes: dict[str, list] = defaultdict(list)
-        mod_cls: dict[str, str] = {}
-        mod_depth: dict[str, int] = {}
-        is_module = isinstance(self.traced.program, torch.nn.Module)
-        phase_flops: dict[str, list] = defaultdict(list)
-        phase_bytes: dict[str, list] = defaultdict(list)
-
-        for node in self.traced.graph.nodes:
-            if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-                continue
-            func = node.target
-            packet = func._overloadpacket
-            if packet in _SCALAR_OPS:
-                continue
-            args = torch.fx.node.map_aggregate(node.args, value)
-            kwargs = torch.fx.node.map_aggregate(node.kwargs, value)
-            out = out_value(node.meta.get("val"))
-            ins = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, ff.TensorArg)]
-            outs = [x for x in pytree.tree_leaves(out) if isinstance(x, ff.TensorArg)]
-            if not ins and not outs:
-                continue
-            name = str(packet)
-            cost = self.ops.get(name)
-            if cost is None:
-                cost = self.ops[name] = OpCost(name)
-            cost.calls += 1
-
-            flops = sympy.Integer(0)
-            formula = ff.formula_for(packet)
-            view = _is_view(func)
-            if formula is not None:
-                try:
-                    flops = sympy.sympify(formula(ff.bind(func, args, kwargs), out))
-                    cost.kind = "counted"
-                except Exception as e:  # a formula that cannot read these arguments: say so
-                    self.errors[name] = f"{type(e).__name__}: {e}"
-                    cost.kind = "uncounted"
-                    self.uncounted[name] = self.uncounted.get(name, 0) + 1
-                if packet in ff.BEYOND_TORCH:
-                    self.beyond_torch[name] = self.beyond_torch.get(name, 0) + 1
-            elif packet in counted_by_torch:
-                cost.kind = "uncounted"
-                self.uncounted[name] = self.uncounted.get(name, 0) + 1
-            elif view:
-                cost.kind = "view"
-            else:
-                cost.kind = "zero"
-                self.zero_by_convention[name] = self.zero_by_convention.get(name, 0) + 1
-                if packet in ff.MATMUL_LIKE_UNCOUNTED:
-                    self.matmul_like_uncounted[name] = self.matmul_like_uncounted.get(name, 0) + 1
-
-            if view or packet in _ALLOCATIONS:
-                nbytes = sympy.Integer(0)
-            else:
-                nbytes = sympy.Add(*[t.nbytes for t in ins], *[t.nbytes for t in outs])
-            if flops != 0:
-                op_terms[name].append(flops)
-                self.node_flops[node] = flops
-            byte_terms[name].append(nbytes)
-            ph = node.meta.get("phase") or "forward"
-            phase_flops[ph].append(flops)
-            phase_bytes[ph].append(nbytes)
-
-            if is_module:
-                # A module on the stack twice (recursion) counts once, as in
-                # torch's ModuleTracker.
-                for depth, (qual, cls) in enumerate(dict.fromkeys(node.meta.get("module_path", ()))):
-                    mod_cls.setdefault(qual, cls)
-                    mod_depth[qual] = min(depth, mod_depth.get(qual, depth))
-                    if flops != 0:
-                        mod_terms[qual][name].append(flops)
-                    mod_bytes[qual].append(nbytes)
-
-        for name, cost in self.ops.items():
-            cost.flops = sum_exprs(op_terms.get(name, ()))
-            cost.bytes = sum_exprs(byte_terms.get(name, ()))
-        self.total = nice(sum_exprs(c.flops for c in self.ops.values()))
-        self.total_bytes = nice(sum_exprs(c.bytes for c in self.ops.values()))
-        for cost in self.ops.values():
-            cost.flops, cost.bytes = nice(cost.flops), nice(cost.bytes)
-        self.by_op = {n: c.flops for n, c in self.ops.items() if c.flops != 0}
-        from .train import PHASES
-        for ph in PHASES:
-            if ph in phase_bytes:
-                self.phase_totals[ph] = nice(sum_exprs(phase_flops[ph]))
-                self.phase_bytes[ph] = nice(sum_exprs(phase_bytes[ph]))
-        # First-run order: parents before children, in execution order.
-        for qual in mod_cls:
-            by_op = {n: sum_exprs(ts) for n, ts in mod_terms[qual].items()}
-            self.by_module[qual] = ModuleCost(qual, mod_cls[qual], sum_exprs(by_op.values()), sum_exprs(mod_bytes[qual]),
-                                              by_op, mod_depth[qual])
 
     # -- evaluation -----------------------------------------------------------------
     @property
@@ -594,14 +387,6 @@ class FlopReport:
 def _finite(x: float):
     return None if isinstance(x, float) and math.isnan(x) else x
 
-
-def _expr_of(s):
-    if isinstance(s, torch.SymInt):
-        return s.node.expr
-    return sympy.Integer(int(s))
-
-
-# --------------------------------------------------------------------------- tables
 
 def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False, mode: str = "forward",
                 optimizer=None, requires_grad=None) -> FlopReport:
