@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import traceback
 from typing import Optional
 
@@ -26,6 +27,10 @@ from .errors import EngineFailure, TraceError, UnsupportedOpError
 from .provenance import Provenance, is_engine_file, is_library_file
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+# torch raises TypeError when a symbolic value reaches C++ code that wants a plain
+# Python value ("argument 'is_causal' must be bool, not SymBool"): a limit of
+# symbolic tracing, not something the program does wrong on real tensors.
+_SYMBOLIC_TYPE = re.compile(r"\bSym(Int|Bool|Float)\b|SymExprNode|symbolic (size|value|shape)")
 
 
 def user_frame_of(exc: BaseException) -> Provenance:
@@ -62,15 +67,17 @@ def engine_frame_of(exc: BaseException) -> Optional[str]:
 def trace_failure(e: Exception, env, at: str) -> Exception:
     """The error to raise for ``e``, raised by the program while traced at sizes ``at``.
 
-    A SymBool passed where torch takes a bool is symshape's limitation
-    (:class:`UnsupportedOpError`); an exception from the engine's own code is
-    an :class:`EngineFailure`; anything else is the program's
-    :class:`TraceError`, with the path (guards) that led there.
+    A symbolic value (SymInt, SymBool, SymFloat) that reached torch code
+    wanting a plain one is symshape's limitation (:class:`UnsupportedOpError`);
+    an exception from the engine's own code is an :class:`EngineFailure`;
+    anything else is the program's :class:`TraceError`, with the path (guards)
+    that led there.
     """
-    if isinstance(e, TypeError) and "not SymBool" in str(e):
-        # Not the program's error: eager passes a bool where the trace has a size comparison.
-        err = UnsupportedOpError(f"symshape: a size comparison (SymBool) reached a torch function that "
-                                 f"takes a bool ({first_line(e)}); please report it")
+    if symbolic_type_error(e):
+        # Not the program's error: eager passes a plain value where the trace has a symbolic one.
+        what = ("a size comparison (SymBool) reached a torch function that takes a bool"
+                if "not SymBool" in str(e) else "a symbolic size reached torch code that wants a plain value")
+        err = UnsupportedOpError(f"symshape: {what} ({first_line(e)}); please report it")
         err.env = env
         return err
     prov = user_frame_of(e)
@@ -85,6 +92,17 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
         f"the program raised {type(e).__name__} at {prov.filename}:{prov.lineno} (`{prov.code}`) "
         f"when traced at {at or 'the given sizes'}: {first_line(e)}",
         exc=e, provenance=prov, path=env.guards, env=env)
+
+
+def symbolic_type_error(e: BaseException) -> bool:
+    """Is ``e`` torch's TypeError for a symbolic value where it takes a plain one?
+
+    >>> symbolic_type_error(TypeError("argument 'is_causal' must be bool, not SymBool"))
+    True
+    >>> symbolic_type_error(RuntimeError("shape '[-1, 4]' is invalid for input of size 6"))
+    False
+    """
+    return isinstance(e, TypeError) and bool(_SYMBOLIC_TYPE.search(str(e)))
 
 
 def first_line(e: BaseException) -> str:

@@ -6,9 +6,11 @@ takes the innermost frame that belongs to neither torch, sympy nor symshape.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import linecache
 import os
 import sys
+import tomllib
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -16,9 +18,30 @@ import sympy
 import torch
 
 _PKG_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_ENGINE_DIRS = tuple(
-    os.path.join(_PKG_ROOT, p) + os.sep for p in ("shapes", "guards", "validation", "compiler", "cli")
-)
+_DISTRIBUTION = "symshape"
+
+
+def engine_packages() -> tuple[str, ...]:
+    """symshape's top-level packages, read where they are declared: ``pyproject.toml`` in a
+    source tree, the installed distribution's metadata otherwise.
+
+    >>> "shapes" in engine_packages() and "cli" in engine_packages()
+    True
+    """
+    pyproject = os.path.join(_PKG_ROOT, "pyproject.toml")
+    names: list = []
+    if os.path.exists(pyproject):
+        with open(pyproject, "rb") as f:
+            meta = tomllib.load(f)
+        if meta.get("project", {}).get("name") == _DISTRIBUTION:
+            names = meta.get("tool", {}).get("setuptools", {}).get("packages", [])
+    if not names:
+        names = [top for top, dists in importlib.metadata.packages_distributions().items() if _DISTRIBUTION in dists]
+    top = {n.split(".")[0] for n in names} | {__name__.split(".")[0]}
+    return tuple(sorted(top))
+
+
+_ENGINE_DIRS = tuple(os.path.join(_PKG_ROOT, p) + os.sep for p in engine_packages())
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 _SYMPY_DIR = os.path.dirname(os.path.abspath(sympy.__file__)) + os.sep
 _STDLIB_DIR = os.path.dirname(os.path.abspath(os.__file__)) + os.sep

@@ -31,10 +31,7 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
-import itertools
 import random
-import signal
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -43,6 +40,8 @@ from typing import Iterable, Iterator, Optional
 import sympy
 import torch
 from torch.utils import _pytree as pytree
+
+from .dinfer.limits import TraceTimeout, time_limit
 
 __all__ = ["SampleResult", "Summary", "corpus", "run_case", "run_op", "run_corpus", "summarize", "table"]
 
@@ -87,28 +86,6 @@ class SampleResult:
     @property
     def torch_ok(self) -> bool:
         return self.torch_status == "ok"
-
-
-class _Timeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: Optional[float]):
-    if not seconds or not hasattr(signal, "SIGALRM"):
-        yield
-        return
-
-    def on_alarm(signum, frame):
-        raise _Timeout(f"took more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _flat_tensors(sample):
@@ -221,7 +198,7 @@ def _symshape_count(tp) -> int:
 def _torch_trace(case, timeout):
     from torch.fx.experimental import _config as fx_config
     from torch.fx.experimental.proxy_tensor import make_fx
-    with _time_limit(timeout), fx_config.patch(use_duck_shape=False), warnings.catch_warnings():
+    with time_limit(timeout or None), fx_config.patch(use_duck_shape=False), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         gm = make_fx(case, tracing_mode="symbolic")(*case.inputs)
     vals = [n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder"]
@@ -339,18 +316,18 @@ def run_case(op, index, sample, *, timeout: Optional[float] = 30, seed: int = 0,
     tp = None
     t0 = time.perf_counter()
     try:
-        with _time_limit(timeout), warnings.catch_warnings():
+        with time_limit(timeout or None), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tp = shapes.trace(case, *case.specs, dims=dict(case.hints), translation_validation=False)
         res.sym_guards = _symshape_count(tp)
-    except Exception as e:  # noqa: BLE001 - every failure is a figure of the table
+    except (Exception, TraceTimeout) as e:  # noqa: BLE001 - every failure is a figure of the table
         res.sym_status, res.sym_error = type(e).__name__, _first_line(e)
     t1 = time.perf_counter()
     senv = vals = None
     try:
         _, vals, senv = _torch_trace(case, timeout)
         res.torch_guards = _torch_count(senv)
-    except Exception as e:  # noqa: BLE001
+    except (Exception, TraceTimeout) as e:  # noqa: BLE001 - a timeout too is a figure of the table
         res.torch_status, res.torch_error = type(e).__name__, _first_line(e)
     res.sym_s, res.torch_s = t1 - t0, time.perf_counter() - t1
     if tp is None:

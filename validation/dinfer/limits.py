@@ -27,45 +27,29 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import re
 import signal
 import sys
 import threading
 import time
 
-from shapes.errors import DataDependentError, SymshapeError, TracerLimitation
-
-# torch raises TypeError when a symbolic value reaches C++ code that wants a plain
-# Python value ("argument 'is_causal' must be bool, not SymBool"): that is a limit
-# of symbolic tracing, not something the program does wrong on real tensors.
-_SYMBOLIC_TYPE = re.compile(r"\bSym(Int|Bool|Float)\b|SymExprNode|symbolic (size|value|shape)")
+from shapes.errors import DataDependentError, SymshapeError
 
 
 def engine_limitation(exc: BaseException) -> bool:
-    """True if ``exc`` is symshape's limitation, not the program's error.
+    """True if ``exc`` (the exception inside a :class:`~shapes.errors.TraceError`) is symshape's
+    limitation, not the program's error: one of symshape's own errors that the program let through.
+    The tracer already raises torch's errors about symbolic values as
+    :class:`~shapes.errors.UnsupportedOpError` (see :mod:`shapes.failures`).
 
     Example::
 
-        >>> engine_limitation(TypeError("argument 'is_causal' must be bool, not SymBool"))
+        >>> from shapes.errors import UnsupportedOpError
+        >>> engine_limitation(UnsupportedOpError("no model of aten.foo"))
         True
         >>> engine_limitation(RuntimeError("shape '[-1, 4]' is invalid for input of size 6"))
         False
     """
-    if isinstance(exc, (SymshapeError, DataDependentError)):  # TracerLimitation is a SymshapeError
-        return True
-    return isinstance(exc, TypeError) and bool(_SYMBOLIC_TYPE.search(str(exc)))
-
-
-def typed_limitation(exc: BaseException) -> bool:
-    """True if ``exc`` is symshape's typed "cannot trace this" (:class:`~shapes.errors.TracerLimitation`).
-    Other SymshapeErrors raised by a trace, like translation validation finding an
-    unsound engine step, are never an outcome of the program.
-
-    >>> from shapes.errors import UnsupportedOpError
-    >>> typed_limitation(UnsupportedOpError("no model of aten.foo")), typed_limitation(ValueError("x"))
-    (True, False)
-    """
-    return isinstance(exc, TracerLimitation)
+    return isinstance(exc, (SymshapeError, DataDependentError))  # TracerLimitation is a SymshapeError
 
 
 class TraceTimeout(BaseException):

@@ -21,7 +21,7 @@ from shapes.tracer import trace
 from ..input_space import ClassError, InputSpace, ShapeClass, Status, holds, to_python
 from ..z3_translate import UntranslatableExpression
 from .assume import assume_data_branches, dim_and_data_names
-from .limits import TraceTimeout, engine_limitation, time_limit, typed_limitation
+from .limits import TraceTimeout, engine_limitation, time_limit
 from .suggest import suggest_spec
 from .summary import summarize
 from .z3box import Z3Box
