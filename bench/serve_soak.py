@@ -23,38 +23,23 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
-import re
 import statistics
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from cli.serve.launch import request, running_server  # noqa: E402
 PROG = "tests/serve_programs.py"
 
 
 def _post(url, path, body, timeout):
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"content-type": "application/json"})
-    t0 = time.perf_counter()
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            status, raw = r.status, r.read()
-    except urllib.error.HTTPError as e:
-        status, raw = e.code, e.read()
-    dt = time.perf_counter() - t0
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        data = None
-    return status, data, dt
+    return request(url, "POST", path, body, timeout=timeout)
 
 
 def _mix(n: int, rng: random.Random, hang_timeout: float = 2.0):
@@ -140,29 +125,10 @@ def main(argv=None) -> int:
     if not 100 <= args.requests <= 5000:
         ap.error("--requests must be within 100..5000")
     warm, mixed = _mix(args.requests, random.Random(args.seed), args.hang_timeout)
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     t_start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--host", "127.0.0.1", "--port", "0",
-                             "--root", ROOT, "--timeout", str(args.timeout), "--workers", str(args.workers),
-                             "--memory-mb", "1024"], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
     results = []
     lock = threading.Lock()
-    try:
-        line = proc.stdout.readline()
-        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
-        if not m:
-            print(f"server did not start: {line!r}", file=sys.stderr)
-            return 1
-        url = f"http://127.0.0.1:{m.group(1)}"
-        while True:
-            try:
-                urllib.request.urlopen(url + "/api/health", timeout=5).read()
-                break
-            except OSError:
-                if time.perf_counter() - t_start > 300:
-                    print("server did not answer /api/health within 300 s", file=sys.stderr)
-                    return 1
-                time.sleep(0.5)
+    with running_server(ROOT, timeout=args.timeout, workers=args.workers, memory_mb=1024) as url:
         startup = time.perf_counter() - t_start
         deadline = time.monotonic() + args.deadline
 
@@ -192,14 +158,12 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(args.clients) as ex:
             list(ex.map(send, mixed))
         wall = time.perf_counter() - t0
-        health = json.loads(urllib.request.urlopen(url + "/api/health", timeout=30).read())
-        alive = proc.poll() is None and health.get("ok")
-    finally:
-        proc.terminate()
         try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            _, health, _ = request(url, "GET", "/api/health", timeout=30)
+        except OSError:
+            health = None  # the server went down
+        alive = bool(health and health.get("ok"))
+        health = health or {}
 
     problems = [r for r in results if r[5]]
     by_cat = {}

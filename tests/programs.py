@@ -2,9 +2,69 @@
 
 Each is small, deterministic, and exercises one family of shape behaviour.
 """
+import importlib.util
+import itertools
+import os
+from typing import Optional
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from shapes.spec import parse_spec
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_zoo(module_name: str = "shape_zoo"):
+    """``examples/shape_zoo.py`` (programs with known valid input sizes), loaded as ``module_name``."""
+    spec = importlib.util.spec_from_file_location(module_name, os.path.join(ROOT, "examples", "shape_zoo.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def instance(program):
+    """A zoo entry's callable: a module class is built (seed 0) in eval mode."""
+    if isinstance(program, type):
+        torch.manual_seed(0)
+        return program().eval()
+    return program
+
+
+def grid(dims):
+    """Every point of the box ``{name: (lo, hi)}``, as dicts."""
+    names = list(dims)
+    for vals in itertools.product(*[range(lo, hi + 1) for lo, hi in dims.values()]):
+        yield dict(zip(names, vals))
+
+
+def real_inputs(specs, point) -> list:
+    """CPU tensors of the specs' sizes at ``point``: random floats, zero integers."""
+    inputs = []
+    for s in specs:
+        p = parse_spec(s)
+        shape = [point[d] if isinstance(d, str) else d for d in p.dims]
+        if p.dtype.is_floating_point:
+            inputs.append(torch.randn(shape, dtype=p.dtype))
+        else:
+            inputs.append(torch.zeros(shape, dtype=p.dtype))
+    return inputs
+
+
+def eager_error(program, inputs) -> Optional[str]:
+    """None if ``program(*inputs)`` runs in eager PyTorch, else the exception type's name."""
+    try:
+        with torch.no_grad():
+            program(*inputs)
+    except Exception as e:  # noqa: BLE001 - eager's verdict, whatever it raises
+        return type(e).__name__
+    return None
+
+
+def eager_runs(program, specs, point) -> bool:
+    """Run on real CPU tensors of these sizes; any exception means the program does not run."""
+    return eager_error(program, real_inputs(specs, point)) is None
 
 
 class MLP(nn.Module):

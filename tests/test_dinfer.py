@@ -1,5 +1,4 @@
 """dinfer against ground truth: eager PyTorch on real tensors at every point of small grids."""
-import importlib.util
 import itertools
 import json
 import math
@@ -14,53 +13,15 @@ import torch.nn as nn
 
 from cli.main import dinfer_main, main
 from shapes import SpecError
-from shapes.spec import parse_spec
 from validation import dinfer
 from validation.input_space import Status
+from tests.programs import eager_runs, grid, instance, load_zoo
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO_PATH = os.path.join(ROOT, "examples", "shape_zoo.py")
 
 
-def _load_zoo():
-    spec = importlib.util.spec_from_file_location("shape_zoo", ZOO_PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-zoo = _load_zoo()
-
-
-def eager_runs(program, specs, point) -> bool:
-    """Run on real CPU tensors of these sizes; any exception means the program does not run."""
-    inputs = []
-    for s in specs:
-        p = parse_spec(s)
-        shape = [point[d] if isinstance(d, str) else d for d in p.dims]
-        if p.dtype.is_floating_point:
-            inputs.append(torch.randn(shape, dtype=p.dtype))
-        else:
-            inputs.append(torch.zeros(shape, dtype=p.dtype))
-    try:
-        with torch.no_grad():
-            program(*inputs)
-    except Exception:
-        return False
-    return True
-
-
-def grid(dims):
-    names = list(dims)
-    for vals in itertools.product(*[range(lo, hi + 1) for lo, hi in dims.values()]):
-        yield dict(zip(names, vals))
-
-
-def _instance(program):
-    if isinstance(program, type):
-        torch.manual_seed(0)
-        return program().eval()
-    return program
+zoo = load_zoo("shape_zoo")
 
 
 _SPACES = {}
@@ -69,7 +30,7 @@ _SPACES = {}
 def _searched(name, program, specs, dims):
     """One search per zoo program, shared by the tests below (the search is deterministic)."""
     if name not in _SPACES:
-        program = _instance(program)
+        program = instance(program)
         _SPACES[name] = (program, dinfer(program, *specs, dims=dims))
     return _SPACES[name]
 

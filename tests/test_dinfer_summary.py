@@ -1,7 +1,5 @@
 """dinfer's summary (valid iff ...), suggested torch.export spec, printer and time limits,
 checked against eager PyTorch on every grid point and against torch.export itself."""
-import importlib.util
-import itertools
 import os
 import re
 
@@ -11,33 +9,22 @@ import torch.fx.experimental._config  # noqa: F401  (backed_size_oblivious, for 
 import torch.nn.functional as F
 
 from cli.main import dinfer_main
-from shapes.spec import parse_spec
 from validation import dinfer
 from validation.input_space import Status
+from tests.programs import eager_error, grid, instance, load_zoo, real_inputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO_PATH = os.path.join(ROOT, "examples", "shape_zoo.py")
 
 
-def _load_zoo():
-    spec = importlib.util.spec_from_file_location("shape_zoo_summary", ZOO_PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-zoo = _load_zoo()
+zoo = load_zoo("shape_zoo_summary")
 CASES = {c[0]: c for c in zoo.SUMMARY_CASES}
 
 
 def _inputs(name, specs, point):
     """Real tensors of these sizes; for data-dependent programs, data that meet the
     run-time conditions dinfer reports (so the sizes alone decide)."""
-    out = []
-    for s in specs:
-        p = parse_spec(s)
-        shape = [point[d] if isinstance(d, str) else d for d in p.dims]
-        out.append(torch.randn(shape) if p.dtype.is_floating_point else torch.zeros(shape, dtype=p.dtype))
+    out = real_inputs(specs, point)
     if name == "nonzero_heads":
         out[0][:, 0] = out[0][:, 0].abs() + 0.5  # every row selected: idx.shape[0] >= 1
     if name == "take_k":
@@ -47,18 +34,7 @@ def _inputs(name, specs, point):
 
 def _eager(name, program, specs, point):
     """None if it runs, else the exception type's name."""
-    try:
-        with torch.no_grad():
-            program(*_inputs(name, specs, point))
-    except Exception as e:
-        return type(e).__name__
-    return None
-
-
-def _grid(dims):
-    names = list(dims)
-    for vals in itertools.product(*[range(lo, hi + 1) for lo, hi in dims.values()]):
-        yield dict(zip(names, vals))
+    return eager_error(program, _inputs(name, specs, point))
 
 
 _SPACES = {}
@@ -67,9 +43,7 @@ _SPACES = {}
 def _space(name):
     if name not in _SPACES:
         _, program, specs, dims = CASES[name]
-        if isinstance(program, type):
-            torch.manual_seed(0)
-            program = program().eval()
+        program = instance(program)
         _SPACES[name] = (program, dinfer(program, *specs, dims=dims))
     return _SPACES[name]
 
@@ -91,7 +65,7 @@ def test_valid_iff_is_the_eager_truth_on_the_grid(name):
     summary = space.summary
     assert all(r.short and r.proved for r in summary.regions), [r.to_dict() for r in summary.regions]
     errors = [r for r in summary.regions if r.kind == "error"]
-    for point in _grid(dims):
+    for point in grid(dims):
         got = _eager(name, program, specs, point)
         assert _holds(summary.valid_iff, point) == (got is None), (summary.valid_iff, point, got)
         if got is not None:

@@ -6,21 +6,17 @@ PyTorch on real tensors (FlopCounterMode for FLOPs).  One server serves the
 whole module (about 20 s to start on a busy machine); the tests take about
 a minute in all.
 """
-import json
 import os
-import re
 import shutil
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
 import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
+
+from cli.serve.launch import request, running_server  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKEN = "test-token-123456"
@@ -30,42 +26,14 @@ GRID = {"program": "tests/serve_programs.py:grid", "inputs": ["x: f32[H, W]"], "
 
 @pytest.fixture(scope="module")
 def server():
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", "0", "--root", ROOT,
-                             "--timeout", "120", "--workers", "2", "--memory-mb", "1024", "--token", TOKEN],
-                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = proc.stdout.readline()
-        m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
-        assert m, f"no address printed: {line!r} {proc.stderr.read() if proc.poll() is not None else ''}"
-        url = f"http://127.0.0.1:{m.group(1)}"
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            try:
-                status, _ = call(url, "GET", "/api/health")
-                if status == 200:
-                    break
-            except OSError:
-                time.sleep(0.5)
+    with running_server(ROOT, timeout=120, workers=2, memory_mb=1024, token=TOKEN) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def call(url, method, path, body=None, token=TOKEN, timeout=120):
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url + path, data=data, method=method, headers={"content-type": "application/json"})
-    if token:
-        req.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    status, answer, _ = request(url, method, path, body, token=token, timeout=timeout)
+    assert answer is not None, f"{method} {path} answered {status} without JSON"
+    return status, answer
 
 
 def post(url, path, body, **kw):

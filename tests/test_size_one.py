@@ -14,7 +14,8 @@ from torch.utils.flop_counter import FlopCounterMode
 import shapes
 from shapes.spec import parse_spec
 from tests.programs import tiny_gpt2
-from tests.test_dinfer import eager_runs, grid, zoo, _instance
+from tests.programs import eager_runs, grid, instance
+from tests.test_dinfer import zoo
 from validation import dinfer
 
 transformers = pytest.importorskip("transformers")
@@ -118,7 +119,7 @@ def _with_zero(dims):
 
 @pytest.mark.parametrize("name,program,specs,dims", zoo.CASES, ids=[c[0] for c in zoo.CASES])
 def test_dinfer_programs_over_grids_with_zero_and_one(name, program, specs, dims):
-    program = _instance(program)
+    program = instance(program)
     dims = {n: (0, min(hi, 8)) for n, (lo, hi) in dims.items()}
     space = dinfer(program, *specs, dims=dims)
     assert space.complete, space.reason

@@ -144,6 +144,42 @@ class CheckQuery(Query):
     time_budget: float = Field(20.0, gt=0, le=600)
 
 
+def _check_task_args(d: dict):
+    """What the ``check`` task needs beyond the query: the expectations, and dims written as in TOML."""
+    exp = {k: d[k] for k in EXPECTATIONS if d.get(k) is not None}
+    if not exp:
+        return _error(400, "bad_request", f"state at least one expectation: {', '.join(EXPECTATIONS)}")
+    dims_toml = {k: (v if isinstance(v, int) else f"{v[0]}..{'inf' if v[1] is None else v[1]}")
+                 for k, v in d["dims"].items()}
+    return {"expectations": exp, "dims_toml": dims_toml}
+
+
+#: Endpoint ``/api/KIND`` -> (request model, summary); each is answered by the worker task of the same name (:mod:`cli.serve.tasks`).
+QUESTIONS = {
+    "trace": (TraceQuery, "Symbolic output shapes, guards and runtime asserts with source lines"),
+    "explain": (ExplainQuery, "The explain report as JSON (guards/report.schema.json)"),
+    "dinfer": (DinferQuery, "Classes of input sizes and the valid-iff summary"),
+    "flops": (FlopsQuery, "Symbolic FLOPs and bytes: formula and values at sizes"),
+    "classify": (ClassifyQuery, "Is this size valid, and if not, which guard or line fails"),
+    "map": (MapQuery, "The class of each cell of a grid over two dims (the valid-size map)"),
+    "check": (CheckQuery, "Check one contract entry (same keys as the TOML)"),
+}
+#: Arguments a task needs beyond the query (or an error response), by endpoint.
+TASK_ARGS = {"check": _check_task_args}
+
+
+def _question(answer, kind: str, model):
+    """The handler of ``/api/KIND``: the body validated as ``model``, then request -> task -> cache."""
+    def handle(q):
+        extra = TASK_ARGS[kind](q.model_dump()) if kind in TASK_ARGS else None
+        if isinstance(extra, JSONResponse):
+            return extra
+        return answer(kind, q, extra)
+    handle.__annotations__ = {"q": model}  # FastAPI reads the body's model from the annotation
+    handle.__name__ = handle.__qualname__ = f"ask_{kind}"
+    return handle
+
+
 def _error(status: int, kind: str, message: str, **extra) -> JSONResponse:
     return JSONResponse({"error": {"kind": kind, "message": message, **extra}}, status_code=status)
 
@@ -294,39 +330,8 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
     def examples():
         return {"examples": _presets(roots)}
 
-    @app.post("/api/trace", summary="Symbolic output shapes, guards and runtime asserts with source lines")
-    def trace(q: TraceQuery):
-        return answer("trace", q)
-
-    @app.post("/api/explain", summary="The explain report as JSON (guards/report.schema.json)")
-    def explain(q: ExplainQuery):
-        return answer("explain", q)
-
-    @app.post("/api/dinfer", summary="Classes of input sizes and the valid-iff summary")
-    def dinfer(q: DinferQuery):
-        return answer("dinfer", q)
-
-    @app.post("/api/flops", summary="Symbolic FLOPs and bytes: formula and values at sizes")
-    def flops(q: FlopsQuery):
-        return answer("flops", q)
-
-    @app.post("/api/classify", summary="Is this size valid, and if not, which guard or line fails")
-    def classify(q: ClassifyQuery):
-        return answer("classify", q)
-
-    @app.post("/api/map", summary="The class of each cell of a grid over two dims (the valid-size map)")
-    def size_map(q: MapQuery):
-        return answer("map", q)
-
-    @app.post("/api/check", summary="Check one contract entry (same keys as the TOML)")
-    def check(q: CheckQuery):
-        d = q.model_dump()
-        exp = {k: d[k] for k in EXPECTATIONS if d.get(k) is not None}
-        if not exp:
-            return _error(400, "bad_request", f"state at least one expectation: {', '.join(EXPECTATIONS)}")
-        dims_toml = {k: (v if isinstance(v, int) else f"{v[0]}..{'inf' if v[1] is None else v[1]}")
-                     for k, v in d["dims"].items()}
-        return answer("check", q, {"expectations": exp, "dims_toml": dims_toml})
+    for kind, (model, summary) in QUESTIONS.items():
+        app.post(f"/api/{kind}", summary=summary)(_question(answer, kind, model))
 
     @app.get("/", include_in_schema=False)
     def page():
