@@ -13,26 +13,17 @@ Run::
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 import warnings
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-import shapes
-
-
-class MLP(nn.Module):
-    def __init__(self, d=32, hidden=64):
-        super().__init__()
-        self.fc1 = nn.Linear(d, hidden)
-        self.fc2 = nn.Linear(hidden, d)
-        self.norm = nn.LayerNorm(d)
-
-    def forward(self, x):
-        return self.norm(x + self.fc2(F.gelu(self.fc1(x))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import shapes  # noqa: E402
+from examples.mlp import MLP  # noqa: E402
 
 
 def _quiet_transformers():
@@ -55,7 +46,7 @@ def bert():
 
 
 def mlp():
-    return MLP().eval(), ["x: f32[B, T, 32]"]
+    return MLP(d=32, hidden=64).eval(), ["x: f32[B, T, 32]"]
 
 
 PROGRAMS = {"MLP": mlp, "GPT2Model (2 layers)": gpt2, "BertModel (small)": bert}

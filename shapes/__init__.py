@@ -11,7 +11,7 @@ Example::
 from .env import DataDependentError, ShapeEnv
 from .flops import FlopReport, count_flops
 from .errors import GuardViolation, SpecError, SymshapeError, TraceError, TracerLimitation, UnsupportedOpError
-from .guard import Decision, Guard, GuardKind, LogEntry
+from .guard import Decision, Guard, GuardKind, LogEntry, StepKind
 from .program import TracedProgram
 from .provenance import Provenance
 from .spec import Dim, InputSpec, parse_spec
@@ -19,7 +19,7 @@ from .tracer import trace
 from .value_ranges import ValueRange, bound
 
 __all__ = [
-    "trace", "ShapeEnv", "TracedProgram", "Guard", "GuardKind", "Decision", "LogEntry", "Provenance",
+    "trace", "ShapeEnv", "TracedProgram", "Guard", "GuardKind", "Decision", "LogEntry", "StepKind", "Provenance",
     "Dim", "InputSpec", "parse_spec", "ValueRange", "bound", "DataDependentError", "GuardViolation",
     "SpecError", "SymshapeError", "TraceError", "TracerLimitation", "UnsupportedOpError", "count_flops", "FlopReport",
 ]

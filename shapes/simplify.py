@@ -85,16 +85,23 @@ def _pos_int(x) -> Optional[int]:
 # Each rule takes (env, expr) and returns a new expression or None.
 
 
-def rule_floordiv_split(env, e):
-    """(k*q + r) // k  ->  q + r // k   (identity for integer q)."""
-    if not isinstance(e, FloorDiv):
+def _split_by_constant(e, cls):
+    """``(q, r, k)`` when ``e`` is ``cls(k*q + r, k)`` with a positive integer ``k`` and ``q != 0``, else None."""
+    if not isinstance(e, cls):
         return None
     k = _pos_int(e.args[1])
     if k is None:
         return None
     q, r = _split_by_divisor(e.args[0], k)
-    if q == 0:
+    return None if q == 0 else (q, r, k)
+
+
+def rule_floordiv_split(env, e):
+    """(k*q + r) // k  ->  q + r // k   (identity for integer q)."""
+    split = _split_by_constant(e, FloorDiv)
+    if split is None:
         return None
+    q, r, k = split
     return q + FloorDiv(r, k)
 
 
@@ -256,14 +263,10 @@ def rule_eq_zero_product(env, e):
 
 def rule_mod_split(env, e):
     """(k*q + r) % k  ->  r % k."""
-    if not isinstance(e, PyMod):
+    split = _split_by_constant(e, PyMod)
+    if split is None:
         return None
-    k = _pos_int(e.args[1])
-    if k is None:
-        return None
-    q, r = _split_by_divisor(e.args[0], k)
-    if q == 0:
-        return None
+    _, r, k = split
     return PyMod(r, k)
 
 

@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from examples import mlp as examples_mlp
 from shapes.spec import parse_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,15 +68,11 @@ def eager_runs(program, specs, point) -> bool:
     return eager_error(program, real_inputs(specs, point)) is None
 
 
-class MLP(nn.Module):
-    def __init__(self, d=32, hidden=64):
-        super().__init__()
-        self.fc1 = nn.Linear(d, hidden)
-        self.fc2 = nn.Linear(hidden, d)
-        self.norm = nn.LayerNorm(d)
+class MLP(examples_mlp.MLP):
+    """The README's MLP block (``examples/mlp.py``), smaller."""
 
-    def forward(self, x):
-        return self.norm(x + self.fc2(F.gelu(self.fc1(x))))
+    def __init__(self, d=32, hidden=64):
+        super().__init__(d, hidden)
 
 
 class CausalSelfAttention(nn.Module):

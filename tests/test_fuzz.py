@@ -10,6 +10,7 @@ import shapes.value_ranges as value_ranges
 from shapes.value_ranges import ValueRange
 from validation.concrete import evaluate
 from validation.fuzz import run_fuzz
+from tests.mutants import old_size_oblivious_ranges, wrong_mod_range
 
 
 def test_quick_fuzz_finds_nothing_unsound():
@@ -47,14 +48,7 @@ def test_fuzz_catches_a_truncating_floordiv_range(monkeypatch):
 
 def test_fuzz_catches_a_wrong_mod_range(monkeypatch):
     """x % 8 bounded by [0, 6]: some decision or bound is refuted at a concrete point."""
-    good = value_ranges.mod
-
-    def bad_mod(a, b):
-        r = good(a, b)
-        if b.is_singleton and b.lower == 8:
-            return ValueRange(r.lower, min(r.upper, 6))
-        return r
-    monkeypatch.setattr(value_ranges, "mod", bad_mod)
+    wrong_mod_range(monkeypatch)
     res = run_fuzz(1500, seed=0)
     assert res.unsound
     assert any(isinstance(x, type(sympy.Integer(8))) and x == 8 for c in res.unsound
@@ -64,9 +58,7 @@ def test_fuzz_catches_a_wrong_mod_range(monkeypatch):
 def test_fuzz_catches_the_size_oblivious_boolean_bug(monkeypatch):
     """The engine bug translation validation found (a boolean item() widened to [2, 2]
     by size-oblivious reasoning) is also found by the fuzzer when reinstated."""
-    from shapes.facts import FactStore
-    from tests.test_translation_validation import _old_ranges_for
-    monkeypatch.setattr(FactStore, "ranges_for", _old_ranges_for)
+    old_size_oblivious_ranges(monkeypatch)
     res = run_fuzz(2000, seed=0)
     cases = [c for c in res.unsound if c.check == "static (size-oblivious)"]
     assert cases

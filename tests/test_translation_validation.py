@@ -20,6 +20,7 @@ from torch.fx.experimental.symbolic_shapes import guard_size_oblivious
 from shapes.decide import DecisionProcedure
 from shapes.env import ShapeEnv
 from shapes.facts import FactStore
+from tests.mutants import old_size_oblivious_ranges, wrong_mod_range
 from shapes.functions import ENGINE_FUNCTIONS, FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from shapes.value_ranges import ValueRange
 from validation.translation import UnsoundStep, TranslationValidator, validate, validate_env
@@ -152,14 +153,7 @@ def prog_mod8(x):
 def test_mutation_wrong_range_for_mod(monkeypatch):
     """x % 8 given the range [0, 6] (off by one): `n % 8 == 7` decided False."""
     trace_clean(prog_mod8, "x: f32[N]", dims={"N": 16})
-    good = value_ranges.mod
-
-    def bad_mod(a, b):
-        r = good(a, b)
-        if b.is_singleton and b.lower == 8:
-            return ValueRange(r.lower, min(r.upper, 6))
-        return r
-    monkeypatch.setattr(value_ranges, "mod", bad_mod)
+    wrong_mod_range(monkeypatch)
     err = trace_unsound(prog_mod8, "x: f32[N]", dims={"N": 16})
     assert err.step.kind == "static"
     assert err.counterexample["N"] % 8 == 7
@@ -457,25 +451,13 @@ def prog_bool_item(x):
     return x
 
 
-def _old_ranges_for(self, size_oblivious):
-    """The engine's size-oblivious ranges before the fix: every unbacked symbol with
-    lower >= 0 widened to [max(2, lo), max(2, hi)], booleans in [0, 1] included."""
-    if not size_oblivious:
-        return self.ranges
-    r = dict(self.ranges)
-    for s in self.table.unbacked:
-        if s in r and r[s].lower >= 0:
-            r[s] = ValueRange(max(2, r[s].lower), max(2, r[s].upper))
-    return r
-
-
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_size_oblivious_boolean_item_is_not_decided(monkeypatch):
     """Engine bug found by validation: a boolean item() was assumed to be >= 2 by
     size-oblivious reasoning, so `guard_size_oblivious(b)` was False with no guard."""
     with pytest.raises(shapes.DataDependentError):
         shapes.trace(prog_bool_item, "x: f32[N]", translation_validation=True)
-    monkeypatch.setattr(FactStore, "ranges_for", _old_ranges_for)
+    old_size_oblivious_ranges(monkeypatch)
     err = trace_unsound(prog_bool_item, "x: f32[N]")
     assert (err.step.kind, err.step.rule) == ("static", "size_oblivious")
     assert err.counterexample["u0"] == 1

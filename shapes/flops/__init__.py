@@ -14,6 +14,7 @@ Example::
     >>> shapes.flops.count_flops(torch.nn.Linear(64, 32), "x: f32[B, 64]").total
     4096*B
 """
+from .costs import CostKind
 from .report import FlopEvaluationError, FlopReport, FlopValues, ModuleCost, OpCost, count_flops
 
-__all__ = ["count_flops", "FlopReport", "FlopEvaluationError", "FlopValues", "ModuleCost", "OpCost"]
+__all__ = ["count_flops", "FlopReport", "FlopEvaluationError", "FlopValues", "ModuleCost", "OpCost", "CostKind"]

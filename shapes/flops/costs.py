@@ -8,6 +8,7 @@ moves), and its FLOPs and bytes are summed per op, module and phase.
 """
 from __future__ import annotations
 
+import enum
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,21 +56,37 @@ def is_view(func) -> bool:
     return bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write for r in rets)
 
 
+class CostKind(str, enum.Enum):
+    """How an op's FLOPs are known (listed in this order in tables).
+
+    >>> CostKind("view") is CostKind.VIEW, str(CostKind.COUNTED)
+    (True, 'counted')
+    """
+
+    COUNTED = "counted"      # a formula of shapes.flops.formulas
+    UNCOUNTED = "uncounted"  # torch counts it, symshape has no formula (or it failed): never silently 0
+    ZERO = "zero"            # 0 FLOPs by torch's convention
+    VIEW = "view"            # 0 FLOPs and 0 bytes: no data moves
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass
 class OpCost:
     """Totals for one ATen op (all its calls).
 
     ``flops`` and ``bytes`` are sympy expressions over the program's dims;
-    ``kind`` is ``"counted"`` (has a formula), ``"uncounted"`` (torch counts
-    it, symshape has no formula), ``"zero"`` (0 FLOPs by convention) or
-    ``"view"`` (0 FLOPs, 0 bytes).
+    ``kind`` is a :class:`CostKind`: counted (has a formula), uncounted (torch
+    counts it, symshape has no formula), zero (0 FLOPs by convention) or a
+    view (0 FLOPs, 0 bytes).
     """
 
     op: str
     calls: int = 0
     flops: Any = sympy.Integer(0)
     bytes: Any = sympy.Integer(0)
-    kind: str = "zero"
+    kind: CostKind = CostKind.ZERO
 
     @property
     def intensity(self):
@@ -197,20 +214,20 @@ def count_graph(traced) -> GraphCosts:
         if formula is not None:
             try:
                 flops = sympy.sympify(formula(ff.bind(func, args, kwargs), out))
-                cost.kind = "counted"
+                cost.kind = CostKind.COUNTED
             except Exception as e:  # a formula that cannot read these arguments: say so
                 c.errors[name] = f"{type(e).__name__}: {e}"
-                cost.kind = "uncounted"
+                cost.kind = CostKind.UNCOUNTED
                 c.uncounted[name] = c.uncounted.get(name, 0) + 1
             if packet in ff.BEYOND_TORCH:
                 c.beyond_torch[name] = c.beyond_torch.get(name, 0) + 1
         elif packet in counted_by_torch:
-            cost.kind = "uncounted"
+            cost.kind = CostKind.UNCOUNTED
             c.uncounted[name] = c.uncounted.get(name, 0) + 1
         elif view:
-            cost.kind = "view"
+            cost.kind = CostKind.VIEW
         else:
-            cost.kind = "zero"
+            cost.kind = CostKind.ZERO
             c.zero_by_convention[name] = c.zero_by_convention.get(name, 0) + 1
             if packet in ff.MATMUL_LIKE_UNCOUNTED:
                 c.matmul_like_uncounted[name] = c.matmul_like_uncounted.get(name, 0) + 1

@@ -72,7 +72,7 @@ import sympy
 import torch
 import torch.fx
 
-from .costs import ModuleCost, OpCost, count_graph
+from .costs import CostKind, ModuleCost, OpCost, count_graph
 from ..errors import GuardViolation, SpecError, SymshapeError
 from ..program import TracedProgram
 
@@ -341,8 +341,8 @@ class FlopReport:
             "masked_attention": [{"where": m.where, "how": m.how, "mask": m.mask, "kept": str(m.kept),
                                   "entries": str(m.entries), "matmuls": len(m.nodes)} for m in self.masked_attention],
             "useful_notes": list(self.useful_notes),
-            "ops": [{"op": c.op, "calls": c.calls, "kind": c.kind, "flops": str(c.flops), "bytes": str(c.bytes)}
-                    for c in self._ordered_ops()],
+            "ops": [{"op": c.op, "calls": c.calls, "kind": c.kind.value, "flops": str(c.flops), "bytes": str(c.bytes)}
+                    for c in self.ops_in_order()],
             "by_module": {n: {"class": m.cls, "flops": str(m.flops), "bytes": str(m.bytes),
                               "intensity": str(m.intensity),
                               "by_op": {k: str(v) for k, v in m.by_op.items()}} for n, m in self.by_module.items()},
@@ -373,9 +373,10 @@ class FlopReport:
     def to_json(self, sizes_list=(), indent: int = 2) -> str:
         return json.dumps(self.to_dict(sizes_list), indent=indent)
 
-    def _ordered_ops(self):
-        order = {"counted": 0, "uncounted": 1, "zero": 2, "view": 3}
-        return sorted(self.ops.values(), key=lambda c: (order[c.kind], c.op))
+    def ops_in_order(self) -> list:
+        """The :class:`OpCost` s, counted ones first (then uncounted, zero, views), by name within each."""
+        order = list(CostKind)
+        return sorted(self.ops.values(), key=lambda c: (order.index(c.kind), c.op))
 
     def __str__(self) -> str:
         return self.table()

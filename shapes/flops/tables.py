@@ -4,6 +4,7 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING, Mapping
 
+from .costs import CostKind
 from .exprs import nice
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -48,10 +49,10 @@ def render_table(r: FlopReport, sizes, width: int) -> str:
     if r.useful != r.total:
         lines += _wrapped("  useful FLOPs ", f"{r.useful}  (masked attention at the entries it keeps)", width)
     lines += _wrapped("  total bytes  ", str(r.total_bytes), width)
-    shown = [c for c in r._ordered_ops() if c.kind in ("counted", "uncounted") or c.bytes != 0]
+    shown = [c for c in r.ops_in_order() if c.kind in (CostKind.COUNTED, CostKind.UNCOUNTED) or c.bytes != 0]
     lines.append("")
-    rows = [(c.op + (" (!)" if c.kind == "uncounted" else ""), c.calls,
-             str(c.flops) if c.kind != "uncounted" else "?", str(c.bytes)) for c in shown]
+    rows = [(c.op + (" (!)" if c.kind is CostKind.UNCOUNTED else ""), c.calls,
+             str(c.flops) if c.kind is not CostKind.UNCOUNTED else "?", str(c.bytes)) for c in shown]
     lines += _expr_table("op", rows, width, with_calls=True)
     points = [] if sizes is None else [sizes] if isinstance(sizes, Mapping) else list(sizes)
     for pt in points:
@@ -87,7 +88,7 @@ def render_table(r: FlopReport, sizes, width: int) -> str:
         notes.append(("counted here, not by torch's FlopCounterMode: ", r.beyond_torch))
     if r.zero_by_convention:
         notes.append(("0 FLOPs by convention: ", r.zero_by_convention))
-    views = {c.op: c.calls for c in r.ops.values() if c.kind == "view"}
+    views = {c.op: c.calls for c in r.ops.values() if c.kind is CostKind.VIEW}
     if views:
         notes.append(("views (0 FLOPs, 0 bytes): ", views))
     if notes:
