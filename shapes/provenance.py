@@ -36,7 +36,10 @@ def engine_packages() -> tuple[str, ...]:
         if meta.get("project", {}).get("name") == _DISTRIBUTION:
             names = meta.get("tool", {}).get("setuptools", {}).get("packages", [])
     if not names:
-        names = [top for top, dists in importlib.metadata.packages_distributions().items() if _DISTRIBUTION in dists]
+        try:
+            names = (importlib.metadata.distribution(_DISTRIBUTION).read_text("top_level.txt") or "").split()
+        except importlib.metadata.PackageNotFoundError:
+            names = []  # neither a source tree nor installed: only this package is known
     top = {n.split(".")[0] for n in names} | {__name__.split(".")[0]}
     return tuple(sorted(top))
 

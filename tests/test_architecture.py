@@ -125,3 +125,10 @@ def test_architecture_md_lists_every_module():
     files = {os.path.relpath(p, ROOT).replace(os.sep, "/") for p in modules().values()}
     assert not (files - listed), f"not in ARCHITECTURE.md: {sorted(files - listed)}"
     assert not (listed - files), f"in ARCHITECTURE.md but not in the tree: {sorted(listed - files)}"
+
+
+def test_provenance_treats_every_package_as_symshape():
+    """A frame in any of symshape's packages is never "the user's line" (read from pyproject.toml)."""
+    from shapes.provenance import engine_packages, is_engine_file
+    assert set(engine_packages()) == set(PACKAGES)
+    assert all(is_engine_file(path) for path in modules().values())
