@@ -32,6 +32,7 @@ from shapes.errors import GuardViolation, SpecError
 from shapes.guard import GuardKind
 from shapes.spec import Dim, parse_dims, parse_spec
 
+from .attention import fuse_causal_attention
 from .codegen import TARGETS
 from .exprs import compile_exprs
 from .ir import Kernel
@@ -125,6 +126,7 @@ class Variant:
         self.holds = _guard_fn(guards, self.symbols)
         self.asserts = [(g, _guard_fn([g.expr], self.symbols)) for g in asserts]
         self.eager = False
+        self.fused_attention = fuse_causal_attention(tp)
         try:
             self.lp = lower(tp)
         except Unsupported:
