@@ -144,7 +144,7 @@ def _r(*shape, device, dtype):
 
 
 WORKLOADS = [
-    Workload("mlp", MLP, ("x: f16[N, 2048]",), [129, 512, 1000, 2048, 4097, 8192], 1,
+    Workload("mlp", MLP, ("x: f16[N, 2048]",), [129, 512, 1000, 2048, 4097, 8192], 2,
              lambda n, dv, dt: [_r(n, 2048, device=dv, dtype=dt)], False),
     Workload("ln_residual", LNResidual, ("x: f16[N, 4096]", "r: f16[N, 4096]"), [1000, 4096, 8191, 16384, 32768], 2,
              lambda n, dv, dt: [_r(n, 4096, device=dv, dtype=dt), _r(n, 4096, device=dv, dtype=dt)], True),

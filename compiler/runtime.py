@@ -39,62 +39,10 @@ from .ir import Kernel
 from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
+from .wrapper import DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, straight_line
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
 STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0}
-
-
-@dataclass(frozen=True)
-class SizeSlot:
-    """A size in an extern's arguments: the ``index``-th value the size function computes."""
-
-    index: int
-
-
-@dataclass(frozen=True)
-class BufSlot:
-    """A tensor in an extern's arguments: the run's buffer named ``name``."""
-
-    name: str
-
-
-class _Device:
-    def __repr__(self):
-        return "DEVICE"
-
-
-#: The inputs' device in an extern's arguments (``torch.arange(..., device=...)``).
-DEVICE = _Device()
-
-
-@dataclass(frozen=True)
-class Alloc:
-    """A kernel output buffer to allocate: shape and strides as size-slot indices."""
-
-    name: str
-    shape: tuple
-    strides: tuple
-    dtype: torch.dtype
-
-
-@dataclass(frozen=True)
-class KernelStep:
-    """Allocate ``allocs``, then launch a compiled kernel on ``buffers`` (made contiguous where flagged)."""
-
-    launch: Any
-    buffers: tuple
-    allocs: tuple
-    contiguous: tuple
-
-
-@dataclass(frozen=True)
-class ExternStep:
-    """Call an ATen op (``target``) on resolved argument templates; store the result as ``out``."""
-
-    target: Any
-    args: Any
-    kwargs: Any
-    out: str
 
 
 def _guard_fn(exprs, symbols):
@@ -102,13 +50,6 @@ def _guard_fn(exprs, symbols):
         return lambda *a: True
     f = compile_exprs([sympy.And(*exprs)], symbols)
     return lambda *a: bool(f(*a)[0])
-
-
-def _fetch(mod, target):
-    obj = mod
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 class Variant:
@@ -179,6 +120,23 @@ class Variant:
         self.plan = plan
         self.size_fn = compile_exprs(list(exprs), lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
+        self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
+                                             self.outputs)
+        # Trace-time constants are fixed (moved to a device once); parameters and buffers are
+        # read from the module on every call, so updates and moves are seen.
+        self.const_getters = [(self.tp.constants.get(t), operator.attrgetter(t)) for _, t in lp.consts]
+        self.const_cache: dict = {}
+
+    def _consts(self, device):
+        fixed = self.const_cache.get(device)
+        if fixed is None:
+            fixed = self.const_cache[device] = [c.to(device) if c is not None else None
+                                                for c, _ in self.const_getters]
+            self.all_fixed = all(c is not None for c in fixed)
+        if self.all_fixed:
+            return fixed
+        mod = self.tp.program if isinstance(self.tp.program, torch.nn.Module) else None
+        return [f if f is not None else get(mod) for f, (_, get) in zip(fixed, self.const_getters)]
 
     def run(self, tensors, values: tuple):
         """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
@@ -189,42 +147,9 @@ class Variant:
                                      guard=g, values=dict(zip(self.symbols, values)))
         if self.eager:
             return self.tp.run(*tensors)
-        lp = self.lp
         device = tensors[0].device if tensors else torch.device("cpu")
-        env = {}
-        for b, t in zip(lp.inputs, tensors):
-            env[b.name] = t
-        mod = self.tp.program if isinstance(self.tp.program, torch.nn.Module) else None
-        for b, target in lp.consts:
-            c = self.tp.constants.get(target)
-            env[b.name] = c.to(device) if c is not None else _fetch(mod, target)
         kvals = tuple(values[i] for i in self.sym_index)
-        sizes = self.size_fn(*kvals)
-
-        def resolve(a):
-            if isinstance(a, BufSlot):
-                return env[a.name]
-            if isinstance(a, SizeSlot):
-                return sizes[a.index]
-            if a is DEVICE:
-                return device
-            if isinstance(a, (list, tuple)):
-                return type(a)(resolve(x) for x in a)
-            if isinstance(a, dict):
-                return {k: resolve(v) for k, v in a.items()}
-            return a
-
-        for step in self.plan:
-            if isinstance(step, KernelStep):
-                for al in step.allocs:
-                    env[al.name] = torch.empty_strided([sizes[i] for i in al.shape], [sizes[i] for i in al.strides],
-                                                       dtype=al.dtype, device=device)
-                args = [env[n] if not c or env[n].is_contiguous() else env[n].contiguous()
-                        for n, c in zip(step.buffers, step.contiguous)]
-                step.launch(args, kvals)
-            else:
-                env[step.out] = step.target(*resolve(step.args), **resolve(step.kwargs))
-        leaves = [resolve(o) for o in self.outputs]
+        leaves = self.fn(tensors, self.size_fn(*kvals), kvals, self._consts(device), device)
         return pytree.tree_unflatten(leaves, self.tp.out_spec)
 
 
