@@ -147,9 +147,13 @@ class Variant:
                                      guard=g, values=dict(zip(self.symbols, values)))
         if self.eager:
             return self.tp.run(*tensors)
-        device = tensors[0].device if tensors else torch.device("cpu")
         kvals = tuple(values[i] for i in self.sym_index)
-        leaves = self.fn(tensors, self.size_fn(*kvals), kvals, self._consts(device), device)
+        return self.run_bound(tensors, kvals, self.size_fn(*kvals))
+
+    def run_bound(self, tensors, kvals, sizes):
+        """Run with the size arguments and size values already computed (asserts checked)."""
+        device = tensors[0].device if tensors else torch.device("cpu")
+        leaves = self.fn(tensors, sizes, kvals, self._consts(device), device)
         return pytree.tree_unflatten(leaves, self.tp.out_spec)
 
 
@@ -163,6 +167,7 @@ class CompiledProgram:
         self.target = target
         self.variants: list[Variant] = []
         self.stats = {"traces": 0, "variants": 0, "calls": 0}
+        self._bound: dict = {}  # (shape, dtype) per input -> (variant, size args, size values)
         names = []
         for s in self.specs:
             for d in s.dims:
@@ -221,8 +226,22 @@ class CompiledProgram:
     def __call__(self, *tensors):
         self.stats["calls"] += 1
         STATS["calls"] += 1
+        try:
+            key = tuple([(t.shape, t.dtype) for t in tensors])
+        except AttributeError:
+            key = None  # not all tensors: bind() says what is wrong
+        hit = self._bound.get(key)
+        if hit is not None:
+            # Guards, asserts and sizes depend on the shapes alone: computed once per shape.
+            v, kvals, sizes = hit
+            return v.run_bound(tensors, kvals, sizes)
         values = self.bind(tensors)
-        return self.variant_for(values).run(tensors, values)
+        v = self.variant_for(values)
+        out = v.run(tensors, values)
+        if key is not None and not v.eager and len(self._bound) < 4096:
+            kvals = tuple(values[i] for i in v.sym_index)
+            self._bound[key] = (v, kvals, v.size_fn(*kvals))
+        return out
 
 
 def compile(program, *specs, dims=None, target: str = "cpp") -> CompiledProgram:
