@@ -276,6 +276,32 @@ def profile_symshape(w: Workload, n, device, dtype, path):
             f.write(p.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
 
 
+def host_profile(w: Workload, n, device, dtype, calls=300):
+    """cProfile of ``calls`` compiler.compile calls at size ``n``: where the host time goes."""
+    import cProfile
+    import io
+    import pstats
+    torch.manual_seed(0)
+    prog = _as_module(w.make(), dtype, device)
+    args = w.inputs(n, device, dtype)
+    f = compiler.compile(prog, *w.specs, target="triton")
+    with torch.no_grad():
+        for _ in range(5):
+            f(*args)
+        torch.cuda.synchronize()
+        pr = cProfile.Profile()
+        t0 = time.perf_counter()
+        pr.enable()
+        for _ in range(calls):
+            f(*args)
+        pr.disable()
+        torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(18)
+    print(f"\n==== host profile {w.name} n={n}: {(time.perf_counter() - t0) / calls * 1e6:.1f} us/call ====")
+    print("\n".join(ln for ln in out.getvalue().splitlines() if ln.strip())[:6000])
+
+
 def _geo(xs):
     xs = [x for x in xs if x == x and x > 0]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
@@ -325,6 +351,7 @@ def main(argv=None):
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--profile", default="", help="append torch.profiler kernel tables to this file")
     ap.add_argument("--log", default="", help="per-point progress log (default stderr)")
+    ap.add_argument("--host-profile", action="store_true", help="only cProfile compiler.compile at the tiny size")
     a = ap.parse_args(argv)
     device, dtype = "cuda", torch.float16
     modes = a.modes.split(",")
@@ -332,6 +359,10 @@ def main(argv=None):
     print(f"{torch.cuda.get_device_name()} torch={torch.__version__} triton="
           f"{__import__('triton').__version__} dtype=f16")
     chosen = [w for w in WORKLOADS if not a.only or w.name in a.only.split(",")]
+    if a.host_profile:
+        for w in chosen:
+            host_profile(w, w.tiny, device, dtype)
+        return
     all_res = {}
     for w in chosen:
         sizes = [w.sizes[0], w.sizes[len(w.sizes) // 2], w.sizes[-1]] if a.quick else w.sizes

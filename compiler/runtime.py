@@ -45,6 +45,30 @@ from .wrapper import DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, s
 STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0}
 
 
+def _attr_reader(target: str):
+    """``mod -> mod.<target>`` for a parameter or buffer path (``blocks.0.fc.weight``).
+
+    The module holding it is found once per root module; each call then reads its
+    ``_parameters``/``_buffers`` dict, so a parameter replaced or moved later is seen,
+    without ``nn.Module.__getattr__`` at every level of the path on every call.
+    """
+    *path, leaf = target.split(".")
+    owner = operator.attrgetter(".".join(path)) if path else (lambda m: m)
+    memo: dict = {}
+
+    def read(mod):
+        got = memo.get(id(mod))
+        if got is None or got[0] is not mod:
+            got = memo[id(mod)] = (mod, owner(mod))
+        holder = got[1]
+        d = holder.__dict__
+        v = d["_parameters"].get(leaf) if "_parameters" in d else None
+        if v is None and "_buffers" in d:
+            v = d["_buffers"].get(leaf)
+        return v if v is not None else getattr(holder, leaf)
+    return read
+
+
 def _guard_fn(exprs, symbols):
     if not exprs:
         return lambda *a: True
@@ -124,7 +148,7 @@ class Variant:
                                              self.outputs)
         # Trace-time constants are fixed (moved to a device once); parameters and buffers are
         # read from the module on every call, so updates and moves are seen.
-        self.const_getters = [(self.tp.constants.get(t), operator.attrgetter(t)) for _, t in lp.consts]
+        self.const_getters = [(self.tp.constants.get(t), _attr_reader(t)) for _, t in lp.consts]
         self.const_cache: dict = {}
 
     def _consts(self, device):
