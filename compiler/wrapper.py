@@ -77,6 +77,20 @@ class ExternStep:
     out: str
 
 
+def _fast_calls() -> dict:
+    """ATen overloads with a torch function that runs the same kernel through torch's
+    unboxed argument parser: a few microseconds less per call than ``OpOverload.__call__``."""
+    aten = torch.ops.aten
+    return {aten.view.default: torch.Tensor.view, aten.t.default: torch.t, aten.transpose.int: torch.transpose,
+            aten.addmm.default: torch.addmm, aten.mm.default: torch.mm, aten.bmm.default: torch.bmm,
+            aten.permute.default: torch.permute, aten.expand.default: torch.Tensor.expand,
+            aten.unsqueeze.default: torch.unsqueeze,
+            aten.scaled_dot_product_attention.default: torch.nn.functional.scaled_dot_product_attention}
+
+
+FAST_CALLS = _fast_calls()
+
+
 def _var(name: str) -> str:
     return "b_" + re.sub(r"\W", "_", name)
 
@@ -141,7 +155,8 @@ def straight_line(plan, inputs, consts, outputs):
             body.append(f"    {w.obj(step.launch, 'L')}([{', '.join(args)}], kvals)")
         else:
             call = [w.code(a) for a in step.args] + [f"{k}={w.code(v)}" for k, v in step.kwargs.items()]
-            body.append(f"    {_var(step.out)} = {w.obj(step.target, 'F')}({', '.join(call)})")
+            target = FAST_CALLS.get(step.target, step.target)
+            body.append(f"    {_var(step.out)} = {w.obj(target, 'F')}({', '.join(call)})")
     body.append(f"    return [{', '.join(w.code(o) for o in outputs)}]")
     src = "def run(tensors, s, kvals, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
