@@ -145,7 +145,7 @@ def _r(*shape, device, dtype):
 
 WORKLOADS = [
     Workload("mlp", MLP, ("x: f16[N, 2048]",), [129, 512, 1000, 2048, 4097, 8192], 2,
-             lambda n, dv, dt: [_r(n, 2048, device=dv, dtype=dt)], False),
+             lambda n, dv, dt: [_r(n, 2048, device=dv, dtype=dt)], True),
     Workload("ln_residual", LNResidual, ("x: f16[N, 4096]", "r: f16[N, 4096]"), [1000, 4096, 8191, 16384, 32768], 2,
              lambda n, dv, dt: [_r(n, 4096, device=dv, dtype=dt), _r(n, 4096, device=dv, dtype=dt)], True),
     Workload("softmax_bias", lambda: softmax_bias, ("x: f16[R, N]", "bias: f16[N]"), [127, 1024, 2000, 4096, 8191],
@@ -341,6 +341,26 @@ def report(all_res, modes):
     for m in modes:
         ve = _geo([a / b for a, b in zip(ratios[m], ratios["eager"])]) if "eager" in modes else float("nan")
         lines.append(f"  {m:<16} {_geo(ratios[m]):>6.2f}x  {ve:>6.2f}x")
+    if {"eager", "inductor_dyn", "inductor_static"} <= set(modes):
+        lines += ["", "acceptance (issue #14), per symshape mode"]
+        small = {w.name for w in WORKLOADS if w.small_graph}
+        for m in [m for m in ("symshape", "backend") if m in modes]:
+            want = 1.0 if m == "symshape" else 0.95
+            g = _geo(ratios[m])
+            lines.append(f"  {m}: geomean vs Inductor static {g:.2f}x (target >= {want}) "
+                         f"{'MET' if g >= want else 'MISSED'}")
+            for name, res in all_res.items():
+                vs_dyn = _geo([a / b for a, b in zip(per_w[name][m], per_w[name]["inductor_dyn"])])
+                cdyn, cm = res["inductor_dyn"].get("compile_s", 0), res[m].get("compile_s", 0)
+                over = res[m].get("tiny_us", float("nan")) - res["eager"].get("tiny_us", float("nan"))
+                sweeps = res[m].get("traces", 0) <= 1 and res[m].get("variants", 1) <= 1 and \
+                    res[m].get("graphs", 0) <= (1 if m == "backend" else 0)
+                lines.append(f"    {name:<15} vs ind_dyn {vs_dyn:>5.2f}x {'ok' if vs_dyn >= 1 else 'LOW'}  "
+                             f"compile {cm:.2f}s = 1/{cdyn / cm if cm else float('inf'):.1f} of ind_dyn "
+                             f"{'ok' if cm * 5 <= cdyn else 'SLOW'}  one trace, no recompile "
+                             f"{'ok' if sweeps else 'NO'}"
+                             + (f"  tiny overhead {over:+.1f}us {'ok' if over <= 10 else 'HIGH'}"
+                                if name in small else ""))
     return "\n".join(lines)
 
 
