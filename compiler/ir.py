@@ -273,6 +273,31 @@ RVAR = loop_var("r")
 JVAR = loop_var("j")
 
 
+def substitute(v, mapping: dict, memo=None):
+    """``v`` with the index variables in ``mapping`` replaced (in loads and reduction reads).
+
+    >>> import torch
+    >>> substitute(Load("b", JVAR + 1, torch.float32), {JVAR: RVAR}).index
+    r + 1
+    """
+    memo = {} if memo is None else memo
+    got = memo.get(v)
+    if got is not None:
+        return got
+    if isinstance(v, Load):
+        out = Load(v.buf, sympy.sympify(v.index).xreplace(mapping), v.dtype)
+    elif isinstance(v, RedRef):
+        out = RedRef(v.red, tuple(sympy.sympify(i).xreplace(mapping) for i in v.index), v.dtype)
+    elif isinstance(v, SizeVal):
+        out = SizeVal(sympy.sympify(v.expr).xreplace(mapping), v.dtype)
+    elif isinstance(v, Op):
+        out = Op(v.op, tuple(substitute(a, mapping, memo) for a in v.args), v.dtype)
+    else:
+        out = v
+    memo[v] = out
+    return out
+
+
 def walk(v, seen=None):
     """Yield every node of a Val DAG once."""
     seen = set() if seen is None else seen

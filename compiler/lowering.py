@@ -83,7 +83,8 @@ class Lowerer:
         if box.buf is not None:
             return box.buf
         name = box.node.name if box.node is not None else "tmp"
-        if box.view_of is not None and box.view_of.buf is not None and box.node is not None:
+        if box.view_of is not None and box.node is not None and _replayable(box.view_of):
+            self.realize(box.view_of)  # a chain of views: replay each on the real tensor, no copies
             buf = self.new_buffer(name, box.shape, box.dtype, "extern")
             self.items.append(ExternItem(box.node.target, self.template(box.node.args),
                                          self.template(box.node.kwargs), buf, box.node))
@@ -256,6 +257,18 @@ class Lowerer:
 _SIZE_OPS = {operator.add: operator.add, operator.mul: operator.mul, operator.sub: operator.sub,
              operator.neg: operator.neg, operator.floordiv: FloorDiv, operator.mod: PyMod,
              torch.sym_min: sympy.Min, torch.sym_max: sympy.Max}
+
+
+def _replayable(box) -> bool:
+    """A chain of views ending at a real tensor whose strides are eager's (an input,
+    a constant or an ATen result), so that replaying the views eagerly succeeds."""
+    for _ in range(64):
+        if box.buf is not None:
+            return box.buf.kind in ("input", "const", "extern")
+        if box.view_of is None or box.node is None:
+            return False
+        box = box.view_of
+    return False
 
 
 def _kernel_dtypes_ok(node) -> bool:

@@ -32,68 +32,41 @@ from shapes.errors import GuardViolation, SpecError
 from shapes.guard import GuardKind
 from shapes.spec import Dim, parse_dims, parse_spec
 
+from .attention import fuse_causal_attention
 from .codegen import TARGETS
 from .exprs import compile_exprs
 from .ir import Kernel
 from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
+from .wrapper import DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, straight_line
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
 STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0}
 
 
-@dataclass(frozen=True)
-class SizeSlot:
-    """A size in an extern's arguments: the ``index``-th value the size function computes."""
+def _attr_reader(target: str):
+    """``mod -> mod.<target>`` for a parameter or buffer path (``blocks.0.fc.weight``).
 
-    index: int
+    The module holding it is found once per root module; each call then reads its
+    ``_parameters``/``_buffers`` dict, so a parameter replaced or moved later is seen,
+    without ``nn.Module.__getattr__`` at every level of the path on every call.
+    """
+    *path, leaf = target.split(".")
+    owner = operator.attrgetter(".".join(path)) if path else (lambda m: m)
+    memo: dict = {}
 
-
-@dataclass(frozen=True)
-class BufSlot:
-    """A tensor in an extern's arguments: the run's buffer named ``name``."""
-
-    name: str
-
-
-class _Device:
-    def __repr__(self):
-        return "DEVICE"
-
-
-#: The inputs' device in an extern's arguments (``torch.arange(..., device=...)``).
-DEVICE = _Device()
-
-
-@dataclass(frozen=True)
-class Alloc:
-    """A kernel output buffer to allocate: shape and strides as size-slot indices."""
-
-    name: str
-    shape: tuple
-    strides: tuple
-    dtype: torch.dtype
-
-
-@dataclass(frozen=True)
-class KernelStep:
-    """Allocate ``allocs``, then launch a compiled kernel on ``buffers`` (made contiguous where flagged)."""
-
-    launch: Any
-    buffers: tuple
-    allocs: tuple
-    contiguous: tuple
-
-
-@dataclass(frozen=True)
-class ExternStep:
-    """Call an ATen op (``target``) on resolved argument templates; store the result as ``out``."""
-
-    target: Any
-    args: Any
-    kwargs: Any
-    out: str
+    def read(mod):
+        got = memo.get(id(mod))
+        if got is None or got[0] is not mod:
+            got = memo[id(mod)] = (mod, owner(mod))
+        holder = got[1]
+        d = holder.__dict__
+        v = d["_parameters"].get(leaf) if "_parameters" in d else None
+        if v is None and "_buffers" in d:
+            v = d["_buffers"].get(leaf)
+        return v if v is not None else getattr(holder, leaf)
+    return read
 
 
 def _guard_fn(exprs, symbols):
@@ -101,13 +74,6 @@ def _guard_fn(exprs, symbols):
         return lambda *a: True
     f = compile_exprs([sympy.And(*exprs)], symbols)
     return lambda *a: bool(f(*a)[0])
-
-
-def _fetch(mod, target):
-    obj = mod
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
 
 
 class Variant:
@@ -125,6 +91,7 @@ class Variant:
         self.holds = _guard_fn(guards, self.symbols)
         self.asserts = [(g, _guard_fn([g.expr], self.symbols)) for g in asserts]
         self.eager = False
+        self.fused_attention = fuse_causal_attention(tp)
         try:
             self.lp = lower(tp)
         except Unsupported:
@@ -177,6 +144,23 @@ class Variant:
         self.plan = plan
         self.size_fn = compile_exprs(list(exprs), lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
+        self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
+                                             self.outputs)
+        # Trace-time constants are fixed (moved to a device once); parameters and buffers are
+        # read from the module on every call, so updates and moves are seen.
+        self.const_getters = [(self.tp.constants.get(t), _attr_reader(t)) for _, t in lp.consts]
+        self.const_cache: dict = {}
+
+    def _consts(self, device):
+        fixed = self.const_cache.get(device)
+        if fixed is None:
+            fixed = self.const_cache[device] = [c.to(device) if c is not None else None
+                                                for c, _ in self.const_getters]
+            self.all_fixed = all(c is not None for c in fixed)
+        if self.all_fixed:
+            return fixed
+        mod = self.tp.program if isinstance(self.tp.program, torch.nn.Module) else None
+        return [f if f is not None else get(mod) for f, (_, get) in zip(fixed, self.const_getters)]
 
     def run(self, tensors, values: tuple):
         """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
@@ -187,42 +171,13 @@ class Variant:
                                      guard=g, values=dict(zip(self.symbols, values)))
         if self.eager:
             return self.tp.run(*tensors)
-        lp = self.lp
-        device = tensors[0].device if tensors else torch.device("cpu")
-        env = {}
-        for b, t in zip(lp.inputs, tensors):
-            env[b.name] = t
-        mod = self.tp.program if isinstance(self.tp.program, torch.nn.Module) else None
-        for b, target in lp.consts:
-            c = self.tp.constants.get(target)
-            env[b.name] = c.to(device) if c is not None else _fetch(mod, target)
         kvals = tuple(values[i] for i in self.sym_index)
-        sizes = self.size_fn(*kvals)
+        return self.run_bound(tensors, kvals, self.size_fn(*kvals))
 
-        def resolve(a):
-            if isinstance(a, BufSlot):
-                return env[a.name]
-            if isinstance(a, SizeSlot):
-                return sizes[a.index]
-            if a is DEVICE:
-                return device
-            if isinstance(a, (list, tuple)):
-                return type(a)(resolve(x) for x in a)
-            if isinstance(a, dict):
-                return {k: resolve(v) for k, v in a.items()}
-            return a
-
-        for step in self.plan:
-            if isinstance(step, KernelStep):
-                for al in step.allocs:
-                    env[al.name] = torch.empty_strided([sizes[i] for i in al.shape], [sizes[i] for i in al.strides],
-                                                       dtype=al.dtype, device=device)
-                args = [env[n] if not c or env[n].is_contiguous() else env[n].contiguous()
-                        for n, c in zip(step.buffers, step.contiguous)]
-                step.launch(args, kvals)
-            else:
-                env[step.out] = step.target(*resolve(step.args), **resolve(step.kwargs))
-        leaves = [resolve(o) for o in self.outputs]
+    def run_bound(self, tensors, kvals, sizes):
+        """Run with the size arguments and size values already computed (asserts checked)."""
+        device = tensors[0].device if tensors else torch.device("cpu")
+        leaves = self.fn(tensors, sizes, kvals, self._consts(device), device)
         return pytree.tree_unflatten(leaves, self.tp.out_spec)
 
 
@@ -236,6 +191,7 @@ class CompiledProgram:
         self.target = target
         self.variants: list[Variant] = []
         self.stats = {"traces": 0, "variants": 0, "calls": 0}
+        self._bound: dict = {}  # (shape, dtype) per input -> (variant, size args, size values)
         names = []
         for s in self.specs:
             for d in s.dims:
@@ -294,8 +250,22 @@ class CompiledProgram:
     def __call__(self, *tensors):
         self.stats["calls"] += 1
         STATS["calls"] += 1
+        try:
+            key = tuple([(t.shape, t.dtype) for t in tensors])
+        except AttributeError:
+            key = None  # not all tensors: bind() says what is wrong
+        hit = self._bound.get(key)
+        if hit is not None:
+            # Guards, asserts and sizes depend on the shapes alone: computed once per shape.
+            v, kvals, sizes = hit
+            return v.run_bound(tensors, kvals, sizes)
         values = self.bind(tensors)
-        return self.variant_for(values).run(tensors, values)
+        v = self.variant_for(values)
+        out = v.run(tensors, values)
+        if key is not None and not v.eager and len(self._bound) < 4096:
+            kvals = tuple(values[i] for i in v.sym_index)
+            self._bound[key] = (v, kvals, v.size_fn(*kvals))
+        return out
 
 
 def compile(program, *specs, dims=None, target: str = "cpp") -> CompiledProgram:

@@ -7,8 +7,9 @@ in float32 (rounded after every op, as eager rounds).
 import torch
 import torch.nn.functional as F
 
-#: (B, N): size 1, primes, a multiple of 16 and one past it, a long row.
-SIZES = [(1, 1), (1, 7), (3, 16), (5, 17), (2, 64), (7, 129)]
+#: (B, N): size 1, primes, a multiple of 16 and one past it (Triton's alignment classes),
+#: a long row, and a prime row past the persistent-reduction limit (looped rows).
+SIZES = [(1, 1), (1, 7), (3, 16), (5, 17), (2, 64), (7, 129), (2, 8209)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 #: Tolerances per dtype against eager at the same dtype.
 TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2e-2, 1e-2), torch.bfloat16: (1e-1, 4e-2)}

@@ -107,6 +107,49 @@ def case_torch_compile_backend():
     os.environ.pop("SYMSHAPE_TARGET")
 
 
+def case_size_class_change_selects_another_variant_without_retrace():
+    # N from a multiple of 16 to N + 1, and past the persistent-row limit: each size class
+    # gets its own kernel variant (alignment, persistent vs looped rows) from a compiled
+    # check on the sizes; the program is traced once and results equal eager's.
+    import compiler
+    from compiler.codegen.triton import PERSISTENT_MAX, SizeClass
+
+    def prog(x, bias):
+        return torch.softmax(x * 0.125 + bias, dim=-1)
+
+    f = compiler.compile(prog, "x: f32[R, N]", "bias: f32[N]", target="triton")
+    launcher = f.variants[0].launchers["kernel0"][1]
+    n_sym = launcher.names[0]  # the dims sort as N, R: N is ks0
+    seen = []
+    for R, N in [(3, 32), (3, 33), (2, PERSISTENT_MAX + 16), (2, PERSISTENT_MAX + 17), (5, 48)]:
+        x, b = torch.randn(R, N, device=DEVICE), torch.randn(N, device=DEVICE)
+        _close(f(x, b), prog(x, b), atol=1e-6, rtol=1e-5)
+        seen.append(launcher.size_class((N, R), N))
+    assert f.stats["traces"] == 1 and f.stats["variants"] == 1, f.stats
+    assert seen[0] == SizeClass(frozenset({n_sym}), True) and seen[1] == SizeClass(frozenset(), True), seen
+    assert seen[2] == SizeClass(frozenset({n_sym}), False) and seen[3] == SizeClass(frozenset(), False), seen
+    assert seen[4] == seen[0]
+    assert set(seen) <= set(launcher.variants), launcher.variants
+    # Each class ran its own compiled kernel: four distinct functions.
+    assert len({id(launcher.variants[c]) for c in set(seen)}) == 4
+
+
+def case_half_sizes_across_classes():
+    # fp16/bf16 at 1, primes and both sides of the alignment boundary, one trace.
+    import compiler
+
+    def prog(x, r):
+        return torch.nn.functional.layer_norm(x + r, x.shape[-1:]) * 1.5 + 0.1
+    for dt, tol in ((torch.float16, 2e-2), (torch.bfloat16, 8e-2)):
+        f = compiler.compile(prog, f"x: {'f16' if dt == torch.float16 else 'bf16'}[N, C]",
+                             f"r: {'f16' if dt == torch.float16 else 'bf16'}[N, C]", target="triton")
+        for N, C in [(2, 16), (3, 17), (7, 13), (2, 64), (5, 65), (1, 31)]:
+            x = torch.randn(N, C, device=DEVICE).to(dt)
+            r = torch.randn(N, C, device=DEVICE).to(dt)
+            _close(f(x, r), prog(x, r), atol=tol, rtol=tol)
+        assert f.stats["traces"] <= 2, f.stats  # N = 1 is its own variant (PyTorch's 0/1 policy)
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 

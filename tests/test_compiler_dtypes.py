@@ -1,6 +1,7 @@
 """Differential tests of the compiler in float32, float16 and bfloat16 against eager.
 
-18 programs x 6 sizes (1, primes, 16 and 17, 129) x 3 dtypes through the C++
+18 programs x 7 sizes (1, primes, 16 and 17, 129, 8209 past the persistent-row
+limit) x 3 dtypes through the C++
 path in process, and through Triton in one fresh interpreter (CUDA when
 present, else ``TRITON_INTERPRET=1``).  One trace serves every size with
 the same pattern of size-1 dims.

@@ -24,12 +24,13 @@ import hashlib
 import importlib.util
 import math
 import os
+from dataclasses import dataclass
 
 import sympy
 import torch
 
 from ..exprs import compile_exprs, to_triton
-from ..ir import JVAR, RVAR, OpKind, compute_dtype, flat_index
+from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, flat_index, substitute
 from .cpp import cache_dir
 from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
 
@@ -48,6 +49,16 @@ def _pymod(a, b):
     # Python's % (sign of the divisor) from Triton's truncating %.
     r = a % b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _min_nan(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
@@ -162,17 +173,29 @@ class TritonTarget(Target):
                 rem = f"q{i}"
         return out
 
-    def kernel_source(self, g: KernelGen):
+    def kernel_source(self, g: KernelGen, variant: "SizeClass" = None):
+        """Source of one kernel for a size class (default: the generic one, every size)."""
+        variant = variant or GENERIC
         k = g.kernel
         syms = [g.sym_names[s] for s in g.lp.symbols]
-        params = [g.ptr[n] for n in g.args] + syms
-        dns = f"(do_not_specialize={syms!r})" if syms else ""
-        lines = [f"@triton.jit{dns}", f"def {k.name}({', '.join(params + ['BLOCK: tl.constexpr'])}):"]
-        for s in syms:
-            lines.append(f"    {s} = {s}.to(tl.int64)  # int64 index math whatever the size")
+        div = [s in variant.div16 for s in syms]
+        # A size proved a multiple of 16 for the class is passed divided by 16 and multiplied
+        # back: Triton's alignment analysis then knows it (aligned, vectorized loads).
+        params = [g.ptr[n] for n in g.args] + [f"{s}_16" if d else s for s, d in zip(syms, div)]
+        dns = [p for p in params[len(g.args):]]
+        dns = f"(do_not_specialize={dns!r})" if dns else ""
+        name = k.name + variant.suffix
+        lines = [f"@triton.jit{dns}", f"def {name}({', '.join(params + ['BLOCK: tl.constexpr'])}):"]
+        for s, d in zip(syms, div):
+            if d:
+                lines.append(f"    {s} = {s}_16.to(tl.int64) * 16")
+            else:
+                lines.append(f"    {s} = {s}.to(tl.int64)  # int64 index math whatever the size")
         ind = "    "
         lines.append(f"{ind}zvec = tl.zeros([BLOCK], dtype=tl.int64)")
         rows = sympy.Mul(*k.outer) if k.outer else sympy.Integer(1)
+        if k.reductions and variant.persistent:
+            return self._persistent(g, lines, rows), ("rows", [rows], None, _row_length(k))
         if not k.reductions:
             # Flat blocks over each store's elements.
             lines.append(f"{ind}lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
@@ -195,7 +218,7 @@ class TritonTarget(Target):
                 idx = g.index(flat_index(ov, buf.strides))
                 lines += sc.lines + [f"{ind}tl.store({g.ptr[buf.name]} + ({idx}), tl.where(m{n}, {v}, {v}), "
                                      f"mask=m{n})"]
-            return "\n".join(lines), ("flat", work, BLOCK)
+            return "\n".join(lines), ("flat", work, BLOCK, None)
         lines.append(f"{ind}row = tl.program_id(0).to(tl.int64)")
         lines += self._unravel(g, "row", ind)
         row = Scope(g, ind)
@@ -233,7 +256,41 @@ class TritonTarget(Target):
             idx = g.index(flat_index(k.outer_vars + (JVAR,), buf.strides))
             row.lines += sc.lines + [f"{ind}    tl.store({g.ptr[buf.name]} + ({idx}), tl.where(jm, {v}, {v}), "
                                      f"mask=jm)"]
-        return "\n".join(lines + row.lines), ("rows", [rows], block)
+        return "\n".join(lines + row.lines), ("rows", [rows], block, _row_length(k))
+
+    def _persistent(self, g: KernelGen, lines, rows) -> str:
+        """One program per row, the whole row in one block: each input is loaded once and
+        shared by the reductions and the stores (they index the row with one variable)."""
+        k = g.kernel
+        ind = "    "
+        R = g.expr(_row_length(k))
+        lines.append(f"{ind}row = tl.program_id(0).to(tl.int64)")
+        lines += self._unravel(g, "row", ind)
+        lines.append(f"{ind}{RVAR} = tl.arange(0, BLOCK)")
+        lines.append(f"{ind}rm = {RVAR} < {R}")
+        sc = Scope(g, ind, "rm")
+        for n, (red, _, body) in enumerate(k.reductions):
+            fl = red.dtype.is_floating_point
+            ident = {"sum": "0", "max": "-_INF" if fl else "-9223372036854775807",
+                     "min": "_INF" if fl else "9223372036854775807"}[red.op]
+            v = sc.emit(g.accumulated(body))
+            masked = f"tl.where(rm, {v}, {ident})"
+            if red.op == "sum":
+                fin = f"tl.sum({masked}, 0)"
+            elif fl:  # a NaN anywhere in the row is the result, as in eager
+                fin = f"tl.reduce({masked}, 0, _{red.op.value}_nan)"
+            else:
+                fin = f"tl.{red.op.value}({masked}, 0)"
+            sc.lines.append(f"{ind}red{n} = {fin}")
+        for buf, L, value in k.inner_stores:
+            v = sc.emit(substitute(value, {JVAR: RVAR}))
+            idx = g.index(flat_index(k.outer_vars + (RVAR,), buf.strides))
+            sc.lines.append(f"{ind}tl.store({g.ptr[buf.name]} + ({idx}), tl.where(rm, {v}, {v}), mask=rm)")
+        row = Scope(g, ind)  # values per row are scalars: no block mask
+        for buf, value in k.row_stores:
+            v = row.emit(value)
+            row.lines.append(f"{ind}tl.store({g.ptr[buf.name]} + ({g.index(flat_index(k.outer_vars, buf.strides))}), {v})")
+        return "\n".join(lines + sc.lines + row.lines)
 
     def module_source(self, parts) -> str:
         return "\n\n\n".join([HEADER] + parts) + "\n"
@@ -253,17 +310,108 @@ class TritonTarget(Target):
         spec.loader.exec_module(mod)
         return mod
 
-    def launcher(self, module, name, meta, lp):
-        kind, work, block = meta
-        fn = getattr(module, name)
-        work_fn = compile_exprs(work, lp.symbols)
+    def make_launchers(self, lp, steps) -> dict:
+        """Kernel name -> (buffer argument names, a :class:`SizeClassLauncher`)."""
+        src, meta = self.generate(lp, steps)
+        if not meta:
+            return {}
+        module = self.build(src)
+        kernels = {s.name: s for s in steps if isinstance(s, Kernel)}
+        return {name: (args, SizeClassLauncher(self, module, kernels[name], lp, *m))
+                for name, (args, m) in meta.items()}
 
-        def launch(tensors, sizes, _fn=fn, _w=work_fn, _kind=kind, _block=block):
-            w = max(_w(*sizes))
-            n = (w + _block - 1) // _block if _kind == "flat" else w
-            if n > 0:
-                _fn[(n,)](*tensors, *sizes, BLOCK=_block)
-        return launch
+    def variant_source(self, kernel, lp, variant) -> str:
+        """A module holding one size-class variant of ``kernel``."""
+        g = KernelGen(self, kernel, lp, self.sym_names(lp))
+        src, _ = self.kernel_source(g, variant)
+        return self.module_source([src])
+
+
+@dataclass(frozen=True)
+class SizeClass:
+    """A kernel variant's size class: which sizes are multiples of 16, and whether the
+    row fits one block (a persistent reduction).  ``suffix`` names the kernel."""
+
+    div16: frozenset = frozenset()
+    persistent: bool = False
+
+    @property
+    def suffix(self) -> str:
+        if not self.div16 and not self.persistent:
+            return ""
+        return "_" + ("p" if self.persistent else "l") + "".join(sorted(self.div16))
+
+
+GENERIC = SizeClass()
+
+#: Rows up to this length run as persistent reductions (the row in registers).
+PERSISTENT_MAX = 8192
+
+
+def _row_length(k):
+    """The common row length of a reduction kernel (reductions and inner stores), or None."""
+    lens = {sympy.sympify(r.rsize) for r, _, _ in k.reductions} | {sympy.sympify(L) for _, L, _ in k.inner_stores}
+    return lens.pop() if len(lens) == 1 else None
+
+
+def _warps(block) -> int:
+    return 4 if block <= 1024 else 8 if block <= 4096 else 16
+
+
+class SizeClassLauncher:
+    """``launch(tensors, sizes)`` for one kernel: a compiled check on the sizes picks the
+    kernel variant of their size class (built once per class, cached on disk by content),
+    never a retrace.  ``variants`` maps each size class seen to its compiled kernel.
+
+    The classes: each size symbol's divisibility by 16, and for reductions whose row
+    length is one expression, persistent (row <= PERSISTENT_MAX, block = the next power
+    of two) or looped."""
+
+    def __init__(self, target, module, kernel, lp, kind, work, block, rowlen):
+        self.target, self.kernel, self.lp, self.kind, self.block = target, kernel, lp, kind, block
+        self.names = [target.sym_names(lp)[s] for s in lp.symbols]
+        exprs = list(work) + ([rowlen] if rowlen is not None and kind == "rows" else [])
+        self.work_fn = compile_exprs(exprs, lp.symbols)
+        self.nwork = len(work)
+        self.variants = {GENERIC: getattr(module, kernel.name)}
+        self.plans: dict = {}
+
+    def size_class(self, sizes, row) -> SizeClass:
+        div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0)
+        return SizeClass(div, row is not None and 0 < row <= PERSISTENT_MAX)
+
+    def kernel_for(self, sc: SizeClass):
+        fn = self.variants.get(sc)
+        if fn is None:
+            mod = self.target.build(self.target.variant_source(self.kernel, self.lp, sc))
+            fn = self.variants[sc] = getattr(mod, self.kernel.name + sc.suffix)
+        return fn
+
+    def __call__(self, tensors, sizes):
+        plan = self.plans.get(sizes)
+        if plan is None:
+            plan = self.plan(sizes)
+            if len(self.plans) < 4096:  # sizes seen repeat: one dict lookup per call
+                self.plans[sizes] = plan
+        fn, grid, args, block, warps = plan
+        if grid[0] > 0:
+            fn[grid](*tensors, *args, BLOCK=block, num_warps=warps)
+
+    def plan(self, sizes):
+        """(kernel, grid, size arguments, BLOCK, num_warps) at these sizes."""
+        w = self.work_fn(*sizes)
+        row = w[self.nwork] if len(w) > self.nwork else None
+        sc = self.size_class(sizes, row)
+        fn = self.kernel_for(sc)
+        args = [v // 16 if n in sc.div16 else v for n, v in zip(self.names, sizes)]
+        n = max(w[:self.nwork])
+        if self.kind == "flat":
+            block, n = self.block, (n + self.block - 1) // self.block
+        elif sc.persistent:
+            block = _pow2(row, PERSISTENT_MAX)
+        else:
+            block = self.block
+        return fn, (n,), args, block, _warps(block)
 
 
 TRITON = TritonTarget()

@@ -1,0 +1,163 @@
+"""A compiled variant's run as one generated straight-line Python function.
+
+Each step of the plan (allocate, launch a kernel, call an ATen op) becomes one
+line with its buffers as local variables and its sizes as indexes into the
+tuple the size function returns: a call runs no interpreter over a step list
+and resolves no argument templates.
+
+Example::
+
+    >>> import torch
+    >>> src, fn = straight_line([ExternStep(torch.add, (BufSlot("x"), SizeSlot(0)), {}, "y")],
+    ...                         ["x"], [], [BufSlot("y")])
+    >>> print(src.splitlines()[2])
+        b_y = F0(b_x, s[0])
+    >>> fn([torch.ones(2)], (3,), (), [], None)[0].tolist()
+    [4.0, 4.0]
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class SizeSlot:
+    """A size in an extern's arguments: the ``index``-th value the size function computes."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class BufSlot:
+    """A tensor in an extern's arguments: the run's buffer named ``name``."""
+
+    name: str
+
+
+class _Device:
+    def __repr__(self):
+        return "DEVICE"
+
+
+#: The inputs' device in an extern's arguments (``torch.arange(..., device=...)``).
+DEVICE = _Device()
+
+
+@dataclass(frozen=True)
+class Alloc:
+    """A kernel output buffer to allocate: shape and strides as size-slot indices."""
+
+    name: str
+    shape: tuple
+    strides: tuple
+    dtype: torch.dtype
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    """Allocate ``allocs``, then launch a compiled kernel on ``buffers`` (made contiguous where flagged)."""
+
+    launch: Any
+    buffers: tuple
+    allocs: tuple
+    contiguous: tuple
+
+
+@dataclass(frozen=True)
+class ExternStep:
+    """Call an ATen op (``target``) on resolved argument templates; store the result as ``out``."""
+
+    target: Any
+    args: Any
+    kwargs: Any
+    out: str
+
+
+def _fast_calls() -> dict:
+    """ATen overloads with a torch function that runs the same kernel through torch's
+    unboxed argument parser: a few microseconds less per call than ``OpOverload.__call__``."""
+    aten = torch.ops.aten
+    return {aten.view.default: torch.Tensor.view, aten.t.default: torch.t, aten.transpose.int: torch.transpose,
+            aten.addmm.default: torch.addmm, aten.mm.default: torch.mm, aten.bmm.default: torch.bmm,
+            aten.permute.default: torch.permute, aten.expand.default: torch.Tensor.expand,
+            aten.unsqueeze.default: torch.unsqueeze,
+            aten.scaled_dot_product_attention.default: torch.nn.functional.scaled_dot_product_attention}
+
+
+FAST_CALLS = _fast_calls()
+
+
+def _var(name: str) -> str:
+    return "b_" + re.sub(r"\W", "_", name)
+
+
+class _Writer:
+    def __init__(self):
+        self.ns: dict = {"empty_strided": torch.empty_strided}
+        self.lines: list[str] = []
+        self.count = 0
+
+    def obj(self, value, prefix="K") -> str:
+        """A name in the function's globals bound to ``value``."""
+        name = f"{prefix}{self.count}"
+        self.count += 1
+        self.ns[name] = value
+        return name
+
+    def code(self, a) -> str:
+        """Python code for an argument template."""
+        if isinstance(a, BufSlot):
+            return _var(a.name)
+        if isinstance(a, SizeSlot):
+            return f"s[{a.index}]"
+        if a is DEVICE:
+            return "dev"
+        if isinstance(a, list):
+            return "[" + ", ".join(self.code(x) for x in a) + "]"
+        if isinstance(a, tuple) and not hasattr(a, "_fields"):
+            return "(" + "".join(self.code(x) + ", " for x in a) + ")"
+        if isinstance(a, dict):
+            return "{" + ", ".join(f"{k!r}: {self.code(v)}" for k, v in a.items()) + "}"
+        if a is None or isinstance(a, (bool, int, str)):
+            return repr(a)
+        if isinstance(a, float) and a == a and a not in (float("inf"), float("-inf")):
+            return repr(a)
+        return self.obj(a)
+
+
+def straight_line(plan, inputs, consts, outputs):
+    """``(source, fn)``: ``fn(tensors, s, kvals, const_tensors, dev)`` runs ``plan``
+    (:class:`KernelStep` / :class:`ExternStep`) and returns the output leaves;
+    ``s`` holds the size function's values, ``kvals`` the kernels' size arguments."""
+    w = _Writer()
+    body = w.lines
+    if inputs:
+        body.append(f"    {''.join(_var(n) + ', ' for n in inputs)}= tensors")
+    if consts:
+        body.append(f"    {''.join(_var(n) + ', ' for n in consts)}= const_tensors")
+    for n, step in enumerate(plan):
+        if isinstance(step, KernelStep):
+            for al in step.allocs:
+                shape = "(" + "".join(f"s[{i}], " for i in al.shape) + ")"
+                strides = "(" + "".join(f"s[{i}], " for i in al.strides) + ")"
+                body.append(f"    {_var(al.name)} = empty_strided({shape}, {strides}, dtype={w.obj(al.dtype, 'D')}, "
+                            f"device=dev)")
+            args = []
+            for name, contig in zip(step.buffers, step.contiguous):
+                v = _var(name)
+                # Buffers made outside kernels (inputs, ATen results) may be strided views:
+                # kernels index them densely, so only those are checked (no copy when dense).
+                args.append(f"({v} if {v}.is_contiguous() else {v}.contiguous())" if contig else v)
+            body.append(f"    {w.obj(step.launch, 'L')}([{', '.join(args)}], kvals)")
+        else:
+            call = [w.code(a) for a in step.args] + [f"{k}={w.code(v)}" for k, v in step.kwargs.items()]
+            target = FAST_CALLS.get(step.target, step.target)
+            body.append(f"    {_var(step.out)} = {w.obj(target, 'F')}({', '.join(call)})")
+    body.append(f"    return [{', '.join(w.code(o) for o in outputs)}]")
+    src = "def run(tensors, s, kvals, const_tensors, dev):\n" + "\n".join(body) + "\n"
+    exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
+    return src, w.ns["run"]

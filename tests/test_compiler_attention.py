@@ -1,0 +1,108 @@
+"""Hand-written causal attention runs as one SDPA call, and only where the mask is proved causal."""
+import math
+
+import pytest
+import torch
+
+import compiler
+import shapes
+from compiler.attention import SDPA, fuse_causal_attention
+from tests.compiler_programs import Attention
+
+
+class Heads(torch.nn.Module):
+    """Multi-head attention as GPT-2 writes it, with the mask given by ``mask(T)``."""
+
+    def __init__(self, mask, d=32, h=4, fill=float("-inf"), scale_after=False):
+        super().__init__()
+        self.qkv, self.h, self.mask, self.fill, self.scale_after = torch.nn.Linear(d, 3 * d), h, mask, fill, \
+            scale_after
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in self.qkv(x).split(C, dim=-1))
+        att = q @ k.transpose(-2, -1)
+        s = 1.0 / math.sqrt(C // self.h)
+        if not self.scale_after:
+            att = att * s
+        att = att.masked_fill(~self.mask(T, x.device), self.fill)
+        if self.scale_after:
+            att = att * s
+        att = torch.softmax(att, dim=-1)
+        return (att @ v).transpose(1, 2).reshape(B, T, C)
+
+
+def tril(T, dev):
+    return torch.ones(T, T, dtype=torch.bool, device=dev).tril()
+
+
+def tril_arange(T, dev):
+    i = torch.arange(T, device=dev)
+    return i[None, :] <= i[:, None]
+
+
+def n_sdpa(tp):
+    return sum(n.target is SDPA for n in tp.graph.nodes)
+
+
+@pytest.mark.parametrize("mask", [tril, tril_arange])
+@pytest.mark.parametrize("scale_after", [False, True])
+def test_causal_heads_become_one_sdpa_and_match_eager(mask, scale_after):
+    torch.manual_seed(0)
+    m = Heads(mask, scale_after=scale_after).eval()
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    v = f.variants[0]
+    assert v.fused_attention == 1
+    assert n_sdpa(v.tp) == 1
+    # No bmm is left and no kernel reads a (B*H, T, T) tensor.
+    assert not any(n.target is torch.ops.aten.bmm.default for n in v.tp.graph.nodes)
+    with torch.no_grad():
+        for B, T in [(2, 2), (3, 7), (1, 16), (2, 17), (2, 64)]:
+            x = torch.randn(B, T, 32)
+            torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4)
+    # B = 1 gets its own variant (PyTorch's 0/1 policy); every variant runs SDPA.
+    assert f.stats["traces"] == 2 and all(v.fused_attention == 1 for v in f.variants)
+
+
+def test_single_head_program_fuses():
+    torch.manual_seed(0)
+    a = Attention().eval()
+    f = compiler.compile(a, "x: f32[B, T, 32]")
+    assert f.variants[0].fused_attention == 1
+    with torch.no_grad():
+        x = torch.randn(2, 13, 32)
+        torch.testing.assert_close(f(x), a(x), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("mask, why", [
+    (lambda T, dev: torch.ones(T, T, dtype=torch.bool, device=dev).tril(-1), "keeps j < i: row 0 is all -inf"),
+    (lambda T, dev: torch.ones(T, T, dtype=torch.bool, device=dev).triu(), "anti-causal"),
+    (lambda T, dev: torch.ones(T, T, dtype=torch.bool, device=dev).tril(1), "keeps j <= i + 1"),
+])
+def test_other_masks_are_not_rewritten(mask, why):
+    torch.manual_seed(0)
+    m = Heads(mask).eval()
+    tp = shapes.trace(m, "x: f32[B, T, 32]")
+    assert fuse_causal_attention(tp) == 0, why
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    with torch.no_grad():
+        x = torch.randn(2, 9, 32)
+        torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4, equal_nan=True)
+
+
+def test_finite_fill_is_not_rewritten():
+    # -1e4 is not -inf: a fully masked row would differ, so no rewrite is claimed.
+    tp = shapes.trace(Heads(tril, fill=-1e4).eval(), "x: f32[B, T, 32]")
+    assert fuse_causal_attention(tp) == 0
+
+
+def test_probabilities_used_twice_are_not_rewritten():
+    class Twice(Heads):
+        def forward(self, x):
+            B, T, C = x.shape
+            q, k, v = (t.view(B, T, 4, C // 4).transpose(1, 2) for t in self.qkv(x).split(C, dim=-1))
+            att = torch.softmax((q @ k.transpose(-2, -1)).masked_fill(~tril(T, x.device), float("-inf")), -1)
+            return (att @ v).transpose(1, 2).reshape(B, T, C), att.sum(-1)
+
+    tp = shapes.trace(Twice(tril).eval(), "x: f32[B, T, 32]")
+    assert fuse_causal_attention(tp) == 0

@@ -1,0 +1,43 @@
+"""The generated straight-line run per variant, and the per-shape binding cache."""
+import pytest
+import torch
+
+import compiler
+from shapes.errors import SpecError
+from tests.compiler_programs import MLPBlock
+
+
+def test_wrapper_is_straight_line_and_matches_eager():
+    torch.manual_seed(0)
+    m = MLPBlock().eval()
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    src = f.variants[0].source
+    assert src.startswith("def run(") and "for " not in src and "while " not in src
+    with torch.no_grad():
+        for B, T in [(2, 3), (3, 7), (2, 3)]:
+            x = torch.randn(B, T, 32)
+            torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4)
+
+
+def test_parameters_changed_after_compile_are_seen():
+    torch.manual_seed(0)
+    m = MLPBlock().eval()
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        f(x)
+        m.fc1.weight.mul_(2)  # in place
+        torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4)
+        m.fc2.weight = torch.nn.Parameter(torch.randn_like(m.fc2.weight))  # replaced
+        m.norm.bias = torch.nn.Parameter(torch.randn_like(m.norm.bias))
+        torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4)
+
+
+def test_binding_cache_keeps_checks_per_shape():
+    f = compiler.compile(lambda x: torch.softmax(x * 2, -1), "x: f32[B, T]")
+    for shape in [(3, 5), (3, 5), (1, 5), (3, 5), (4, 9)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(f(x), torch.softmax(x * 2, -1))
+    assert f.stats["variants"] == 2  # B = 1 is its own variant (PyTorch's 0/1 policy)
+    with pytest.raises(SpecError):
+        f(torch.randn(3, 5, dtype=torch.float64))  # same shape as a cached call, wrong dtype
