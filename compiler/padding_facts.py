@@ -115,7 +115,7 @@ def _divides(q) -> bool:
 def view_layout(layouts, out_shape) -> Optional[tuple]:
     """Layouts after a view to ``out_shape``, or ``None`` where it splits a padded atom
     or merges sizes it cannot match."""
-    atoms = [a for lay in layouts for a in lay if sympy.sympify(a[0]) != 1]
+    atoms = [a for a in merge_atoms([a for lay in layouts for a in lay]) if sympy.sympify(a[0]) != 1]
     out, i = [], 0
     for o in out_shape:
         rem, group = sympy.sympify(o), []

@@ -405,9 +405,12 @@ def cat(cx, node):
         return facts[0]
     r = len(facts[0].layout)
     d = _dim(_arg(node, 1, "dim", 0), r)
-    if any(is_padded(f.layout[d]) for f in facts):
+    if any(is_padded(f.layout[d]) for f in facts[:-1]):
         return cx.mixed(node, f"concatenates along dim {d}, a padded dim: the later parts start after the "
                               f"padding", "concatenate along a dim that is not padded")
+    if is_padded(facts[-1].layout[d]):
+        return cx.mixed(node, f"concatenates onto a padded dim {d}: its size {cx.shape(node)[d]} is not a padded "
+                              f"dim the analysis tracks", "concatenate along a dim that is not padded", "not_proved")
     lay = list(facts[0].layout)
     for k in range(r):
         if k != d and len({f.layout[k] for f in facts}) > 1:
