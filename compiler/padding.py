@@ -342,8 +342,15 @@ def analyze_padding(tp, dims=None) -> PaddingReport:
     """Each input dim of ``tp`` (or of ``dims``) alone, then the safe ones together."""
     names = list(dims) if dims is not None else input_dims(tp)
     report = PaddingReport()
+    fixed = {n for n in names if sympy.sympify(tp.env.replacements.get(tp.env.symbols[n], tp.env.symbols[n])).is_number}
     for n in names:
-        report.by_dim[n] = padding_verdict(tp, [n])
+        if n in fixed:
+            # The trace holds at one size of n only: there is nothing to pad to.
+            why = Mixing("trace", "guards", f"fix {n} = {tp.env.replacements[tp.env.symbols[n]]}: this trace "
+                         f"serves that size only", "", "not_proved")
+            report.by_dim[n] = PaddingVerdict((n,), False, (why,))
+        else:
+            report.by_dim[n] = padding_verdict(tp, [n])
     safe = [n for n in names if report.by_dim[n].safe]
     report.joint = padding_verdict(tp, safe) if safe else PaddingVerdict((), False)
     return report

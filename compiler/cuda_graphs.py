@@ -1,0 +1,277 @@
+"""CUDA graphs for dynamic sizes: pad proved-safe dims to a bucket, one graph per bucket.
+
+A call binds its sizes, rounds every dim that :mod:`compiler.padding` proves
+safe up to a bucket (:mod:`compiler.buckets`), copies the inputs into that
+bucket's preallocated buffers (padded positions zeroed), replays the bucket's
+graph (recorded on first use, in one memory pool all graphs share) and slices
+the outputs back.  Dims that cannot pad keep their exact size: a graph per
+distinct size, up to ``max_graphs``, then calls run without graphs.  A bucket
+size is used only where the same compiled variant's guards hold at it.
+
+Without CUDA (or with ``capture=False``) the same padding and slicing run the
+compiled kernels at the bucket sizes without recording graphs, so the bucket
+logic is tested on the CPU.
+
+Example::
+
+    >>> import torch, compiler
+    >>> f = compiler.compile(lambda x: torch.relu(x).cumsum(1), "x: f32[B, T]", cuda_graphs=True,
+    ...                      buckets={"T": [8, 16]})
+    >>> x = torch.randn(2, 5)
+    >>> torch.allclose(f(x), torch.relu(x).cumsum(1)), f.stats["padded_calls"], [k for _, k in f.graphs]
+    (True, 1, [(2, 8)])
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch.utils import _pytree as pytree
+
+from shapes.spec import parse_dims
+
+from .buckets import BucketChoice, bucket_for, buffer_bytes, choose_buckets
+from .exprs import compile_exprs
+from .padding import PaddingReport, analyze_padding, padding_verdict
+from . import runtime
+from .runtime import CompiledProgram
+
+
+@dataclass
+class BucketPlan:
+    """What one compiled variant pads: the dims, their buckets, and why others do not."""
+
+    pads: tuple
+    exact: tuple
+    report: PaddingReport
+    choice: BucketChoice
+    out_slices: list = field(default_factory=list)
+    out_sizes: Any = None
+
+
+@dataclass
+class GraphEntry:
+    """One recorded size: its input buffers, its graph (``None`` on the CPU) and its output buffers."""
+
+    key: tuple
+    inputs: list
+    graph: Any = None
+    outputs: Any = None
+    bytes: int = 0
+    padded: bool = False
+
+
+class GraphedProgram:
+    """A :class:`~compiler.runtime.CompiledProgram` run through CUDA graphs, one per bucket.
+
+    ``buckets``: ``{"T": [16, 32, 64]}`` overrides the engine's choice per dim;
+    ``memory_budget``: bytes all graphs may hold (default: a quarter of the GPU's
+    memory, 1 GiB without CUDA); ``clone_outputs``: return copies rather than
+    views of the graph's buffers (which the next call overwrites).
+    """
+
+    def __init__(self, compiled: CompiledProgram, buckets: Optional[dict] = None,
+                 memory_budget: Optional[int] = None, max_graphs: int = 64, capture: Optional[bool] = None,
+                 clone_outputs: bool = True):
+        self.compiled = compiled
+        self.given = {k: list(v) for k, v in (buckets or {}).items()}
+        self.memory_budget = memory_budget
+        self.max_graphs = max_graphs
+        self.capture = capture
+        self.clone_outputs = clone_outputs
+        self.graphs: dict = {}
+        self.failed: dict = {}
+        self.plans: dict = {}
+        self.pool = None
+        self.stats = {"calls": 0, "replays": 0, "padded_calls": 0, "graphs": 0, "ungraphed_calls": 0}
+
+    # -- planning --------------------------------------------------------------------------
+    def plan(self, variant) -> BucketPlan:
+        """The padding verdict and buckets for one compiled variant (computed once)."""
+        plan = self.plans.get(id(variant))
+        if plan is not None:
+            return plan
+        tp = variant.tp
+        report = analyze_padding(tp, [n for n in self.compiled.names if n in tp.env.symbols])
+        pads = tuple(report.safe_dims)
+        exact = tuple(n for n in self.compiled.names if n not in pads)
+        ranges = {}
+        parsed = parse_dims(self.compiled.dims, self.compiled.names)
+        for n in pads:
+            d = parsed.get(n)
+            ranges[n] = (d.min if d else 1, d.max if d else math.inf)
+        hints = {s: int(v) for s, v in tp.env.hints.items()}
+
+        def estimate(name, size):
+            return buffer_bytes(variant, {**hints, tp.env.symbols[name]: size})
+
+        choice = choose_buckets(ranges, estimate, self._budget(), self.given)
+        plan = BucketPlan(pads, exact, report, choice)
+        verdict = report.joint if pads else padding_verdict(tp, [])
+        out_node = next(n for n in tp.graph.nodes if n.op == "output")
+        exprs = []
+        for a, dims in zip(out_node.args[0], verdict.outputs or [()] * len(out_node.args[0])):
+            shape = a.meta.get("shape") if isinstance(a, torch.fx.Node) else None
+            picks = [(d, len(exprs) + k) for k, d in enumerate(dims)]
+            exprs += [shape[d] for d in dims]
+            plan.out_slices.append(picks)
+        plan.out_sizes = compile_exprs(exprs, variant.symbols) if exprs else (lambda *a: ())
+        self.plans[id(variant)] = plan
+        return plan
+
+    def _budget(self) -> int:
+        if self.memory_budget is not None:
+            return self.memory_budget
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).total_memory // 4
+        return 2 ** 30
+
+    # -- calls -----------------------------------------------------------------------------
+    def __call__(self, *tensors):
+        self.stats["calls"] += 1
+        c = self.compiled
+        values = c.bind(tensors)
+        variant = c.variant_for(values)
+        plan = self.plan(variant)
+        key = values
+        if plan.pads:
+            key = tuple(bucket_for(v, plan.choice.buckets[n]) if n in plan.pads and bucket_for(
+                v, plan.choice.buckets[n]) is not None else v for n, v in zip(c.names, values))
+            if key != values and not (variant.holds(*key) and all(ok(*key) for _, ok in variant.asserts)):
+                key = values  # the bucket size takes another path through the program: no padding
+        entry = self.graphs.get((id(variant), key))
+        if entry is None:
+            if (id(variant), key) in self.failed or len(self.graphs) >= self.max_graphs:
+                self.stats["ungraphed_calls"] += 1
+                return variant.run(tensors, values)
+            entry = self._record(variant, key, tensors, key != values)
+            if entry is None:
+                self.stats["ungraphed_calls"] += 1
+                return variant.run(tensors, values)
+        if key != values:
+            self.stats["padded_calls"] += 1
+        for buf, t in zip(entry.inputs, tensors):
+            if buf.shape == t.shape:
+                buf.copy_(t)
+            else:
+                buf.zero_()  # padded positions hold zeros: finite, and a valid index
+                buf[tuple(slice(0, n) for n in t.shape)].copy_(t)
+        if entry.graph is not None:
+            entry.graph.replay()
+            leaves = entry.outputs
+        else:
+            leaves = pytree.tree_leaves(variant.run(entry.inputs, key))
+        self.stats["replays"] += 1
+        sizes = plan.out_sizes(*values) if key != values else None
+        out = []
+        for leaf, picks in zip(leaves, plan.out_slices):
+            if isinstance(leaf, torch.Tensor):
+                if sizes is not None and picks:
+                    idx = [slice(None)] * leaf.dim()
+                    for d, k in picks:
+                        idx[d] = slice(0, sizes[k])
+                    leaf = leaf[tuple(idx)]
+                if self.clone_outputs and entry.graph is not None:
+                    leaf = leaf.clone()
+            out.append(leaf)
+        return pytree.tree_unflatten(out, variant.tp.out_spec)
+
+    def _record(self, variant, key, tensors, padded) -> Optional[GraphEntry]:
+        c = self.compiled
+        at = dict(zip(c.names, key))
+        bufs = []
+        for t, s in zip(tensors, c.specs):
+            shape = [at[d] if isinstance(d, str) else d for d in s.dims]
+            bufs.append(torch.zeros(shape, dtype=t.dtype, device=t.device))
+        entry = GraphEntry(key, bufs, padded=padded)
+        cuda = bool(tensors) and tensors[0].is_cuda and self.capture is not False
+        if not cuda:
+            entry.bytes = buffer_bytes(variant, {variant.tp.env.symbols[n]: v for n, v in at.items()
+                                                 if n in variant.tp.env.symbols}) or 0
+        else:
+            try:
+                self._capture(variant, entry)
+            except Exception as e:  # noqa: BLE001 - an op that cannot be recorded: run this size without a graph
+                self.failed[(id(variant), key)] = f"{type(e).__name__}: {e}"
+                torch.cuda.synchronize()
+                return None
+        self.graphs[(id(variant), key)] = entry
+        self.stats["graphs"] += 1
+        return entry
+
+    def _capture(self, variant, entry):
+        device = entry.inputs[0].device
+        tp = variant.tp
+        if tp.constants and any(v.device != device for v in tp.constants.values()):
+            # A host-to-device copy cannot be recorded: keep the constants on the device.
+            tp.constants = {k: v.to(device) for k, v in tp.constants.items()}
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # compiles and autotunes kernels, so that nothing compiles while recording
+                variant.run(entry.inputs, entry.key)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated(device)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self.pool):
+            out = variant.run(entry.inputs, entry.key)
+        torch.cuda.synchronize()
+        entry.graph = g
+        entry.outputs = pytree.tree_leaves(out)
+        entry.bytes = torch.cuda.memory_allocated(device) - before + sum(
+            b.numel() * b.element_size() for b in entry.inputs)
+
+    # -- reporting -------------------------------------------------------------------------
+    def report(self) -> str:
+        """Which dims pad, which cannot and why, the buckets, and the graphs recorded with their memory."""
+        lines = []
+        for k, plan in enumerate(self.plans.values()):
+            if len(self.plans) > 1:
+                lines.append(f"trace {k + 1} of {len(self.plans)}:")
+            lines.append(plan.report.text().rstrip())
+            for n, bs in plan.choice.buckets.items():
+                est = plan.choice.bytes_per_bucket.get(n, {})
+                known = [v for v in est.values() if v is not None]
+                tail = f" (estimated {max(known) / 2**20:.1f} MiB at the largest)" if known else ""
+                lines.append(f"buckets for {n}: {', '.join(map(str, bs))}{tail}")
+            if plan.exact:
+                lines.append(f"exact sizes (a graph per size, at most {self.max_graphs} graphs): "
+                             f"{', '.join(plan.exact)}")
+            if plan.choice.note:
+                lines.append(plan.choice.note.strip())
+        lines.append(f"graphs recorded: {len(self.graphs)}; held: "
+                     f"{sum(e.bytes for e in self.graphs.values()) / 2**20:.1f} MiB")
+        for (_, key), e in sorted(self.graphs.items(), key=lambda kv: kv[0][1]):
+            at = ", ".join(f"{n}={v}" for n, v in zip(self.compiled.names, key))
+            lines.append(f"  {at}: {e.bytes / 2**20:.2f} MiB{' (padded bucket)' if e.padded else ''}")
+        for (_, key), why in self.failed.items():
+            lines.append(f"  no graph at {key}: {why}")
+        return "\n".join(lines) + "\n"
+
+
+def graphed(compiled: CompiledProgram, **options) -> GraphedProgram:
+    """Wrap a compiled program in CUDA graphs per bucket (see :class:`GraphedProgram`)."""
+    return GraphedProgram(compiled, **options)
+
+
+def compile(program, *specs, dims=None, target: str = "cpp", cuda_graphs: bool = False,
+            buckets: Optional[dict] = None, memory_budget: Optional[int] = None, max_graphs: int = 64):
+    """:func:`compiler.runtime.compile`, and with ``cuda_graphs=True`` a :class:`GraphedProgram`.
+
+    >>> import torch, compiler
+    >>> f = compiler.compile(lambda x: x * 2, "x: f32[N]", cuda_graphs=True)
+    >>> f(torch.ones(3)).tolist(), f.plans and list(f.plans.values())[0].pads
+    ([2.0, 2.0, 2.0], ('N',))
+    """
+    c = runtime.compile(program, *specs, dims=dims, target=target)
+    if not cuda_graphs:
+        return c
+    return GraphedProgram(c, buckets=buckets, memory_budget=memory_budget, max_graphs=max_graphs)
+
+
+__all__ = ["GraphedProgram", "BucketPlan", "GraphEntry", "graphed", "compile"]
