@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Optional
 
 import torch
@@ -34,6 +35,8 @@ from shapes.spec import parse_dims
 
 from .buckets import BucketChoice, bucket_for, buffer_bytes, choose_buckets
 from .exprs import compile_exprs
+from .lowered import Unsupported
+from .lowering import lower
 from .padding import PaddingReport, analyze_padding, padding_verdict
 from . import runtime
 from .runtime import CompiledProgram
@@ -254,6 +257,60 @@ class GraphedProgram:
         return "\n".join(lines) + "\n"
 
 
+def explain_cuda_graphs(tp, buckets: Optional[dict] = None, memory_budget: Optional[int] = None) -> str:
+    """The CUDA-graph plan of a traced program, before any call: which dims pad and why
+    others cannot, the buckets the engine would choose, and each bucket's estimated memory.
+
+    >>> import shapes
+    >>> from compiler.cuda_graphs import explain_cuda_graphs
+    >>> print(explain_cuda_graphs(shapes.trace(lambda x: x.cumsum(1), "x: f32[B, T]", dims={"T": (1, 64)}),
+    ...                           buckets={"B": [8]}))
+    padding to a bucket size (outputs sliced back):
+      B  pads: kept outputs never read a padded position
+      T  pads: kept outputs never read a padded position
+    buckets:
+      B: 8 (given)
+      T: 1, 2, 4, 8, 16, 32, 64
+    estimated memory per graph (every buffer at the bucket size, other dims at the example size):
+      T=1: 0.00 MiB ... T=64: 0.00 MiB
+    <BLANKLINE>
+    """
+    report = analyze_padding(tp)
+    lines = [report.text().rstrip()]
+    pads = report.safe_dims
+    if not pads:
+        lines.append("no dim pads: every distinct size gets its own graph")
+        return "\n".join(lines) + "\n"
+    try:
+        lowered = SimpleNamespace(lp=lower(tp), eager=False)
+    except Unsupported:
+        lowered = None
+    hints = {s: int(v) for s, v in tp.env.hints.items()}
+
+    def estimate(name, size):
+        return buffer_bytes(lowered, {**hints, tp.env.symbols[name]: size}) if lowered is not None else None
+
+    ranges = {n: (tp.dims[n].min, tp.dims[n].max) if n in tp.dims else (1, math.inf) for n in pads}
+    budget = memory_budget if memory_budget is not None else 2 ** 30
+    choice = choose_buckets(ranges, estimate, budget, buckets)
+    lines.append("buckets:")
+    for n, bs in choice.buckets.items():
+        lines.append(f"  {n}: {', '.join(map(str, bs))}{' (given)' if buckets and n in buckets else ''}")
+    if choice.note:
+        lines.append(choice.note.strip())
+    lines.append("estimated memory per graph (every buffer at the bucket size, other dims at the example size):")
+    for n, per in choice.bytes_per_bucket.items():
+        if buckets and n in buckets:
+            continue
+        known = [(b, v) for b, v in per.items() if v is not None]
+        if not known:
+            lines.append(f"  {n}: unknown (the program runs with ATen ops the compiler does not lower)")
+            continue
+        first, last = known[0], known[-1]
+        lines.append(f"  {n}={first[0]}: {first[1] / 2**20:.2f} MiB ... {n}={last[0]}: {last[1] / 2**20:.2f} MiB")
+    return "\n".join(lines) + "\n"
+
+
 def graphed(compiled: CompiledProgram, **options) -> GraphedProgram:
     """Wrap a compiled program in CUDA graphs per bucket (see :class:`GraphedProgram`)."""
     return GraphedProgram(compiled, **options)
@@ -274,4 +331,4 @@ def compile(program, *specs, dims=None, target: str = "cpp", cuda_graphs: bool =
     return GraphedProgram(c, buckets=buckets, memory_budget=memory_budget, max_graphs=max_graphs)
 
 
-__all__ = ["GraphedProgram", "BucketPlan", "GraphEntry", "graphed", "compile"]
+__all__ = ["GraphedProgram", "BucketPlan", "GraphEntry", "graphed", "compile", "explain_cuda_graphs"]

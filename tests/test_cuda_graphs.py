@@ -106,3 +106,14 @@ def test_torch_compile_backend_option():
             torch.testing.assert_close(f(x), m(x), atol=1e-4, rtol=1e-4)
     runner = made[-1].runner
     assert isinstance(runner, GraphedProgram) and runner.stats["padded_calls"] >= 2
+
+
+def test_explain_cuda_graphs_command(tmp_path, capsys):
+    from cli.main import main
+
+    prog = tmp_path / "pool.py"
+    prog.write_text("import torch\n\ndef pooled(x):\n    h = torch.relu(x)\n    return h.mean(1)\n")
+    assert main(["explain", f"{prog}:pooled", "-i", "x: f32[B, T, 64]", "--dim", "T=1..512", "--cuda-graphs"]) == 0
+    out = capsys.readouterr().out
+    assert "B  pads" in out and "T  cannot pad" in out and "pool.py:5 `return h.mean(1)`" in out
+    assert "aten.mean.dim" in out and "true length" in out and "B: 1, 2, 4, 8" in out and "MiB" in out
