@@ -1,4 +1,5 @@
 """Bucketed padding for CUDA graphs, on the CPU: the padding, buckets and slicing run without capture."""
+import pytest
 import torch
 
 import compiler
@@ -117,3 +118,26 @@ def test_explain_cuda_graphs_command(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "B  pads" in out and "T  cannot pad" in out and "pool.py:5 `return h.mean(1)`" in out
     assert "aten.mean.dim" in out and "true length" in out and "B: 1, 2, 4, 8" in out and "MiB" in out
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs")
+def test_cuda_graph_replays_equal_eager_at_every_size():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name in ("gpt", "mean_over_t"):
+        make, specs, _ = CASES[name]
+        m = make().cuda().eval()
+        f = compiler.compile(m, *specs, dims={"T": (1, 64)}, target="triton", cuda_graphs=True)
+        gen = torch.Generator().manual_seed(2)
+        order = list(range(1, 41)) + list(range(40, 0, -3))
+        for T in order:
+            ins = [t.cuda() for t in _inputs(specs, 2, T, gen)]
+            with torch.no_grad():
+                want = m(*ins)
+            got = f(*ins)
+            torch.testing.assert_close(got, want, atol=2e-4, rtol=2e-4, msg=lambda e: f"{name} at T={T}: {e}")
+        assert all(e.graph is not None for e in f.graphs.values()), f.failed
+        assert f.stats["replays"] == len(order)
+        if name == "gpt":
+            assert len(f.graphs) <= 7 and f.stats["padded_calls"] > 0
+        else:
+            assert f.stats["padded_calls"] == 0 and len(f.graphs) == 40
