@@ -78,7 +78,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="tiny model, T in 1..24, one pass")
     ap.add_argument("--max-t", type=int, default=512)
     ap.add_argument("--passes", type=int, default=3)
-    ap.add_argument("--methods", default="eager,inductor,symshape_graphs,symshape")
+    ap.add_argument("--methods", default="eager,symshape_graphs,symshape,inductor")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     dev = args.device
@@ -158,7 +158,9 @@ def main(argv=None):
         rows.append((name, statistics.median(all_calls) * 1e3, percentile(all_calls, 99) * 1e3,
                      statistics.median(small) * 1e3, statistics.median(large) * 1e3 if large else float("nan"),
                      graphs, held, first, err))
-        print(f"[{name}] done: first sweep {first:.1f} s, rel err {err:.1e}", flush=True)
+        r = rows[-1]
+        print(f"[{name}] median {r[1]:.3f} ms, p99 {r[2]:.3f}, T<=64 {r[3]:.3f}, T>64 {r[4]:.3f}, graphs {graphs}, "
+              f"held {held:.0f} MiB, first sweep {first:.1f} s, rel err {err:.1e}", flush=True)
         if name in ("symshape", "symshape_graphs"):
             del holder["f"]
         fn = None
