@@ -6,6 +6,7 @@ Compares per-call latency (host wall time of one call, synchronized) of:
 * Inductor ``torch.compile(mode="reduce-overhead", dynamic=True)`` (CUDA graph trees: a graph per size);
 * symshape ``compiler.compile(..., cuda_graphs=True)``: T padded to the engine's buckets where the
   padding analysis proves it safe, one graph per bucket;
+* the same with ``graph_kernels="aten"``: the graphs record the traced graph's ATen ops;
 * symshape without CUDA graphs (the same kernels, launched one by one).
 
 Each method first runs one sweep over all T (compilation and graph recording: reported as
@@ -72,13 +73,29 @@ def inductor_graphs():
     return count
 
 
+def replay_times(f, sync, reps=50) -> str:
+    """Replay-only time of each recorded graph (no input copy, no host work): the GPU time of one call."""
+    lines = ["replay only (median of %d), ms:" % reps]
+    for (_, key), e in sorted(f.graphs.items(), key=lambda kv: kv[0][1]):
+        if e.graph is None:
+            continue
+        ts = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            e.graph.replay()
+            sync()
+            ts.append(time.perf_counter() - t0)
+        lines.append(f"  {key}: {statistics.median(ts) * 1e3:.3f}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--quick", action="store_true", help="tiny model, T in 1..24, one pass")
     ap.add_argument("--max-t", type=int, default=512)
     ap.add_argument("--passes", type=int, default=3)
-    ap.add_argument("--methods", default="eager,symshape_graphs,symshape,inductor")
+    ap.add_argument("--methods", default="eager,symshape_graphs,symshape_graphs_aten,symshape,inductor")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     dev = args.device
@@ -120,11 +137,10 @@ def main(argv=None):
                 torch.compiler.cudagraph_mark_step_begin()
                 return compiled(x)
         else:
-            t0 = time.perf_counter()
-            f = compiler.compile(model, "ids: i64[1, T]", dims={"T": (1, max_t)}, target=target,
-                                 cuda_graphs=(name == "symshape_graphs"))
-            holder["f"] = f
-            fn = f
+            holder["f"] = compiler.compile(model, "ids: i64[1, T]", dims={"T": (1, max_t)}, target=target,
+                                           cuda_graphs=name.startswith("symshape_graphs"),
+                                           graph_kernels="aten" if name.endswith("_aten") else "compiled")
+            fn = holder["f"]
         order = list(range(1, max_t + 1))
         rng.shuffle(order)
         t0 = time.perf_counter()
@@ -149,9 +165,9 @@ def main(argv=None):
         large = [s for T, v in times.items() if T > 64 for s in v]
         if name == "inductor":
             graphs = inductor_graphs()
-        elif name == "symshape_graphs":
+        elif name.startswith("symshape_graphs"):
             graphs = len(holder["f"].graphs)
-            reports[name] = holder["f"].report()
+            reports[name] = holder["f"].report() + replay_times(holder["f"], sync)
         else:
             graphs = 0
         held = (torch.cuda.memory_allocated() - base) / 2 ** 20 if cuda else float("nan")
@@ -161,9 +177,8 @@ def main(argv=None):
         r = rows[-1]
         print(f"[{name}] median {r[1]:.3f} ms, p99 {r[2]:.3f}, T<=64 {r[3]:.3f}, T>64 {r[4]:.3f}, graphs {graphs}, "
               f"held {held:.0f} MiB, first sweep {first:.1f} s, rel err {err:.1e}", flush=True)
-        if name in ("symshape", "symshape_graphs"):
-            del holder["f"]
-        fn = None
+        holder.clear()
+        fn = compiled = None
 
     for name, text in reports.items():
         print(f"\n--- {name} report ---\n{text}")
@@ -171,14 +186,14 @@ def main(argv=None):
     print(f"\nGPT-2 ({'tiny' if args.quick else '2 layers, d=768, 12 heads'}) on {dev}"
           f"{' (' + torch.cuda.get_device_name() + ')' if cuda else ''}, torch {torch.__version__}, "
           f"B=1, every T in 1..{max_t} in random order, {passes} timed pass(es); latency per call in ms")
-    head = (f"{'method':<16}{'median':>8}{'p99':>8}{'med T<=64':>11}{'med T>64':>10}{'x eager<=64':>12}"
+    head = (f"{'method':<21}{'median':>8}{'p99':>8}{'med T<=64':>11}{'med T>64':>10}{'x eager<=64':>12}"
             f"{'graphs':>8}{'GPU MiB':>9}{'1st sweep s':>12}{'rel err':>9}")
     print(head)
     print("-" * len(head))
     for name, med, p99, sm, lg, graphs, held, first, err in rows:
         speed = f"{eager_small / sm:.2f}x" if eager_small else "-"
         g = "?" if graphs is None else str(graphs)
-        print(f"{name:<16}{med:>8.3f}{p99:>8.3f}{sm:>11.3f}{lg:>10.3f}{speed:>12}{g:>8}{held:>9.0f}{first:>12.1f}"
+        print(f"{name:<21}{med:>8.3f}{p99:>8.3f}{sm:>11.3f}{lg:>10.3f}{speed:>12}{g:>8}{held:>9.0f}{first:>12.1f}"
               f"{err:>9.1e}")
 
 

@@ -55,6 +55,18 @@ class BucketPlan:
 
 
 @dataclass
+class Route:
+    """How calls of one input signature run: ``entry`` is ``None`` where they run without a graph."""
+
+    variant: Any
+    values: tuple
+    entry: Any = None
+    padded: bool = False
+    views: list = field(default_factory=list)
+    slices: list = field(default_factory=list)
+
+
+@dataclass
 class GraphEntry:
     """One recorded size: its input buffers, its graph (``None`` on the CPU) and its output buffers."""
 
@@ -72,12 +84,19 @@ class GraphedProgram:
     ``buckets``: ``{"T": [16, 32, 64]}`` overrides the engine's choice per dim;
     ``memory_budget``: bytes all graphs may hold (default: a quarter of the GPU's
     memory, 1 GiB without CUDA); ``clone_outputs``: return copies rather than
-    views of the graph's buffers (which the next call overwrites).
+    views of the graph's buffers (which the next call overwrites); ``kernels``:
+    record symshape's compiled kernels (``"compiled"``) or the traced graph's
+    ATen ops (``"aten"``: inside a graph their launch cost is gone too).
     """
 
     def __init__(self, compiled: CompiledProgram, buckets: Optional[dict] = None,
                  memory_budget: Optional[int] = None, max_graphs: int = 64, capture: Optional[bool] = None,
-                 clone_outputs: bool = True):
+                 clone_outputs: bool = True, kernels: str = "compiled"):
+        if kernels not in ("compiled", "aten"):
+            raise ValueError(f"kernels must be 'compiled' (symshape's kernels) or 'aten' (the traced graph's "
+                             f"ATen ops), got {kernels!r}")
+        self.kernels = kernels
+        self._routes: dict = {}
         self.compiled = compiled
         self.given = {k: list(v) for k, v in (buckets or {}).items()}
         self.memory_budget = memory_budget
@@ -134,6 +153,47 @@ class GraphedProgram:
     # -- calls -----------------------------------------------------------------------------
     def __call__(self, *tensors):
         self.stats["calls"] += 1
+        sig = tuple((t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in tensors)
+        route = self._routes.get(sig)
+        if route is None:
+            route = self._route(tensors)
+            self._routes[sig] = route
+        entry = route.entry
+        if entry is None:
+            self.stats["ungraphed_calls"] += 1
+            return self._run(route.variant, tensors, route.values)
+        if route.padded:
+            self.stats["padded_calls"] += 1
+        for buf, view, t in zip(entry.inputs, route.views, tensors):
+            if view is None:
+                buf.copy_(t)
+            else:
+                buf.zero_()  # padded positions hold zeros: finite, and a valid index
+                view.copy_(t)
+        self.stats["replays"] += 1
+        if entry.graph is not None:
+            entry.graph.replay()
+            leaves = entry.outputs
+        else:
+            leaves = pytree.tree_leaves(self._run(route.variant, entry.inputs, entry.key))
+        out = []
+        for leaf, idx in zip(leaves, route.slices):
+            if isinstance(leaf, torch.Tensor):
+                if idx is not None:
+                    leaf = leaf[idx]
+                if self.clone_outputs and entry.graph is not None:
+                    leaf = leaf.clone()
+            out.append(leaf)
+        return pytree.tree_unflatten(out, route.variant.tp.out_spec)
+
+    def _run(self, variant, tensors, values):
+        if self.kernels == "aten":
+            return variant.tp.run(*tensors)
+        return variant.run(tensors, values)
+
+    def _route(self, tensors) -> "Route":
+        """Where calls with these input sizes go: the variant, the bucket, the graph, and the slices.
+        Guards depend on sizes only, so a route is computed once per distinct input signature."""
         c = self.compiled
         values = c.bind(tensors)
         variant = c.variant_for(values)
@@ -145,41 +205,23 @@ class GraphedProgram:
             if key != values and not (variant.holds(*key) and all(ok(*key) for _, ok in variant.asserts)):
                 key = values  # the bucket size takes another path through the program: no padding
         entry = self.graphs.get((id(variant), key))
-        if entry is None:
-            if (id(variant), key) in self.failed or len(self.graphs) >= self.max_graphs:
-                self.stats["ungraphed_calls"] += 1
-                return variant.run(tensors, values)
+        if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs:
             entry = self._record(variant, key, tensors, key != values)
-            if entry is None:
-                self.stats["ungraphed_calls"] += 1
-                return variant.run(tensors, values)
-        if key != values:
-            self.stats["padded_calls"] += 1
-        for buf, t in zip(entry.inputs, tensors):
-            if buf.shape == t.shape:
-                buf.copy_(t)
-            else:
-                buf.zero_()  # padded positions hold zeros: finite, and a valid index
-                buf[tuple(slice(0, n) for n in t.shape)].copy_(t)
-        if entry.graph is not None:
-            entry.graph.replay()
-            leaves = entry.outputs
-        else:
-            leaves = pytree.tree_leaves(variant.run(entry.inputs, key))
-        self.stats["replays"] += 1
+        if entry is None:
+            return Route(variant, values, None)
+        views = [None if buf.shape == t.shape else buf[tuple(slice(0, n) for n in t.shape)]
+                 for buf, t in zip(entry.inputs, tensors)]
         sizes = plan.out_sizes(*values) if key != values else None
-        out = []
-        for leaf, picks in zip(leaves, plan.out_slices):
-            if isinstance(leaf, torch.Tensor):
-                if sizes is not None and picks:
-                    idx = [slice(None)] * leaf.dim()
-                    for d, k in picks:
-                        idx[d] = slice(0, sizes[k])
-                    leaf = leaf[tuple(idx)]
-                if self.clone_outputs and entry.graph is not None:
-                    leaf = leaf.clone()
-            out.append(leaf)
-        return pytree.tree_unflatten(out, variant.tp.out_spec)
+        slices = []
+        for picks in plan.out_slices:
+            if sizes is None or not picks:
+                slices.append(None)
+                continue
+            idx = [slice(None)] * (max(d for d, _ in picks) + 1)
+            for d, k in picks:
+                idx[d] = slice(0, sizes[k])
+            slices.append(tuple(idx))
+        return Route(variant, values, entry, key != values, views, slices)
 
     def _record(self, variant, key, tensors, padded) -> Optional[GraphEntry]:
         c = self.compiled
@@ -216,17 +258,18 @@ class GraphedProgram:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             for _ in range(2):  # compiles and autotunes kernels, so that nothing compiles while recording
-                variant.run(entry.inputs, entry.key)
+                self._run(variant, entry.inputs, entry.key)
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated(device)
+        before = torch.cuda.memory_reserved(device)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, pool=self.pool):
-            out = variant.run(entry.inputs, entry.key)
+            out = self._run(variant, entry.inputs, entry.key)
         torch.cuda.synchronize()
         entry.graph = g
         entry.outputs = pytree.tree_leaves(out)
-        entry.bytes = torch.cuda.memory_allocated(device) - before + sum(
+        # New segments of the shared pool (intermediates and outputs), and the input buffers.
+        entry.bytes = max(0, torch.cuda.memory_reserved(device) - before) + sum(
             b.numel() * b.element_size() for b in entry.inputs)
 
     # -- reporting -------------------------------------------------------------------------
@@ -317,7 +360,8 @@ def graphed(compiled: CompiledProgram, **options) -> GraphedProgram:
 
 
 def compile(program, *specs, dims=None, target: str = "cpp", cuda_graphs: bool = False,
-            buckets: Optional[dict] = None, memory_budget: Optional[int] = None, max_graphs: int = 64):
+            buckets: Optional[dict] = None, memory_budget: Optional[int] = None, max_graphs: int = 64,
+            graph_kernels: str = "compiled"):
     """:func:`compiler.runtime.compile`, and with ``cuda_graphs=True`` a :class:`GraphedProgram`.
 
     >>> import torch, compiler
@@ -328,7 +372,8 @@ def compile(program, *specs, dims=None, target: str = "cpp", cuda_graphs: bool =
     c = runtime.compile(program, *specs, dims=dims, target=target)
     if not cuda_graphs:
         return c
-    return GraphedProgram(c, buckets=buckets, memory_budget=memory_budget, max_graphs=max_graphs)
+    return GraphedProgram(c, buckets=buckets, memory_budget=memory_budget, max_graphs=max_graphs,
+                          kernels=graph_kernels)
 
 
-__all__ = ["GraphedProgram", "BucketPlan", "GraphEntry", "graphed", "compile", "explain_cuda_graphs"]
+__all__ = ["GraphedProgram", "BucketPlan", "GraphEntry", "Route", "graphed", "compile", "explain_cuda_graphs"]

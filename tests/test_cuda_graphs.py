@@ -21,12 +21,12 @@ def _inputs(specs, B, T, gen):
     return out
 
 
-def _sweep(name, Ts, B=2):
+def _sweep(name, Ts, B=2, kernels="compiled"):
     make, specs, _ = CASES[name]
     m = make()
     if isinstance(m, torch.nn.Module):
         m.eval()
-    f = compiler.compile(m, *specs, dims={"T": (1, 64)}, cuda_graphs=True)
+    f = compiler.compile(m, *specs, dims={"T": (1, 64)}, cuda_graphs=True, graph_kernels=kernels)
     gen = torch.Generator().manual_seed(1)
     for T in Ts:
         ins = _inputs(specs, B, T, gen)
@@ -125,7 +125,8 @@ def test_cuda_graph_replays_equal_eager_at_every_size():
     torch.backends.cuda.matmul.allow_tf32 = False
     for name in ("gpt", "mean_over_t"):
         make, specs, _ = CASES[name]
-        m = make().cuda().eval()
+        m = make()
+        m = m.cuda().eval() if isinstance(m, torch.nn.Module) else m
         f = compiler.compile(m, *specs, dims={"T": (1, 64)}, target="triton", cuda_graphs=True)
         gen = torch.Generator().manual_seed(2)
         order = list(range(1, 41)) + list(range(40, 0, -3))
@@ -141,3 +142,8 @@ def test_cuda_graph_replays_equal_eager_at_every_size():
             assert len(f.graphs) <= 7 and f.stats["padded_calls"] > 0
         else:
             assert f.stats["padded_calls"] == 0 and len(f.graphs) == 40
+
+
+def test_aten_kernels_pad_alike():
+    f = _sweep("gpt", [3, 9, 17, 33], kernels="aten")
+    assert f.kernels == "aten" and f.stats["padded_calls"] == 4 and len(f.graphs) == 4
