@@ -18,6 +18,7 @@ position embeddings, causal SDPA, GELU MLP, final LayerNorm; no LM head) from
 Usage::
 
     python bench/cudagraph_sweep.py                       # on a CUDA machine
+    python bench/cudagraph_sweep.py --tf32                # float32 matmuls on tensor cores
     python bench/cudagraph_sweep.py --device cpu --quick  # smoke test: tiny model, T in 1..24, no Inductor
 """
 from __future__ import annotations
@@ -97,11 +98,12 @@ def main(argv=None):
     ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--methods", default="eager,symshape_graphs,symshape_graphs_aten,symshape,inductor")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tf32", action="store_true", help="float32 matmuls on tensor cores (every method alike)")
     args = ap.parse_args(argv)
     dev = args.device
     cuda = dev == "cuda"
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    torch.backends.cudnn.allow_tf32 = args.tf32
     if args.quick:
         model, max_t, passes = GPT(vocab=100, d=64, heads=4, layers=2, positions=64), 24, 1
     else:
@@ -121,11 +123,11 @@ def main(argv=None):
         methods.remove("inductor")  # reduce-overhead records CUDA graphs: nothing to compare on the CPU
     rows, reports = [], {}
     for name in methods:
+        torch._dynamo.reset()  # frees what the previous method's compilation held, before the baseline
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
             base = torch.cuda.memory_allocated()
-        torch._dynamo.reset()
         target = "triton" if cuda else "cpp"
         holder = {}
         if name == "eager":
@@ -185,7 +187,8 @@ def main(argv=None):
     eager_small = next((r[3] for r in rows if r[0] == "eager"), None)
     print(f"\nGPT-2 ({'tiny' if args.quick else '2 layers, d=768, 12 heads'}) on {dev}"
           f"{' (' + torch.cuda.get_device_name() + ')' if cuda else ''}, torch {torch.__version__}, "
-          f"B=1, every T in 1..{max_t} in random order, {passes} timed pass(es); latency per call in ms")
+          f"B=1, every T in 1..{max_t} in random order, {passes} timed pass(es), float32 matmuls "
+          f"{'in TF32' if args.tf32 else 'in full float32 (no TF32)'}; latency per call in ms")
     head = (f"{'method':<21}{'median':>8}{'p99':>8}{'med T<=64':>11}{'med T>64':>10}{'x eager<=64':>12}"
             f"{'graphs':>8}{'GPU MiB':>9}{'1st sweep s':>12}{'rel err':>9}")
     print(head)
