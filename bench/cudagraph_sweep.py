@@ -9,7 +9,7 @@ Compares per-call latency (host wall time of one call, synchronized) of:
 * the same with ``graph_kernels="aten"``: the graphs record the traced graph's ATen ops;
 * symshape without CUDA graphs (the same kernels, launched one by one).
 
-Each method first runs one sweep over all T (compilation and graph recording: reported as
+Each method runs in its own process (same seed: same inputs and orders) and first runs one sweep over all T (compilation and graph recording: reported as
 "first sweep s"), then ``--passes`` timed sweeps in fresh random orders.  Outputs are checked
 against eager at several T before timing.  The model is a nanoGPT-style GPT-2 (token and
 position embeddings, causal SDPA, GELU MLP, final LayerNorm; no LM head) from
@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
+import math
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 
@@ -99,6 +102,7 @@ def main(argv=None):
     ap.add_argument("--methods", default="eager,symshape_graphs,symshape_graphs_aten,symshape,inductor")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tf32", action="store_true", help="float32 matmuls on tensor cores (every method alike)")
+    ap.add_argument("--in-process", action="store_true", help="run every method in this process")
     args = ap.parse_args(argv)
     dev = args.device
     cuda = dev == "cuda"
@@ -121,9 +125,25 @@ def main(argv=None):
     methods = args.methods.split(",")
     if not cuda and "inductor" in methods:
         methods.remove("inductor")  # reduce-overhead records CUDA graphs: nothing to compare on the CPU
+    if len(methods) > 1 and not args.in_process:
+        # One process per method: each starts from the same clean GPU memory and dynamo state.
+        rows = []
+        for name in methods:
+            cmd = [sys.executable, os.path.abspath(__file__)] + [a for a in (argv or sys.argv[1:])] + [
+                "--methods", name, "--in-process"]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            for line in r.stdout.splitlines():
+                if line.startswith("ROW\t"):
+                    rows.append(json.loads(line[4:]))
+                elif not line.startswith(("GPT-2", "method", "---")) and not line.startswith(tuple(methods)):
+                    print(line, flush=True)
+            if r.returncode != 0:
+                print(f"[{name}] failed (exit {r.returncode}):\n{r.stderr[-3000:]}", flush=True)
+        print_table(rows, args, dev, max_t, passes)
+        return
     rows, reports = [], {}
     for name in methods:
-        torch._dynamo.reset()  # frees what the previous method's compilation held, before the baseline
+        torch._dynamo.reset()
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
@@ -184,6 +204,15 @@ def main(argv=None):
 
     for name, text in reports.items():
         print(f"\n--- {name} report ---\n{text}")
+    for r in rows:
+        print("ROW\t" + json.dumps([None if isinstance(x, float) and math.isnan(x) else x for x in r]))
+    print_table(rows, args, dev, max_t, passes)
+
+
+def print_table(rows, args, dev, max_t, passes):
+    cuda = dev == "cuda"
+    nan = float("nan")
+    rows = [[nan if x is None else x for x in r] for r in rows]
     eager_small = next((r[3] for r in rows if r[0] == "eager"), None)
     print(f"\nGPT-2 ({'tiny' if args.quick else '2 layers, d=768, 12 heads'}) on {dev}"
           f"{' (' + torch.cuda.get_device_name() + ')' if cuda else ''}, torch {torch.__version__}, "
