@@ -9,6 +9,9 @@ Compares per-call latency (host wall time of one call, synchronized) of:
 * the same with ``graph_kernels="aten"``: the graphs record the traced graph's ATen ops;
 * symshape without CUDA graphs (the same kernels, launched one by one).
 
+"GPU MiB" is the memory the CUDA caching allocator still reserves after the sweep and
+``empty_cache()``, over its reserve before compiling: graph pools and live tensors.
+
 Each method runs in its own process (same seed: same inputs and orders) and first runs one sweep over all T (compilation and graph recording: reported as
 "first sweep s"), then ``--passes`` timed sweeps in fresh random orders.  Outputs are checked
 against eager at several T before timing.  The model is a nanoGPT-style GPT-2 (token and
@@ -147,7 +150,7 @@ def main(argv=None):
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
-            base = torch.cuda.memory_allocated()
+            base, base_reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
         target = "triton" if cuda else "cpp"
         holder = {}
         if name == "eager":
@@ -192,13 +195,21 @@ def main(argv=None):
             reports[name] = holder["f"].report() + replay_times(holder["f"], sync)
         else:
             graphs = 0
-        held = (torch.cuda.memory_allocated() - base) / 2 ** 20 if cuda else float("nan")
+        if cuda:
+            # Held = what the allocator keeps reserved once its free cache is returned: graph pools
+            # (Inductor's trees account their outputs as freed, so allocated bytes miss them) and live tensors.
+            gc.collect()
+            torch.cuda.empty_cache()
+            allocated = (torch.cuda.memory_allocated() - base) / 2 ** 20
+            held = (torch.cuda.memory_reserved() - base_reserved) / 2 ** 20
+        else:
+            allocated = held = float("nan")
         rows.append((name, statistics.median(all_calls) * 1e3, percentile(all_calls, 99) * 1e3,
                      statistics.median(small) * 1e3, statistics.median(large) * 1e3 if large else float("nan"),
                      graphs, held, first, err))
         r = rows[-1]
         print(f"[{name}] median {r[1]:.3f} ms, p99 {r[2]:.3f}, T<=64 {r[3]:.3f}, T>64 {r[4]:.3f}, graphs {graphs}, "
-              f"held {held:.0f} MiB, first sweep {first:.1f} s, rel err {err:.1e}", flush=True)
+              f"held {held:.0f} MiB (allocated {allocated:.0f}), first sweep {first:.1f} s, rel err {err:.1e}", flush=True)
         holder.clear()
         fn = compiled = None
 
