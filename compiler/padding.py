@@ -92,9 +92,10 @@ class PaddingReport:
             head = "cannot pad" if any(r.kind == "mixes" for r in v.reasons) else "not proved"
             lines.append(f"  {name:<{w}}  {head}:")
             lines += [f"  {'':<{w}}   - {r}" for r in v.reasons]
-        if self.joint is not None and len(self.joint.dims) > 1 and not self.joint.safe:
-            lines.append(f"  together ({', '.join(self.joint.dims)}) they cannot pad:")
-            lines += [f"     - {r}" for r in self.joint.reasons]
+        alone = [n for n, v in self.by_dim.items() if v.safe]
+        if set(alone) - set(self.safe_dims):
+            lines.append(f"  together they cannot all pad: {', '.join(self.safe_dims) or 'none'} pad, "
+                         f"{', '.join(n for n in alone if n not in self.safe_dims)} keep exact sizes")
         return "\n".join(lines) + "\n"
 
 
@@ -351,8 +352,17 @@ def analyze_padding(tp, dims=None) -> PaddingReport:
             report.by_dim[n] = PaddingVerdict((n,), False, (why,))
         else:
             report.by_dim[n] = padding_verdict(tp, [n])
-    safe = [n for n in names if report.by_dim[n].safe]
-    report.joint = padding_verdict(tp, safe) if safe else PaddingVerdict((), False)
+    # Dims that pad alone may not pad together: keep each one only while the joint verdict stays safe.
+    joint = PaddingVerdict((), False)
+    chosen: list = []
+    for n in names:
+        if report.by_dim[n].safe:
+            v = padding_verdict(tp, chosen + [n])
+            if v.safe:
+                chosen, joint = chosen + [n], v
+            elif not chosen:
+                joint = v
+    report.joint = joint
     return report
 
 

@@ -32,11 +32,11 @@ _KEEPS_ZERO = {aten.neg, aten.relu, aten.gelu, aten.silu, aten.tanh, aten.sin, a
                aten._to_copy, aten.to, aten.contiguous, aten.detach, aten.alias, aten.erf, aten.sinh, aten.atan,
                aten.leaky_relu, aten.hardtanh, aten.lift_fresh_copy, aten.lift_fresh}
 _SAME = {aten.clone, aten.contiguous, aten.alias, aten.detach, aten.lift_fresh, aten.lift_fresh_copy,
-         aten._to_copy, aten.to, aten.tril, aten.triu, aten.dropout, aten.type_as}
+         aten._to_copy, aten.to, aten.tril, aten.triu, aten.type_as}
 _VIEW = {aten.view, aten._unsafe_view, aten.reshape}
 _CREATE = {aten.ones, aten.zeros, aten.full, aten.empty, aten.new_ones, aten.new_zeros, aten.new_full,
            aten.new_empty, aten.ones_like, aten.zeros_like, aten.full_like, aten.empty_like, aten.scalar_tensor,
-           aten.empty_strided, aten.rand, aten.randn}
+           aten.empty_strided}
 _ZERO_CREATE = {aten.zeros, aten.new_zeros, aten.zeros_like}
 
 _REDUCE_FIX = {
@@ -186,7 +186,9 @@ def expand(cx, node):
 
 def create(cx, node):
     p = node.target._overloadpacket
-    for a in node.args[1:] if p in (aten.full, aten.new_full, aten.full_like) else ():
+    values = node.args[1:] if p in (aten.full, aten.new_full, aten.full_like) else \
+        node.args[:1] if p is aten.scalar_tensor else ()
+    for a in values:
         if cx.tainted(a):
             return cx.mixed(node, "fills with a size of a padded dim", "fill with the true size passed separately",
                             "not_proved")

@@ -103,3 +103,22 @@ def test_unknown_op_is_never_safe():
 
     v = analyze_padding(shapes.trace(sort_rows, "x: f32[B, T]")).by_dim["T"]
     assert not v.safe and "aten.sort" in v.reasons[0].op
+
+
+def test_dims_that_pad_alone_are_checked_together():
+    def bt(q, k, v):
+        import torch.nn.functional as F
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    specs = ["q: f32[B, 2, T, 16]", "k: f32[B, 2, T, 16]", "v: f32[B, 2, T, 16]"]
+    report = analyze_padding(shapes.trace(bt, *specs))
+    assert report.by_dim["B"].safe and report.by_dim["T"].safe
+    assert report.safe_dims == ["B", "T"]
+    assert report.joint.safe
+
+
+def test_random_values_and_sized_fills_are_not_proved():
+    v = analyze_padding(shapes.trace(lambda x: x + torch.randn(x.shape[1]), "x: f32[B, T]")).by_dim["T"]
+    assert not v.safe and v.reasons[0].kind == "not_proved"
+    v = analyze_padding(shapes.trace(lambda x: x * torch.scalar_tensor(x.shape[1]), "x: f32[B, T]")).by_dim["T"]
+    assert not v.safe
