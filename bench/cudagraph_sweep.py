@@ -138,8 +138,9 @@ def main(argv=None):
             for line in r.stdout.splitlines():
                 if line.startswith("ROW\t"):
                     rows.append(json.loads(line[4:]))
-                elif not line.startswith(("GPT-2", "method", "---")) and not line.startswith(tuple(methods)):
-                    print(line, flush=True)
+                elif not (line.startswith(("GPT-2", "method")) or (line and set(line) == {"-"}) or (
+                        line.split() and line.split()[0] in methods and len(line.split()) == 10)):
+                    print(line, flush=True)  # the child's own table is printed once, combined, below
             if r.returncode != 0:
                 print(f"[{name}] failed (exit {r.returncode}):\n{r.stderr[-3000:]}", flush=True)
         print_table(rows, args, dev, max_t, passes)

@@ -75,6 +75,7 @@ class GraphEntry:
     graph: Any = None
     outputs: Any = None
     bytes: int = 0
+    pool_growth: int = 0
     padded: bool = False
 
 
@@ -233,8 +234,7 @@ class GraphedProgram:
         entry = GraphEntry(key, bufs, padded=padded)
         cuda = bool(tensors) and tensors[0].is_cuda and self.capture is not False
         if not cuda:
-            entry.bytes = buffer_bytes(variant, {variant.tp.env.symbols[n]: v for n, v in at.items()
-                                                 if n in variant.tp.env.symbols}) or 0
+            entry.bytes = sum(b.numel() * b.element_size() for b in bufs)  # no graph: its input buffers
         else:
             try:
                 self._capture(variant, entry)
@@ -268,9 +268,11 @@ class GraphedProgram:
         torch.cuda.synchronize()
         entry.graph = g
         entry.outputs = pytree.tree_leaves(out)
-        # New segments of the shared pool (intermediates and outputs), and the input buffers.
-        entry.bytes = max(0, torch.cuda.memory_reserved(device) - before) + sum(
-            b.numel() * b.element_size() for b in entry.inputs)
+        # Its own: the input and output buffers.  Intermediates live in the pool all graphs share:
+        # what recording this one added to it is its pool growth.
+        entry.pool_growth = max(0, torch.cuda.memory_reserved(device) - before)
+        entry.bytes = sum(t.numel() * t.element_size() for t in entry.inputs + entry.outputs
+                          if isinstance(t, torch.Tensor))
 
     # -- reporting -------------------------------------------------------------------------
     def report(self) -> str:
@@ -290,11 +292,14 @@ class GraphedProgram:
                              f"{', '.join(plan.exact)}")
             if plan.choice.note:
                 lines.append(plan.choice.note.strip())
-        lines.append(f"graphs recorded: {len(self.graphs)}; held: "
-                     f"{sum(e.bytes for e in self.graphs.values()) / 2**20:.1f} MiB")
+        pool = sum(e.pool_growth for e in self.graphs.values())
+        lines.append(f"graphs recorded: {len(self.graphs)}; their input/output buffers "
+                     f"{sum(e.bytes for e in self.graphs.values()) / 2**20:.1f} MiB"
+                     + (f", the shared pool of intermediates {pool / 2**20:.1f} MiB" if pool else ""))
         for (_, key), e in sorted(self.graphs.items(), key=lambda kv: kv[0][1]):
             at = ", ".join(f"{n}={v}" for n, v in zip(self.compiled.names, key))
-            lines.append(f"  {at}: {e.bytes / 2**20:.2f} MiB{' (padded bucket)' if e.padded else ''}")
+            grew = f", pool +{e.pool_growth / 2**20:.1f} MiB" if e.pool_growth else ""
+            lines.append(f"  {at}: buffers {e.bytes / 2**20:.2f} MiB{grew}{' (padded bucket)' if e.padded else ''}")
         for (_, key), why in self.failed.items():
             lines.append(f"  no graph at {key}: {why}")
         return "\n".join(lines) + "\n"
