@@ -5,6 +5,7 @@ Examples::
     symshape explain examples/mlp.py:tokens_to_blocks -i "x: f32[B, T, 64]" --dim T=32
     symshape explain model.py:Net -i "x: f32[B, T]" --at B=1,T=7
     symshape explain model.py:Net -i "x: f32[B, T]" -o /tmp/report.html
+    symshape explain model.py:Net -i "x: f32[B, T]" --dim T=1..512 --cuda-graphs
 
 The text report fits 80 columns; ``--format json`` follows
 ``guards/report.schema.json``; ``--format html`` writes one self-contained
@@ -34,14 +35,14 @@ def register(sub):
     p.add_argument("--at", metavar="B=1,T=7",
                    help="evaluate the guards at these sizes (every dim) and say which fail there")
     p.add_argument("--width", type=int, default=80, help="text report width in columns (default: 80)")
+    p.add_argument("--cuda-graphs", action="store_true",
+                   help="instead of the guards: which dims may be padded to a bucket for CUDA graphs, why "
+                        "others cannot (op, line, the mask that would make it safe), buckets, memory per graph")
     add_progress_arguments(p)
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    import os
-    import sys
-
     from .progress import Status, wanted
 
     with Status(enabled=wanted(args)) as status:
@@ -60,21 +61,38 @@ def run(args) -> int:
         if args.at is not None and not point:
             raise CliError(f"--at {args.at!r} names no sizes; give NAME=INT pairs, e.g. --at B=1,T=7")
         _, tp = trace_target(args, status, [point] if point else [])
-        status.phase("explaining")
-        try:
-            ex = explain(tp, at=point)
-        except ExplainError as e:
-            raise CliError(str(e)) from e
-        ex.program = args.target
-        from validation.dinfer.path import trace_summary
+        if args.cuda_graphs:
+            if fmt != "text":
+                raise CliError("--cuda-graphs writes a text report; leave out --format or use a .txt output")
+            status.phase("analyzing padding")
+            from compiler.cuda_graphs import explain_cuda_graphs
 
-        ex.valid_iff, ex.covers = trace_summary(tp)
-        if fmt == "json":
-            out = ex.json()
-        elif fmt == "html":
-            out = ex.html()
+            out = explain_cuda_graphs(tp)
         else:
-            out = ex.text(width=args.width)
+            status.phase("explaining")
+            try:
+                ex = explain(tp, at=point)
+            except ExplainError as e:
+                raise CliError(str(e)) from e
+            ex.program = args.target
+            from validation.dinfer.path import trace_summary
+
+            ex.valid_iff, ex.covers = trace_summary(tp)
+            if fmt == "json":
+                out = ex.json()
+            elif fmt == "html":
+                out = ex.html()
+            else:
+                out = ex.text(width=args.width)
+    return _write(args, fmt, out)
+
+
+def _write(args, fmt, out) -> int:
+    import os
+    import sys
+
+    from .loader import CliError
+
     if args.output:
         try:
             with open(args.output, "w", encoding="utf-8") as f:

@@ -14,7 +14,8 @@ Example::
     >>> torch.allclose(f(x), torch.nn.functional.gelu(x) + 1, atol=1e-6)
     True
 """
-from .runtime import STATS, CompiledProgram, compile
+from .runtime import STATS, CompiledProgram
+from .cuda_graphs import GraphedProgram, compile
 from .backend import BACKEND_STATS, register, symshape_backend
 
-__all__ = ["compile", "CompiledProgram", "STATS", "BACKEND_STATS", "symshape_backend", "register"]
+__all__ = ["compile", "CompiledProgram", "GraphedProgram", "STATS", "BACKEND_STATS", "symshape_backend", "register"]

@@ -24,6 +24,7 @@ import torch
 
 from shapes.spec import InputSpec
 
+from .cuda_graphs import GraphedProgram
 from .runtime import CompiledProgram
 
 #: Graphs dynamo handed to the backend, and how many of them run eagerly.
@@ -104,7 +105,11 @@ def _specialize_scalars(gm, example_inputs):
 
 def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend; ``options["target"]`` picks ``cpp`` or ``triton``
-    (default: triton for CUDA inputs, cpp otherwise; ``$SYMSHAPE_TARGET`` overrides)."""
+    (default: triton for CUDA inputs, cpp otherwise; ``$SYMSHAPE_TARGET`` overrides);
+    ``options["cuda_graphs"]`` runs calls through CUDA graphs per size bucket
+    (:mod:`compiler.cuda_graphs`; ``buckets`` and ``memory_budget`` as there)."""
+    # torch.compile(..., options={...}) hands the dict over as one keyword.
+    options = {**(options.pop("options", None) or {}), **options}
     BACKEND_STATS["graphs"] += 1
     eager_gm = gm
     gm, scalars = _specialize_scalars(gm, example_inputs)
@@ -129,6 +134,9 @@ def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
 
     program.__signature__ = None  # takes *tensors; keeps the tracer's arity check quiet
     compiled = CompiledProgram(program, specs, dims, target)
+    runner = compiled
+    if options.get("cuda_graphs"):
+        runner = GraphedProgram(compiled, buckets=options.get("buckets"), memory_budget=options.get("memory_budget"))
     tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
 
     def run(*args):
@@ -138,9 +146,10 @@ def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
             # Kernels compute values only: when autograd must record (or a baked-in
             # scalar changed), run dynamo's graph as it is.
             return eager_gm(*args)
-        return compiled(*tensors)
+        return runner(*tensors)
 
     run.compiled = compiled
+    run.runner = runner
     return run
 
 

@@ -1,0 +1,384 @@
+"""CUDA graphs for dynamic sizes: pad proved-safe dims to a bucket, one graph per bucket.
+
+A call binds its sizes, rounds every dim that :mod:`compiler.padding` proves
+safe up to a bucket (:mod:`compiler.buckets`), copies the inputs into that
+bucket's preallocated buffers (padded positions zeroed), replays the bucket's
+graph (recorded on first use, in one memory pool all graphs share) and slices
+the outputs back.  Dims that cannot pad keep their exact size: a graph per
+distinct size, up to ``max_graphs``, then calls run without graphs.  A bucket
+size is used only where the same compiled variant's guards hold at it.
+
+Without CUDA (or with ``capture=False``) the same padding and slicing run the
+compiled kernels at the bucket sizes without recording graphs, so the bucket
+logic is tested on the CPU.
+
+Example::
+
+    >>> import torch, compiler
+    >>> f = compiler.compile(lambda x: torch.relu(x).cumsum(1), "x: f32[B, T]", cuda_graphs=True,
+    ...                      buckets={"T": [8, 16]})
+    >>> x = torch.randn(2, 5)
+    >>> torch.allclose(f(x), torch.relu(x).cumsum(1)), f.stats["padded_calls"], [k for _, k in f.graphs]
+    (True, 1, [(2, 8)])
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any, Optional
+
+import torch
+from torch.utils import _pytree as pytree
+
+from shapes.spec import parse_dims
+
+from .buckets import BucketChoice, bucket_for, buffer_bytes, choose_buckets
+from .exprs import compile_exprs
+from .lowered import Unsupported
+from .lowering import lower
+from .padding import PaddingReport, analyze_padding, padding_verdict
+from . import runtime
+from .runtime import CompiledProgram
+
+
+@dataclass
+class BucketPlan:
+    """What one compiled variant pads: the dims, their buckets, and why others do not."""
+
+    pads: tuple
+    exact: tuple
+    report: PaddingReport
+    choice: BucketChoice
+    out_slices: list = field(default_factory=list)
+    out_sizes: Any = None
+
+
+@dataclass
+class Route:
+    """How calls of one input signature run: ``entry`` is ``None`` where they run without a graph."""
+
+    variant: Any
+    values: tuple
+    entry: Any = None
+    padded: bool = False
+    views: list = field(default_factory=list)
+    slices: list = field(default_factory=list)
+
+
+@dataclass
+class GraphEntry:
+    """One recorded size: its input buffers, its graph (``None`` on the CPU) and its output buffers."""
+
+    key: tuple
+    inputs: list
+    graph: Any = None
+    outputs: Any = None
+    bytes: int = 0
+    pool_growth: int = 0
+    padded: bool = False
+
+
+class GraphedProgram:
+    """A :class:`~compiler.runtime.CompiledProgram` run through CUDA graphs, one per bucket.
+
+    ``buckets``: ``{"T": [16, 32, 64]}`` overrides the engine's choice per dim;
+    ``memory_budget``: bytes all graphs may hold (default: a quarter of the GPU's
+    memory, 1 GiB without CUDA); ``clone_outputs``: return copies rather than
+    views of the graph's buffers (which the next call overwrites); ``kernels``:
+    record symshape's compiled kernels (``"compiled"``) or the traced graph's
+    ATen ops (``"aten"``: inside a graph their launch cost is gone too).
+    """
+
+    def __init__(self, compiled: CompiledProgram, buckets: Optional[dict] = None,
+                 memory_budget: Optional[int] = None, max_graphs: int = 64, capture: Optional[bool] = None,
+                 clone_outputs: bool = True, kernels: str = "compiled"):
+        if kernels not in ("compiled", "aten"):
+            raise ValueError(f"kernels must be 'compiled' (symshape's kernels) or 'aten' (the traced graph's "
+                             f"ATen ops), got {kernels!r}")
+        self.kernels = kernels
+        self._routes: dict = {}
+        self.compiled = compiled
+        self.given = {k: list(v) for k, v in (buckets or {}).items()}
+        self.memory_budget = memory_budget
+        self.max_graphs = max_graphs
+        self.capture = capture
+        self.clone_outputs = clone_outputs
+        self.graphs: dict = {}
+        self.failed: dict = {}
+        self.plans: dict = {}
+        self.pool = None
+        self.stats = {"calls": 0, "replays": 0, "padded_calls": 0, "graphs": 0, "ungraphed_calls": 0}
+
+    # -- planning --------------------------------------------------------------------------
+    def plan(self, variant) -> BucketPlan:
+        """The padding verdict and buckets for one compiled variant (computed once)."""
+        plan = self.plans.get(id(variant))
+        if plan is not None:
+            return plan
+        tp = variant.tp
+        report = analyze_padding(tp, [n for n in self.compiled.names if n in tp.env.symbols])
+        pads = tuple(report.safe_dims)
+        exact = tuple(n for n in self.compiled.names if n not in pads)
+        ranges = {}
+        parsed = parse_dims(self.compiled.dims, self.compiled.names)
+        for n in pads:
+            d = parsed.get(n)
+            ranges[n] = (d.min if d else 1, d.max if d else math.inf)
+        hints = {s: int(v) for s, v in tp.env.hints.items()}
+
+        def estimate(name, size):
+            return buffer_bytes(variant, {**hints, tp.env.symbols[name]: size})
+
+        choice = choose_buckets(ranges, estimate, self._budget(), self.given)
+        plan = BucketPlan(pads, exact, report, choice)
+        verdict = report.joint if pads else padding_verdict(tp, [])
+        out_node = next(n for n in tp.graph.nodes if n.op == "output")
+        exprs = []
+        for a, dims in zip(out_node.args[0], verdict.outputs or [()] * len(out_node.args[0])):
+            shape = a.meta.get("shape") if isinstance(a, torch.fx.Node) else None
+            picks = [(d, len(exprs) + k) for k, d in enumerate(dims)]
+            exprs += [shape[d] for d in dims]
+            plan.out_slices.append(picks)
+        plan.out_sizes = compile_exprs(exprs, variant.symbols) if exprs else (lambda *a: ())
+        self.plans[id(variant)] = plan
+        return plan
+
+    def _budget(self) -> int:
+        if self.memory_budget is not None:
+            return self.memory_budget
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).total_memory // 4
+        return 2 ** 30
+
+    # -- calls -----------------------------------------------------------------------------
+    def __call__(self, *tensors):
+        self.stats["calls"] += 1
+        sig = tuple((t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in tensors)
+        route = self._routes.get(sig)
+        if route is None:
+            route = self._route(tensors)
+            self._routes[sig] = route
+        entry = route.entry
+        if entry is None:
+            self.stats["ungraphed_calls"] += 1
+            return self._run(route.variant, tensors, route.values)
+        if route.padded:
+            self.stats["padded_calls"] += 1
+        for buf, view, t in zip(entry.inputs, route.views, tensors):
+            if view is None:
+                buf.copy_(t)
+            else:
+                buf.zero_()  # padded positions hold zeros: finite, and a valid index
+                view.copy_(t)
+        self.stats["replays"] += 1
+        if entry.graph is not None:
+            entry.graph.replay()
+            leaves = entry.outputs
+        else:
+            leaves = pytree.tree_leaves(self._run(route.variant, entry.inputs, entry.key))
+        out = []
+        for leaf, idx in zip(leaves, route.slices):
+            if isinstance(leaf, torch.Tensor):
+                if idx is not None:
+                    leaf = leaf[idx]
+                if self.clone_outputs and entry.graph is not None:
+                    leaf = leaf.clone()
+            out.append(leaf)
+        return pytree.tree_unflatten(out, route.variant.tp.out_spec)
+
+    def _run(self, variant, tensors, values):
+        if self.kernels == "aten":
+            return variant.tp.run(*tensors)
+        return variant.run(tensors, values)
+
+    def _route(self, tensors) -> "Route":
+        """Where calls with these input sizes go: the variant, the bucket, the graph, and the slices.
+        Guards depend on sizes only, so a route is computed once per distinct input signature."""
+        c = self.compiled
+        values = c.bind(tensors)
+        variant = c.variant_for(values)
+        plan = self.plan(variant)
+        key = values
+        if plan.pads:
+            key = tuple(bucket_for(v, plan.choice.buckets[n]) if n in plan.pads and bucket_for(
+                v, plan.choice.buckets[n]) is not None else v for n, v in zip(c.names, values))
+            if key != values and not (variant.holds(*key) and all(ok(*key) for _, ok in variant.asserts)):
+                key = values  # the bucket size takes another path through the program: no padding
+        entry = self.graphs.get((id(variant), key))
+        if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs:
+            entry = self._record(variant, key, tensors, key != values)
+        if entry is None:
+            return Route(variant, values, None)
+        views = [None if buf.shape == t.shape else buf[tuple(slice(0, n) for n in t.shape)]
+                 for buf, t in zip(entry.inputs, tensors)]
+        sizes = plan.out_sizes(*values) if key != values else None
+        slices = []
+        for picks in plan.out_slices:
+            if sizes is None or not picks:
+                slices.append(None)
+                continue
+            idx = [slice(None)] * (max(d for d, _ in picks) + 1)
+            for d, k in picks:
+                idx[d] = slice(0, sizes[k])
+            slices.append(tuple(idx))
+        return Route(variant, values, entry, key != values, views, slices)
+
+    def _record(self, variant, key, tensors, padded) -> Optional[GraphEntry]:
+        c = self.compiled
+        at = dict(zip(c.names, key))
+        bufs = []
+        for t, s in zip(tensors, c.specs):
+            shape = [at[d] if isinstance(d, str) else d for d in s.dims]
+            bufs.append(torch.zeros(shape, dtype=t.dtype, device=t.device))
+        entry = GraphEntry(key, bufs, padded=padded)
+        cuda = bool(tensors) and tensors[0].is_cuda and self.capture is not False
+        if not cuda:
+            entry.bytes = sum(b.numel() * b.element_size() for b in bufs)  # no graph: its input buffers
+        else:
+            try:
+                self._capture(variant, entry)
+            except Exception as e:  # noqa: BLE001 - an op that cannot be recorded: run this size without a graph
+                self.failed[(id(variant), key)] = f"{type(e).__name__}: {e}"
+                torch.cuda.synchronize()
+                return None
+        self.graphs[(id(variant), key)] = entry
+        self.stats["graphs"] += 1
+        return entry
+
+    def _capture(self, variant, entry):
+        device = entry.inputs[0].device
+        tp = variant.tp
+        if tp.constants and any(v.device != device for v in tp.constants.values()):
+            # A host-to-device copy cannot be recorded: keep the constants on the device.
+            tp.constants = {k: v.to(device) for k, v in tp.constants.items()}
+        if self.pool is None:
+            self.pool = torch.cuda.graph_pool_handle()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):  # compiles and autotunes kernels, so that nothing compiles while recording
+                self._run(variant, entry.inputs, entry.key)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_reserved(device)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=self.pool):
+            out = self._run(variant, entry.inputs, entry.key)
+        torch.cuda.synchronize()
+        entry.graph = g
+        entry.outputs = pytree.tree_leaves(out)
+        # Its own: the input and output buffers.  Intermediates live in the pool all graphs share:
+        # what recording this one added to it is its pool growth.
+        entry.pool_growth = max(0, torch.cuda.memory_reserved(device) - before)
+        entry.bytes = sum(t.numel() * t.element_size() for t in entry.inputs + entry.outputs
+                          if isinstance(t, torch.Tensor))
+
+    # -- reporting -------------------------------------------------------------------------
+    def report(self) -> str:
+        """Which dims pad, which cannot and why, the buckets, and the graphs recorded with their memory."""
+        lines = []
+        for k, plan in enumerate(self.plans.values()):
+            if len(self.plans) > 1:
+                lines.append(f"trace {k + 1} of {len(self.plans)}:")
+            lines.append(plan.report.text().rstrip())
+            for n, bs in plan.choice.buckets.items():
+                est = plan.choice.bytes_per_bucket.get(n, {})
+                known = [v for v in est.values() if v is not None]
+                tail = f" (estimated {max(known) / 2**20:.1f} MiB at the largest)" if known else ""
+                lines.append(f"buckets for {n}: {', '.join(map(str, bs))}{tail}")
+            if plan.exact:
+                lines.append(f"exact sizes (a graph per size, at most {self.max_graphs} graphs): "
+                             f"{', '.join(plan.exact)}")
+            if plan.choice.note:
+                lines.append(plan.choice.note.strip())
+        pool = sum(e.pool_growth for e in self.graphs.values())
+        lines.append(f"graphs recorded: {len(self.graphs)}; their input/output buffers "
+                     f"{sum(e.bytes for e in self.graphs.values()) / 2**20:.1f} MiB"
+                     + (f", the shared pool of intermediates {pool / 2**20:.1f} MiB" if pool else ""))
+        for (_, key), e in sorted(self.graphs.items(), key=lambda kv: kv[0][1]):
+            at = ", ".join(f"{n}={v}" for n, v in zip(self.compiled.names, key))
+            grew = f", pool +{e.pool_growth / 2**20:.1f} MiB" if e.pool_growth else ""
+            lines.append(f"  {at}: buffers {e.bytes / 2**20:.2f} MiB{grew}{' (padded bucket)' if e.padded else ''}")
+        for (_, key), why in self.failed.items():
+            lines.append(f"  no graph at {key}: {why}")
+        return "\n".join(lines) + "\n"
+
+
+def explain_cuda_graphs(tp, buckets: Optional[dict] = None, memory_budget: Optional[int] = None) -> str:
+    """The CUDA-graph plan of a traced program, before any call: which dims pad and why
+    others cannot, the buckets the engine would choose, and each bucket's estimated memory.
+
+    >>> import shapes
+    >>> from compiler.cuda_graphs import explain_cuda_graphs
+    >>> print(explain_cuda_graphs(shapes.trace(lambda x: x.cumsum(1), "x: f32[B, T]", dims={"T": (1, 64)}),
+    ...                           buckets={"B": [8]}))
+    padding to a bucket size (outputs sliced back):
+      B  pads: kept outputs never read a padded position
+      T  pads: kept outputs never read a padded position
+    buckets:
+      B: 8 (given)
+      T: 1, 2, 4, 8, 16, 32, 64
+    estimated memory per graph (every buffer at the bucket size, other dims at the example size):
+      T=1: 0.00 MiB ... T=64: 0.00 MiB
+    <BLANKLINE>
+    """
+    report = analyze_padding(tp)
+    lines = [report.text().rstrip()]
+    pads = report.safe_dims
+    if not pads:
+        lines.append("no dim pads: every distinct size gets its own graph")
+        return "\n".join(lines) + "\n"
+    try:
+        lowered = SimpleNamespace(lp=lower(tp), eager=False)
+    except Unsupported:
+        lowered = None
+    hints = {s: int(v) for s, v in tp.env.hints.items()}
+
+    def estimate(name, size):
+        return buffer_bytes(lowered, {**hints, tp.env.symbols[name]: size}) if lowered is not None else None
+
+    ranges = {n: (tp.dims[n].min, tp.dims[n].max) if n in tp.dims else (1, math.inf) for n in pads}
+    budget = memory_budget if memory_budget is not None else 2 ** 30
+    choice = choose_buckets(ranges, estimate, budget, buckets)
+    lines.append("buckets:")
+    for n, bs in choice.buckets.items():
+        lines.append(f"  {n}: {', '.join(map(str, bs))}{' (given)' if buckets and n in buckets else ''}")
+    if choice.note:
+        lines.append(choice.note.strip())
+    lines.append("estimated memory per graph (every buffer at the bucket size, other dims at the example size):")
+    for n, per in choice.bytes_per_bucket.items():
+        if buckets and n in buckets:
+            continue
+        known = [(b, v) for b, v in per.items() if v is not None]
+        if not known:
+            lines.append(f"  {n}: unknown (the program runs with ATen ops the compiler does not lower)")
+            continue
+        first, last = known[0], known[-1]
+        lines.append(f"  {n}={first[0]}: {first[1] / 2**20:.2f} MiB ... {n}={last[0]}: {last[1] / 2**20:.2f} MiB")
+    return "\n".join(lines) + "\n"
+
+
+def graphed(compiled: CompiledProgram, **options) -> GraphedProgram:
+    """Wrap a compiled program in CUDA graphs per bucket (see :class:`GraphedProgram`)."""
+    return GraphedProgram(compiled, **options)
+
+
+def compile(program, *specs, dims=None, target: str = "cpp", cuda_graphs: bool = False,
+            buckets: Optional[dict] = None, memory_budget: Optional[int] = None, max_graphs: int = 64,
+            graph_kernels: str = "compiled"):
+    """:func:`compiler.runtime.compile`, and with ``cuda_graphs=True`` a :class:`GraphedProgram`.
+
+    >>> import torch, compiler
+    >>> f = compiler.compile(lambda x: x * 2, "x: f32[N]", cuda_graphs=True)
+    >>> f(torch.ones(3)).tolist(), f.plans and list(f.plans.values())[0].pads
+    ([2.0, 2.0, 2.0], ('N',))
+    """
+    c = runtime.compile(program, *specs, dims=dims, target=target)
+    if not cuda_graphs:
+        return c
+    return GraphedProgram(c, buckets=buckets, memory_budget=memory_budget, max_graphs=max_graphs,
+                          kernels=graph_kernels)
+
+
+__all__ = ["GraphedProgram", "BucketPlan", "GraphEntry", "Route", "graphed", "compile", "explain_cuda_graphs"]
