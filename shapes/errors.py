@@ -71,6 +71,37 @@ class EngineFailure(TracerLimitation):
         self.env = env
 
 
+class UnhandledExprKind(TracerLimitation, TypeError):
+    """An analysis or printer met an expression kind it has no rule for.
+
+    ``kind`` is the :class:`shapes.expr_kinds.Kind` (None when the expression
+    is of no kind the engine builds), ``analysis`` names the analysis, and
+    ``expr`` is the expression.  It is a TypeError too, so the callers that
+    fall back on "cannot bound / cannot decide" keep doing so.
+
+    Example::
+
+        >>> import sympy
+        >>> from shapes.printers import to_triton
+        >>> from shapes.functions import ToFloat
+        >>> try:
+        ...     to_triton(sympy.Symbol("N", integer=True) ** 9)
+        ... except UnhandledExprKind as e:
+        ...     print(e.kind.name, "|", e.analysis)
+        POW | the Triton printer
+    """
+
+    def __init__(self, kind, analysis: str, expr, detail: str = ""):
+        self.kind = kind
+        self.analysis = analysis
+        self.expr = expr
+        what = f"expression kind {kind.name}" if kind is not None else f"expression type {type(expr).__name__}"
+        super().__init__(
+            f"symshape: {analysis} has no rule for {what}{f' ({detail})' if detail else ''} in `{expr}`. "
+            f"This is a limitation of symshape, not an error of the program; please report it with this "
+            f"expression.")
+
+
 class AdapterGap(TracerLimitation, AttributeError):
     """torch asked symshape's ShapeEnv adapter for something it does not provide
     (an AttributeError too, so torch's ``hasattr`` probes keep working)."""
