@@ -113,13 +113,19 @@ def classify(e) -> Kind:
     >>> classify(sympy.Integer(1)), classify(sympy.Rational(1, 2)), classify(sympy.Symbol("x") < 2)
     (<Kind.INTEGER: 'integer'>, <Kind.RATIONAL: 'rational'>, <Kind.LT: 'lt'>)
     """
+    k = kind_or_none(e)
+    if k is None:
+        raise UnhandledExprKind(None, "symshape's expression language", e, "the engine never builds it")
+    return k
+
+
+def kind_or_none(e) -> Optional[Kind]:
+    """The :class:`Kind` of ``e``, or None for anything the engine never builds."""
     t = type(e)
     k = _KIND_OF_TYPE.get(t, _UNSEEN)
     if k is _UNSEEN:
         k = next((_BY_CLASS[c] for c in t.__mro__ if c in _BY_CLASS), None)
         _KIND_OF_TYPE[t] = k
-    if k is None:
-        raise UnhandledExprKind(None, "symshape's expression language", e, "the engine never builds it")
     return k
 
 
@@ -168,7 +174,7 @@ class ExprVisitor:
 
     def visit(self, e):
         """Apply this visitor's rule for the kind of ``e``."""
-        kind = classify(e)
+        kind = kind_or_none(e)
         fn = self._dispatch.get(kind)
         if fn is None:
             raise self.unhandled(e, kind)
@@ -176,4 +182,5 @@ class ExprVisitor:
 
     def unhandled(self, e, kind: Optional[Kind] = None, detail: str = "") -> UnhandledExprKind:
         """The error to raise for ``e`` (a kind with no rule, or a case of a kind this visitor lacks)."""
-        return self.error(classify(e) if kind is None else kind, self.analysis, e, detail)
+        kind = kind_or_none(e) if kind is None else kind
+        return self.error(kind, self.analysis, e, detail or ("" if kind else "the engine never builds it"))

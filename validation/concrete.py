@@ -29,11 +29,12 @@ from typing import Callable, Mapping, Sequence
 
 import sympy
 
-from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
+from shapes.errors import UnhandledExprKind
+from shapes.expr_kinds import ExprVisitor
 
 
-class UnevaluableExpression(TypeError):
-    """An expression kind with no concrete evaluation rule (the kind is named)."""
+class UnevaluableExpression(UnhandledExprKind):
+    """An expression kind (or a case of one) with no concrete evaluation rule (the kind is named)."""
 
 
 def _td(a, b):
@@ -63,74 +64,85 @@ _GLOBALS = {"Fraction": Fraction, "_td": _td, "_ite": _ite, "_and": _and, "_or":
                 "min": min, "max": max, "abs": abs, "len": len, "bool": bool, "int": int}}
 
 
-def _src(e, names: Mapping[sympy.Symbol, str]) -> str:
-    """Python source computing ``e``; symbols are read from ``names``."""
-    s = lambda x: _src(x, names)  # noqa: E731
-    if e is sympy.true:
+def _call(fmt):
+    def visit(self, e):
+        return fmt.format(*(self.visit(a) for a in e.args))
+    return visit
+
+
+def _joined(fmt, sep):
+    def visit(self, e):
+        return fmt.format(sep.join(self.visit(a) for a in e.args))
+    return visit
+
+
+class ConcreteSource(ExprVisitor):
+    """Python source computing an expression exactly; symbols are read from ``names``.
+
+    >>> from shapes.functions import TrueDiv
+    >>> a = sympy.Symbol("a", integer=True)
+    >>> ConcreteSource({a: "a"}).visit(TrueDiv(a, 2) + 1)
+    '((1) + _td(a, (2)))'
+    """
+
+    analysis = "concrete evaluation"
+    error = UnevaluableExpression
+
+    def __init__(self, names: Mapping[sympy.Symbol, str]):
+        self.names = names
+
+    def visit_true(self, e):
         return "True"
-    if e is sympy.false:
+
+    def visit_false(self, e):
         return "False"
-    if e.is_Integer:
+
+    def visit_integer(self, e):
         return f"({int(e)})"
-    if e.is_Rational:
+
+    def visit_rational(self, e):
         return f"Fraction({int(e.p)}, {int(e.q)})"
-    if e.is_Float:
-        r = sympy.Rational(e)
-        return f"Fraction({int(r.p)}, {int(r.q)})"
-    if e.is_Symbol:
+
+    def visit_float(self, e):
+        return self.visit_rational(sympy.Rational(e))
+
+    def visit_symbol(self, e):
         try:
-            return names[e]
+            return self.names[e]
         except KeyError:
-            raise UnevaluableExpression(f"symbol {e} has no value") from None
-    if e.is_Add:
-        return "(" + " + ".join(s(a) for a in e.args) + ")"
-    if e.is_Mul:
-        return "(" + " * ".join(s(a) for a in e.args) + ")"
-    if e.is_Pow:
+            raise self.unhandled(e, detail="the symbol has no value") from None
+
+    visit_add = _joined("({})", " + ")
+    visit_mul = _joined("({})", " * ")
+
+    def visit_pow(self, e):
         if not e.args[1].is_Integer:
-            raise UnevaluableExpression(f"Pow with non-integer exponent: {e}")
-        return f"_pow({s(e.args[0])}, {int(e.args[1])})"
-    if isinstance(e, FloorDiv):
-        return f"({s(e.args[0])} // {s(e.args[1])})"
-    if isinstance(e, (PyMod, sympy.Mod)):
-        return f"({s(e.args[0])} % {s(e.args[1])})"
-    if isinstance(e, TrueDiv):
-        return f"_td({s(e.args[0])}, {s(e.args[1])})"
-    if isinstance(e, ToFloat):
-        return s(e.args[0])
-    if isinstance(e, TruncToInt):
-        return f"_trunc({s(e.args[0])})"
-    if isinstance(e, sympy.floor):
-        return f"_floor({s(e.args[0])})"
-    if isinstance(e, sympy.ceiling):
-        return f"_ceil({s(e.args[0])})"
-    if isinstance(e, sympy.Abs):
-        return f"abs({s(e.args[0])})"
-    if isinstance(e, sympy.Min):
-        return "min(" + ", ".join(s(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Max):
-        return "max(" + ", ".join(s(a) for a in e.args) + ")"
-    if isinstance(e, (Where, sympy.ITE)):
-        return f"_ite({s(e.args[0])}, {s(e.args[1])}, {s(e.args[2])})"
-    if isinstance(e, sympy.Rel):
-        op = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">",
-              sympy.Ge: ">="}.get(type(e))
-        if op is None:
-            raise UnevaluableExpression(f"no concrete rule for relation {type(e).__name__}: {e}")
-        return f"({s(e.lhs)} {op} {s(e.rhs)})"
-    if isinstance(e, sympy.Not):
-        return f"(not {s(e.args[0])})"
-    if isinstance(e, sympy.And):
-        return "_and(" + ", ".join(s(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Or):
-        return "_or(" + ", ".join(s(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Implies):
-        return f"((not {s(e.args[0])}) or {s(e.args[1])})"
-    if isinstance(e, sympy.Xor):
-        return "((" + " + ".join(f"int({s(a)})" for a in e.args) + ") % 2 == 1)"
-    if isinstance(e, sympy.Equivalent):
-        return "(len({" + ", ".join(f"bool({s(a)})" for a in e.args) + "}) == 1)"
-    raise UnevaluableExpression(f"no concrete evaluation for expression kind {type(e).__name__} (in {e})")
+            raise self.unhandled(e, detail="a non-integer exponent")
+        return f"_pow({self.visit(e.args[0])}, {int(e.args[1])})"
+
+    visit_floor_div = _call("({} // {})")
+    visit_py_mod = visit_mod = _call("({} % {})")
+    visit_true_div = _call("_td({}, {})")
+    visit_to_float = _call("{}")
+    visit_trunc_to_int = _call("_trunc({})")
+    visit_floor = _call("_floor({})")
+    visit_ceiling = _call("_ceil({})")
+    visit_abs = _call("abs({})")
+    visit_min = _joined("min({})", ", ")
+    visit_max = _joined("max({})", ", ")
+    visit_where = _call("_ite({}, {}, {})")
+    visit_eq = _call("({} == {})")
+    visit_ne = _call("({} != {})")
+    visit_lt = _call("({} < {})")
+    visit_le = _call("({} <= {})")
+    visit_gt = _call("({} > {})")
+    visit_ge = _call("({} >= {})")
+    visit_not = _call("(not {})")
+    visit_and = _joined("_and({})", ", ")
+    visit_or = _joined("_or({})", ", ")
+
+    def visit_equivalent(self, e):
+        return "(len({" + ", ".join(f"bool({self.visit(a)})" for a in e.args) + "}) == 1)"
 
 
 def compile_expr(e, symbols: Sequence[sympy.Symbol]) -> Callable:
@@ -139,7 +151,7 @@ def compile_expr(e, symbols: Sequence[sympy.Symbol]) -> Callable:
     Raises :class:`UnevaluableExpression` for a kind with no rule.
     """
     names = {s: f"_v{i}" for i, s in enumerate(symbols)}
-    body = _src(sympy.sympify(e), names)
+    body = ConcreteSource(names).visit(sympy.sympify(e))
     args = ", ".join(names[s] for s in symbols)
     return eval(f"lambda {args}: {body}", _GLOBALS)  # noqa: S307 - source built above from a whitelist
 
