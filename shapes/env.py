@@ -30,7 +30,7 @@ import sympy
 
 from . import simplify as _simplify
 from .conditions import canonical_condition, decide_normal, normal_form
-from .errors import DataDependentError
+from .data_dependent_error import DataDependentError
 from .functions import FloorDiv, PyMod
 from .guard import Decision, Guard, GuardKind, LogEntry
 from .provenance import Provenance, capture

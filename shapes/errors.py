@@ -1,14 +1,6 @@
 """Errors symshape raises at the user: each says what, where, and how to fix."""
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Iterable
-
-import sympy
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .provenance import Provenance
-
 
 class SymshapeError(Exception):
     """Base of symshape's user-facing errors."""
@@ -83,7 +75,6 @@ class UnhandledExprKind(TracerLimitation, TypeError):
 
         >>> import sympy
         >>> from shapes.printers import to_triton
-        >>> from shapes.functions import ToFloat
         >>> try:
         ...     to_triton(sympy.Symbol("N", integer=True) ** 9)
         ... except UnhandledExprKind as e:
@@ -122,37 +113,3 @@ class GuardViolation(SymshapeError, AssertionError):
         super().__init__(message)
         self.guard = guard
         self.values = values or {}
-
-
-class DataDependentError(SymshapeError, RuntimeError):
-    """A decision needs the value of a data-dependent (unbacked) size.
-
-    The message names the user's source line and the op, and says how to
-    make the trace go through (``torch._check``).
-    """
-
-    def __init__(self, expr, provenance: Provenance, unbacked: Iterable[sympy.Symbol], env):
-        self.expr = expr
-        self.provenance = provenance
-        self.unbacked = tuple(unbacked)
-        origins = "; ".join(f"{u} = {env.describe_symbol(u)}" for u in self.unbacked)
-        op = f" (asked by {provenance.op})" if provenance.op else ""
-        super().__init__(
-            f"data-dependent condition {expr} at {provenance.filename}:{provenance.lineno}"
-            f"{op}: `{provenance.code}`. {origins}. The value is only known at run time, so "
-            f"the trace cannot take a branch on it. State which way it goes for your data before "
-            f"this line, with torch._check({python_form(expr)}) or "
-            f"torch._check({python_form(sympy.Not(expr))}); the check is asserted at run time and "
-            f"assumed while tracing."
-        )
-
-
-def python_form(expr) -> str:
-    s = str(expr)
-    m = re.match(r"^Eq\((.*), (.*)\)$", s)
-    if m:
-        return f"{m.group(1)} == {m.group(2)}"
-    m = re.match(r"^Ne\((.*), (.*)\)$", s)
-    if m:
-        return f"{m.group(1)} != {m.group(2)}"
-    return s

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from ..exprs import to_cpp
+from shapes.printers import to_cpp
+
 from ..ir import JVAR, RVAR, OpKind, ReductionKind, compute_dtype, flat_index
 from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
 
@@ -242,8 +243,8 @@ class CppTarget(Target):
     def size_value(self, gen, v):
         return declare(f"(({CTYPES[v.dtype]})({gen.expr(v.expr)}))")
 
-    def print_expr(self, e, names) -> str:
-        return to_cpp(e, names)
+    def print_expr(self, e, names, nonneg) -> str:
+        return to_cpp(e, names, nonneg)
 
     def kernel_source(self, g: KernelGen):
         k = g.kernel

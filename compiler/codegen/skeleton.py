@@ -23,6 +23,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..exprs import IndexFacts
 from ..ir import HALF_DTYPES, Const, Kernel, Load, Op, OpKind, RedRef, SizeVal, compute_dtype
 
 
@@ -152,11 +153,13 @@ def _legalize(v, legal):
 class KernelGen:
     """State while one kernel's source is generated: its signature, names and counters."""
 
-    def __init__(self, target: "Target", kernel: Kernel, lp, sym_names: dict):
+    def __init__(self, target: "Target", kernel: Kernel, lp, sym_names: dict, facts: Optional[IndexFacts] = None):
         self.target = target
         self.kernel = kernel
         self.lp = lp
         self.sym_names = sym_names
+        # One per program: the engine's decisions about its index expressions, logged in the trace's env.
+        self.facts = facts if facts is not None else IndexFacts(lp.env)
         self.counter = 0
         sig = KernelSignature(kernel)
         self.args, self.ptr, self.written = sig.args, sig.ptr, sig.written
@@ -184,10 +187,10 @@ class KernelGen:
 
     def expr(self, e) -> str:
         """A size or index expression in the target's syntax."""
-        return self.target.print_expr(e, self.sym_names)
+        return self.target.print_expr(e, self.sym_names, self.facts.nonneg)
 
     def index(self, e) -> str:
-        return self.target.print_expr(self.target.simplify_index(e), self.sym_names)
+        return self.target.print_expr(self.facts.simplify_index(e), self.sym_names, self.facts.nonneg)
 
 
 class Target:
@@ -213,12 +216,9 @@ class Target:
         """A literal (returned as ``str``) or code to bind to a name (returned via :func:`declare`)."""
         raise NotImplementedError
 
-    def print_expr(self, e, names) -> str:
+    def print_expr(self, e, names, nonneg) -> str:
+        """``e`` in the target's syntax; ``nonneg(x)`` says whether ``x >= 0`` is known."""
         raise NotImplementedError
-
-    def simplify_index(self, e):
-        from ..exprs import simplify_index
-        return simplify_index(e)
 
     # -- kernels, modules, launchers ---------------------------------------------------
     def kernel_source(self, gen: KernelGen):
@@ -243,10 +243,11 @@ class Target:
     def generate(self, lp, steps):
         """Module source and, per kernel, ``(buffer argument names, launch metadata)``."""
         names = self.sym_names(lp)
+        facts = IndexFacts(lp.env)
         parts, meta = [], {}
         for s in steps:
             if isinstance(s, Kernel):
-                g = KernelGen(self, s, lp, names)
+                g = KernelGen(self, s, lp, names, facts)
                 src, m = self.kernel_source(g)
                 parts.append(src)
                 meta[s.name] = (g.args, m)

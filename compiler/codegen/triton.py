@@ -28,7 +28,9 @@ import os
 import sympy
 import torch
 
-from ..exprs import compile_exprs, to_triton
+from shapes.printers import to_triton
+
+from ..exprs import compile_exprs
 from ..ir import JVAR, RVAR, OpKind, compute_dtype, flat_index
 from .cpp import cache_dir
 from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
@@ -145,8 +147,8 @@ class TritonTarget(Target):
             return _const(int(e), v.dtype)
         return declare(f"({gen.expr(e)}).to({TL[v.dtype]})")
 
-    def print_expr(self, e, names) -> str:
-        return to_triton(e, names)
+    def print_expr(self, e, names, nonneg) -> str:
+        return to_triton(e, names, nonneg)
 
     def _unravel(self, g, row, ind) -> list[str]:
         """Row variables x0.. from a flat row number (row-major over ``outer``)."""

@@ -33,7 +33,8 @@ import sys
 import threading
 import time
 
-from shapes.errors import DataDependentError, SymshapeError, TracerLimitation
+from shapes.data_dependent_error import DataDependentError
+from shapes.errors import SymshapeError, TracerLimitation
 
 # torch raises TypeError when a symbolic value reaches C++ code that wants a plain
 # Python value ("argument 'is_causal' must be bool, not SymBool"): that is a limit
