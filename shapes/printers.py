@@ -133,7 +133,7 @@ class PythonPrinter(ExprVisitor, StrPrinter):
         return StrPrinter._print_Float(self, e)
 
     def visit_infinity(self, e):
-        return "math.inf" if e.is_positive else "-math.inf"
+        return "math.inf" if e is sympy.oo else "-math.inf"
 
     def visit_symbol(self, s):
         return self.names.get(s, s.name)
