@@ -322,24 +322,21 @@ class KernelPrinter(ExprVisitor):
             return f"{self.float_pow_fn}({self.to_float_fmt.format(self.visit(b))}, {self.visit(x)})"
         raise self.unhandled(e, detail="this exponent")
 
-    def _ints_only(self, e):
+    def _floor_op(self, e, native: str, helper: str) -> str:
+        """Python's ``//`` or ``%``: the native operator where both operands are known >= 0."""
         if not all(a.is_integer is True for a in e.args):
-            # C's integer // and % on a float operand would truncate it first: a wrong answer.
+            # C's integer / and % on a float operand would truncate it first: a wrong answer.
             raise self.unhandled(e, detail="an operand that may not be an integer")
+        a, b = e.args
+        if self.nonneg(a) and self.nonneg(b):
+            return f"({self.paren(a)} {native} {self.paren(b)})"
+        return f"{helper}({self.visit(a)}, {self.visit(b)})"
 
     def visit_floor_div(self, e):
-        self._ints_only(e)
-        a, b = e.args
-        if self.nonneg(a) and self.nonneg(b):
-            return f"({self.paren(a)} {self.div_op} {self.paren(b)})"
-        return f"{self.floordiv_fn}({self.visit(a)}, {self.visit(b)})"
+        return self._floor_op(e, self.div_op, self.floordiv_fn)
 
     def visit_py_mod(self, e):
-        self._ints_only(e)
-        a, b = e.args
-        if self.nonneg(a) and self.nonneg(b):
-            return f"({self.paren(a)} {self.mod_op} {self.paren(b)})"
-        return f"{self.mod_fn}({self.visit(a)}, {self.visit(b)})"
+        return self._floor_op(e, self.mod_op, self.mod_fn)
 
     visit_mod = visit_py_mod
 

@@ -30,7 +30,7 @@ from typing import Callable, Mapping, Sequence
 import sympy
 
 from shapes.errors import UnhandledExprKind
-from shapes.expr_kinds import ExprVisitor
+from shapes.printers import GuardPythonPrinter
 
 
 class UnevaluableExpression(UnhandledExprKind):
@@ -60,45 +60,32 @@ def _pow(a, n):
 
 
 _GLOBALS = {"Fraction": Fraction, "_td": _td, "_ite": _ite, "_and": _and, "_or": _or, "_pow": _pow,
-            "_floor": math.floor, "_ceil": math.ceil, "_trunc": math.trunc, "__builtins__": {
-                "min": min, "max": max, "abs": abs, "len": len, "bool": bool, "int": int}}
+            "math": math, "__builtins__": {
+                "min": min, "max": max, "abs": abs, "bool": bool, "int": int}}
 
 
-def _call(fmt):
+def _strict(fn):
     def visit(self, e):
-        return fmt.format(*(self.visit(a) for a in e.args))
+        return f"{fn}(" + ", ".join(self.visit(a) for a in e.args) + ")"
     return visit
 
 
-def _joined(fmt, sep):
-    def visit(self, e):
-        return fmt.format(sep.join(self.visit(a) for a in e.args))
-    return visit
-
-
-class ConcreteSource(ExprVisitor):
+class ConcreteSource(GuardPythonPrinter):
     """Python source computing an expression exactly; symbols are read from ``names``.
+
+    The guard-code printer with exact numbers: constants and ``/`` as
+    :class:`~fractions.Fraction`, ``float(x)`` as ``x`` itself, and strict
+    ``and``/``or``/``where`` (each operand is a computed value in the graph, so
+    each one's division by zero counts).
 
     >>> from shapes.functions import TrueDiv
     >>> a = sympy.Symbol("a", integer=True)
-    >>> ConcreteSource({a: "a"}).visit(TrueDiv(a, 2) + 1)
-    '((1) + _td(a, (2)))'
+    >>> ConcreteSource({a: "a"}).doprint(TrueDiv(a, 2) + sympy.Rational(1, 3))
+    '_td(a, 2) + Fraction(1, 3)'
     """
 
     analysis = "concrete evaluation"
     error = UnevaluableExpression
-
-    def __init__(self, names: Mapping[sympy.Symbol, str]):
-        self.names = names
-
-    def visit_true(self, e):
-        return "True"
-
-    def visit_false(self, e):
-        return "False"
-
-    def visit_integer(self, e):
-        return f"({int(e)})"
 
     def visit_rational(self, e):
         return f"Fraction({int(e.p)}, {int(e.q)})"
@@ -112,37 +99,25 @@ class ConcreteSource(ExprVisitor):
         except KeyError:
             raise self.unhandled(e, detail="the symbol has no value") from None
 
-    visit_add = _joined("({})", " + ")
-    visit_mul = _joined("({})", " * ")
+    def visit_mul(self, e):
+        # Not sympy's layout: it writes a rational coefficient as "3*N/2", a float division.
+        return "(" + " * ".join(self.paren(a) for a in e.args) + ")"
 
     def visit_pow(self, e):
         if not e.args[1].is_Integer:
             raise self.unhandled(e, detail="a non-integer exponent")
         return f"_pow({self.visit(e.args[0])}, {int(e.args[1])})"
 
-    visit_floor_div = _call("({} // {})")
-    visit_py_mod = visit_mod = _call("({} % {})")
-    visit_true_div = _call("_td({}, {})")
-    visit_to_float = _call("{}")
-    visit_trunc_to_int = _call("_trunc({})")
-    visit_floor = _call("_floor({})")
-    visit_ceiling = _call("_ceil({})")
-    visit_abs = _call("abs({})")
-    visit_min = _joined("min({})", ", ")
-    visit_max = _joined("max({})", ", ")
-    visit_where = _call("_ite({}, {}, {})")
-    visit_eq = _call("({} == {})")
-    visit_ne = _call("({} != {})")
-    visit_lt = _call("({} < {})")
-    visit_le = _call("({} <= {})")
-    visit_gt = _call("({} > {})")
-    visit_ge = _call("({} >= {})")
-    visit_not = _call("(not {})")
-    visit_and = _joined("_and({})", ", ")
-    visit_or = _joined("_or({})", ", ")
+    def visit_true_div(self, e):
+        return f"_td({self.visit(e.args[0])}, {self.visit(e.args[1])})"
 
-    def visit_equivalent(self, e):
-        return "(len({" + ", ".join(f"bool({self.visit(a)})" for a in e.args) + "}) == 1)"
+    def visit_to_float(self, e):
+        # Parenthesized: the printer sets a call's text next to operators without a pair of its own.
+        return f"({self.visit(e.args[0])})"
+
+    visit_where = _strict("_ite")
+    visit_and = _strict("_and")
+    visit_or = _strict("_or")
 
 
 def compile_expr(e, symbols: Sequence[sympy.Symbol]) -> Callable:
@@ -151,7 +126,7 @@ def compile_expr(e, symbols: Sequence[sympy.Symbol]) -> Callable:
     Raises :class:`UnevaluableExpression` for a kind with no rule.
     """
     names = {s: f"_v{i}" for i, s in enumerate(symbols)}
-    body = ConcreteSource(names).visit(sympy.sympify(e))
+    body = ConcreteSource(names).doprint(e)
     args = ", ".join(names[s] for s in symbols)
     return eval(f"lambda {args}: {body}", _GLOBALS)  # noqa: S307 - source built above from a whitelist
 

@@ -223,13 +223,8 @@ class CppTarget(Target):
     """C++17 with OpenMP: rows of a kernel in parallel, row loops vectorized (``omp simd``)."""
 
     name = "C++"
-    op_table = OP_TABLE
-
-    def type_name(self, dtype) -> str:
-        return CTYPES[dtype]
-
-    def const(self, value, dtype) -> str:
-        return _const(value, dtype)
+    op_table, type_names = OP_TABLE, CTYPES
+    const = staticmethod(_const)
 
     def declare(self, name, code, dtype) -> str:
         if dtype == torch.bool:

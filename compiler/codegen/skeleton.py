@@ -197,13 +197,17 @@ class Target:
     """What a language adds to the skeleton; see :mod:`compiler.codegen.cpp` and ``.triton``."""
 
     name: str = ""
+    #: OpKind -> how the target spells it (see :func:`infix_table`).
     op_table: dict = {}
+    #: torch dtype -> the target's type name.
+    type_names: dict = {}
 
     # -- values ------------------------------------------------------------------------
     def type_name(self, dtype) -> str:
-        raise NotImplementedError
+        return self.type_names[dtype]
 
     def const(self, value, dtype) -> str:
+        """``value`` as a literal of ``dtype``."""
         raise NotImplementedError
 
     def declare(self, name: str, code: str, dtype) -> str:

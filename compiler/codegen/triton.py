@@ -121,13 +121,8 @@ class TritonTarget(Target):
     """Triton: flat masked blocks for pointwise kernels, one program per row with reductions."""
 
     name = "Triton"
-    op_table = OP_TABLE
-
-    def type_name(self, dtype) -> str:
-        return TL[dtype]
-
-    def const(self, value, dtype) -> str:
-        return _const(value, dtype)
+    op_table, type_names = OP_TABLE, TL
+    const = staticmethod(_const)
 
     def declare(self, name, code, dtype) -> str:
         return f"{name} = {code}"
