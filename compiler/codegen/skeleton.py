@@ -19,6 +19,8 @@ Example::
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
@@ -42,6 +44,36 @@ Spelling = Callable[[list, Op, str], str]
 def infix_table(infix: dict) -> dict:
     """Spellings ``a OP b`` for every entry of ``infix`` (OpKind -> operator text)."""
     return {k: (lambda a, v, t, _o=o: f"{a[0]} {_o} {a[1]}") for k, o in infix.items()}
+
+
+@dataclass(frozen=True)
+class Literals:
+    """How a target spells constants: the truth values, NaN, infinity and numbers of each dtype."""
+
+    true: str
+    false: str
+    nan: str
+    inf: Callable[[torch.dtype], str]
+    float_suffix: Callable[[torch.dtype], str]
+    integer: Callable[[int, torch.dtype], str]
+
+    def spell(self, v, dtype) -> str:
+        """``v`` as a literal of ``dtype``.
+
+        >>> lit = Literals("1", "0", "NAN", lambda d: "INF", lambda d: "", lambda v, d: str(v))
+        >>> lit.spell(float("-inf"), torch.float32), lit.spell(2, torch.float64), lit.spell(True, torch.bool)
+        ('(-INF)', '2.0', '1')
+        """
+        if dtype == torch.bool:
+            return self.true if v else self.false
+        if dtype.is_floating_point:
+            v = float(v)
+            if math.isnan(v):
+                return self.nan
+            if math.isinf(v):
+                return self.inf(dtype) if v > 0 else f"(-{self.inf(dtype)})"
+            return repr(v) + self.float_suffix(dtype)
+        return self.integer(int(v), dtype)
 
 
 def call(fn: str) -> Spelling:

@@ -33,7 +33,7 @@ from shapes.printers import to_triton
 from ..exprs import compile_exprs
 from ..ir import JVAR, RVAR, OpKind, compute_dtype, flat_index
 from .cpp import cache_dir
-from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
+from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
       torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
@@ -75,17 +75,8 @@ def _pow2(n, cap):
     return int(min(cap, max(16, 1 << max(0, int(n) - 1).bit_length())))
 
 
-def _const(v, dtype) -> str:
-    if dtype == torch.bool:
-        return "True" if v else "False"
-    if dtype.is_floating_point:
-        v = float(v)
-        if math.isnan(v):
-            return "_NAN"
-        if math.isinf(v):
-            return "_INF" if v > 0 else "(-_INF)"
-        return repr(v)
-    return str(int(v))
+LITERALS = Literals("True", "False", "_NAN", lambda d: "_INF", lambda d: "", lambda v, d: str(v))
+_const = LITERALS.spell
 
 
 def _minmax(which):
