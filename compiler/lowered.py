@@ -101,6 +101,8 @@ class LoweredProgram:
     outputs: list  # Ref | python constant
     symbols: list = field(default_factory=list)
     externs: int = 0
+    #: The trace's ShapeEnv: code generators ask it about index expressions (compiler.exprs.IndexFacts).
+    env: Any = None
 
 
 def cast(v, dtype):

@@ -153,7 +153,7 @@ class Lowerer:
                     outputs.append(self.template(a) if isinstance(a, torch.fx.Node) else a)
         syms = sorted(self.tp.env.hints.keys(), key=lambda s: s.name)
         return LoweredProgram(inputs, consts, self.buffers, self.items, self.reductions, outputs,
-                              [s for s in syms if s.name in self.tp.env.symbols], self.externs)
+                              [s for s in syms if s.name in self.tp.env.symbols], self.externs, self.tp.env)
 
     def call(self, node, force_extern=False):
         if "expr" in node.meta and "val" not in node.meta:

@@ -27,7 +27,8 @@ import sympy
 from . import simplify as rules
 from . import size_oblivious as oblivious
 from .conditions import canonical_condition, decide_normal, normal_form
-from .errors import DataDependentError, TracerLimitation
+from .data_dependent_error import DataDependentError
+from .errors import TracerLimitation
 from .facts import FactStore
 from .functions import FloorDiv
 from .guard import Decision, Guard, GuardKind, LogEntry, StepKind

@@ -31,7 +31,7 @@ from typing import Optional
 import sympy
 
 from .decide import NO_FALLBACK, DecisionProcedure
-from .errors import DataDependentError
+from .data_dependent_error import DataDependentError
 from .facts import FactStore, integer_valued
 from .guard import Decision, Guard, GuardKind, StepKind
 from .provenance import Provenance

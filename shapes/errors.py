@@ -1,14 +1,6 @@
 """Errors symshape raises at the user: each says what, where, and how to fix."""
 from __future__ import annotations
 
-import re
-from typing import TYPE_CHECKING, Iterable
-
-import sympy
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .provenance import Provenance
-
 
 class SymshapeError(Exception):
     """Base of symshape's user-facing errors."""
@@ -71,6 +63,36 @@ class EngineFailure(TracerLimitation):
         self.env = env
 
 
+class UnhandledExprKind(TracerLimitation, TypeError):
+    """An analysis or printer met an expression kind it has no rule for.
+
+    ``kind`` is the :class:`shapes.expr_kinds.Kind` (None when the expression
+    is of no kind the engine builds), ``analysis`` names the analysis, and
+    ``expr`` is the expression.  It is a TypeError too, so the callers that
+    fall back on "cannot bound / cannot decide" keep doing so.
+
+    Example::
+
+        >>> import sympy
+        >>> from shapes.printers import to_triton
+        >>> try:
+        ...     to_triton(sympy.Symbol("N", integer=True) ** 9)
+        ... except UnhandledExprKind as e:
+        ...     print(e.kind.name, "|", e.analysis)
+        POW | the Triton printer
+    """
+
+    def __init__(self, kind, analysis: str, expr, detail: str = ""):
+        self.kind = kind
+        self.analysis = analysis
+        self.expr = expr
+        what = f"expression kind {kind.name}" if kind is not None else f"expression type {type(expr).__name__}"
+        super().__init__(
+            f"symshape: {analysis} has no rule for {what}{f' ({detail})' if detail else ''} in `{expr}`. "
+            f"This is a limitation of symshape, not an error of the program; please report it with this "
+            f"expression.")
+
+
 class AdapterGap(TracerLimitation, AttributeError):
     """torch asked symshape's ShapeEnv adapter for something it does not provide
     (an AttributeError too, so torch's ``hasattr`` probes keep working)."""
@@ -91,37 +113,3 @@ class GuardViolation(SymshapeError, AssertionError):
         super().__init__(message)
         self.guard = guard
         self.values = values or {}
-
-
-class DataDependentError(SymshapeError, RuntimeError):
-    """A decision needs the value of a data-dependent (unbacked) size.
-
-    The message names the user's source line and the op, and says how to
-    make the trace go through (``torch._check``).
-    """
-
-    def __init__(self, expr, provenance: Provenance, unbacked: Iterable[sympy.Symbol], env):
-        self.expr = expr
-        self.provenance = provenance
-        self.unbacked = tuple(unbacked)
-        origins = "; ".join(f"{u} = {env.describe_symbol(u)}" for u in self.unbacked)
-        op = f" (asked by {provenance.op})" if provenance.op else ""
-        super().__init__(
-            f"data-dependent condition {expr} at {provenance.filename}:{provenance.lineno}"
-            f"{op}: `{provenance.code}`. {origins}. The value is only known at run time, so "
-            f"the trace cannot take a branch on it. State which way it goes for your data before "
-            f"this line, with torch._check({python_form(expr)}) or "
-            f"torch._check({python_form(sympy.Not(expr))}); the check is asserted at run time and "
-            f"assumed while tracing."
-        )
-
-
-def python_form(expr) -> str:
-    s = str(expr)
-    m = re.match(r"^Eq\((.*), (.*)\)$", s)
-    if m:
-        return f"{m.group(1)} == {m.group(2)}"
-    m = re.match(r"^Ne\((.*), (.*)\)$", s)
-    if m:
-        return f"{m.group(1)} != {m.group(2)}"
-    return s

@@ -53,6 +53,9 @@ class FloorDiv(sympy.Function):
     ``floor(a / b)`` on exact reals, an integer either way.
     """
 
+    # sympy's printers parenthesize x*(a % b) by this: these bind like multiplication.
+    precedence = 50
+
     is_integer = True
     nargs = 2
 
@@ -82,6 +85,9 @@ class PyMod(sympy.Function):
     ``0.5``, so ``x % 1 == 0`` folds to true only for an integer ``x``.
     """
 
+    # sympy's printers parenthesize x*(a % b) by this: these bind like multiplication.
+    precedence = 50
+
     is_real = True
     nargs = 2
 
@@ -110,6 +116,9 @@ class PyMod(sympy.Function):
 
 class TrueDiv(sympy.Function):
     """``a / b`` on integers giving a real number (Python's ``/``)."""
+
+    # sympy's printers parenthesize x*(a % b) by this: these bind like multiplication.
+    precedence = 50
 
     is_real = True
     nargs = 2
@@ -176,10 +185,3 @@ class Where(sympy.Function):
 #: must translate each of these (and says so explicitly when it cannot).
 ENGINE_FUNCTIONS = (FloorDiv, PyMod, TrueDiv, ToFloat, TruncToInt, Where)
 
-
-# Print x*(a % b) with parentheses: these bind like multiplication.
-from sympy.printing.precedence import PRECEDENCE, PRECEDENCE_VALUES  # noqa: E402
-
-PRECEDENCE_VALUES.setdefault("FloorDiv", PRECEDENCE["Mul"])
-PRECEDENCE_VALUES.setdefault("PyMod", PRECEDENCE["Mul"])
-PRECEDENCE_VALUES.setdefault("TrueDiv", PRECEDENCE["Mul"])

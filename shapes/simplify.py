@@ -380,6 +380,36 @@ def rule_trunc_int(env, e):
     return None
 
 
+def _split_div_mod(t):
+    """``(coeff, f)`` for a term ``coeff * f`` with ``f`` its one ``//`` or ``%`` factor (else ``f`` None)."""
+    coeff, fn = sympy.Integer(1), None
+    for f in sympy.Mul.make_args(t):
+        if isinstance(f, (FloorDiv, PyMod, sympy.Mod)) and fn is None:
+            fn = f
+        else:
+            coeff = coeff * f
+    return coeff, fn
+
+
+def rule_div_mod_recombine(env, e):
+    """k*b*(a // b) + k*(a % b)  ->  k*a   (Python's a == b*(a // b) + a % b, any b != 0):
+    views that split a dim and merge it again index linearly."""
+    if not e.is_Add:
+        return None
+    terms = list(e.args)
+    split = [_split_div_mod(t) for t in terms]
+    for i, (k, m) in enumerate(split):
+        if not isinstance(m, (PyMod, sympy.Mod)):
+            continue
+        a, b = m.args
+        want = sympy.expand(k * b)
+        for j, (k2, f) in enumerate(split):
+            if isinstance(f, FloorDiv) and f.args == (a, b) and sympy.expand(k2 - want) == 0:
+                rest = [t for n, t in enumerate(terms) if n not in (i, j)]
+                return sympy.expand(sympy.Add(*rest) + k * a)
+    return None
+
+
 RULES: dict[str, Callable] = {
     "floordiv_split": rule_floordiv_split,
     "floordiv_cancel": rule_floordiv_cancel,
@@ -399,6 +429,7 @@ RULES: dict[str, Callable] = {
     "where": rule_where,
     "floor_truediv": rule_floor_truediv,
     "trunc_int": rule_trunc_int,
+    "div_mod_recombine": rule_div_mod_recombine,
 }
 
 # pad_multiple fires on Adds holding a PyMod

@@ -11,7 +11,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import math
 import operator
 import os
 from typing import Any, Callable, Optional
@@ -27,8 +26,8 @@ from .binding import by_keyword, module_state
 from .creation import CreationMode
 from .env import DataDependentError, ShapeEnv
 from .errors import SpecError, SymshapeError, TracerLimitation, UnsupportedOpError
+from .expr_graph import FxExprBuilder
 from .failures import trace_failure
-from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from .program import TracedProgram, UntracedOutput
 from .provenance import Provenance, capture
 from .recorder import ModuleScope, Recorder, composite_autograd_on_meta
@@ -146,79 +145,31 @@ class _GraphBuilder:
         return n
 
     def _build(self, e):
+        return FxExprBuilder(self).visit(e)
+
+    def symbol_node(self, e):
+        """The graph node giving the value of the symbol ``e`` (read from an input's size)."""
         g = self.graph
-        if e.is_Symbol:
-            if e in self.sym_nodes:
-                return self.sym_nodes[e]
-            src = self.sym_sources.get(e)
-            if src is None and e in self.sym_derived:
-                # T from a size a*T + b (the spec's expression; run() checks inputs agree with it).
-                inp, i, a, b = self.sym_derived[e]
-                node = g.call_function(torch.ops.aten.sym_size.int, (inp, i))
-                if b:
-                    node = g.call_function(operator.sub, (node, b))
-                if a != 1:
-                    node = g.call_function(operator.floordiv, (node, a))
-                node.meta["expr"] = e
-                self.sym_nodes[e] = node
-                return node
-            if src is None:
-                raise UnsupportedOpError(f"symshape: no graph value defines the symbol {e} (a dim named only "
-                                         f"inside a spec expression must appear there as a*{e} + b)")
-            node = g.call_function(torch.ops.aten.sym_size.int, (src[0], src[1]))
+        if e in self.sym_nodes:
+            return self.sym_nodes[e]
+        src = self.sym_sources.get(e)
+        if src is None and e in self.sym_derived:
+            # T from a size a*T + b (the spec's expression; run() checks inputs agree with it).
+            inp, i, a, b = self.sym_derived[e]
+            node = g.call_function(torch.ops.aten.sym_size.int, (inp, i))
+            if b:
+                node = g.call_function(operator.sub, (node, b))
+            if a != 1:
+                node = g.call_function(operator.floordiv, (node, a))
             node.meta["expr"] = e
             self.sym_nodes[e] = node
             return node
-        args = [self.expr_node(a) for a in e.args]
-
-        def fold(fn):
-            acc = args[0]
-            for a in args[1:]:
-                acc = g.call_function(fn, (acc, a))
-            return acc
-
-        if e.is_Add:
-            node = fold(operator.add)
-        elif e.is_Mul:
-            if any(a.is_Rational and not a.is_Integer for a in e.args):
-                raise UnsupportedOpError(f"symshape: cannot emit the fractional size expression {e}")
-            node = fold(operator.mul)
-        elif e.is_Pow:
-            node = g.call_function(operator.pow, tuple(args))
-        elif isinstance(e, FloorDiv):
-            node = g.call_function(operator.floordiv, tuple(args))
-        elif isinstance(e, PyMod):
-            node = g.call_function(operator.mod, tuple(args))
-        elif isinstance(e, TrueDiv):
-            node = g.call_function(operator.truediv, tuple(args))
-        elif isinstance(e, sympy.Min):
-            node = fold(torch.sym_min)
-        elif isinstance(e, sympy.Max):
-            node = fold(torch.sym_max)
-        elif isinstance(e, ToFloat):
-            node = g.call_function(torch.sym_float, tuple(args))
-        elif isinstance(e, TruncToInt):
-            node = g.call_function(torch.sym_int, tuple(args))
-        elif isinstance(e, sympy.floor):
-            node = g.call_function(math.floor, tuple(args))
-        elif isinstance(e, sympy.ceiling):
-            node = g.call_function(math.ceil, tuple(args))
-        elif isinstance(e, Where):
-            node = g.call_function(torch.sym_ite, tuple(args))
-        elif isinstance(e, sympy.Rel):
-            op = {sympy.Eq: operator.eq, sympy.Ne: operator.ne, sympy.Lt: operator.lt,
-                  sympy.Le: operator.le, sympy.Gt: operator.gt, sympy.Ge: operator.ge}[type(e)]
-            node = g.call_function(op, tuple(args))
-        elif isinstance(e, sympy.Not):
-            node = g.call_function(torch.sym_not, tuple(args))
-        elif isinstance(e, sympy.And):
-            node = fold(operator.and_)
-        elif isinstance(e, sympy.Or):
-            node = fold(operator.or_)
-        else:
-            raise TracerLimitation(f"symshape: cannot emit the size expression {e} ({type(e).__name__})")
-        if isinstance(node, torch.fx.Node):
-            node.meta["expr"] = e
+        if src is None:
+            raise UnsupportedOpError(f"symshape: no graph value defines the symbol {e} (a dim named only "
+                                     f"inside a spec expression must appear there as a*{e} + b)")
+        node = g.call_function(torch.ops.aten.sym_size.int, (src[0], src[1]))
+        node.meta["expr"] = e
+        self.sym_nodes[e] = node
         return node
 
     def to_arg(self, a):

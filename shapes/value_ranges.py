@@ -23,7 +23,8 @@ from typing import Mapping, Union
 
 import sympy
 
-from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
+from .errors import UnhandledExprKind
+from .expr_kinds import ExprVisitor
 
 INF = math.inf
 Number = Union[int, Fraction, float]  # float only for +-inf
@@ -266,119 +267,156 @@ def real_power(x: ValueRange, p: float, e=None) -> ValueRange:
 
 def bound(expr, ranges: Mapping[sympy.Symbol, ValueRange], _cache=None) -> ValueRange:
     """Sound bounds of ``expr`` with each symbol in ``ranges`` (missing: unbounded)."""
-    cache = {} if _cache is None else _cache
-    return _bound(sympy.sympify(expr), ranges, cache)
+    return RangeRules(ranges, {} if _cache is None else _cache).bound(sympy.sympify(expr))
 
 
-def _bound(e, ranges, cache) -> ValueRange:
-    r = cache.get(e)
-    if r is not None:
+class UnboundedKind(UnhandledExprKind, UnsupportedExpression):
+    """An expression kind (or a case of one) with no range rule."""
+
+
+def _rounded(fn):
+    def visit(self, e):
+        x = self.bound(e.args[0])
+        return ValueRange(fn(x.lower), fn(x.upper))
+    return visit
+
+
+def _logic(pick):
+    def visit(self, e):
+        rs = [self.bound(a) for a in e.args]
+        return ValueRange(pick(r.lower for r in rs), pick(r.upper for r in rs), True)
+    return visit
+
+
+class RangeRules(ExprVisitor):
+    """The range rule of each expression kind; ``bound`` caches per expression.
+
+    >>> N = sympy.Symbol("N", integer=True)
+    >>> RangeRules({N: ValueRange(2, 9)}, {}).bound(sympy.Min(N, 4) * 2)
+    ValueRange(4, 8)
+    """
+
+    analysis = "the value-range analysis"
+    error = UnboundedKind
+
+    def __init__(self, ranges: Mapping[sympy.Symbol, ValueRange], cache: dict):
+        self.ranges = ranges
+        self.cache = cache
+
+    def bound(self, e) -> ValueRange:
+        r = self.cache.get(e)
+        if r is None:
+            r = self._bound_uncached(e)
+            self.cache[e] = r
         return r
-    r = _bound_uncached(e, ranges, cache)
-    cache[e] = r
-    return r
 
+    def _bound_uncached(self, e) -> ValueRange:
+        r = self.ranges.get(e)
+        if r is not None and not e.is_Symbol:
+            # A compound atom with a known range (a fact like H//2 >= 2): use both.
+            s = self.visit(e)
+            return r.intersect(s) if _overlap(r, s) else r
+        return self.visit(e)
 
-def _bound_uncached(e, ranges, cache) -> ValueRange:
-    if e is sympy.true:
+    def visit_true(self, e):
         return _T
-    if e is sympy.false:
+
+    def visit_false(self, e):
         return _F
-    if e.is_Number:
-        v = _num(e)
-        return ValueRange(v, v)
-    r = ranges.get(e)
-    if r is not None and not e.is_Symbol:
-        # A compound atom with a known range (a fact like H//2 >= 2): use both.
-        return r.intersect(_bound_structural(e, ranges, cache)) if _overlap(r, _bound_structural(e, ranges, cache)) else r
-    if e.is_Symbol:
-        r = ranges.get(e)
+
+    def visit_integer(self, e):
+        return ValueRange.point(_num(e))
+
+    visit_rational = visit_float = visit_infinity = visit_integer
+
+    def visit_symbol(self, e):
+        r = self.ranges.get(e)
         if r is not None:
             return r
         return ValueRange.boolean() if e.is_Boolean else ValueRange.unknown()
-    return _bound_structural(e, ranges, cache)
 
-
-def _overlap(a, b):
-    return max(a.lower, b.lower) <= min(a.upper, b.upper)
-
-
-def _bound_structural(e, ranges, cache) -> ValueRange:
-    b = lambda x: _bound(x, ranges, cache)  # noqa: E731
-    if e.is_Add:
-        r = ValueRange.point(0)
+    # The interval operations are module functions looked up at each call: tests
+    # swap one for a deliberately wrong version and expect the fuzzer to notice.
+    def _fold(self, e, op, r):
         for a in e.args:
-            r = add(r, b(a))
+            r = op(r, self.bound(a))
         return r
-    if e.is_Mul:
-        r = ValueRange.point(1)
-        for a in e.args:
-            r = mul(r, b(a))
-        return r
-    if e.is_Pow:
+
+    def visit_add(self, e):
+        return self._fold(e, add, ValueRange.point(0))
+
+    def visit_mul(self, e):
+        return self._fold(e, mul, ValueRange.point(1))
+
+    def visit_pow(self, e):
         base, ex = e.args
         if ex.is_Integer:
-            return power(b(base), int(ex))
+            return power(self.bound(base), int(ex))
         if ex.is_number:
-            return real_power(b(base), float(ex), e)
-        raise UnsupportedExpression(f"power with non-integer exponent: {e}")
-    if isinstance(e, FloorDiv):
-        return floordiv(b(e.args[0]), b(e.args[1]))
-    if isinstance(e, PyMod):
-        if e.args[0].is_integer is True and e.args[1].is_integer is True:
-            return mod(b(e.args[0]), b(e.args[1]))
-        return real_mod(b(e.args[0]), b(e.args[1]))
-    if isinstance(e, TrueDiv):
-        return truediv(b(e.args[0]), b(e.args[1]))
-    if isinstance(e, ToFloat):
-        return b(e.args[0])
-    if isinstance(e, TruncToInt):
-        x = b(e.args[0])
-        return ValueRange(_trunc(x.lower), _trunc(x.upper))
-    if isinstance(e, sympy.floor):
-        x = b(e.args[0])
-        return ValueRange(_floor(x.lower), _floor(x.upper))
-    if isinstance(e, sympy.ceiling):
-        x = b(e.args[0])
-        return ValueRange(_ceil(x.lower), _ceil(x.upper))
-    if isinstance(e, sympy.Abs):
-        x = b(e.args[0])
+            return real_power(self.bound(base), float(ex), e)
+        raise self.unhandled(e, detail="a symbolic exponent")
+
+    def visit_floor_div(self, e):
+        return floordiv(self.bound(e.args[0]), self.bound(e.args[1]))
+
+    def visit_py_mod(self, e):
+        a, b = e.args
+        if a.is_integer is True and b.is_integer is True:
+            return mod(self.bound(a), self.bound(b))
+        return real_mod(self.bound(a), self.bound(b))
+
+    visit_mod = visit_py_mod
+    def visit_true_div(self, e):
+        return truediv(self.bound(e.args[0]), self.bound(e.args[1]))
+
+    def visit_to_float(self, e):
+        return self.bound(e.args[0])
+
+    visit_trunc_to_int = _rounded(_trunc)
+    visit_floor = _rounded(_floor)
+    visit_ceiling = _rounded(_ceil)
+
+    def visit_abs(self, e):
+        x = self.bound(e.args[0])
         if x.lower >= 0:
             return x
         if x.upper <= 0:
             return neg(x)
         return ValueRange(0, max(-x.lower, x.upper))
-    if isinstance(e, sympy.Min):
-        rs = [b(a) for a in e.args]
-        r = rs[0]
-        for x in rs[1:]:
-            r = minimum(r, x)
-        return r
-    if isinstance(e, sympy.Max):
+
+    def visit_min(self, e):
+        return self._fold(e, minimum, self.bound(e.args[0]))
+
+    def visit_max(self, e):
         if len(e.args) == 2 and e.args[0] == -e.args[1]:
             # Max(x, -x) is how the engine spells abs() of an int: never negative.
-            return _bound_structural(sympy.Abs(e.args[0], evaluate=False), ranges, cache)
-        rs = [b(a) for a in e.args]
-        r = rs[0]
-        for x in rs[1:]:
-            r = maximum(r, x)
-        return r
-    if isinstance(e, Where):
-        c = b(e.args[0]).known_bool()
+            return self.visit_abs(e)
+        return self._fold(e, maximum, self.bound(e.args[0]))
+
+    def visit_where(self, e):
+        c = self.bound(e.args[0]).known_bool()
         if c is True:
-            return b(e.args[1])
+            return self.bound(e.args[1])
         if c is False:
-            return b(e.args[2])
-        return b(e.args[1]).union(b(e.args[2]))
-    if isinstance(e, sympy.Rel):
-        return compare(type(e), b(e.lhs - e.rhs))
-    if isinstance(e, sympy.Not):
-        x = b(e.args[0])
+            return self.bound(e.args[2])
+        return self.bound(e.args[1]).union(self.bound(e.args[2]))
+
+    def visit_relational(self, e):
+        return compare(type(e), self.bound(e.lhs - e.rhs))
+
+    def visit_not(self, e):
+        x = self.bound(e.args[0])
         return ValueRange(1 - x.upper, 1 - x.lower, True)
-    if isinstance(e, sympy.And):
-        rs = [b(a) for a in e.args]
-        return ValueRange(min(r.lower for r in rs), min(r.upper for r in rs), True)
-    if isinstance(e, sympy.Or):
-        rs = [b(a) for a in e.args]
-        return ValueRange(max(r.lower for r in rs), max(r.upper for r in rs), True)
-    raise UnsupportedExpression(f"no range rule for {type(e).__name__}: {e}")
+
+    visit_and = _logic(min)
+    visit_or = _logic(max)
+
+    def visit_equivalent(self, e):
+        rs = [self.bound(a).known_bool() for a in e.args]
+        if None in rs:
+            return _U
+        return _T if len(set(rs)) == 1 else _F
+
+
+def _overlap(a, b):
+    return max(a.lower, b.lower) <= min(a.upper, b.upper)

@@ -29,11 +29,12 @@ from typing import Callable, Mapping, Sequence
 
 import sympy
 
-from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
+from shapes.errors import UnhandledExprKind
+from shapes.printers import GuardPythonPrinter
 
 
-class UnevaluableExpression(TypeError):
-    """An expression kind with no concrete evaluation rule (the kind is named)."""
+class UnevaluableExpression(UnhandledExprKind):
+    """An expression kind (or a case of one) with no concrete evaluation rule (the kind is named)."""
 
 
 def _td(a, b):
@@ -59,78 +60,64 @@ def _pow(a, n):
 
 
 _GLOBALS = {"Fraction": Fraction, "_td": _td, "_ite": _ite, "_and": _and, "_or": _or, "_pow": _pow,
-            "_floor": math.floor, "_ceil": math.ceil, "_trunc": math.trunc, "__builtins__": {
-                "min": min, "max": max, "abs": abs, "len": len, "bool": bool, "int": int}}
+            "math": math, "__builtins__": {
+                "min": min, "max": max, "abs": abs, "bool": bool, "int": int}}
 
 
-def _src(e, names: Mapping[sympy.Symbol, str]) -> str:
-    """Python source computing ``e``; symbols are read from ``names``."""
-    s = lambda x: _src(x, names)  # noqa: E731
-    if e is sympy.true:
-        return "True"
-    if e is sympy.false:
-        return "False"
-    if e.is_Integer:
-        return f"({int(e)})"
-    if e.is_Rational:
+def _strict(fn):
+    def visit(self, e):
+        return f"{fn}(" + ", ".join(self.visit(a) for a in e.args) + ")"
+    return visit
+
+
+class ConcreteSource(GuardPythonPrinter):
+    """Python source computing an expression exactly; symbols are read from ``names``.
+
+    The guard-code printer with exact numbers: constants and ``/`` as
+    :class:`~fractions.Fraction`, ``float(x)`` as ``x`` itself, and strict
+    ``and``/``or``/``where`` (each operand is a computed value in the graph, so
+    each one's division by zero counts).
+
+    >>> from shapes.functions import TrueDiv
+    >>> a = sympy.Symbol("a", integer=True)
+    >>> ConcreteSource({a: "a"}).doprint(TrueDiv(a, 2) + sympy.Rational(1, 3))
+    '_td(a, 2) + Fraction(1, 3)'
+    """
+
+    analysis = "concrete evaluation"
+    error = UnevaluableExpression
+
+    def visit_rational(self, e):
         return f"Fraction({int(e.p)}, {int(e.q)})"
-    if e.is_Float:
-        r = sympy.Rational(e)
-        return f"Fraction({int(r.p)}, {int(r.q)})"
-    if e.is_Symbol:
+
+    def visit_float(self, e):
+        return self.visit_rational(sympy.Rational(e))
+
+    def visit_symbol(self, e):
         try:
-            return names[e]
+            return self.names[e]
         except KeyError:
-            raise UnevaluableExpression(f"symbol {e} has no value") from None
-    if e.is_Add:
-        return "(" + " + ".join(s(a) for a in e.args) + ")"
-    if e.is_Mul:
-        return "(" + " * ".join(s(a) for a in e.args) + ")"
-    if e.is_Pow:
+            raise self.unhandled(e, detail="the symbol has no value") from None
+
+    def visit_mul(self, e):
+        # Not sympy's layout: it writes a rational coefficient as "3*N/2", a float division.
+        return "(" + " * ".join(self.paren(a) for a in e.args) + ")"
+
+    def visit_pow(self, e):
         if not e.args[1].is_Integer:
-            raise UnevaluableExpression(f"Pow with non-integer exponent: {e}")
-        return f"_pow({s(e.args[0])}, {int(e.args[1])})"
-    if isinstance(e, FloorDiv):
-        return f"({s(e.args[0])} // {s(e.args[1])})"
-    if isinstance(e, (PyMod, sympy.Mod)):
-        return f"({s(e.args[0])} % {s(e.args[1])})"
-    if isinstance(e, TrueDiv):
-        return f"_td({s(e.args[0])}, {s(e.args[1])})"
-    if isinstance(e, ToFloat):
-        return s(e.args[0])
-    if isinstance(e, TruncToInt):
-        return f"_trunc({s(e.args[0])})"
-    if isinstance(e, sympy.floor):
-        return f"_floor({s(e.args[0])})"
-    if isinstance(e, sympy.ceiling):
-        return f"_ceil({s(e.args[0])})"
-    if isinstance(e, sympy.Abs):
-        return f"abs({s(e.args[0])})"
-    if isinstance(e, sympy.Min):
-        return "min(" + ", ".join(s(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Max):
-        return "max(" + ", ".join(s(a) for a in e.args) + ")"
-    if isinstance(e, (Where, sympy.ITE)):
-        return f"_ite({s(e.args[0])}, {s(e.args[1])}, {s(e.args[2])})"
-    if isinstance(e, sympy.Rel):
-        op = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">",
-              sympy.Ge: ">="}.get(type(e))
-        if op is None:
-            raise UnevaluableExpression(f"no concrete rule for relation {type(e).__name__}: {e}")
-        return f"({s(e.lhs)} {op} {s(e.rhs)})"
-    if isinstance(e, sympy.Not):
-        return f"(not {s(e.args[0])})"
-    if isinstance(e, sympy.And):
-        return "_and(" + ", ".join(s(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Or):
-        return "_or(" + ", ".join(s(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Implies):
-        return f"((not {s(e.args[0])}) or {s(e.args[1])})"
-    if isinstance(e, sympy.Xor):
-        return "((" + " + ".join(f"int({s(a)})" for a in e.args) + ") % 2 == 1)"
-    if isinstance(e, sympy.Equivalent):
-        return "(len({" + ", ".join(f"bool({s(a)})" for a in e.args) + "}) == 1)"
-    raise UnevaluableExpression(f"no concrete evaluation for expression kind {type(e).__name__} (in {e})")
+            raise self.unhandled(e, detail="a non-integer exponent")
+        return f"_pow({self.visit(e.args[0])}, {int(e.args[1])})"
+
+    def visit_true_div(self, e):
+        return f"_td({self.visit(e.args[0])}, {self.visit(e.args[1])})"
+
+    def visit_to_float(self, e):
+        # Parenthesized: the printer sets a call's text next to operators without a pair of its own.
+        return f"({self.visit(e.args[0])})"
+
+    visit_where = _strict("_ite")
+    visit_and = _strict("_and")
+    visit_or = _strict("_or")
 
 
 def compile_expr(e, symbols: Sequence[sympy.Symbol]) -> Callable:
@@ -139,7 +126,7 @@ def compile_expr(e, symbols: Sequence[sympy.Symbol]) -> Callable:
     Raises :class:`UnevaluableExpression` for a kind with no rule.
     """
     names = {s: f"_v{i}" for i, s in enumerate(symbols)}
-    body = _src(sympy.sympify(e), names)
+    body = ConcreteSource(names).doprint(e)
     args = ", ".join(names[s] for s in symbols)
     return eval(f"lambda {args}: {body}", _GLOBALS)  # noqa: S307 - source built above from a whitelist
 

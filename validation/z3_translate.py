@@ -1,7 +1,8 @@
 """Translate the engine's sympy expressions to Z3.
 
-Every expression kind the engine builds has a rule here; anything else raises
-:class:`UntranslatableExpression` naming the kind, never a silent skip.
+Every expression kind the engine builds (:class:`shapes.expr_kinds.Kind`) has a
+rule here, except infinity; anything else raises :class:`UntranslatableExpression`
+(an :class:`~shapes.errors.UnhandledExprKind`) naming the kind, never a silent skip.
 
 Integer division and modulo follow Python (floor) semantics, negative
 operands included; Z3's own ``/`` and ``%`` are Euclidean, so they are
@@ -25,11 +26,12 @@ from __future__ import annotations
 import z3
 import sympy
 
-from shapes.functions import ENGINE_FUNCTIONS, FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
+from shapes.errors import UnhandledExprKind
+from shapes.expr_kinds import ExprVisitor
 
 
-class UntranslatableExpression(TypeError):
-    """An expression kind with no Z3 rule (the kind is named in the message)."""
+class UntranslatableExpression(UnhandledExprKind):
+    """An expression kind (or a case of one) with no Z3 rule; the kind is named in the message."""
 
 
 def py_floordiv(a, b):
@@ -57,8 +59,35 @@ def real_mod(a, b):
     return a - b * z3.ToReal(z3.ToInt(a / b))
 
 
-class Z3Translator:
+def _reals_if_any(args):
+    """Z3 terms of one sort: all reals as soon as one is (Python's int-float promotion)."""
+    return [_to_real(a) for a in args] if any(z3.is_real(a) for a in args) else args
+
+
+def _relation(op):
+    def visit(self, e):
+        a, b = self.to_z3(e.lhs), self.to_z3(e.rhs)
+        if z3.is_real(a) != z3.is_real(b):
+            a, b = _to_real(a), _to_real(b)
+        return op(a, b)
+    return visit
+
+
+def _pick(better):
+    def visit(self, e):
+        args = _reals_if_any([self.to_z3(a) for a in e.args])
+        r = args[0]
+        for a in args[1:]:
+            r = z3.If(better(a, r), a, r)
+        return r
+    return visit
+
+
+class Z3Translator(ExprVisitor):
     """Maps sympy symbols to Z3 constants (one per symbol) and expressions to Z3 terms."""
+
+    analysis = "the Z3 translation"
+    error = UntranslatableExpression
 
     def __init__(self, ctx=None):
         self.ctx = ctx
@@ -81,129 +110,118 @@ class Z3Translator:
         e = sympy.sympify(e)
         r = self._cache.get(e)
         if r is None:
-            r = self._translate(e)
+            r = self.visit(e)
             self._cache[e] = r
         return r
 
-    def _translate(self, e):
-        t = self.to_z3
-        if e is sympy.true:
-            return z3.BoolVal(True)
-        if e is sympy.false:
-            return z3.BoolVal(False)
-        if e.is_Integer:
-            return z3.IntVal(int(e))
-        if e.is_Rational:
-            return z3.RealVal(f"{e.p}/{e.q}")
-        if e.is_Float:
-            return z3.RealVal(str(sympy.Rational(e)))
-        if e is sympy.oo or e is sympy.S.NegativeInfinity:
-            raise UntranslatableExpression(f"infinity appears in {e}")
-        if e.is_Symbol:
-            return self.var(e)
-        if e.is_Add:
-            args = [t(a) for a in e.args]
-            if any(z3.is_real(a) for a in args):
-                args = [_to_real(a) for a in args]
-            return z3.Sum(*args) if len(args) > 2 else args[0] + args[1]
-        if e.is_Mul:
-            args = [t(a) for a in e.args]
-            if any(z3.is_real(a) for a in args):
-                args = [_to_real(a) for a in args]
-            r = args[0]
-            for a in args[1:]:
-                r = r * a
+    def visit_true(self, e):
+        return z3.BoolVal(True)
+
+    def visit_false(self, e):
+        return z3.BoolVal(False)
+
+    def visit_integer(self, e):
+        return z3.IntVal(int(e))
+
+    def visit_rational(self, e):
+        return z3.RealVal(f"{e.p}/{e.q}")
+
+    def visit_float(self, e):
+        return z3.RealVal(str(sympy.Rational(e)))
+
+    def visit_symbol(self, e):
+        return self.var(e)
+
+    def visit_add(self, e):
+        args = _reals_if_any([self.to_z3(a) for a in e.args])
+        return z3.Sum(*args) if len(args) > 2 else args[0] + args[1]
+
+    def visit_mul(self, e):
+        args = _reals_if_any([self.to_z3(a) for a in e.args])
+        r = args[0]
+        for a in args[1:]:
+            r = r * a
+        return r
+
+    def visit_pow(self, e):
+        base, ex = e.args
+        if not ex.is_Integer:
+            raise self.unhandled(e, detail="a non-integer exponent")
+        n = int(ex)
+        b = self.to_z3(base)
+        if n == 0:
+            return z3.IntVal(1)
+        if n > 0:
+            r = b
+            for _ in range(n - 1):
+                r = r * b
             return r
-        if e.is_Pow:
-            base, ex = e.args
-            if not ex.is_Integer:
-                raise UntranslatableExpression(f"Pow with non-integer exponent: {e}")
-            n = int(ex)
-            b = t(base)
-            if n == 0:
-                return z3.IntVal(1)
-            if n > 0:
-                r = b
-                for _ in range(n - 1):
-                    r = r * b
-                return r
-            rb = _to_real(b)
-            r = rb
-            for _ in range(-n - 1):
-                r = r * rb
-            return 1 / r
-        if isinstance(e, FloorDiv):
-            a, b = t(e.args[0]), t(e.args[1])
-            if z3.is_real(a) or z3.is_real(b):
-                return real_floordiv(a, b)
-            return py_floordiv(a, b)
-        if isinstance(e, (PyMod, sympy.Mod)):
-            # sympy's Mod on integers also takes the sign of the divisor.
-            a, b = t(e.args[0]), t(e.args[1])
-            if z3.is_real(a) or z3.is_real(b):
-                return real_mod(a, b)
-            return py_mod(a, b)
-        if isinstance(e, TrueDiv):
-            return _to_real(t(e.args[0])) / _to_real(t(e.args[1]))
-        if isinstance(e, ToFloat):
-            return _to_real(t(e.args[0]))
-        if isinstance(e, TruncToInt):
-            x = _to_real(t(e.args[0]))
-            return z3.If(x >= 0, z3.ToInt(x), -z3.ToInt(-x))
-        if isinstance(e, sympy.floor):
-            return z3.ToInt(_to_real(t(e.args[0])))
-        if isinstance(e, sympy.ceiling):
-            return -z3.ToInt(-_to_real(t(e.args[0])))
-        if isinstance(e, (Where, sympy.ITE)):
-            c, a, b = (t(x) for x in e.args)
-            if z3.is_real(a) or z3.is_real(b):
-                a, b = _to_real(a), _to_real(b)
-            return z3.If(c, a, b)
-        if isinstance(e, (sympy.Min, sympy.Max)):
-            args = [t(a) for a in e.args]
-            if any(z3.is_real(a) for a in args):
-                args = [_to_real(a) for a in args]
-            r = args[0]
-            for a in args[1:]:
-                r = z3.If(a < r, a, r) if isinstance(e, sympy.Min) else z3.If(a > r, a, r)
-            return r
-        if isinstance(e, sympy.Abs):
-            x = t(e.args[0])
-            return z3.If(x >= 0, x, -x)
-        if isinstance(e, sympy.Rel):
-            a, b = t(e.lhs), t(e.rhs)
-            if z3.is_real(a) != z3.is_real(b):
-                a, b = _to_real(a), _to_real(b)
-            if isinstance(e, sympy.Eq):
-                return a == b
-            if isinstance(e, sympy.Ne):
-                return a != b
-            if isinstance(e, sympy.Lt):
-                return a < b
-            if isinstance(e, sympy.Le):
-                return a <= b
-            if isinstance(e, sympy.Gt):
-                return a > b
-            if isinstance(e, sympy.Ge):
-                return a >= b
-        if isinstance(e, sympy.Not):
-            return z3.Not(t(e.args[0]))
-        if isinstance(e, sympy.And):
-            return z3.And(*[t(a) for a in e.args])
-        if isinstance(e, sympy.Or):
-            return z3.Or(*[t(a) for a in e.args])
-        if isinstance(e, sympy.Implies):
-            return z3.Implies(t(e.args[0]), t(e.args[1]))
-        if isinstance(e, sympy.Xor):
-            args = [t(a) for a in e.args]
-            r = args[0]
-            for a in args[1:]:
-                r = z3.Xor(r, a)
-            return r
-        if isinstance(e, sympy.Equivalent):
-            args = [t(a) for a in e.args]
-            return z3.And(*[args[0] == a for a in args[1:]])
-        raise UntranslatableExpression(
-            f"no Z3 translation for expression kind {type(e).__name__} (in {e}); "
-            f"engine functions covered: {', '.join(f.__name__ for f in ENGINE_FUNCTIONS)}"
-        )
+        rb = _to_real(b)
+        r = rb
+        for _ in range(-n - 1):
+            r = r * rb
+        return 1 / r
+
+    def visit_floor_div(self, e):
+        a, b = self.to_z3(e.args[0]), self.to_z3(e.args[1])
+        if z3.is_real(a) or z3.is_real(b):
+            return real_floordiv(a, b)
+        return py_floordiv(a, b)
+
+    def visit_py_mod(self, e):
+        # sympy's Mod on integers also takes the sign of the divisor.
+        a, b = self.to_z3(e.args[0]), self.to_z3(e.args[1])
+        if z3.is_real(a) or z3.is_real(b):
+            return real_mod(a, b)
+        return py_mod(a, b)
+
+    visit_mod = visit_py_mod
+
+    def visit_true_div(self, e):
+        return _to_real(self.to_z3(e.args[0])) / _to_real(self.to_z3(e.args[1]))
+
+    def visit_to_float(self, e):
+        return _to_real(self.to_z3(e.args[0]))
+
+    def visit_trunc_to_int(self, e):
+        x = _to_real(self.to_z3(e.args[0]))
+        return z3.If(x >= 0, z3.ToInt(x), -z3.ToInt(-x))
+
+    def visit_floor(self, e):
+        return z3.ToInt(_to_real(self.to_z3(e.args[0])))
+
+    def visit_ceiling(self, e):
+        return -z3.ToInt(-_to_real(self.to_z3(e.args[0])))
+
+    def visit_where(self, e):
+        c, a, b = (self.to_z3(x) for x in e.args)
+        if z3.is_real(a) or z3.is_real(b):
+            a, b = _to_real(a), _to_real(b)
+        return z3.If(c, a, b)
+
+    visit_min = _pick(lambda a, r: a < r)
+    visit_max = _pick(lambda a, r: a > r)
+
+    def visit_abs(self, e):
+        x = self.to_z3(e.args[0])
+        return z3.If(x >= 0, x, -x)
+
+    visit_eq = _relation(lambda a, b: a == b)
+    visit_ne = _relation(lambda a, b: a != b)
+    visit_lt = _relation(lambda a, b: a < b)
+    visit_le = _relation(lambda a, b: a <= b)
+    visit_gt = _relation(lambda a, b: a > b)
+    visit_ge = _relation(lambda a, b: a >= b)
+
+    def visit_not(self, e):
+        return z3.Not(self.to_z3(e.args[0]))
+
+    def visit_and(self, e):
+        return z3.And(*[self.to_z3(a) for a in e.args])
+
+    def visit_or(self, e):
+        return z3.Or(*[self.to_z3(a) for a in e.args])
+
+    def visit_equivalent(self, e):
+        args = [self.to_z3(a) for a in e.args]
+        return z3.And(*[args[0] == a for a in args[1:]])

@@ -37,9 +37,10 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from ..exprs import to_cpp
+from shapes.printers import to_cpp
+
 from ..ir import JVAR, RVAR, OpKind, ReductionKind, compute_dtype, flat_index
-from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
+from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table
 
 # Half types are stored as their 16 bits and converted at loads and stores (computed in float).
 CTYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
@@ -170,18 +171,10 @@ OP_TABLE = {
 }
 
 
-def _const(v, dtype) -> str:
-    if dtype == torch.bool:
-        return "true" if v else "false"
-    if dtype.is_floating_point:
-        v = float(v)
-        if math.isnan(v):
-            return "NAN"
-        if math.isinf(v):
-            return ("-" if v < 0 else "") + f"(({CTYPES[dtype]})INFINITY)"
-        s = repr(v)
-        return s + ("f" if dtype == torch.float32 else "")
-    return f"((int64_t){int(v)}LL)" if dtype == torch.int64 else str(int(v))
+LITERALS = Literals("true", "false", "NAN", lambda d: f"(({CTYPES[d]})INFINITY)",
+                    lambda d: "f" if d == torch.float32 else "",
+                    lambda v, d: f"((int64_t){v}LL)" if d == torch.int64 else str(v))
+_const = LITERALS.spell
 
 
 def cache_dir() -> str:
@@ -222,13 +215,8 @@ class CppTarget(Target):
     """C++17 with OpenMP: rows of a kernel in parallel, row loops vectorized (``omp simd``)."""
 
     name = "C++"
-    op_table = OP_TABLE
-
-    def type_name(self, dtype) -> str:
-        return CTYPES[dtype]
-
-    def const(self, value, dtype) -> str:
-        return _const(value, dtype)
+    op_table, type_names = OP_TABLE, CTYPES
+    const = staticmethod(_const)
 
     def declare(self, name, code, dtype) -> str:
         if dtype == torch.bool:
@@ -242,8 +230,8 @@ class CppTarget(Target):
     def size_value(self, gen, v):
         return declare(f"(({CTYPES[v.dtype]})({gen.expr(v.expr)}))")
 
-    def print_expr(self, e, names) -> str:
-        return to_cpp(e, names)
+    def print_expr(self, e, names, nonneg) -> str:
+        return to_cpp(e, names, nonneg)
 
     def kernel_source(self, g: KernelGen):
         k = g.kernel

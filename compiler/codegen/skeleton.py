@@ -19,10 +19,13 @@ Example::
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
 
+from ..exprs import IndexFacts
 from ..ir import HALF_DTYPES, Const, Kernel, Load, Op, OpKind, RedRef, SizeVal, compute_dtype
 
 
@@ -41,6 +44,36 @@ Spelling = Callable[[list, Op, str], str]
 def infix_table(infix: dict) -> dict:
     """Spellings ``a OP b`` for every entry of ``infix`` (OpKind -> operator text)."""
     return {k: (lambda a, v, t, _o=o: f"{a[0]} {_o} {a[1]}") for k, o in infix.items()}
+
+
+@dataclass(frozen=True)
+class Literals:
+    """How a target spells constants: the truth values, NaN, infinity and numbers of each dtype."""
+
+    true: str
+    false: str
+    nan: str
+    inf: Callable[[torch.dtype], str]
+    float_suffix: Callable[[torch.dtype], str]
+    integer: Callable[[int, torch.dtype], str]
+
+    def spell(self, v, dtype) -> str:
+        """``v`` as a literal of ``dtype``.
+
+        >>> lit = Literals("1", "0", "NAN", lambda d: "INF", lambda d: "", lambda v, d: str(v))
+        >>> lit.spell(float("-inf"), torch.float32), lit.spell(2, torch.float64), lit.spell(True, torch.bool)
+        ('(-INF)', '2.0', '1')
+        """
+        if dtype == torch.bool:
+            return self.true if v else self.false
+        if dtype.is_floating_point:
+            v = float(v)
+            if math.isnan(v):
+                return self.nan
+            if math.isinf(v):
+                return self.inf(dtype) if v > 0 else f"(-{self.inf(dtype)})"
+            return repr(v) + self.float_suffix(dtype)
+        return self.integer(int(v), dtype)
 
 
 def call(fn: str) -> Spelling:
@@ -152,11 +185,13 @@ def _legalize(v, legal):
 class KernelGen:
     """State while one kernel's source is generated: its signature, names and counters."""
 
-    def __init__(self, target: "Target", kernel: Kernel, lp, sym_names: dict):
+    def __init__(self, target: "Target", kernel: Kernel, lp, sym_names: dict, facts: Optional[IndexFacts] = None):
         self.target = target
         self.kernel = kernel
         self.lp = lp
         self.sym_names = sym_names
+        # One per program: the engine's decisions about its index expressions, logged in the trace's env.
+        self.facts = facts if facts is not None else IndexFacts(lp.env)
         self.counter = 0
         sig = KernelSignature(kernel)
         self.args, self.ptr, self.written = sig.args, sig.ptr, sig.written
@@ -184,23 +219,27 @@ class KernelGen:
 
     def expr(self, e) -> str:
         """A size or index expression in the target's syntax."""
-        return self.target.print_expr(e, self.sym_names)
+        return self.target.print_expr(e, self.sym_names, self.facts.nonneg)
 
     def index(self, e) -> str:
-        return self.target.print_expr(self.target.simplify_index(e), self.sym_names)
+        return self.target.print_expr(self.facts.simplify_index(e), self.sym_names, self.facts.nonneg)
 
 
 class Target:
     """What a language adds to the skeleton; see :mod:`compiler.codegen.cpp` and ``.triton``."""
 
     name: str = ""
+    #: OpKind -> how the target spells it (see :func:`infix_table`).
     op_table: dict = {}
+    #: torch dtype -> the target's type name.
+    type_names: dict = {}
 
     # -- values ------------------------------------------------------------------------
     def type_name(self, dtype) -> str:
-        raise NotImplementedError
+        return self.type_names[dtype]
 
     def const(self, value, dtype) -> str:
+        """``value`` as a literal of ``dtype``."""
         raise NotImplementedError
 
     def declare(self, name: str, code: str, dtype) -> str:
@@ -213,12 +252,9 @@ class Target:
         """A literal (returned as ``str``) or code to bind to a name (returned via :func:`declare`)."""
         raise NotImplementedError
 
-    def print_expr(self, e, names) -> str:
+    def print_expr(self, e, names, nonneg) -> str:
+        """``e`` in the target's syntax; ``nonneg(x)`` says whether ``x >= 0`` is known."""
         raise NotImplementedError
-
-    def simplify_index(self, e):
-        from ..exprs import simplify_index
-        return simplify_index(e)
 
     # -- kernels, modules, launchers ---------------------------------------------------
     def kernel_source(self, gen: KernelGen):
@@ -243,10 +279,11 @@ class Target:
     def generate(self, lp, steps):
         """Module source and, per kernel, ``(buffer argument names, launch metadata)``."""
         names = self.sym_names(lp)
+        facts = IndexFacts(lp.env)
         parts, meta = [], {}
         for s in steps:
             if isinstance(s, Kernel):
-                g = KernelGen(self, s, lp, names)
+                g = KernelGen(self, s, lp, names, facts)
                 src, m = self.kernel_source(g)
                 parts.append(src)
                 meta[s.name] = (g.args, m)

@@ -22,17 +22,18 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import math
 import os
 from dataclasses import dataclass
 
 import sympy
 import torch
 
-from ..exprs import compile_exprs, to_triton
+from shapes.printers import to_triton
+
+from ..exprs import compile_exprs
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, flat_index, substitute
 from .cpp import cache_dir
-from .skeleton import INFIX, KernelGen, Scope, Target, call, declare, infix_table
+from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
       torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
@@ -84,17 +85,8 @@ def _pow2(n, cap):
     return int(min(cap, max(16, 1 << max(0, int(n) - 1).bit_length())))
 
 
-def _const(v, dtype) -> str:
-    if dtype == torch.bool:
-        return "True" if v else "False"
-    if dtype.is_floating_point:
-        v = float(v)
-        if math.isnan(v):
-            return "_NAN"
-        if math.isinf(v):
-            return "_INF" if v > 0 else "(-_INF)"
-        return repr(v)
-    return str(int(v))
+LITERALS = Literals("True", "False", "_NAN", lambda d: "_INF", lambda d: "", lambda v, d: str(v))
+_const = LITERALS.spell
 
 
 def _minmax(which):
@@ -130,13 +122,8 @@ class TritonTarget(Target):
     """Triton: flat masked blocks for pointwise kernels, one program per row with reductions."""
 
     name = "Triton"
-    op_table = OP_TABLE
-
-    def type_name(self, dtype) -> str:
-        return TL[dtype]
-
-    def const(self, value, dtype) -> str:
-        return _const(value, dtype)
+    op_table, type_names = OP_TABLE, TL
+    const = staticmethod(_const)
 
     def declare(self, name, code, dtype) -> str:
         return f"{name} = {code}"
@@ -156,8 +143,8 @@ class TritonTarget(Target):
             return _const(int(e), v.dtype)
         return declare(f"({gen.expr(e)}).to({TL[v.dtype]})")
 
-    def print_expr(self, e, names) -> str:
-        return to_triton(e, names)
+    def print_expr(self, e, names, nonneg) -> str:
+        return to_triton(e, names, nonneg)
 
     def _unravel(self, g, row, ind) -> list[str]:
         """Row variables x0.. from a flat row number (row-major over ``outer``)."""

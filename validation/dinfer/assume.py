@@ -35,7 +35,7 @@ import re
 import sympy
 
 from shapes.env import ShapeEnv
-from shapes.errors import DataDependentError
+from shapes.data_dependent_error import DataDependentError
 
 #: The most decisions one trace may assume (a loop over data would otherwise go on).
 MAX_ASSUMPTIONS = 16

@@ -32,7 +32,8 @@ import sys
 import threading
 import time
 
-from shapes.errors import DataDependentError, SymshapeError
+from shapes.data_dependent_error import DataDependentError
+from shapes.errors import SymshapeError
 
 
 def engine_limitation(exc: BaseException) -> bool:
