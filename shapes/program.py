@@ -125,6 +125,13 @@ class TracedProgram:
                 raise SpecError(f"input {s.name} has {t.dim()} dims, the spec `{s}` has {len(s.dims)}")
             if t.dtype != s.dtype:
                 raise SpecError(f"input {s.name} has dtype {t.dtype}, the spec `{s}` says {s.dtype}")
+            if s.values is not None and t.numel() and t.device.type != "meta":
+                lo, hi = int(t.min()), int(t.max())
+                if lo < s.values[0] or hi > s.values[1]:
+                    raise GuardViolation(
+                        f"input {s.name} holds {lo if lo < s.values[0] else hi}, outside the values "
+                        f"{s.values[0]}..{s.values[1]} its spec `{s}` declares; the trace relied on them "
+                        f"(fix the data, or declare the range the data has)")
             for i, d in enumerate(s.dims):
                 n = int(t.shape[i])
                 where = f"{s.name}.shape[{i}]"

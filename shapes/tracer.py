@@ -59,6 +59,8 @@ class _GraphBuilder:
         self.constants: dict[str, torch.Tensor] = {}
         self.module_stack: list[tuple[str, str]] = []
         self.value_bounds: dict[int, tuple] = {}
+        # Tensors holding data the program does not constrain: its inputs and their views.
+        self.free_values: set[int] = set()
         # Set when the trace records a backward pass (trace(..., backward=...)).
         self.track_autograd = False
         self.phase: Optional[str] = None
@@ -71,6 +73,7 @@ class _GraphBuilder:
     def add_placeholder(self, name: str, t: torch.Tensor) -> torch.fx.Node:
         node = self.graph.placeholder(name)
         node.meta["val"] = t
+        self.free_values.add(id(t))
         self._set_shape_meta(node, t)
         self.tensor_nodes[id(t)] = (t, node)
         for i, s in enumerate(t.shape):
@@ -390,13 +393,22 @@ class _Recorder(TorchDispatchMode):
         if self.progress is not None:
             self.ops += 1
             self.progress(self.ops)
-        if index_bounds.writes_integer_tensor(func, args, kwargs):
+        written = index_bounds.written_tensors(func, args, kwargs)
+        if written:
             # An in-place write changes the values of the tensor and of every view of it.
-            b.value_bounds.clear()
-        if isinstance(out, torch.Tensor) and not out.dtype.is_floating_point:
-            vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty)
+            if any(not t.dtype.is_floating_point for t in written):
+                b.value_bounds.clear()
+            else:
+                b.value_bounds = {k: v for k, v in b.value_bounds.items() if v.bits is None}
+            b.free_values.difference_update(id(t) for t in written)
+        if isinstance(out, torch.Tensor):
+            vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty, out.dtype,
+                                            lambda t: id(t) in b.free_values)
             if vb is not None:
                 b.value_bounds[id(out)] = vb
+            if args and isinstance(args[0], torch.Tensor) and id(args[0]) in b.free_values \
+                    and index_bounds.keeps_free(func) and not written:
+                b.free_values.add(id(out))
         return out
 
     def _nonempty(self, t) -> bool:
@@ -676,6 +688,10 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         if backward is not None and s.name in requires_grad:
             t.requires_grad_()
         builder.add_placeholder(s.name, t)
+        if s.values is not None:
+            # Declared values: each element independently anywhere in the range, like a data source.
+            builder.free_values.discard(id(t))
+            builder.value_bounds[id(t)] = index_bounds.declared_range(*s.values)
         inputs.append(t)
 
     if isinstance(program, torch.nn.Module):
