@@ -206,6 +206,11 @@ class TracedProgram:
                 kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
                 kwargs = _real_device(kwargs, device)
                 out = node.target(*args, **kwargs)
+                if isinstance(out, torch.Tensor) and not out.is_contiguous() and self._traced_contiguous(node):
+                    # The CPU kernel chose another layout than the meta kernel did (convolution picks
+                    # channels-last from its input); the ops after it were traced on the meta layout,
+                    # where a `.contiguous()` was a no-op that left no node.
+                    out = out.contiguous()
                 env[node] = out
                 bindings = node.meta.get("unbacked_bindings")
                 if bindings:
@@ -225,6 +230,14 @@ class TracedProgram:
                 leaves = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
                 return pytree.tree_unflatten(leaves, self.out_spec)
         raise RuntimeError("graph has no output node")
+
+    def _traced_contiguous(self, node) -> bool:
+        """Whether ``node``'s output was contiguous in the trace, at every size (cached)."""
+        cache = self.__dict__.setdefault("_contiguous_cache", {})
+        if node not in cache:
+            v = node.meta.get("val")
+            cache[node] = isinstance(v, torch.Tensor) and _contiguous_strides(v)
+        return cache[node]
 
     @property
     def graph_module(self) -> torch.fx.GraphModule:
@@ -361,3 +374,18 @@ def _real_device(kwargs, device):
         kwargs = dict(kwargs)
         kwargs["device"] = device
     return kwargs
+
+
+def _contiguous_strides(t: torch.Tensor) -> bool:
+    """Whether a (symbolic) tensor's strides are the row-major ones of its shape, as expressions."""
+    expected = sympy.Integer(1)
+    for size, stride in reversed(list(zip(t.shape, t.stride()))):
+        size, stride = _expr(size), _expr(stride)
+        if size != 1 and sympy.expand(stride - expected) != 0:
+            return False
+        expected = expected * size
+    return True
+
+
+def _expr(x):
+    return x.node.expr if isinstance(x, torch.SymInt) else sympy.Integer(int(x))

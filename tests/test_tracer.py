@@ -255,3 +255,26 @@ def test_program_that_raises_names_the_line_and_path():
     src, start = inspect.getsourcelines(P.raises_on_small)
     assert err.provenance.lineno == start + 2
     assert [str(g.expr) for g in err.path] == ["B < 4"]
+
+
+class _ChannelsLastConvThenGroupNorm(torch.nn.Module):
+    """The CPU convolution returns channels-last for a channels-last input (the meta kernel: contiguous)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 6, 1)
+        self.norm = torch.nn.GroupNorm(2, 6)
+
+    def forward(self, x):
+        y = self.conv(x.contiguous(memory_format=torch.channels_last))
+        b, c, h, w = y.shape
+        # group_norm makes its input contiguous in C++: a no-op on the meta layout, so no node.
+        return self.norm(y.view(b, c, h * w).transpose(1, 2).transpose(1, 2))
+
+
+def test_run_follows_the_traced_layout_where_the_cpu_kernel_picks_another():
+    model = _ChannelsLastConvThenGroupNorm()
+    tp = shapes.trace(model, "x: f32[B, 8, H, W]")
+    for size in [(2, 8, 5, 6), (1, 8, 3, 4)]:
+        x = torch.randn(size)
+        torch.testing.assert_close(tp.run(x), model(x))
