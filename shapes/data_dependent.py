@@ -2,7 +2,7 @@
 
 Each handler creates unbacked symbols in the env and returns meta outputs
 whose sizes use them, plus how to bind each symbol from the real output at
-run time (``("size", dim)`` or ``("value",)``).
+run time (``("size", dim)``, ``("storage_offset",)`` or ``("value",)``).
 """
 from __future__ import annotations
 
@@ -90,6 +90,21 @@ def handle_is_nonzero(env, func, args, kwargs):
     return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
 
 
+def handle_allclose(env, func, args, kwargs):
+    """``torch.allclose``: whether every element is close, a truth value read from data.
+
+    The shapes must broadcast as in eager's ``isclose``: its meta kernel checks that first."""
+    aten.isclose.default(*args, **kwargs)
+    u = env.create_unbacked(kind="bool", what=f"result of allclose (at {_where(env)})")
+    return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
+
+
+def handle_equal(env, func, args, kwargs):
+    """``torch.equal``: same sizes and values, a truth value read from data (False for other sizes)."""
+    u = env.create_unbacked(kind="bool", what=f"result of torch.equal (at {_where(env)})")
+    return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
+
+
 def handle_unique(env, func, args, kwargs):
     x = args[0]
     name = func.overloadpacket.__name__
@@ -118,6 +133,34 @@ def handle_repeat_interleave(env, func, args, kwargs):
     return torch.empty((sym_value(env, u),), dtype=repeats.dtype, device="meta"), {u: ("size", 0)}
 
 
+def handle_slice(env, func, args, kwargs):
+    """``x[s:e]`` along a dim where ``s`` or ``e`` is a value read from data (``tensor_split`` by an
+    index tensor): its length and where it starts are data-dependent, as in torch's fake kernel."""
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    start = args[2] if len(args) > 2 else kwargs.get("start")
+    end = args[3] if len(args) > 3 else kwargs.get("end")
+    step = args[4] if len(args) > 4 else kwargs.get("step", 1)
+    if not any(isinstance(v, torch.SymInt) and env.has_unbacked(v.node.expr) for v in (start, end)):
+        return None
+    if x.dim() == 0:
+        raise RuntimeError("slice() cannot be applied to a 0-dim tensor.")
+    if not isinstance(step, int) or step <= 0:
+        return None  # a symbolic step: the meta kernel decides (and asks)
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    n_expr = n.node.expr if isinstance(n, torch.SymInt) else sympy.Integer(n)
+    where = _where(env)
+    length = env.create_unbacked(kind="size", what=f"length of a slice from data (at {where})")
+    env.add_op_axiom(sympy.Le(length, n_expr), "a slice is at most as long as its dim")
+    offset = env.create_unbacked(kind="size", what=f"storage offset of a slice from data (at {where})")
+    sizes, strides = list(x.shape), list(x.stride())
+    sizes[dim] = sym_value(env, length)
+    strides[dim] = strides[dim] * step
+    out = x.as_strided(sizes, strides, sym_value(env, offset))
+    return out, {length: ("size", dim), offset: ("storage_offset",)}
+
+
 HANDLERS = {
     aten.nonzero.default: handle_nonzero,
     aten.masked_select.default: handle_masked_select,
@@ -129,4 +172,7 @@ HANDLERS = {
     aten.unique_consecutive.default: handle_unique,
     aten.unique_dim.default: handle_unique,
     aten.repeat_interleave.Tensor: handle_repeat_interleave,
+    aten.slice.Tensor: handle_slice,
+    aten.allclose.default: handle_allclose,
+    aten.equal.default: handle_equal,
 }

@@ -216,7 +216,8 @@ class TracedProgram:
                 if bindings:
                     first = out[0] if isinstance(out, (tuple, list)) else out
                     for u, path in bindings.items():
-                        sym_vals[u] = int(first.shape[path[1]]) if path[0] == "size" else first
+                        sym_vals[u] = int(first.shape[path[1]]) if path[0] == "size" else \
+                            int(first.storage_offset()) if path[0] == "storage_offset" else first
                     still = []
                     for g in pending:
                         if g.expr.free_symbols <= sym_vals.keys():

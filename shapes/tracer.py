@@ -273,7 +273,9 @@ class _GraphBuilder:
                     self.sym_nodes[u] = node
                 else:
                     src = self.tensor_nodes[id(first)][1]
-                    sn = self.graph.call_function(torch.ops.aten.sym_size.int, (src, path[1]))
+                    sn = self.graph.call_function(torch.ops.aten.sym_storage_offset.default, (src,)) \
+                        if path[0] == "storage_offset" else \
+                        self.graph.call_function(torch.ops.aten.sym_size.int, (src, path[1]))
                     sn.meta["expr"] = u
                     self.sym_nodes[u] = sn
         return node
@@ -548,6 +550,9 @@ def _engine_frame_of(exc: BaseException) -> Optional[str]:
     return None
 
 
+# The message of torch's TensorImpl::throw_cannot_call_with_symbolic.
+_SYMBOLIC_READ = "on tensor with symbolic sizes/strides"
+
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 
 
@@ -755,6 +760,16 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
                 raise err from e
             prov = _user_frame_of(e)
             at = ", ".join(f"{n}={hints[n]}" for n in names)
+            if isinstance(e, RuntimeError) and _SYMBOLIC_READ in str(e):
+                # A C++ kernel read a size as an int (TensorImpl::throw_cannot_call_with_symbolic):
+                # torch's limit on symbolic tensors, which eager never meets.
+                err = UnsupportedOpError(
+                    f"symshape: a torch kernel called at {prov.filename}:{prov.lineno} (`{prov.code}`) reads "
+                    f"the sizes of a tensor as integers ({_first_line(e)}), which symbolic tracing cannot give "
+                    f"it. This is a limitation of symshape (torch.export stops there too), not an error of the "
+                    f"program; call the op outside the traced part, or at fixed sizes.")
+                err.env = env
+                raise err from e
             engine = _engine_frame_of(e)
             if engine is not None:
                 raise EngineFailure(
