@@ -10,6 +10,7 @@ import sympy
 import torch
 
 from .errors import UnsupportedOpError
+from .functions import FloorDiv
 from .provenance import capture
 from .symnode import sym_value
 
@@ -150,15 +151,53 @@ def handle_slice(env, func, args, kwargs):
     dim = dim % x.dim()
     n = x.shape[dim]
     n_expr = n.node.expr if isinstance(n, torch.SymInt) else sympy.Integer(n)
+    known = lambda c: env.static_bool(env.simplify(c), log=False) is True  # noqa: E731 - torch's guard_or_false
+    lo = sympy.Integer(0) if start is None else _slice_index(_expr(start), n_expr, known)
+    hi = n_expr if end is None or (isinstance(end, int) and end >= 2 ** 62) else _slice_index(_expr(end), n_expr,
+                                                                                              known)
+    length = None
+    if lo is not None and hi is not None:
+        if known(sympy.Ge(hi, lo)):
+            length = FloorDiv(hi - lo + step - 1, step) if step != 1 else hi - lo
+        elif known(sympy.Ge(lo, hi)):
+            length = sympy.Integer(0)
     where = _where(env)
-    length = env.create_unbacked(kind="size", what=f"length of a slice from data (at {where})")
-    env.add_op_axiom(sympy.Le(length, n_expr), "a slice is at most as long as its dim")
-    offset = env.create_unbacked(kind="size", what=f"storage offset of a slice from data (at {where})")
+    bindings = {}
+    if length is None:
+        u = env.create_unbacked(kind="size", what=f"length of a slice from data (at {where})")
+        env.add_op_axiom(sympy.Le(u, n_expr), "a slice is at most as long as its dim")
+        length, bindings[u] = u, ("size", dim)
+    if lo is None:
+        u = env.create_unbacked(kind="size", what=f"start of a slice from data (at {where})")
+        lo, bindings[u] = u, ("storage_offset",)
+        offset = u  # the binding reads the whole storage offset
+    else:
+        offset = _expr(x.storage_offset()) + lo * _expr(x.stride()[dim])
     sizes, strides = list(x.shape), list(x.stride())
     sizes[dim] = sym_value(env, length)
     strides[dim] = strides[dim] * step
-    out = x.as_strided(sizes, strides, sym_value(env, offset))
-    return out, {length: ("size", dim), offset: ("storage_offset",)}
+    return x.as_strided(sizes, strides, sym_value(env, offset)), bindings
+
+
+def _expr(v):
+    return v.node.expr if isinstance(v, torch.SymInt) else sympy.Integer(v)
+
+
+def _slice_index(i, n, known):
+    """Where a slice bound ``i`` lands in a dim of size ``n`` (torch's ``_compute_slice_index``), or None."""
+    if known(sympy.And(i >= 0, i <= n)):
+        return i
+    if known(sympy.And(i < 0, i >= -n)):
+        return i + n
+    if known(i < -n):
+        return sympy.Integer(0)
+    if known(i > n):
+        return n
+    if known(i >= 0):
+        return sympy.Min(i, n)
+    if known(i < 0):
+        return sympy.Max(i + n, 0)
+    return None
 
 
 HANDLERS = {
