@@ -250,7 +250,7 @@ def _output_bounds(func, args, kwargs, bounds_of, nonempty, is_free) -> Optional
         return IndexRange(sympy.Min(*[b.lo for b in bs]), sympy.Max(*[b.hi for b in bs]), exact, bits=bits)
     if not args or not isinstance(args[0], torch.Tensor):
         return None
-    if func in _DATA_TESTS and is_free(args[0]) and _e(args[1]) is not None:
+    if func in _DATA_TESTS and is_free(args[0]) and _holds_value(args[0].dtype, _e(args[1])):
         # Each element is 1 or 0 as the data is or is not the constant: a new data source.
         return IndexRange(sympy.Integer(0), sympy.Integer(1), True, True, source=_new_source())
     b0 = bounds_of(args[0])
@@ -322,6 +322,20 @@ def _output_bounds(func, args, kwargs, bounds_of, nonempty, is_free) -> Optional
         # Clamping maps the smallest value to the smallest: ends stay attained.
         return IndexRange(lo, hi, b0.exact, b0.uniform, b0.source, b0.bits)
     return None
+
+
+def _holds_value(dtype, c) -> bool:
+    """Whether an element of ``dtype`` can equal the integer ``c`` (so ``x == c`` can be 1 or 0)."""
+    if c is None:
+        return False
+    if dtype is torch.bool:
+        return c in (0, 1)
+    if dtype.is_floating_point:
+        return abs(c) <= 2 ** _MANTISSA.get(dtype, 8)
+    if dtype.is_complex:
+        return False
+    info = torch.iinfo(dtype)
+    return info.min <= c <= info.max
 
 
 def _whole_slice(args) -> bool:

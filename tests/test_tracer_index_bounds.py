@@ -154,3 +154,21 @@ def test_float_positions_bound_only_tables_rounding_cannot_reach():
     assert [str(g.expr) for g in small.env.runtime_asserts] == [f"T < {ROWS}"]
     big = shapes.trace(HalfPositions(4096), "ids: i64[B, T]", dims={"T": 4})
     assert big.env.runtime_asserts == []
+
+
+class NeverEqual(nn.Module):
+    """``flags == 2`` on a bool input is False everywhere: no data reaches 1, so no bound."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Embedding(ROWS, 4)
+
+    def forward(self, flags):
+        return self.pos(torch.cumsum(flags.eq(2).long(), dim=1))
+
+
+def test_a_comparison_the_dtype_cannot_satisfy_is_no_data_source():
+    tp = shapes.trace(NeverEqual(), "flags: bool[B, T]", dims={"T": 4})
+    assert tp.env.runtime_asserts == []
+    flags = torch.ones(2, ROWS + 3, dtype=torch.bool)
+    assert _eager_ok(NeverEqual(), flags) and _accepts(tp, flags)
