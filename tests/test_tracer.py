@@ -126,13 +126,23 @@ def test_matmul_gives_inner_dim_equality():
 
 
 def test_branch_on_data_dependent_size_names_the_user_line():
+    # How many pieces x.split(n) makes depends on data: torch.export stops there too.
     with pytest.raises(DataDependentError) as ei:
-        shapes.trace(P.nonzero_slice, "x: f32[N, 4]", "mask: bool[M]")
+        shapes.trace(P.nonzero_split, "x: f32[N, 4]", "mask: bool[M]")
     err = ei.value
-    src, start = inspect.getsourcelines(P.nonzero_slice)
+    src, start = inspect.getsourcelines(P.nonzero_split)
     assert err.provenance.filename == inspect.getsourcefile(P)
-    assert err.provenance.lineno == start + 2 and "x[:n]" in err.provenance.code
-    assert "torch._check" in str(err) and "aten.slice" in str(err)
+    assert err.provenance.lineno == start + 2 and "x.split(n)" in err.provenance.code
+    assert "torch._check" in str(err) and "aten.split" in str(err)
+
+
+def test_slice_to_a_data_dependent_end_clamps_like_python():
+    # x[:n] with n unrelated to N: torch's fake kernel gives min(n, N) rows, and so does symshape.
+    tp = shapes.trace(P.nonzero_slice, "x: f32[N, 4]", "mask: bool[M]")
+    assert [str(s) for s in tp.output_shapes[0]] == ["Min(N, u0)", "4"]
+    x = torch.randn(5, 4)
+    for mask in (torch.ones(3, dtype=torch.bool), torch.ones(9, dtype=torch.bool)):
+        assert torch.equal(tp.run(x, mask), P.nonzero_slice(x, mask))
 
 
 def test_user_branch_on_unbacked_raises():
