@@ -75,6 +75,8 @@ class ShapeEnv:
         self._limit_seen: set = set()
         self.log: list[LogEntry] = []
         self.op_stack: list[str] = []
+        # The last DataDependentError raised (torch's C++ may re-raise its text as a RuntimeError).
+        self.last_data_dependent = None
         self.observers: list = []  # callables(entry) notified of every log entry
         self._fact_forms: list = []
         self._fact_set: set = set()

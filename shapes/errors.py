@@ -114,6 +114,9 @@ class DataDependentError(SymshapeError, RuntimeError):
             f"torch._check({python_form(sympy.Not(expr))}); the check is asserted at run time and "
             f"assumed while tracing."
         )
+        # torch's C++ may catch it on the way out and raise its text as a RuntimeError
+        # ("unflatten got an unexpected error: ..."); the tracer finds it here again.
+        env.last_data_dependent = self
 
 
 def python_form(expr) -> str:

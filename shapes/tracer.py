@@ -758,6 +758,10 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
                                          f"takes a bool ({_first_line(e)}); please report it")
                 err.env = env
                 raise err from e
+            dde = getattr(env, "last_data_dependent", None)
+            if dde is not None and str(dde) in str(e):
+                # Our DataDependentError, re-raised by torch's C++ as its own RuntimeError.
+                raise dde from e
             prov = _user_frame_of(e)
             at = ", ".join(f"{n}={hints[n]}" for n in names)
             if isinstance(e, RuntimeError) and _SYMBOLIC_READ in str(e):

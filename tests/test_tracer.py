@@ -288,3 +288,14 @@ def test_run_follows_the_traced_layout_where_the_cpu_kernel_picks_another():
     for size in [(2, 8, 5, 6), (1, 8, 3, 4)]:
         x = torch.randn(size)
         torch.testing.assert_close(tp.run(x), model(x))
+
+
+def test_a_data_dependent_question_torch_rewraps_stays_data_dependent():
+    # unflatten's C++ binding catches the engine's DataDependentError and raises its text as a
+    # RuntimeError: the trace must still say "data-dependent", never blame the program (TraceError).
+    def f(x, mask):
+        return x.unflatten(0, (mask.nonzero().shape[0], -1))
+
+    with pytest.raises(DataDependentError) as ei:
+        shapes.trace(f, "x: f32[N, 4]", "mask: bool[M]")
+    assert not isinstance(ei.value, TraceError)
