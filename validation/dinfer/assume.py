@@ -114,6 +114,8 @@ def unbacked_name(env, u) -> str:
         return a.group(1) if is_value else f"{a.group(1)}.shape[0]"
     if a:
         code = a.group(2)
+    elif code.startswith("return "):
+        code = code[len("return "):]
     if code:
         return code if is_value else f"len({code})"
     return f"data_value_{u.name.lstrip('u')}"
