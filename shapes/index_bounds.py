@@ -120,7 +120,12 @@ def _e(x):
 
 
 def written_tensors(func, args, kwargs) -> list:
-    """The tensor arguments ``func`` writes into (in-place or ``out=``)."""
+    """The tensor arguments ``func`` writes into (in-place or ``out=``).
+
+    >>> x = torch.zeros(2)
+    >>> written_tensors(aten.add_.Tensor, (x, 1), {})[0] is x
+    True
+    """
     try:
         schema_args = func._schema.arguments
     except AttributeError:
@@ -347,7 +352,11 @@ def _whole_slice(args) -> bool:
 
 
 def keeps_free(func) -> bool:
-    """Whether ``func``'s output holds unconstrained data when input 0 does (a view of it)."""
+    """Whether ``func``'s output holds unconstrained data when input 0 does (a view of it).
+
+    >>> keeps_free(aten.view.default), keeps_free(aten._to_copy.default)
+    (True, False)
+    """
     return (func in _SAME_VALUES or func in _SUBSET) and func is not aten._to_copy.default
 
 
