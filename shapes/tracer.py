@@ -60,7 +60,7 @@ class _GraphBuilder:
         self.module_stack: list[tuple[str, str]] = []
         self.value_bounds: dict[int, tuple] = {}
         # Tensors holding data the program does not constrain: its inputs and their views.
-        self.free_values: set[int] = set()
+        self.free_values: dict[int, bool] = {}  # id -> whether its dtype is floating
         # Set when the trace records a backward pass (trace(..., backward=...)).
         self.track_autograd = False
         self.phase: Optional[str] = None
@@ -73,7 +73,7 @@ class _GraphBuilder:
     def add_placeholder(self, name: str, t: torch.Tensor) -> torch.fx.Node:
         node = self.graph.placeholder(name)
         node.meta["val"] = t
-        self.free_values.add(id(t))
+        self.free_values[id(t)] = t.dtype.is_floating_point
         self._set_shape_meta(node, t)
         self.tensor_nodes[id(t)] = (t, node)
         for i, s in enumerate(t.shape):
@@ -402,7 +402,9 @@ class _Recorder(TorchDispatchMode):
                 b.value_bounds.clear()
             else:
                 b.value_bounds = {k: v for k, v in b.value_bounds.items() if v.bits is None}
-            b.free_values.difference_update(id(t) for t in written)
+            # Any view of an input may be written: no input of that kind of dtype is free data any more.
+            kinds = {t.dtype.is_floating_point for t in written}
+            b.free_values = {k: f for k, f in b.free_values.items() if f not in kinds}
         if isinstance(out, torch.Tensor):
             vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty, out.dtype,
                                             lambda t: id(t) in b.free_values)
@@ -410,7 +412,7 @@ class _Recorder(TorchDispatchMode):
                 b.value_bounds[id(out)] = vb
             if args and isinstance(args[0], torch.Tensor) and id(args[0]) in b.free_values \
                     and index_bounds.keeps_free(func) and not written:
-                b.free_values.add(id(out))
+                b.free_values[id(out)] = out.dtype.is_floating_point
         return out
 
     def _nonempty(self, t) -> bool:
@@ -695,7 +697,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         builder.add_placeholder(s.name, t)
         if s.values is not None:
             # Declared values: each element independently anywhere in the range, like a data source.
-            builder.free_values.discard(id(t))
+            builder.free_values.pop(id(t), None)
             builder.value_bounds[id(t)] = index_bounds.declared_range(*s.values)
         inputs.append(t)
 

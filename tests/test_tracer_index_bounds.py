@@ -172,3 +172,24 @@ def test_a_comparison_the_dtype_cannot_satisfy_is_no_data_source():
     assert tp.env.runtime_asserts == []
     flags = torch.ones(2, ROWS + 3, dtype=torch.bool)
     assert _eager_ok(NeverEqual(), flags) and _accepts(tp, flags)
+
+
+class WrittenInput(nn.Module):
+    """``ids[:, 0] = 1`` writes padding into the input: ``ids != 1`` is no longer free data."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Embedding(ROWS, 4)
+
+    def forward(self, ids):
+        ids = ids.clone()
+        ids[:, 0] = 1
+        return self.pos(torch.cumsum(ids.ne(1).long(), dim=1))
+
+
+def test_an_input_written_in_place_is_no_data_source():
+    # Row sums reach T - 1 only: a bound T <= ROWS - 1 would reject T == ROWS, where eager runs.
+    model = WrittenInput()
+    tp = shapes.trace(model, "ids: i64[B, T]", dims={"T": 4})
+    ids = torch.full((2, ROWS), 5)
+    assert _eager_ok(model, ids) and _accepts(tp, ids)
