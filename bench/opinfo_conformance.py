@@ -4,7 +4,8 @@ Every OpInfo in ``op_db`` that supports float32 on CPU, its first samples
 whose tensors all have rank >= 1, a fresh symbol per dim (see
 :mod:`validation.opinfo`).  Prints the figures side by side with torch's:
 trace success, wrong output shapes, unsound accepts (symshape's guards
-accept sizes that torch's reject and eager fails), guard counts, trace time;
+accept sizes that torch's reject and eager fails), guard counts (size-1
+guards that torch's 0/1 policy assumes counted apart), trace time;
 then every sample where symshape is wrong, unsound, fails where torch
 traces, accepts sizes where eager fails, or needs more guards than torch.
 
@@ -74,6 +75,8 @@ def main(argv=None):
     print(fmt.format("guards <= torch's (both trace)", f"{s.guards_le}/{s.both_ok} ({s.guards_le_pct:.1f}%)", "-"))
     print(fmt.format("guards+asserts, total (both trace)", sum(r.sym_guards for r in both),
                      sum(r.torch_guards for r in both)))
+    # symshape keeps size-1 conditions (K != 1) that torch's 0/1 policy assumes: set apart, not compared.
+    print(fmt.format("  + size-1 guards torch assumes", s.size_one_guards, "(assumed)"))
     if both:
         print(fmt.format("median trace ms (both trace)", f"{1000 * statistics.median(r.sym_s for r in both):.1f}",
                          f"{1000 * statistics.median(r.torch_s for r in both):.1f}"))

@@ -27,6 +27,9 @@ input specs (-i, one per tensor input, in the program's parameter order):
          an integer (768): a static size
          an expression over names (2*T, T+1, H//2): a size derived from the
          named dims, e.g. "x: f32[B, 2*T]"; real inputs must agree with it
+  in LO..HI  after an integer input: the values it holds, e.g.
+         "attention_mask: i64[B, T] in 0..1" (positions counted from it then
+         bound T); a run checks them
   --dim B=1..4096 bounds B (B=1.. has no upper bound); --dim B=8 sets the
   example size the trace runs at; several at once: --dim B=1..8,T=16.
   --arg NAME=VALUE passes a non-tensor argument by keyword: an int, a float,

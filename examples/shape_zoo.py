@@ -115,7 +115,7 @@ def nonzero_heads(x):
 
 
 def take_k(x, k):
-    """The first k rows, k read from a tensor: torch.export handles this in one go."""
+    """The first k rows, k read from a tensor: a data-dependent length, traced as torch.export does."""
     n = k.item()
     return x[:n]
 

@@ -2,7 +2,7 @@
 
 Each handler creates unbacked symbols in the env and returns meta outputs
 whose sizes use them, plus how to bind each symbol from the real output at
-run time (``("size", dim)`` or ``("value",)``).
+run time (``("size", dim)``, ``("storage_offset",)`` or ``("value",)``).
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import sympy
 import torch
 
 from .errors import UnsupportedOpError
+from .functions import FloorDiv
 from .provenance import capture
 from .symnode import sym_value
 
@@ -90,6 +91,21 @@ def handle_is_nonzero(env, func, args, kwargs):
     return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
 
 
+def handle_allclose(env, func, args, kwargs):
+    """``torch.allclose``: whether every element is close, a truth value read from data.
+
+    The shapes must broadcast as in eager's ``isclose``: its meta kernel checks that first."""
+    aten.isclose.default(*args, **kwargs)
+    u = env.create_unbacked(kind="bool", what=f"result of allclose (at {_where(env)})")
+    return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
+
+
+def handle_equal(env, func, args, kwargs):
+    """``torch.equal``: same sizes and values, a truth value read from data (False for other sizes)."""
+    u = env.create_unbacked(kind="bool", what=f"result of torch.equal (at {_where(env)})")
+    return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
+
+
 def handle_unique(env, func, args, kwargs):
     x = args[0]
     name = func.overloadpacket.__name__
@@ -118,6 +134,72 @@ def handle_repeat_interleave(env, func, args, kwargs):
     return torch.empty((sym_value(env, u),), dtype=repeats.dtype, device="meta"), {u: ("size", 0)}
 
 
+def handle_slice(env, func, args, kwargs):
+    """``x[s:e]`` along a dim where ``s`` or ``e`` is a value read from data (``tensor_split`` by an
+    index tensor): its length and where it starts are data-dependent, as in torch's fake kernel."""
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    start = args[2] if len(args) > 2 else kwargs.get("start")
+    end = args[3] if len(args) > 3 else kwargs.get("end")
+    step = args[4] if len(args) > 4 else kwargs.get("step", 1)
+    if not any(isinstance(v, torch.SymInt) and env.has_unbacked(v.node.expr) for v in (start, end)):
+        return None
+    if x.dim() == 0:
+        raise RuntimeError("slice() cannot be applied to a 0-dim tensor.")
+    if not isinstance(step, int) or step <= 0:
+        return None  # a symbolic step: the meta kernel decides (and asks)
+    dim = dim % x.dim()
+    n = x.shape[dim]
+    n_expr = n.node.expr if isinstance(n, torch.SymInt) else sympy.Integer(n)
+    known = lambda c: env.static_bool(env.simplify(c), log=False) is True  # noqa: E731 - torch's guard_or_false
+    lo = sympy.Integer(0) if start is None else _slice_index(_expr(start), n_expr, known)
+    hi = n_expr if end is None or (isinstance(end, int) and end >= 2 ** 62) else _slice_index(_expr(end), n_expr,
+                                                                                              known)
+    length = None
+    if lo is not None and hi is not None:
+        if known(sympy.Ge(hi, lo)):
+            length = FloorDiv(hi - lo + step - 1, step) if step != 1 else hi - lo
+        elif known(sympy.Ge(lo, hi)):
+            length = sympy.Integer(0)
+    where = _where(env)
+    bindings = {}
+    if length is None:
+        u = env.create_unbacked(kind="size", what=f"length of a slice from data (at {where})")
+        env.add_op_axiom(sympy.Le(u, n_expr), "a slice is at most as long as its dim")
+        length, bindings[u] = u, ("size", dim)
+    if lo is None:
+        u = env.create_unbacked(kind="size", what=f"start of a slice from data (at {where})")
+        lo, bindings[u] = u, ("storage_offset",)
+        offset = u  # the binding reads the whole storage offset
+    else:
+        offset = _expr(x.storage_offset()) + lo * _expr(x.stride()[dim])
+    sizes, strides = list(x.shape), list(x.stride())
+    sizes[dim] = sym_value(env, length)
+    strides[dim] = strides[dim] * step
+    return x.as_strided(sizes, strides, sym_value(env, offset)), bindings
+
+
+def _expr(v):
+    return v.node.expr if isinstance(v, torch.SymInt) else sympy.Integer(v)
+
+
+def _slice_index(i, n, known):
+    """Where a slice bound ``i`` lands in a dim of size ``n`` (torch's ``_compute_slice_index``), or None."""
+    if known(sympy.And(i >= 0, i <= n)):
+        return i
+    if known(sympy.And(i < 0, i >= -n)):
+        return i + n
+    if known(i < -n):
+        return sympy.Integer(0)
+    if known(i > n):
+        return n
+    if known(i >= 0):
+        return sympy.Min(i, n)
+    if known(i < 0):
+        return sympy.Max(i + n, 0)
+    return None
+
+
 HANDLERS = {
     aten.nonzero.default: handle_nonzero,
     aten.masked_select.default: handle_masked_select,
@@ -129,4 +211,7 @@ HANDLERS = {
     aten.unique_consecutive.default: handle_unique,
     aten.unique_dim.default: handle_unique,
     aten.repeat_interleave.Tensor: handle_repeat_interleave,
+    aten.slice.Tensor: handle_slice,
+    aten.allclose.default: handle_allclose,
+    aten.equal.default: handle_equal,
 }

@@ -48,3 +48,6 @@ class DataDependentError(SymshapeError, RuntimeError):
             f"torch._check({to_python(sympy.Not(expr))}); the check is asserted at run time and "
             f"assumed while tracing."
         )
+        # torch's C++ may catch it on the way out and raise its text as a RuntimeError
+        # ("unflatten got an unexpected error: ..."); the tracer finds it here again.
+        env.last_data_dependent = self

@@ -89,6 +89,8 @@ class ShapeEnv:
     def ranges(self) -> dict:
         """symbol (or compound atom such as ``H // 2``) -> its :class:`ValueRange`."""
         return self.facts_store.ranges
+        # The last DataDependentError raised (torch's C++ may re-raise its text as a RuntimeError).
+        self.last_data_dependent = None
 
     # ------------------------------------------------------------------ symbols
 

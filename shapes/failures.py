@@ -30,6 +30,8 @@ _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
 # torch raises TypeError when a symbolic value reaches C++ code that wants a plain
 # Python value ("argument 'is_causal' must be bool, not SymBool"): a limit of
 # symbolic tracing, not something the program does wrong on real tensors.
+# The message of torch's TensorImpl::throw_cannot_call_with_symbolic.
+_SYMBOLIC_READ = "on tensor with symbolic sizes/strides"
 _SYMBOLIC_TYPE = re.compile(r"\bSym(Int|Bool|Float)\b|SymExprNode|symbolic (size|value|shape)")
 
 
@@ -80,7 +82,21 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
         err = UnsupportedOpError(f"symshape: {what} ({first_line(e)}); please report it")
         err.env = env
         return err
+    dde = getattr(env, "last_data_dependent", None)
+    if dde is not None and str(dde) in str(e):
+        # Our DataDependentError, re-raised by torch's C++ as its own RuntimeError.
+        return dde
     prov = user_frame_of(e)
+    if isinstance(e, RuntimeError) and _SYMBOLIC_READ in str(e):
+        # A C++ kernel read a size as an int (TensorImpl::throw_cannot_call_with_symbolic):
+        # torch's limit on symbolic tensors, which eager never meets.
+        err = UnsupportedOpError(
+            f"symshape: a torch kernel called at {prov.filename}:{prov.lineno} (`{prov.code}`) reads "
+            f"the sizes of a tensor as integers ({first_line(e)}), which symbolic tracing cannot give "
+            f"it. This is a limitation of symshape (torch.export stops there too), not an error of the "
+            f"program; call the op outside the traced part, or at fixed sizes.")
+        err.env = env
+        return err
     engine = engine_frame_of(e)
     if engine is not None:
         return EngineFailure(

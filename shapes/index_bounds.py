@@ -19,6 +19,23 @@ index is in range", so only exact intervals become asserts.  A loose
 interval (``a + b`` of two index tensors, a slice) gives no assert, like an
 index tensor computed from data: what it holds is not known.
 
+Positions that models compute from data (``cumsum`` of an attention mask
+made by ``torch.ones`` or by ``input_ids.ne(pad)``, then an embedding) get
+exact ranges too.  A comparison of an input with a constant (``ne``/``eq``)
+is a *data source*: each element is 0 or 1 independently of the others, so
+an interval is attained *for some data*: its ``hi`` at the data where every
+element of the source is 1, its ``lo`` where every element is 0.  Ops that
+keep this are monotone in the source (views, ``+ c``, ``cumsum``,
+products of non-negative ranges); a binary op keeps it only if one operand
+is *uniform* (every element is at the end at once, as a mask is) and the
+sources agree.  The assert from such a range says: the program indexes out
+of range for some data at these sizes (eager raises there for that data).
+
+Integer-valued *float* tensors (``torch.ones(B, T)`` is float) are tracked
+through ops that are exact on integers below ``2**bits`` (the dtype's
+mantissa) and monotone; their asserts are made only for lookups into at
+most ``2**(bits-2)`` entries, where rounding cannot change the verdict.
+
 Example::
 
     >>> import sympy
@@ -40,11 +57,28 @@ aten = torch.ops.aten
 
 @dataclass(frozen=True)
 class IndexRange:
-    """Values of an integer tensor lie in ``[lo, hi]``; ``exact``: both are attained."""
+    """Values of an integer tensor lie in ``[lo, hi]``.
+
+    ``exact``: both ends are attained (if the tensor holds any value): for
+    every data when ``source`` is None, else for some values of the data
+    source ``source`` (see the module docstring).  ``uniform``: where an end
+    is attained, every element holds it.  ``bits``: the values passed
+    through a float dtype whose integers are exact below ``2**bits``.
+
+    >>> IndexRange(sympy.Integer(1), sympy.Integer(1)).is_uniform
+    True
+    """
 
     lo: sympy.Expr
     hi: sympy.Expr
     exact: bool = True
+    uniform: bool = False
+    source: Optional[int] = None
+    bits: Optional[int] = None
+
+    @property
+    def is_uniform(self) -> bool:
+        return self.uniform or (self.exact and self.lo == self.hi)
 
 
 # Ops whose output holds exactly the values of input 0 (when non-empty).
@@ -58,6 +92,19 @@ _SAME_VALUES = {
 }
 # Ops whose output holds some of input 0's values.
 _SUBSET = {aten.slice.Tensor, aten.select.int, aten.narrow.default, aten.diagonal.default}
+# Factories of a tensor filled with one value: (index of the fill value or None for the op's own).
+_FILLS = {
+    aten.ones.default: 1, aten.zeros.default: 0, aten.ones_like.default: 1, aten.zeros_like.default: 0,
+    aten.new_ones.default: 1, aten.new_zeros.default: 0, aten.full.default: ("arg", 1),
+    aten.full_like.default: ("arg", 1), aten.new_full.default: ("arg", 2),
+    aten.scalar_tensor.default: ("arg", 0),
+}
+# Comparisons whose result, on data the program does not constrain, is 0 or 1 in each element.
+_DATA_TESTS = {aten.ne.Scalar, aten.eq.Scalar}
+# Ops allowed on float-valued ranges: exact on integers below 2**bits, monotone.
+_FLOAT_OK = _SAME_VALUES | {aten.cumsum.default, aten.add.Tensor, aten.sub.Tensor, aten.mul.Tensor,
+                            aten.slice.Tensor} | set(_FILLS)
+_MANTISSA = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}
 
 
 def _e(x):
@@ -67,23 +114,30 @@ def _e(x):
         return None
     if isinstance(x, int):
         return sympy.Integer(x)
+    if isinstance(x, float) and x.is_integer():
+        return sympy.Integer(int(x))
     return None
 
 
-def writes_integer_tensor(func, args, kwargs) -> bool:
-    """Whether ``func`` writes into a non-float tensor argument (in-place or ``out=``)."""
+def written_tensors(func, args, kwargs) -> list:
+    """The tensor arguments ``func`` writes into (in-place or ``out=``).
+
+    >>> x = torch.zeros(2)
+    >>> written_tensors(aten.add_.Tensor, (x, 1), {})[0] is x
+    True
+    """
     try:
         schema_args = func._schema.arguments
     except AttributeError:
-        return False
+        return []
+    out = []
     for i, a in enumerate(schema_args):
         if a.alias_info is None or not a.alias_info.is_write:
             continue
         t = args[i] if i < len(args) else kwargs.get(a.name)
         ts = t if isinstance(t, (list, tuple)) else [t]
-        if any(isinstance(x, torch.Tensor) and not x.dtype.is_floating_point for x in ts):
-            return True
-    return False
+        out.extend(x for x in ts if isinstance(x, torch.Tensor))
+    return out
 
 
 def constant_range(t: torch.Tensor) -> Optional[IndexRange]:
@@ -95,11 +149,85 @@ def constant_range(t: torch.Tensor) -> Optional[IndexRange]:
     return IndexRange(sympy.Integer(int(t.min())), sympy.Integer(int(t.max())), True)
 
 
-def output_bounds(func, args, kwargs, bounds_of, nonempty=lambda t: False) -> Optional[IndexRange]:
-    """The :class:`IndexRange` of ``func``'s integer output, or None if unknown.
+def _nonneg(e) -> bool:
+    return bool(e.is_nonnegative)
+
+
+def _with_bits(r: Optional[IndexRange], out_dtype, c=None) -> Optional[IndexRange]:
+    """``r`` for an output of ``out_dtype``: float outputs narrow ``bits``; constants must stay small."""
+    if r is None or out_dtype is None:
+        return r
+    m = _MANTISSA.get(out_dtype)
+    bits = r.bits if m is None else min(m, r.bits or m)
+    if bits is not None and c is not None and not (c.is_Integer and abs(c) <= 2 ** (bits - 2)):
+        return None
+    return IndexRange(r.lo, r.hi, r.exact, r.uniform, r.source, bits)
+
+
+def _combine(a: IndexRange, b: IndexRange, lo, hi, nonempty) -> IndexRange:
+    """The range of a monotone binary op of ``a`` and ``b`` with ends ``lo``, ``hi``."""
+    sources_agree = a.source is None or b.source is None or a.source == b.source
+    exact = (a.exact and b.exact and sources_agree and (a.is_uniform or b.is_uniform) and nonempty)
+    bits = min([x for x in (a.bits, b.bits) if x is not None], default=None)
+    return IndexRange(lo, hi, exact, exact and a.is_uniform and b.is_uniform, a.source or b.source, bits)
+
+
+def _loosen(r: IndexRange, lo=None, hi=None) -> IndexRange:
+    return IndexRange(r.lo if lo is None else lo, r.hi if hi is None else hi, False, False, None, r.bits)
+
+
+def _fill(func, args, kwargs) -> Optional[IndexRange]:
+    spec = _FILLS[func]
+    v = _e(args[spec[1]] if spec[1] < len(args) else kwargs.get("fill_value")) if isinstance(spec, tuple) \
+        else sympy.Integer(spec)
+    if v is None:
+        return None
+    return IndexRange(v, v, True, True)
+
+
+def _cumsum(args, b0: IndexRange) -> Optional[IndexRange]:
+    x, dim = args[0], args[1]
+    if not isinstance(dim, int) or x.dim() == 0:
+        return None
+    n = _e(x.shape[dim % x.dim()])
+    if not (b0.lo.is_number and b0.hi.is_number):
+        return None
+    # The k-th partial sum lies in [k*lo, k*hi] for k = 1..n.
+    lo = b0.lo if _nonneg(b0.lo) else n * b0.lo
+    hi = n * b0.hi if _nonneg(b0.hi) else b0.hi
+    # Exact when every element is at the end at once (a mask of ones, at the data where it is).
+    return IndexRange(lo, hi, b0.exact and b0.is_uniform, False, b0.source, b0.bits)
+
+
+def output_bounds(func, args, kwargs, bounds_of, nonempty=lambda t: False, out_dtype=None,
+                  is_free=lambda t: False) -> Optional[IndexRange]:
+    """The :class:`IndexRange` of ``func``'s integer-valued output, or None if unknown.
 
     ``nonempty(t)``: the tensor ``t`` is known to hold at least one value.
+    ``is_free(t)``: ``t`` holds data the program does not constrain (an input).
+
+    >>> output_bounds(aten.ones.default, ([3],), {}, lambda t: None)
+    IndexRange(lo=1, hi=1, exact=True, uniform=True, source=None, bits=None)
     """
+    r = _output_bounds(func, args, kwargs, bounds_of, nonempty, is_free)
+    if out_dtype is not None and (out_dtype.is_floating_point or func in _FILLS):
+        if out_dtype.is_complex or (out_dtype.is_floating_point and func not in _FLOAT_OK):
+            return None
+        c = None
+        if func in (aten.add.Tensor, aten.sub.Tensor) and len(args) > 1 and not isinstance(args[1], torch.Tensor):
+            c = _e(args[1])
+        elif func in _FILLS and r is not None:
+            c = r.hi
+        r = _with_bits(r, out_dtype, c)
+        if r is not None and r.bits is not None and func is aten.mul.Tensor:
+            # Float products stay exact only by a 0/1 factor.
+            f = [bounds_of(t) for t in args[:2] if isinstance(t, torch.Tensor)]
+            if len(f) < 2 or not any(_nonneg(x.lo) and (x.hi - 1).is_nonpositive for x in f if x):
+                return None
+    return r
+
+
+def _output_bounds(func, args, kwargs, bounds_of, nonempty, is_free) -> Optional[IndexRange]:
     if func in (aten.arange.default, aten.arange.start, aten.arange.start_step):
         dtype = kwargs.get("dtype")
         if dtype is not None and dtype.is_floating_point:
@@ -115,22 +243,32 @@ def output_bounds(func, args, kwargs, bounds_of, nonempty=lambda t: False) -> Op
         from .functions import FloorDiv
         hi = end - 1 if step == 1 else start + step * FloorDiv(end - start - 1, step)
         return IndexRange(start, hi, True)
+    if func in _FILLS:
+        return _fill(func, args, kwargs)
     if func is aten.cat.default:
         ts = [t for t in args[0] if isinstance(t, torch.Tensor)]
         bs = [bounds_of(t) for t in ts]
         if not ts or any(b is None for b in bs):
             return None
-        exact = all(b.exact for b in bs) and all(nonempty(t) for t in ts)
-        return IndexRange(sympy.Min(*[b.lo for b in bs]), sympy.Max(*[b.hi for b in bs]), exact)
+        exact = all(b.exact and b.source is None for b in bs) and all(nonempty(t) for t in ts)
+        bits = min([b.bits for b in bs if b.bits is not None], default=None)
+        return IndexRange(sympy.Min(*[b.lo for b in bs]), sympy.Max(*[b.hi for b in bs]), exact, bits=bits)
     if not args or not isinstance(args[0], torch.Tensor):
         return None
+    if func in _DATA_TESTS and is_free(args[0]) and _holds_value(args[0].dtype, _e(args[1])):
+        # Each element is 1 or 0 as the data is or is not the constant: a new data source.
+        return IndexRange(sympy.Integer(0), sympy.Integer(1), True, True, source=_new_source())
     b0 = bounds_of(args[0])
     if b0 is None:
         return None
     if func in _SAME_VALUES:
         return b0
+    if func is aten.slice.Tensor and _whole_slice(args):
+        return b0
     if func in _SUBSET:
-        return IndexRange(b0.lo, b0.hi, False)
+        return _loosen(b0)
+    if func is aten.cumsum.default:
+        return _cumsum(args, b0)
     if func in (aten.add.Tensor, aten.sub.Tensor) and len(args) >= 2:
         b = args[1]
         alpha = kwargs.get("alpha", 1)
@@ -141,27 +279,35 @@ def output_bounds(func, args, kwargs, bounds_of, nonempty=lambda t: False) -> Op
             if bb is None:
                 return None
             if func is aten.add.Tensor:
-                return IndexRange(b0.lo + bb.lo, b0.hi + bb.hi, False)
-            return IndexRange(b0.lo - bb.hi, b0.hi - bb.lo, False)
+                return _combine(b0, bb, b0.lo + bb.lo, b0.hi + bb.hi, nonempty(args[0]) and nonempty(b))
+            return _loosen(b0, b0.lo - bb.hi, b0.hi - bb.lo)
         c = _e(b)
         if c is None:
             return None
-        return IndexRange(b0.lo + c, b0.hi + c, b0.exact) if func is aten.add.Tensor else \
-            IndexRange(b0.lo - c, b0.hi - c, b0.exact)
+        return IndexRange(b0.lo + c, b0.hi + c, b0.exact, b0.uniform, b0.source, b0.bits) \
+            if func is aten.add.Tensor else IndexRange(b0.lo - c, b0.hi - c, b0.exact, b0.uniform, b0.source, b0.bits)
     if func is aten.rsub.Scalar and len(args) >= 2:
         c = _e(args[1])
         if c is None or kwargs.get("alpha", 1) != 1:
             return None
-        return IndexRange(c - b0.hi, c - b0.lo, b0.exact)
+        # Decreasing in the data: ends of a data source are no longer attained together.
+        return IndexRange(c - b0.hi, c - b0.lo, b0.exact and b0.source is None, b0.uniform, None, b0.bits)
     if func is aten.neg.default:
-        return IndexRange(-b0.hi, -b0.lo, b0.exact)
-    if func is aten.mul.Tensor and len(args) >= 2 and not isinstance(args[1], torch.Tensor):
+        return IndexRange(-b0.hi, -b0.lo, b0.exact and b0.source is None, b0.uniform, None, b0.bits)
+    if func is aten.mul.Tensor and len(args) >= 2:
+        if isinstance(args[1], torch.Tensor):
+            bb = bounds_of(args[1])
+            if bb is None:
+                return None
+            if _nonneg(b0.lo) and _nonneg(bb.lo):
+                return _combine(b0, bb, b0.lo * bb.lo, b0.hi * bb.hi, nonempty(args[0]) and nonempty(args[1]))
+            return None
         c = _e(args[1])
         if c is None or not c.is_Integer:
             return None
         if c >= 0:
-            return IndexRange(c * b0.lo, c * b0.hi, b0.exact)
-        return IndexRange(c * b0.hi, c * b0.lo, b0.exact)
+            return IndexRange(c * b0.lo, c * b0.hi, b0.exact, b0.uniform, b0.source, b0.bits)
+        return IndexRange(c * b0.hi, c * b0.lo, b0.exact and b0.source is None, b0.uniform, None, b0.bits)
     if func in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
         if func is aten.clamp.default:
             mn = args[1] if len(args) > 1 else kwargs.get("min")
@@ -179,8 +325,56 @@ def output_bounds(func, args, kwargs, bounds_of, nonempty=lambda t: False) -> Op
                 return None
             lo, hi = f(lo, c), f(hi, c)
         # Clamping maps the smallest value to the smallest: ends stay attained.
-        return IndexRange(lo, hi, b0.exact)
+        return IndexRange(lo, hi, b0.exact, b0.uniform, b0.source, b0.bits)
     return None
+
+
+def _holds_value(dtype, c) -> bool:
+    """Whether an element of ``dtype`` can equal the integer ``c`` (so ``x == c`` can be 1 or 0)."""
+    if c is None:
+        return False
+    if dtype is torch.bool:
+        return c in (0, 1)
+    if dtype.is_floating_point:
+        return abs(c) <= 2 ** _MANTISSA.get(dtype, 8)
+    if dtype.is_complex:
+        return False
+    info = torch.iinfo(dtype)
+    return info.min <= c <= info.max
+
+
+def _whole_slice(args) -> bool:
+    """``x[a:b]`` that keeps every element along its dim (``x[:, 0:]``)."""
+    start = args[2] if len(args) > 2 else 0
+    end = args[3] if len(args) > 3 else None
+    step = args[4] if len(args) > 4 else 1
+    return start in (0, None) and step == 1 and (end is None or (isinstance(end, int) and end >= 2 ** 62))
+
+
+def keeps_free(func) -> bool:
+    """Whether ``func``'s output holds unconstrained data when input 0 does (a view of it).
+
+    >>> keeps_free(aten.view.default), keeps_free(aten._to_copy.default)
+    (True, False)
+    """
+    return (func in _SAME_VALUES or func in _SUBSET) and func is not aten._to_copy.default
+
+
+def declared_range(lo: int, hi: int) -> IndexRange:
+    """The range of an input whose spec declares its values ``in lo..hi``: a data source.
+
+    >>> declared_range(0, 1).hi
+    1
+    """
+    return IndexRange(sympy.Integer(lo), sympy.Integer(hi), True, True, source=_new_source())
+
+
+_SOURCES = [0]
+
+
+def _new_source() -> int:
+    _SOURCES[0] += 1
+    return _SOURCES[0]
 
 
 def lookup_conditions(r: IndexRange, n, lower: str):
@@ -286,11 +480,15 @@ def lookup_checks(func, args, bounds_of, nonempty=lambda t: False):
         r = bounds_of(idx)
         if r is None or n is None or not r.exact:
             continue
+        if r.bits is not None and not (n.is_Integer and n <= 2 ** (r.bits - 2)):
+            continue  # rounding in a float dtype could decide: eager's kernel does, at run time
         empty = None if nonempty(idx) else sympy.Eq(_numel(idx), 0)
         lo_c, hi_c = lookup_conditions(r, n, lower)
         least = "0" if lower == "zero" else f"-{n}"
         for c, v in ((lo_c, r.lo), (hi_c, r.hi)):
             msg = _eager_message(name, v, n, what) + f" ({name} admits indices from {least} to {n} - 1)"
+            if r.source is not None:
+                msg += f"; the indices are computed from the program's data and reach {v} for some data"
             out.append((c if empty is None else sympy.Or(empty, c), msg, exc))
     return out
 

@@ -125,6 +125,13 @@ class TracedProgram:
                 raise SpecError(f"input {s.name} has {t.dim()} dims, the spec `{s}` has {len(s.dims)}")
             if t.dtype != s.dtype:
                 raise SpecError(f"input {s.name} has dtype {t.dtype}, the spec `{s}` says {s.dtype}")
+            if s.values is not None and t.numel() and t.device.type != "meta":
+                lo, hi = int(t.min()), int(t.max())
+                if lo < s.values[0] or hi > s.values[1]:
+                    raise GuardViolation(
+                        f"input {s.name} holds {lo if lo < s.values[0] else hi}, outside the values "
+                        f"{s.values[0]}..{s.values[1]} its spec `{s}` declares; the trace relied on them "
+                        f"(fix the data, or declare the range the data has)")
             for i, d in enumerate(s.dims):
                 n = int(t.shape[i])
                 where = f"{s.name}.shape[{i}]"
@@ -199,12 +206,18 @@ class TracedProgram:
                 kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
                 kwargs = _real_device(kwargs, device)
                 out = node.target(*args, **kwargs)
+                if isinstance(out, torch.Tensor) and not out.is_contiguous() and self._traced_contiguous(node):
+                    # The CPU kernel chose another layout than the meta kernel did (convolution picks
+                    # channels-last from its input); the ops after it were traced on the meta layout,
+                    # where a `.contiguous()` was a no-op that left no node.
+                    out = out.contiguous()
                 env[node] = out
                 bindings = node.meta.get("unbacked_bindings")
                 if bindings:
                     first = out[0] if isinstance(out, (tuple, list)) else out
                     for u, path in bindings.items():
-                        sym_vals[u] = int(first.shape[path[1]]) if path[0] == "size" else first
+                        sym_vals[u] = int(first.shape[path[1]]) if path[0] == "size" else \
+                            int(first.storage_offset()) if path[0] == "storage_offset" else first
                     still = []
                     for g in pending:
                         if g.expr.free_symbols <= sym_vals.keys():
@@ -218,6 +231,14 @@ class TracedProgram:
                 leaves = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
                 return pytree.tree_unflatten(leaves, self.out_spec)
         raise RuntimeError("graph has no output node")
+
+    def _traced_contiguous(self, node) -> bool:
+        """Whether ``node``'s output was contiguous in the trace, at every size (cached)."""
+        cache = self.__dict__.setdefault("_contiguous_cache", {})
+        if node not in cache:
+            v = node.meta.get("val")
+            cache[node] = isinstance(v, torch.Tensor) and _contiguous_strides(v)
+        return cache[node]
 
     @property
     def graph_module(self) -> torch.fx.GraphModule:
@@ -376,3 +397,18 @@ class UntracedOutput:
 
     def __repr__(self) -> str:
         return f"<untraced {self._typename}>"
+
+
+def _contiguous_strides(t: torch.Tensor) -> bool:
+    """Whether a (symbolic) tensor's strides are the row-major ones of its shape, as expressions."""
+    expected = sympy.Integer(1)
+    for size, stride in reversed(list(zip(t.shape, t.stride()))):
+        size, stride = _expr(size), _expr(stride)
+        if size != 1 and sympy.expand(stride - expected) != 0:
+            return False
+        expected = expected * size
+    return True
+
+
+def _expr(x):
+    return x.node.expr if isinstance(x, torch.SymInt) else sympy.Integer(int(x))

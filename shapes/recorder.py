@@ -115,13 +115,24 @@ class Recorder(TorchDispatchMode):
         if self.progress is not None:
             self.count += 1
             self.progress(self.count)
-        if index_bounds.writes_integer_tensor(func, args, kwargs):
+        written = index_bounds.written_tensors(func, args, kwargs)
+        if written:
             # An in-place write changes the values of the tensor and of every view of it.
-            b.value_bounds.clear()
-        if isinstance(out, torch.Tensor) and not out.dtype.is_floating_point:
-            vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty)
+            if any(not t.dtype.is_floating_point for t in written):
+                b.value_bounds.clear()
+            else:
+                b.value_bounds = {k: v for k, v in b.value_bounds.items() if v.bits is None}
+            # Any view of an input may be written: no input of that kind of dtype is free data any more.
+            kinds = {t.dtype.is_floating_point for t in written}
+            b.free_values = {k: f for k, f in b.free_values.items() if f not in kinds}
+        if isinstance(out, torch.Tensor):
+            vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty, out.dtype,
+                                            lambda t: id(t) in b.free_values)
             if vb is not None:
                 b.value_bounds[id(out)] = vb
+            if args and isinstance(args[0], torch.Tensor) and id(args[0]) in b.free_values \
+                    and index_bounds.keeps_free(func) and not written:
+                b.free_values[id(out)] = out.dtype.is_floating_point
         return out
 
     def _nonempty(self, t) -> bool:

@@ -40,7 +40,8 @@ DTYPES = {
     "c128": torch.complex128, "complex128": torch.complex128,
 }
 
-_SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*:\s*([A-Za-z_0-9]+)\s*\[(.*)\]\s*$")
+_SPEC = re.compile(r"^\s*([A-Za-z_][A-Za-z_0-9]*)\s*:\s*([A-Za-z_0-9]+)\s*\[(.*)\]"
+                   r"(?:\s+in\s+(-?\d+)\s*\.\.\s*(-?\d+))?\s*$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z_0-9]*$")
 
 
@@ -141,16 +142,26 @@ def dim_names(dims) -> list[str]:
 
 @dataclass(frozen=True)
 class InputSpec:
-    """One tensor input: its name, dtype and dims (names or ints)."""
+    """One tensor input: its name, dtype, dims (names or ints), and the values it may hold.
+
+    ``values``: ``(lo, hi)`` for an integer input declared ``in lo..hi``
+    (``"attention_mask: i64[B, T] in 0..1"``): the trace knows its values
+    lie there, and a run checks it.
+
+    >>> parse_spec("m: i64[B, T] in 0..1").values
+    (0, 1)
+    """
 
     name: str
     dtype: torch.dtype
     dims: tuple
     text: str = ""
+    values: Optional[tuple] = None
 
     def __str__(self) -> str:
         short = {v: k for k, v in reversed(list(DTYPES.items()))}
-        return f"{self.name}: {short.get(self.dtype, str(self.dtype))}[{', '.join(map(str, self.dims))}]"
+        vals = f" in {self.values[0]}..{self.values[1]}" if self.values else ""
+        return f"{self.name}: {short.get(self.dtype, str(self.dtype))}[{', '.join(map(str, self.dims))}]{vals}"
 
 
 def parse_spec(text: Union[str, InputSpec]) -> InputSpec:
@@ -162,14 +173,24 @@ def parse_spec(text: Union[str, InputSpec]) -> InputSpec:
     m = _SPEC.match(text)
     if not m:
         raise SpecError(
-            f"malformed input spec {text!r}: expected \"NAME: DTYPE[DIM, ...]\", for example \"x: f32[B, T, 768]\""
+            f"malformed input spec {text!r}: expected \"NAME: DTYPE[DIM, ...]\" (optionally \"in LOW..HIGH\" for an "
+            f"integer input's values), for example \"x: f32[B, T, 768]\""
         )
-    name, dt, body = m.groups()
+    name, dt, body, vlo, vhi = m.groups()
     if dt.lower() not in DTYPES:
         raise SpecError(
             f"unknown dtype {dt!r} in input spec {text!r}; known dtypes: "
             + ", ".join(k for k in DTYPES if len(k) <= 4)
         )
+    values = None
+    if vlo is not None:
+        dtype = DTYPES[dt.lower()]
+        if dtype.is_floating_point or dtype.is_complex:
+            raise SpecError(f"input spec {text!r} declares values 'in {vlo}..{vhi}' for a {dt} input; value "
+                            f"ranges are for integer inputs (\"mask: i64[B, T] in 0..1\")")
+        if int(vlo) > int(vhi):
+            raise SpecError(f"input spec {text!r}: empty value range {vlo}..{vhi}; write it as LOW..HIGH")
+        values = (int(vlo), int(vhi))
     dims = []
     body = body.strip()
     if body:
@@ -190,7 +211,7 @@ def parse_spec(text: Union[str, InputSpec]) -> InputSpec:
                         f"bad dim {part!r} at position {i} of input spec {text!r} ({e}): a dim is a name "
                         f"(B, seq_len), a non-negative integer, or an expression over names (2*T, T + 1)"
                     ) from None
-    return InputSpec(name, DTYPES[dt.lower()], tuple(dims), text)
+    return InputSpec(name, DTYPES[dt.lower()], tuple(dims), text, values)
 
 
 @dataclass(frozen=True)

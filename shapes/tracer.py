@@ -57,6 +57,8 @@ class _GraphBuilder:
         self.constants: dict[str, torch.Tensor] = {}
         self.module_stack: list[tuple[str, str]] = []
         self.value_bounds: dict[int, tuple] = {}
+        # Tensors holding data the program does not constrain: its inputs and their views.
+        self.free_values: dict[int, bool] = {}  # id -> whether its dtype is floating
         # Set when the trace records a backward pass (trace(..., backward=...)).
         self.track_autograd = False
         self.phase: Optional[str] = None
@@ -69,6 +71,7 @@ class _GraphBuilder:
     def add_placeholder(self, name: str, t: torch.Tensor) -> torch.fx.Node:
         node = self.graph.placeholder(name)
         node.meta["val"] = t
+        self.free_values[id(t)] = t.dtype.is_floating_point
         self._set_shape_meta(node, t)
         self.tensor_nodes[id(t)] = (t, node)
         for i, s in enumerate(t.shape):
@@ -220,7 +223,9 @@ class _GraphBuilder:
                     self.sym_nodes[u] = node
                 else:
                     src = self.tensor_nodes[id(first)][1]
-                    sn = self.graph.call_function(torch.ops.aten.sym_size.int, (src, path[1]))
+                    sn = self.graph.call_function(torch.ops.aten.sym_storage_offset.default, (src,)) \
+                        if path[0] == "storage_offset" else \
+                        self.graph.call_function(torch.ops.aten.sym_size.int, (src, path[1]))
                     sn.meta["expr"] = u
                     self.sym_nodes[u] = sn
         return node
@@ -379,6 +384,10 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         if backward is not None and s.name in requires_grad:
             t.requires_grad_()
         builder.add_placeholder(s.name, t)
+        if s.values is not None:
+            # Declared values: each element independently anywhere in the range, like a data source.
+            builder.free_values.pop(id(t), None)
+            builder.value_bounds[id(t)] = index_bounds.declared_range(*s.values)
         inputs.append(t)
 
     state = module_state(program, builder.add_attr, trainable=backward is not None)

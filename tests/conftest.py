@@ -37,13 +37,6 @@ def _translation_validation_for_engine_tests(request):
 #: reports XPASS once fixed.  Listed here, in one place, so none hides; the closing note and the
 #: issues name them.
 KNOWN_GAPS = {
-    "tests/test_opinfo_conformance.py::test_corpus_slice_sound_and_guard_counts":
-        "guard counts compared with make_fx assume the 0/1 policy; under 'size 1 is a size' symshape "
-        "keeps guards such as K != 1 that the comparison does not yet discount",
-    "tests/test_opinfo_conformance.py::test_ops_whose_kernels_read_int_sizes_specialize_like_torch[take_along_dim]":
-        "size-1 guards (K != 1, N != 1) now appear beside the specializations this test expects alone",
-    "tests/test_opinfo_conformance.py::test_fft_ortho_stays_symbolic[irfft]":
-        "irfft records C >= 2 under the size-1 policy (torch's 0/1 policy hides it)",
     "tests/test_edges.py::test_storage_overflow_is_a_limit_with_eagers_message":
         "after the merge the overflow class of x.repeat(N, N) carries no error record (its outcome is the "
         "eager limit but dinfer does not attach eager's message)",

@@ -157,6 +157,11 @@ def nonzero_slice(x, mask):
     return x[:n]
 
 
+def nonzero_split(x, mask):
+    n = mask.nonzero().shape[0]
+    return x.split(n)
+
+
 def nonzero_slice_checked(x, mask):
     n = mask.nonzero().shape[0]
     torch._check(n <= x.shape[0])

@@ -126,13 +126,23 @@ def test_matmul_gives_inner_dim_equality():
 
 
 def test_branch_on_data_dependent_size_names_the_user_line():
+    # How many pieces x.split(n) makes depends on data: torch.export stops there too.
     with pytest.raises(DataDependentError) as ei:
-        shapes.trace(P.nonzero_slice, "x: f32[N, 4]", "mask: bool[M]")
+        shapes.trace(P.nonzero_split, "x: f32[N, 4]", "mask: bool[M]")
     err = ei.value
-    src, start = inspect.getsourcelines(P.nonzero_slice)
+    src, start = inspect.getsourcelines(P.nonzero_split)
     assert err.provenance.filename == inspect.getsourcefile(P)
-    assert err.provenance.lineno == start + 2 and "x[:n]" in err.provenance.code
-    assert "torch._check" in str(err) and "aten.slice" in str(err)
+    assert err.provenance.lineno == start + 2 and "x.split(n)" in err.provenance.code
+    assert "torch._check" in str(err) and "aten.split" in str(err)
+
+
+def test_slice_to_a_data_dependent_end_clamps_like_python():
+    # x[:n] with n unrelated to N: torch's fake kernel gives min(n, N) rows, and so does symshape.
+    tp = shapes.trace(P.nonzero_slice, "x: f32[N, 4]", "mask: bool[M]")
+    assert [str(s) for s in tp.output_shapes[0]] == ["Min(N, u0)", "4"]
+    x = torch.randn(5, 4)
+    for mask in (torch.ones(3, dtype=torch.bool), torch.ones(9, dtype=torch.bool)):
+        assert torch.equal(tp.run(x, mask), P.nonzero_slice(x, mask))
 
 
 def test_user_branch_on_unbacked_raises():
@@ -255,3 +265,37 @@ def test_program_that_raises_names_the_line_and_path():
     src, start = inspect.getsourcelines(P.raises_on_small)
     assert err.provenance.lineno == start + 2
     assert [str(g.expr) for g in err.path] == ["B < 4"]
+
+
+class _ChannelsLastConvThenGroupNorm(torch.nn.Module):
+    """The CPU convolution returns channels-last for a channels-last input (the meta kernel: contiguous)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 6, 1)
+        self.norm = torch.nn.GroupNorm(2, 6)
+
+    def forward(self, x):
+        y = self.conv(x.contiguous(memory_format=torch.channels_last))
+        b, c, h, w = y.shape
+        # group_norm makes its input contiguous in C++: a no-op on the meta layout, so no node.
+        return self.norm(y.view(b, c, h * w).transpose(1, 2).transpose(1, 2))
+
+
+def test_run_follows_the_traced_layout_where_the_cpu_kernel_picks_another():
+    model = _ChannelsLastConvThenGroupNorm()
+    tp = shapes.trace(model, "x: f32[B, 8, H, W]")
+    for size in [(2, 8, 5, 6), (1, 8, 3, 4)]:
+        x = torch.randn(size)
+        torch.testing.assert_close(tp.run(x), model(x))
+
+
+def test_a_data_dependent_question_torch_rewraps_stays_data_dependent():
+    # unflatten's C++ binding catches the engine's DataDependentError and raises its text as a
+    # RuntimeError: the trace must still say "data-dependent", never blame the program (TraceError).
+    def f(x, mask):
+        return x.unflatten(0, (mask.nonzero().shape[0], -1))
+
+    with pytest.raises(DataDependentError) as ei:
+        shapes.trace(f, "x: f32[N, 4]", "mask: bool[M]")
+    assert not isinstance(ei.value, TraceError)

@@ -349,7 +349,8 @@ class InputSpace:
             elif c.message:
                 lines.append(_clip(f"{pad}{c.message}", width))
             if c.status is Status.OK and c.output_shapes:
-                shapes = ", ".join("[" + ", ".join(to_python(e) for e in s) + "]" for s in c.output_shapes[:2])
+                shapes = ", ".join("[" + ", ".join(to_python(e, c.names) for e in s) + "]"
+                                   for s in c.output_shapes[:2])
                 more = f" (+{len(c.output_shapes) - 2} more)" if len(c.output_shapes) > 2 else ""
                 lines.append(_clip(f"{pad}output {shapes}{more}", width))
             for dc in (c.data_conditions if c.status is not Status.DATA_DEPENDENT else ()):

@@ -13,9 +13,14 @@ eager at the traced sizes and at other sizes:
 * *unsound accept*: symshape's guards accept sizes that torch's guards
   reject, and eager fails there;
 * guard counts: the distinct conditions among symshape's guards and
-  runtime asserts (the 0/1 policy excluded, as torch does not record it)
-  against those among torch's guards and runtime asserts, conjunctions
-  counted by conjunct.
+  runtime asserts against those among torch's guards and runtime asserts,
+  conjunctions counted by conjunct.  torch's 0/1 policy makes every dim
+  whose example is 0 or 1 a constant and assumes every other dim >= 2,
+  recording neither; symshape treats size 1 as a size and keeps such
+  conditions (``K != 1``, ``C >= 2``) as guards.  A symshape condition
+  that holds wherever torch's policy puts the sizes is therefore counted
+  apart (``sym_size_one_guards``), not against symshape: the comparison
+  is of what each tracer requires beyond its own size policy.
 
 Other sizes come from uniform moves of every dim (+1, x2, -1), random moves
 of each dim, and Z3 models of symshape's own guard set, so sizes that only
@@ -43,7 +48,8 @@ from torch.utils import _pytree as pytree
 
 from .dinfer.limits import TraceTimeout, time_limit
 
-__all__ = ["SampleResult", "Summary", "corpus", "run_case", "run_op", "run_corpus", "summarize", "table"]
+__all__ = ["SampleResult", "Summary", "corpus", "run_case", "run_op", "run_corpus", "split_size_one", "summarize",
+           "table"]
 
 
 def op_db():
@@ -70,6 +76,7 @@ class SampleResult:
     torch_status: str = "ok"
     torch_error: str = ""
     sym_guards: int = 0
+    sym_size_one_guards: int = 0  # conditions torch's 0/1 policy assumes (not in sym_guards)
     torch_guards: int = 0
     points: int = 0
     wrong: list = field(default_factory=list)
@@ -189,10 +196,54 @@ def _conjuncts(e):
     return e.args if isinstance(e, sympy.And) else (e,)
 
 
-def _symshape_count(tp) -> int:
-    """Distinct conditions among the guards and runtime asserts (the 0/1 policy aside)."""
+def split_size_one(tp) -> tuple[set, set]:
+    """The distinct conditions of ``tp``'s guards and runtime asserts, split in two:
+    those torch's 0/1 policy would not assume, and those it assumes without recording.
+
+    >>> import shapes, torch
+    >>> tp = shapes.trace(lambda x: torch.fft.irfft(x), "x: f32[N, C]")
+    >>> counted, assumed = split_size_one(tp)
+    >>> sorted(map(str, counted)), sorted(map(str, assumed))
+    ([], ['C >= 2'])
+    """
     from shapes.guard import Decision
-    return len({c for g in tp.env.records if g.decided_by is not Decision.ZERO_ONE for c in _conjuncts(g.expr)})
+    conds = {c for g in tp.env.records if g.decided_by is not Decision.ZERO_ONE for c in _conjuncts(g.expr)}
+    ranges = _torch_size_policy(tp.env)
+    assumed = {c for c in conds if ranges is not None and _always_true(c, ranges)}
+    return conds - assumed, assumed
+
+
+def _symshape_count(tp) -> tuple[int, int]:
+    counted, assumed = split_size_one(tp)
+    return len(counted), len(assumed)
+
+
+def _torch_size_policy(env):
+    """Symbol ranges as torch's 0/1 policy sees them: example 0 or 1 a constant, other dims >= 2."""
+    from shapes.value_ranges import ValueRange
+    out = {}
+    for sym, r in env.ranges.items():
+        if sym in env.unbacked:
+            out[sym] = r
+            continue
+        try:
+            h = int(env.hint_of(sym))
+        except (TypeError, ValueError):
+            return None
+        lo, hi = (h, h) if h in (0, 1) else (max(r.lower, 2), r.upper)
+        if lo > hi:
+            return None
+        out[sym] = ValueRange(lo, hi)
+    return out
+
+
+def _always_true(cond, ranges) -> bool:
+    from shapes.value_ranges import bound
+    try:
+        b = bound(cond, ranges)
+    except Exception:  # noqa: BLE001 - an expression the range analysis does not take: counted
+        return False
+    return b.is_bool and b.lower == 1
 
 
 def _torch_trace(case, timeout):
@@ -319,7 +370,7 @@ def run_case(op, index, sample, *, timeout: Optional[float] = 30, seed: int = 0,
         with time_limit(timeout or None), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             tp = shapes.trace(case, *case.specs, dims=dict(case.hints), translation_validation=False)
-        res.sym_guards = _symshape_count(tp)
+        res.sym_guards, res.sym_size_one_guards = _symshape_count(tp)
     except (Exception, TraceTimeout) as e:  # noqa: BLE001 - every failure is a figure of the table
         res.sym_status, res.sym_error = type(e).__name__, _first_line(e)
     t1 = time.perf_counter()
@@ -403,6 +454,7 @@ class Summary:
     guards_le: int
     both_ok: int
     both_accept_eager_fails: int
+    size_one_guards: int = 0
 
     @property
     def sym_pct(self) -> float:
@@ -424,6 +476,7 @@ def summarize(results: list[SampleResult]) -> Summary:
         wrong=sum(1 for r in results if r.wrong), unsound=sum(1 for r in results if r.unsound),
         guards_le=sum(1 for r in both if r.sym_guards <= r.torch_guards), both_ok=len(both),
         both_accept_eager_fails=sum(r.both_accept_eager_fails for r in results),
+        size_one_guards=sum(r.sym_size_one_guards for r in both),
     )
 
 
@@ -436,6 +489,7 @@ def table(results: list[SampleResult]) -> str:
         ("wrong output shapes (samples)", str(s.wrong)),
         ("unsound accepts (samples)", str(s.unsound)),
         ("guards <= torch's", f"{s.guards_le}/{s.both_ok} ({s.guards_le_pct:.1f}%)"),
+        ("  size-1 guards torch assumes, apart", str(s.size_one_guards)),
         ("sizes both accept, eager fails", str(s.both_accept_eager_fails)),
         ("size points checked", str(sum(r.points for r in results))),
     ]

@@ -1,8 +1,8 @@
 """Data-dependent decisions: take the usual branch, and say what it assumed.
 
 A trace that reaches a torch op's decision on a data-dependent value
-(``x[:k]`` with ``k = y.item()`` asks whether ``k < 0``) cannot know which way
-real data go.  (A branch in the user's own code on data, ``if x.sum() > 0``,
+(``x.new_ones(k) + x`` with ``k = y.item()`` asks whether ``k == 1`` to
+broadcast) cannot know which way real data go.  (A branch in the user's own code on data, ``if x.sum() > 0``,
 is never assumed: it stays a data-dependent outcome.)
 torch.export answers such programs in one go; so does dinfer: inside
 :func:`assume_data_branches` each such decision takes the branch that holds
@@ -18,14 +18,14 @@ Example::
     >>> from shapes import trace
     >>> from validation.dinfer.assume import assume_data_branches, user_names
     >>> from guards.render import to_python
-    >>> def take(x, y):
+    >>> def add_ones(x, y):
     ...     k = y.item()
-    ...     return x[:k]
+    ...     return x.new_ones(k) + x
     >>> with assume_data_branches():
-    ...     tp = trace(take, "x: f32[N]", "y: i64[]", dims={"N": 8})
+    ...     tp = trace(add_ones, "x: f32[N]", "y: i64[]", dims={"N": 8})
     >>> names = user_names(tp.env)
     >>> [to_python(r.expr, names) for r in tp.env.records if tp.env.has_unbacked(r.expr)]
-    ['k >= 0', 'k <= x.shape[0]']
+    ['k >= 0', 'x.shape[0] == k']
 """
 from __future__ import annotations
 
@@ -114,6 +114,8 @@ def unbacked_name(env, u) -> str:
         return a.group(1) if is_value else f"{a.group(1)}.shape[0]"
     if a:
         code = a.group(2)
+    elif code.startswith("return "):
+        code = code[len("return "):]
     if code:
         return code if is_value else f"len({code})"
     return f"data_value_{u.name.lstrip('u')}"
