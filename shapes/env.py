@@ -31,7 +31,7 @@ import sympy
 from . import simplify as _simplify
 from .conditions import canonical_condition, decide_normal, normal_form
 from .errors import DataDependentError
-from .functions import FloorDiv, PyMod
+from .functions import FloorDiv, PyMod, divisors
 from .guard import Decision, Guard, GuardKind, LogEntry
 from .provenance import Provenance, capture
 from .value_ranges import INF, ValueRange, bound
@@ -705,8 +705,13 @@ class ShapeEnv:
         return True
 
     def _limit_guard(self, s, expr, provenance, message) -> Guard:
+        # The limit's sizes exist where their divisors are not 0 (B*T // B needs
+        # B != 0); elsewhere this path is not taken and the limit says nothing.
+        nonzero = [sympy.Ne(d, 0) for d in divisors(s)]
+        defined = sympy.And(*[c for c in nonzero if self.static_bool(c, log=False) is not True])
         return Guard(expr=s, kind=GuardKind.RUNTIME_ASSERT, provenance=provenance, decided_by=Decision.EAGER_LIMIT,
-                     original=expr, message=message, index=-2, symbols=tuple(sorted(s.free_symbols, key=str)))
+                     original=expr, message=message, index=-2, symbols=tuple(sorted(s.free_symbols, key=str)),
+                     defined_when=defined)
 
     # ------------------------------------------------------------------ views
 

@@ -172,6 +172,26 @@ class Where(sympy.Function):
         return self.args[1].is_integer and self.args[2].is_integer
 
 
+def divisors(expr) -> list:
+    """The divisors in ``expr`` that are not constants: where one is 0, ``expr`` is undefined.
+
+    >>> B, T = sympy.symbols("B T", integer=True)
+    >>> divisors(384 * B * FloorDiv(B * T, B) + TrueDiv(T, B + 1))
+    [B, B + 1]
+    """
+    out = []
+    for f in sympy.preorder_traversal(expr):
+        if isinstance(f, (FloorDiv, PyMod, TrueDiv)):
+            d = f.args[1]
+        elif isinstance(f, sympy.Pow) and f.exp.is_negative:
+            d = f.base
+        else:
+            continue
+        if not d.is_number and d not in out:
+            out.append(d)
+    return sorted(out, key=sympy.default_sort_key)
+
+
 #: Every function class the engine may put into an expression; validation
 #: must translate each of these (and says so explicitly when it cannot).
 ENGINE_FUNCTIONS = (FloorDiv, PyMod, TrueDiv, ToFloat, TruncToInt, Where)

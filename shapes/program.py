@@ -156,9 +156,12 @@ class TracedProgram:
         for k, v in sizes.items():
             sym = self.env.symbols[k] if isinstance(k, str) else k
             subs[sym] = sympy.Integer(v)
-        bad, undefined = [], []
+        bad, undefined, off_path = [], [], []
         for g in (self.env.constraints if constraints else []) + self.env.records + self.env.limits:
             if not g.expr.free_symbols <= subs.keys():
+                continue
+            if g.defined_when is not sympy.true and not _holds(g.defined_when, subs):
+                off_path.append(g)
                 continue
             v = _holds(g.expr, subs)
             if v is None:
@@ -167,7 +170,9 @@ class TracedProgram:
                 bad.append(g)
         # A guard that divides by zero at these sizes (C % (C // 4) at C = 3) fails too,
         # but the guard that excludes the zero divisor (C // 4 != 0) explains it best.
-        return bad + undefined
+        # A limit whose sizes do not exist here belongs to a path these sizes do not
+        # take: another record fails and says so; if none does, the sizes are refused.
+        return bad + undefined + ([] if bad or undefined else off_path)
 
     # -- running ----------------------------------------------------------------------
     def run(self, *tensors):

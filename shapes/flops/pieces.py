@@ -28,7 +28,7 @@ import sympy
 
 from ..errors import GuardViolation, SymshapeError
 from ..functions import FloorDiv, PyMod
-from ..guard import GuardKind
+from ..guard import Decision, GuardKind
 from ..spec import Dim
 
 #: At most this many dims get every combination of size-1 corners explored.
@@ -45,7 +45,7 @@ def piece_for(report, given: dict):
         bad = piece.traced.failing_guards(given)
         if not bad:
             return piece
-        outside = [g for g in bad if g.index < 0 and g.decided_by.value != "zero_one"]
+        outside = [g for g in bad if g.index < 0 and g.decided_by not in (Decision.ZERO_ONE, Decision.EAGER_LIMIT)]
         if outside:
             _refuse(report, given, outside[0])
         if all(g.kind is GuardKind.RUNTIME_ASSERT for g in bad):
