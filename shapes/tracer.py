@@ -419,7 +419,7 @@ class _Recorder(TorchDispatchMode):
                        f"'{limits.OVERFLOW_MESSAGE}...' otherwise)")
                 if not env.check_limit(cond, provenance=prov, message=msg):
                     at = [env.hint_of(s) for s in sizes]
-                    raise RuntimeError(f"{limits.OVERFLOW_MESSAGE}{at}")
+                    raise program_error(RuntimeError(f"{limits.OVERFLOW_MESSAGE}{at}"))
 
 
 class _ModuleScope:
