@@ -59,6 +59,8 @@ class ShapeEnv:
         self.ranges: dict[sympy.Symbol, ValueRange] = {}
         self.sources: dict[sympy.Symbol, list[str]] = {}
         self.unbacked: dict[sympy.Symbol, str] = {}  # symbol -> what produced it
+        # Input dims' ranges as declared (spec, dims=, 0/1 policy), before guards narrow `ranges`.
+        self.declared_ranges: dict[sympy.Symbol, ValueRange] = {}
         self.unbacked_float: set[sympy.Symbol] = set()
         self.replacements: dict[sympy.Symbol, sympy.Expr] = {}
         self.replacement_reasons: dict[sympy.Symbol, int] = {}  # -> index into records
@@ -124,6 +126,7 @@ class ShapeEnv:
         self.sources[sym] = [source] if source else []
         vr = ValueRange(lo, hi)
         self.ranges[sym] = vr
+        self.declared_ranges[sym] = vr
         self._add_axiom(sympy.And(sympy.Ge(sym, lo) if lo > -INF else sympy.true,
                                   sympy.Le(sym, hi) if hi < INF else sympy.true), "range")
         if self.specialize_zero_one:
@@ -135,7 +138,7 @@ class ShapeEnv:
                 return sympy.Integer(hint)
             # Sizes other than 0/1 are assumed >= 2: the policy behind the guard above.
             if lo < 2 <= hi:
-                self.ranges[sym] = ValueRange(2, hi)
+                self.ranges[sym] = self.declared_ranges[sym] = ValueRange(2, hi)
                 self._add_axiom(sympy.Ge(sym, 2), "zero_one_policy")
         r = self.ranges[sym]
         bounds = sympy.And(sympy.Ge(sym, r.lower) if r.lower > 0 else sympy.true,

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import sympy
 
+from ..conditions import simplify_conjunction
 from ..errors import GuardViolation, SymshapeError
 from ..functions import FloorDiv, PyMod
 from ..guard import Decision, GuardKind
@@ -133,7 +134,10 @@ def piecewise(report) -> PiecewiseCount:
 def path_condition(piece):
     """The guards of a piece's path as one condition, bounds on one dim merged."""
     env = piece.traced.env
-    conds = [g.expr for g in env.guards if g.expr.free_symbols]
+    # Under the declared ranges: env.ranges are already narrowed by these very guards.
+    conds = simplify_conjunction([g.expr for g in env.guards if g.expr.free_symbols], env.declared_ranges)
+    if conds == [sympy.false]:
+        return sympy.false
     by_sym: dict = {}
     rest = []
     for c in conds:
@@ -144,7 +148,7 @@ def path_condition(piece):
             rest.append(c)
     parts = []
     for s, cs in by_sym.items():
-        r = env.ranges.get(s)
+        r = env.declared_ranges.get(s)
         lo = r.lower if r is not None else 0
         try:
             st = sympy.And(*cs).as_set().intersect(sympy.Interval(lo, sympy.oo))
