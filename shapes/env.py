@@ -31,7 +31,7 @@ import sympy
 from . import simplify as _simplify
 from .conditions import canonical_condition, decide_normal, normal_form
 from .errors import DataDependentError
-from .functions import FloorDiv, PyMod, divisors
+from .functions import FloorDiv, PyMod, divisors, substitute
 from .guard import Decision, Guard, GuardKind, LogEntry
 from .provenance import Provenance, capture
 from .value_ranges import INF, ValueRange, bound
@@ -555,7 +555,7 @@ class ShapeEnv:
         e = self._apply_replacements(expr)
         if self.has_unbacked(e):
             return None
-        v = e.xreplace(self._hint_subs)
+        v = substitute(e, self._hint_subs)
         if v is sympy.true or v is sympy.false:
             return bool(v)
         if not v.is_number:

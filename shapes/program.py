@@ -12,6 +12,7 @@ from torch.utils import _pytree as pytree
 
 from .env import ShapeEnv
 from .errors import GuardViolation, SpecError
+from .functions import substitute
 from .guard import Decision, Guard, GuardKind
 from .spec import DimExpr
 
@@ -246,7 +247,7 @@ class TracedProgram:
 def _holds(expr, subs):
     """``expr`` at ``subs``: True/False, or None where it divides by zero."""
     try:
-        v = expr.xreplace(subs)
+        v = substitute(expr, subs)
     except ZeroDivisionError:
         return None
     if v is sympy.true or v is sympy.false:
