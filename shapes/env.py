@@ -34,6 +34,7 @@ from .errors import DataDependentError
 from .functions import FloorDiv, PyMod, divisors, substitute
 from .guard import Decision, Guard, GuardKind, LogEntry
 from .provenance import Provenance, capture
+from .python_syntax import to_python
 from .value_ranges import INF, ValueRange, bound
 
 _NO_FALLBACK = object()
@@ -599,7 +600,7 @@ class ShapeEnv:
         hint = self.hint_of(s)
         if hint is None:
             from .errors import TracerLimitation
-            raise TracerLimitation(f"symshape: cannot evaluate {s}: it has no example value")
+            raise TracerLimitation(f"symshape: cannot evaluate {to_python(s)}: it has no example value")
         prov = provenance or capture(self._current_op())
         if is_bool:
             cond = s if hint else _negate(s)
@@ -611,7 +612,7 @@ class ShapeEnv:
             return bool(hint)
         self._record(sympy.Eq(s, hint), GuardKind.SPECIALIZATION, prov,
                      decided_by if decided_by is not Decision.HINT else Decision.INT_CONVERSION,
-                     message=f"the size {s} was converted to the int {hint}", original=sympy.Eq(expr, hint))
+                     message=f"the size {to_python(s)} was converted to the int {hint}", original=sympy.Eq(expr, hint))
         return hint
 
     def _layout_only(self, expr, s, size_oblivious: bool, cpp_site=None) -> Optional[bool]:

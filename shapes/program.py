@@ -13,6 +13,7 @@ from torch.utils import _pytree as pytree
 from .env import ShapeEnv
 from .errors import GuardViolation, SpecError
 from .functions import substitute
+from .python_syntax import to_python
 from .guard import Decision, Guard, GuardKind
 from .spec import DimExpr
 
@@ -331,7 +332,7 @@ def _violation_message(g: Guard, vals) -> str:
         what = "input constraint"
     how = "fails" if _holds(g.expr, {k: sympy.sympify(v) for k, v in vals.items()
                                       if not isinstance(v, torch.Tensor)}) is not None else "divides by zero"
-    return f"{what} {g.expr} {how} at {at}; it comes from {g.provenance}"
+    return f"{what} {to_python(g.expr)} {how} at {at}; it comes from {g.provenance}"
 
 
 def _fetch_attr(mod, target: str):

@@ -33,6 +33,7 @@ from .errors import (EngineFailure, SpecError, SymshapeError, TraceError, Tracer
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from .program import TracedProgram
 from .provenance import Provenance, is_engine_file, is_library_file, capture
+from .python_syntax import to_python
 from .spec import Dim, DimExpr, default_hints, parse_dims, parse_specs
 from .size_oblivious import decided_bool_flags
 from .symnode import sym_value
@@ -164,7 +165,7 @@ class _GraphBuilder:
                 self.sym_nodes[e] = node
                 return node
             if src is None:
-                raise UnsupportedOpError(f"symshape: no graph value defines the symbol {e} (a dim named only "
+                raise UnsupportedOpError(f"symshape: no graph value defines the symbol {to_python(e)} (a dim named only "
                                          f"inside a spec expression must appear there as a*{e} + b)")
             node = g.call_function(torch.ops.aten.sym_size.int, (src[0], src[1]))
             node.meta["expr"] = e
@@ -182,7 +183,7 @@ class _GraphBuilder:
             node = fold(operator.add)
         elif e.is_Mul:
             if any(a.is_Rational and not a.is_Integer for a in e.args):
-                raise UnsupportedOpError(f"symshape: cannot emit the fractional size expression {e}")
+                raise UnsupportedOpError(f"symshape: cannot emit the fractional size expression {to_python(e)}")
             node = fold(operator.mul)
         elif e.is_Pow:
             node = g.call_function(operator.pow, tuple(args))
@@ -217,7 +218,7 @@ class _GraphBuilder:
         elif isinstance(e, sympy.Or):
             node = fold(operator.or_)
         else:
-            raise TracerLimitation(f"symshape: cannot emit the size expression {e} ({type(e).__name__})")
+            raise TracerLimitation(f"symshape: cannot emit the size expression {to_python(e)} ({type(e).__name__})")
         if isinstance(node, torch.fx.Node):
             node.meta["expr"] = e
         return node
@@ -414,7 +415,7 @@ class _Recorder(TorchDispatchMode):
                 continue
             maybe_zero = lambda s: env.static_bool(sympy.Ge(s, 1), log=False) is not True  # noqa: E731
             for cond, what in limits.storage_conditions(sizes, t.element_size(), maybe_zero):
-                msg = (f"{func}: the {what} of a {t.dtype} tensor of sizes {list(sizes)} must fit in "
+                msg = (f"{func}: the {what} of a {t.dtype} tensor of sizes [{', '.join(to_python(s) for s in sizes)}] must fit in "
                        f"{'uint64' if what == 'size product' else 'int64'} (eager raises "
                        f"'{limits.OVERFLOW_MESSAGE}...' otherwise)")
                 if not env.check_limit(cond, provenance=prov, message=msg):

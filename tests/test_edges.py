@@ -257,6 +257,53 @@ def test_run_raises_a_guard_violation_not_zero_division():
     assert len({g.expr for g in tp.records}) == len(tp.records)  # no guard twice
 
 
+def test_run_prints_conditions_in_python_syntax():
+    # A semantic size-1 guard (broadcast) and a float modulo: neither reads as sympy (Ne(T, 1), Mod).
+    def f(x, y):
+        if (x.shape[0] / 2) % 4 > 3:
+            return x + y
+        return (x + y) * 2
+    tp = shapes.trace(f, "x: f32[N, T]", "y: f32[N, 3]", dims={"N": 8, "T": 3})
+    texts = []
+    for n, t in [(7, 3), (8, 1)]:
+        with pytest.raises(GuardViolation) as info:
+            tp.run(torch.randn(n, t), torch.randn(n, 3))
+        texts.append(str(info.value))
+    assert "(N / 2) % 4" in texts[0] and " <= 3" in texts[0], texts[0]
+    assert "T == 3" in texts[1] or "T != 1" in texts[1], texts[1]
+    for text in texts:
+        assert not any(w in text for w in ("Ne(", "Eq(", "Mod(", "PyMod(", "TrueDiv(")), text
+
+
+def test_limit_of_a_path_says_nothing_where_its_sizes_do_not_exist():
+    # Linear on [B, T, 32] views its output as [B, (B*T) // B, 96]: the storage limit of
+    # that tensor exists where B != 0.  At B = 0 this path is not taken (its guards say
+    # so); the limit must not refuse B = 0 as if eager's limit failed there.
+    from tests.programs import MLP
+    tp = shapes.trace(MLP(32, 96).eval(), "x: f32[B, T, 32]", dims={"B": (0, 64), "T": (0, 64)})
+    (lim,) = [g for g in tp.limits if g.expr.has(sympy.floor) or "//" in str(g.expr)] or [None]
+    assert lim is not None and lim.defined_when == sympy.Ne(tp.symbol("B"), 0)
+    bad = tp.failing_guards({"B": 0, "T": 5})
+    assert bad and lim not in bad and all(g.decided_by.value != "eager_limit" for g in bad)
+    report = shapes.count_flops(MLP(32, 96).eval(), "x: f32[B, T, 32]", dims={"B": (0, 64), "T": (0, 64)})
+    assert report.evaluate({"B": 0, "T": 5}) == 0 and report.evaluate({"B": 3, "T": 0}) == 0
+
+
+def test_reshape_of_an_empty_tensor_fails_like_eager():
+    # eager checks (n > 0 && m % n == 0) || m == n and never computes m % 0; at B = 0 the
+    # trace must reach eager's own error, not divide by zero inside symshape.
+    def unfold_pairs(x):
+        return x.unfold(-1, 4, 2).reshape(x.shape[0], -1, 8)
+    with pytest.raises(RuntimeError, match="cannot reshape tensor of 0 elements") as eager:
+        unfold_pairs(torch.zeros(0, 8))
+    with pytest.raises(TraceError, match="cannot reshape tensor of 0 elements") as traced:
+        shapes.trace(unfold_pairs, "x: f32[B, N]", dims={"B": (0, 8, 0), "N": (0, 8, 8)})
+    assert type(traced.value.exc) is type(eager.value)
+    tp = shapes.trace(unfold_pairs, "x: f32[B, N]", dims={"B": (0, 8, 2), "N": (0, 8, 6)})
+    assert tp.failing_guards({"B": 0, "N": 6})  # the reshape's assert, evaluated as eager does
+    assert not tp.failing_guards({"B": 3, "N": 6})
+
+
 # ---------------------------------------------------------------------------- 6. smaller
 
 
