@@ -185,7 +185,7 @@ class TracedProgram:
         """
         sym_vals = self.bind_sizes(tensors)
         for g in self.failing_guards(sym_vals):
-            raise GuardViolation(_violation_message(g, sym_vals), guard=g, values=sym_vals)
+            raise GuardViolation(violation_message(g, sym_vals), guard=g, values=sym_vals)
         # Every guard held: the size arithmetic of the graph below is defined.
         device = tensors[0].device if tensors else torch.device("cpu")
         mod = self.program if isinstance(self.program, torch.nn.Module) else None
@@ -217,7 +217,7 @@ class TracedProgram:
                         if g.expr.free_symbols <= sym_vals.keys():
                             subs = {k: sympy.sympify(v) for k, v in sym_vals.items()}
                             if not _holds(g.expr, subs):
-                                raise GuardViolation(_violation_message(g, sym_vals), guard=g, values=sym_vals)
+                                raise GuardViolation(violation_message(g, sym_vals), guard=g, values=sym_vals)
                         else:
                             still.append(g)
                     pending = still
@@ -322,7 +322,15 @@ def _path_text(path) -> str:
     return text
 
 
-def _violation_message(g: Guard, vals) -> str:
+def violation_message(g: Guard, vals) -> str:
+    """What a :class:`GuardViolation` says: which record fails, at which sizes, from where.
+
+    >>> import shapes, sympy
+    >>> tp = shapes.trace(lambda x: x.view(-1, 4), "x: f32[N]", dims={"N": 8})
+    >>> g = tp.runtime_asserts[0]
+    >>> violation_message(g, {tp.symbol("N"): 6}).split(";")[0]
+    'runtime assert N % 4 == 0 fails at N=6'
+    """
     at = ", ".join(f"{k}={v}" for k, v in vals.items() if not isinstance(v, torch.Tensor))
     what = {GuardKind.GUARD: "guard", GuardKind.SPECIALIZATION: "specialization",
             GuardKind.RUNTIME_ASSERT: "runtime assert"}[g.kind]
