@@ -16,8 +16,16 @@ need ``0 <= i < n``; advanced indexing (``x[idx]``, ``index_put``),
 An interval is *exact* when both ends are values the tensor holds (if it
 holds any): only then is "the end is in range" the same condition as "every
 index is in range", so only exact intervals become asserts.  A loose
-interval (``a + b`` of two index tensors, a slice) gives no assert, like an
-index tensor computed from data: what it holds is not known.
+interval (``a + b`` of two index tensors, a slice) is a sufficient
+condition only: it becomes a *guard* (the trace covers the sizes where it
+holds) and where it fails at the example sizes the trace stops with a
+:class:`~shapes.errors.TracerLimitation`, since eager may or may not fail
+there.  An index tensor whose values the sizes determine (built from
+``arange``, ``ones``, constants ...; see :func:`determines_values`) but
+whose range the engine cannot follow (``cumsum``, ``flip``, an in-place
+shift) stops the trace the same way: accepting every size there could
+accept sizes where eager fails.  Only an index tensor read from data (an
+input, a parameter) checks nothing: its values are not a question of sizes.
 
 Example::
 
@@ -274,23 +282,71 @@ def _eager_message(name: str, v, n, what: str) -> str:
     return f"index {v} is out of bounds for {what} with size {n}"
 
 
-def lookup_checks(func, args, bounds_of, nonempty=lambda t: False):
-    """[(condition, message, exception type)] that must hold for ``func``'s indices to be in range.
+@dataclass(frozen=True)
+class IndexCheck:
+    """One check an op that indexes by a tensor needs.
 
-    Only exact index ranges give conditions; an index tensor that may be
-    empty checks nothing then, as in eager.
+    ``kind``: ``"assert"`` (exact range: the condition is eager's own check),
+    ``"guard"`` (loose range: the condition suffices, so the trace covers the
+    sizes where it holds) or ``"unknown"`` (values the sizes determine but the
+    engine cannot bound: ``condition`` is None and the trace must stop).
+    """
+
+    condition: Optional[sympy.Basic]
+    message: str
+    exception: type
+    kind: str
+
+
+_CREATES_GARBAGE = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
+                    aten.new_empty.default, aten.new_empty_strided.default}
+
+
+def determines_values(func, tensor_args, all_determined: bool) -> bool:
+    """Whether ``func``'s outputs hold values the sizes and constants determine.
+
+    True for a deterministic op all of whose tensor arguments do
+    (``all_determined``); creation ops without tensor arguments do, except
+    the random ones and ``empty`` (whatever memory held).
+
+    >>> determines_values(aten.arange.default, [], True), determines_values(aten.randn.default, [], True)
+    (True, False)
+    """
+    if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()) or func in _CREATES_GARBAGE:
+        return False
+    return all_determined if tensor_args else True
+
+
+def lookup_checks(func, args, bounds_of, nonempty=lambda t: False, determined=lambda t: False):
+    """The :class:`IndexCheck` s ``func`` needs for its indices to be in range.
+
+    An index tensor that may be empty checks nothing then, as in eager.  An
+    index tensor read from data (not ``determined``) with no known range
+    checks nothing: what it holds is not a question of sizes.
     """
     out = []
     name = getattr(getattr(func, "overloadpacket", None), "__name__", str(func))
     for idx, n, lower, exc, what in lookups(func, args):
+        if n is None:
+            continue
         r = bounds_of(idx)
-        if r is None or n is None or not r.exact:
+        least = "0" if lower == "zero" else f"-{n}"
+        admits = f"{name} admits indices from {least} to {n} - 1"
+        if r is None:
+            if determined(idx):
+                out.append(IndexCheck(None, f"the values of the index tensor of {name} follow from the sizes, "
+                                            f"but symshape cannot bound them ({admits})", exc, "unknown"))
             continue
         empty = None if nonempty(idx) else sympy.Eq(_numel(idx), 0)
         lo_c, hi_c = lookup_conditions(r, n, lower)
-        least = "0" if lower == "zero" else f"-{n}"
         for c, v in ((lo_c, r.lo), (hi_c, r.hi)):
-            msg = _eager_message(name, v, n, what) + f" ({name} admits indices from {least} to {n} - 1)"
-            out.append((c if empty is None else sympy.Or(empty, c), msg, exc))
+            cond = c if empty is None else sympy.Or(empty, c)
+            if r.exact:
+                msg = _eager_message(name, v, n, what) + f" ({admits})"
+                out.append(IndexCheck(cond, msg, exc, "assert"))
+            else:
+                msg = (f"symshape bounds the index values of {name} only loosely (from {r.lo} to {r.hi}); "
+                       f"where that bound leaves {what} eager may or may not fail ({admits})")
+                out.append(IndexCheck(cond, msg, exc, "guard"))
     return out
 

@@ -60,6 +60,7 @@ class _GraphBuilder:
         self.constants: dict[str, torch.Tensor] = {}
         self.module_stack: list[tuple[str, str]] = []
         self.value_bounds: dict[int, tuple] = {}
+        self.determined: set[int] = set()  # ids of tensors whose values the sizes determine
         # Set when the trace records a backward pass (trace(..., backward=...)).
         self.track_autograd = False
         self.phase: Optional[str] = None
@@ -67,6 +68,10 @@ class _GraphBuilder:
 
     def bounds_of(self, t):
         return self.value_bounds.get(id(t))
+
+    def determines(self, t) -> bool:
+        """Whether the sizes and constants determine ``t``'s values (see :mod:`shapes.index_bounds`)."""
+        return id(t) in self.determined
 
     # -- registration ------------------------------------------------------------
     def add_placeholder(self, name: str, t: torch.Tensor) -> torch.fx.Node:
@@ -116,6 +121,7 @@ class _GraphBuilder:
             vb = index_bounds.constant_range(x)
             if vb is not None:  # a constant index tensor: its values are known exactly
                 self.value_bounds[id(m)] = vb
+            self.determined.add(id(m))
             self.tensor_nodes[id(x)] = (m, node)
             return m
         if isinstance(x, torch.Tensor):
@@ -360,9 +366,8 @@ class _Recorder(TorchDispatchMode):
         prov = capture(op)
         self.env.op_stack.append(op)
         try:
-            for cond, msg, exc in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty):
-                if not self.env.expect_true(cond, message=msg):
-                    raise program_error(exc(msg))
+            for chk in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty, b.determines):
+                self._index_check(chk, prov)
             for cond, msg in eager_checks.checks(func, args, kwargs):
                 if not self.env.expect_true(cond, message=msg):
                     raise program_error(RuntimeError(msg))
@@ -398,7 +403,25 @@ class _Recorder(TorchDispatchMode):
             vb = index_bounds.output_bounds(func, args, kwargs, b.bounds_of, self._nonempty)
             if vb is not None:
                 b.value_bounds[id(out)] = vb
+        tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if index_bounds.determines_values(func, tensors, all(b.determines(t) for t in tensors)):
+            b.determined.update(id(t) for _, t in limits.tensor_outputs(out))
+        else:
+            # An in-place write of values the sizes do not determine makes its target data.
+            b.determined.difference_update(id(t) for _, t in limits.tensor_outputs(out))
         return out
+
+    def _index_check(self, chk, prov):
+        """Record one :class:`~shapes.index_bounds.IndexCheck`, or stop where eager's outcome is unknown."""
+        if chk.kind == "assert":
+            if not self.env.expect_true(chk.condition, message=chk.message):
+                raise program_error(chk.exception(chk.message))
+            return
+        if chk.kind == "guard" and self.env.evaluate(chk.condition, provenance=prov):
+            return
+        raise TracerLimitation(f"symshape: at {prov.location()} {chk.message}; a limitation of "
+                               f"symshape, not an error of the program; an index tensor built by arange, + - * by "
+                               f"a constant, clamp, cat and views is followed exactly")
 
     def _nonempty(self, t) -> bool:
         n = sympy.Integer(1)

@@ -15,7 +15,7 @@ import shapes
 import shapes.env as shapes_env
 import shapes.value_ranges as value_ranges
 from shapes.env import ShapeEnv
-from shapes.errors import GuardViolation, TraceError
+from shapes.errors import GuardViolation, TraceError, TracerLimitation
 from shapes.functions import PyMod, TrueDiv
 from validation.translation import UnsoundStep, validate_env
 
@@ -374,7 +374,8 @@ def test_mutation_integer_rewrite_on_a_float_is_caught(monkeypatch):
 
 def test_an_in_place_write_forgets_index_ranges():
     """arange(N) shifted in place (seen through a view): its old range no longer holds, so it
-    must not be used (the values are then unknown, as for an index tensor read from data)."""
+    must not be used.  The sizes still determine the values, and eager fails at every N: the
+    trace must not accept any size, so it stops as symshape's limitation."""
     def fn(x):
         i = torch.arange(x.shape[0])
         j = i.view(-1)
@@ -382,5 +383,51 @@ def test_an_in_place_write_forgets_index_ranges():
         return x.index_select(0, j)
     with pytest.raises(IndexError):
         fn(torch.randn(5))
-    tp = shapes.trace(fn, "x: f32[N]", dims={"N": 5})
-    assert not tp.runtime_asserts  # values unknown now: no assert from the stale range
+    with pytest.raises(TracerLimitation, match="cannot bound them"):
+        shapes.trace(fn, "x: f32[N]", dims={"N": 5})
+
+
+# ---------------------------------------------------------------------------- 3b. loose and unknown index ranges
+
+
+def first_two_rows(x, y):
+    # Values {0, 1}; the engine knows only [0, N - 1] (a slice is a subset): loose.
+    return x.index_select(0, torch.arange(y.shape[0])[:2])
+
+
+def test_a_loose_index_range_is_a_guard_and_a_limitation_outside_it():
+    specs = ["x: f32[M]", "y: f32[N]"]
+    tp = shapes.trace(first_two_rows, *specs, dims={"M": 5, "N": 3})
+    assert not tp.runtime_asserts  # never claimed as eager's check: eager passes at N = 9, M = 5
+    (g,) = [g for g in tp.guards if g.expr.free_symbols == {tp.symbol("M"), tp.symbol("N")}]
+    assert not tp.failing_guards({"M": 5, "N": 5}) and tp.failing_guards({"M": 5, "N": 9})
+    first_two_rows(torch.randn(5), torch.randn(9))  # eager runs there ...
+    with pytest.raises(TracerLimitation, match="only loosely"):  # ... and symshape says it cannot tell
+        shapes.trace(first_two_rows, *specs, dims={"M": 5, "N": 9})
+    from validation import dinfer
+    space = dinfer(first_two_rows, *specs, dims={"M": (1, 6), "N": (1, 6)})
+    for m in range(1, 7):
+        for n in range(1, 7):
+            c = space.classify(M=m, N=n)
+            try:
+                first_two_rows(torch.randn(m), torch.randn(n))
+                eager_ok = True
+            except IndexError:
+                eager_ok = False
+            # Never the program's error where eager runs (symshape's limitation at most there),
+            # never ok where eager fails.
+            if eager_ok:
+                assert c.ok is not False and c.error is None, (m, n, c)
+            else:
+                assert c.ok is False, (m, n, c)
+
+
+def test_index_values_the_sizes_determine_but_the_engine_cannot_bound_stop_the_trace():
+    fn = lambda x, y: x.index_select(0, torch.arange(y.shape[0]).flip(0))  # noqa: E731
+    with pytest.raises(IndexError):
+        fn(torch.randn(3), torch.randn(5))  # eager fails wherever N > M
+    with pytest.raises(TracerLimitation, match="cannot bound them"):
+        shapes.trace(fn, "x: f32[M]", "y: f32[N]", dims={"M": 5, "N": 3})
+    # Indices read from data are not a question of sizes: nothing to check, the trace goes on.
+    tp = shapes.trace(lambda x, i: x.index_select(0, i), "x: f32[M]", "i: i64[K]")
+    assert not tp.runtime_asserts
