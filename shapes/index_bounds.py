@@ -43,6 +43,8 @@ from typing import Optional
 import sympy
 import torch
 
+from .python_syntax import to_python
+
 aten = torch.ops.aten
 
 
@@ -273,6 +275,7 @@ def lookups(func, args):
 
 def _eager_message(name: str, v, n, what: str) -> str:
     """The message eager raises for an index out of range (with symbolic values)."""
+    v, n = to_python(v), to_python(n)
     if name in ("embedding", "index_select"):
         return "index out of range in self"
     if name in ("take", "put", "put_"):
@@ -330,8 +333,8 @@ def lookup_checks(func, args, bounds_of, nonempty=lambda t: False, determined=la
         if n is None:
             continue
         r = bounds_of(idx)
-        least = "0" if lower == "zero" else f"-{n}"
-        admits = f"{name} admits indices from {least} to {n} - 1"
+        least = "0" if lower == "zero" else to_python(-n)
+        admits = f"{name} admits indices from {least} to {to_python(n - 1)}"
         if r is None:
             if determined(idx):
                 out.append(IndexCheck(None, f"the values of the index tensor of {name} follow from the sizes, "
@@ -345,7 +348,8 @@ def lookup_checks(func, args, bounds_of, nonempty=lambda t: False, determined=la
                 msg = _eager_message(name, v, n, what) + f" ({admits})"
                 out.append(IndexCheck(cond, msg, exc, "assert"))
             else:
-                msg = (f"symshape bounds the index values of {name} only loosely (from {r.lo} to {r.hi}); "
+                msg = (f"symshape bounds the index values of {name} only loosely (from {to_python(r.lo)} to "
+                       f"{to_python(r.hi)}); "
                        f"where that bound leaves {what} eager may or may not fail ({admits})")
                 out.append(IndexCheck(cond, msg, exc, "guard"))
     return out
