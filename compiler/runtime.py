@@ -130,11 +130,13 @@ class Variant:
         self.eager = False
         try:
             self.lp = lower(tp)
-        except Unsupported:
-            self.eager = True  # data-dependent sizes: run the graph with ATen (still correct)
+            self.steps = schedule(self.lp)
+        except (Unsupported, ZeroDivisionError):
+            # Data-dependent sizes, or a variant specialized to size 0 whose index remaps
+            # divide by that 0 (nothing to compute): run the graph with ATen (still correct).
+            self.eager = True
             STATS["eager_variants"] += 1
             return
-        self.steps = schedule(self.lp)
         self.kernels = [s for s in self.steps if isinstance(s, Kernel)]
         STATS["kernels"] += len(self.kernels)
         self.launchers = TARGETS[target].make_launchers(self.lp, self.steps)
@@ -181,13 +183,23 @@ class Variant:
         self.size_fn = compile_exprs(list(exprs), lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
 
+    def covers(self, values: tuple) -> bool:
+        """Whether this variant's guards hold at ``values`` (in ``self.symbols`` order)."""
+        try:
+            return bool(self.holds(*values))
+        except ZeroDivisionError:  # see run(): the engine's evaluation decides
+            bad = self.tp.failing_guards(dict(zip(self.symbols, values)))
+            return not [g for g in bad if g.kind is not GuardKind.RUNTIME_ASSERT]
+
     def run(self, tensors, values: tuple):
         """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
         for g, ok in self.asserts:
             try:
                 held = ok(*values)
-            except ZeroDivisionError:  # undefined at these sizes: never run past it
-                held = False
+            except ZeroDivisionError:
+                # Python's and/or ran in printed order into a zero divisor: decide it the
+                # engine's way (a defined operand decides; undefined otherwise, so it fails).
+                held = g not in self.tp.failing_guards(dict(zip(self.symbols, values)), constraints=False)
             if not held:
                 at = dict(zip(self.symbols, values))
                 raise GuardViolation(violation_message(g, at), guard=g, values=at)
@@ -317,7 +329,7 @@ class CompiledProgram:
 
     def variant_for(self, values) -> Variant:
         for v in self.variants:
-            if v.holds(*values):
+            if v.covers(values):
                 return v
         return self._add(self._trace(values))
 

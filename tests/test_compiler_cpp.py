@@ -159,3 +159,15 @@ def test_sizes_past_eagers_storage_limit_are_refused():
     with pytest.raises(GuardViolation, match=r"size limit of eager PyTorch N\*\*3 <= 9223372036854775807") as info:
         f(torch.ones(2**21, dtype=torch.uint8))
     assert info.value.guard in f.variants[0].tp.limits
+
+
+def test_sizes_zero_and_one_run_like_eager():
+    # A variant specialized to T = 0 has index remaps that divide by 0: it runs with ATen
+    # (nothing to compute), never a ZeroDivisionError from the compiler.
+    torch.manual_seed(0)
+    m = MLPBlock().eval()
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    for B, T in [(2, 3), (0, 3), (3, 0), (1, 1), (0, 0), (4, 5)]:
+        x = torch.randn(B, T, 32)
+        with torch.no_grad():
+            _close(f(x), m(x))
