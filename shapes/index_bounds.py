@@ -136,6 +136,12 @@ def output_bounds(func, args, kwargs, bounds_of, nonempty=lambda t: False) -> Op
         return None
     b0 = bounds_of(args[0])
     if b0 is None:
+        if func is aten.clamp.default:
+            # Whatever the input holds, min(max(x, lo), hi) lies in [min(lo, hi), hi] (not all of it).
+            mn = _e(args[1]) if len(args) > 1 and args[1] is not None else _e(kwargs.get("min"))
+            mx = _e(args[2]) if len(args) > 2 and args[2] is not None else _e(kwargs.get("max"))
+            if mn is not None and mx is not None:
+                return IndexRange(sympy.Min(mn, mx), mx, False)
         return None
     if func in _SAME_VALUES:
         return b0
@@ -340,6 +346,8 @@ def lookup_checks(func, args, bounds_of, nonempty=lambda t: False, determined=la
                 out.append(IndexCheck(None, f"the values of the index tensor of {name} follow from the sizes, "
                                             f"but symshape cannot bound them ({admits})", exc, "unknown"))
             continue
+        if not r.exact and not determined(idx):
+            continue  # a bound on values read from data: what eager does there is not a question of sizes
         empty = None if nonempty(idx) else sympy.Eq(_numel(idx), 0)
         lo_c, hi_c = lookup_conditions(r, n, lower)
         for c, v in ((lo_c, r.lo), (hi_c, r.hi)):
