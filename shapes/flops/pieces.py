@@ -28,6 +28,7 @@ import sympy
 
 from ..conditions import simplify_conjunction
 from ..errors import GuardViolation, SymshapeError
+from ..python_syntax import to_python as python_text
 from ..functions import FloorDiv, PyMod
 from ..guard import Decision, GuardKind
 from ..spec import Dim
@@ -175,25 +176,5 @@ def _interval_condition(s, st, fallback):
 
 
 def to_python(e) -> str:
-    """A condition or count in Python syntax (``T >= 2 and B == 1``, ``H // 2``)."""
-    if e is sympy.true:
-        return "always"
-    if isinstance(e, sympy.And):
-        return " and ".join(_paren(a) for a in e.args)
-    if isinstance(e, sympy.Or):
-        return " or ".join(_paren(a) for a in e.args)
-    if isinstance(e, sympy.Not):
-        return f"not ({to_python(e.args[0])})"
-    if isinstance(e, sympy.Rel):
-        op = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">", sympy.Ge: ">="}[type(e)]
-        return f"{to_python(e.lhs)} {op} {to_python(e.rhs)}"
-    subs = {}
-    for f in e.atoms(FloorDiv, PyMod):
-        subs[f] = sympy.Symbol(f"({to_python(f.args[0])}) {'//' if isinstance(f, FloorDiv) else '%'} "
-                               f"{to_python(f.args[1])}")
-    return str(e.xreplace(subs)) if subs else str(e)
-
-
-def _paren(a) -> str:
-    s = to_python(a)
-    return f"({s})" if isinstance(a, (sympy.And, sympy.Or)) else s
+    """A condition or count in Python syntax (``T >= 2 and B == 1``, ``H // 2``); ``always`` for true."""
+    return "always" if e is sympy.true else python_text(e)
