@@ -97,11 +97,14 @@ def simplify_conjunction(conds, ranges) -> list:
 
     >>> B, T = sympy.symbols("B T", integer=True)
     >>> from shapes.functions import PyMod
-    >>> simplify_conjunction([sympy.Eq(B * T, B), sympy.Ne(PyMod(T, 64), 0), sympy.Eq(T, 1)],
+    >>> simplify_conjunction([sympy.Eq(B * T, B), sympy.Ne(PyMod(T, 64), 0), sympy.Eq(T, 1), sympy.Eq(T, 1)],
     ...                      {B: ValueRange(1, 10), T: ValueRange(1, 128)})
     [Eq(T, 1)]
+    >>> simplify_conjunction([sympy.Eq(T, 1), sympy.Ge(B, 2 * T)], {B: ValueRange(1, 10), T: ValueRange(1, 128)})
+    [Eq(T, 1), B >= 2]
     """
-    conds = [c for c in conds if c is not sympy.true]
+    # Once each: two copies of T == 1 would each put T = 1 into the other and both go.
+    conds = list(dict.fromkeys(c for c in conds if c is not sympy.true))
     changed = True
     while changed:
         changed = False
