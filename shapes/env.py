@@ -75,6 +75,9 @@ class ShapeEnv:
         # traced program runs and searched by dinfer, but kept apart from the
         # program's own asserts (one per allocation would drown them).
         self.limits: list[Guard] = []
+        # Index lookups whose index values the sizes determine but the engine cannot bound:
+        # (provenance, message).  Nothing states where eager's index check passes there.
+        self.unchecked_indices: list = []
         self._limit_seen: set = set()
         self.log: list[LogEntry] = []
         self.op_stack: list[str] = []

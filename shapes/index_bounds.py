@@ -23,9 +23,10 @@ holds) and where it fails at the example sizes the trace stops with a
 there.  An index tensor whose values the sizes determine (built from
 ``arange``, ``ones``, constants ...; see :func:`determines_values`) but
 whose range the engine cannot follow (``cumsum``, ``flip``, an in-place
-shift) stops the trace the same way: accepting every size there could
-accept sizes where eager fails.  Only an index tensor read from data (an
-input, a parameter) checks nothing: its values are not a question of sizes.
+shift, T5's log buckets) has no condition to state: the trace keeps a note
+(``TracedProgram.unchecked_indices``) and dinfer reports the sizes it covers
+as symshape's limitation, never as ok.  Only an index tensor read from data
+(an input, a parameter) checks nothing: its values are not a question of sizes.
 
 Example::
 
@@ -298,7 +299,7 @@ class IndexCheck:
     ``kind``: ``"assert"`` (exact range: the condition is eager's own check),
     ``"guard"`` (loose range: the condition suffices, so the trace covers the
     sizes where it holds) or ``"unknown"`` (values the sizes determine but the
-    engine cannot bound: ``condition`` is None and the trace must stop).
+    engine cannot bound: ``condition`` is None; the trace notes it).
     """
 
     condition: Optional[sympy.Basic]

@@ -77,6 +77,13 @@ class TracedProgram:
         return list(self.env.limits)
 
     @property
+    def unchecked_indices(self) -> list:
+        """``[(provenance, message)]``: ops indexing by a tensor whose values the sizes
+        determine but symshape cannot bound, so no guard says where eager's index check
+        passes.  Empty for every trace whose answers cover index bounds too."""
+        return list(self.env.unchecked_indices)
+
+    @property
     def records(self) -> list[Guard]:
         return list(self.env.records)
 

@@ -417,6 +417,12 @@ class _Recorder(TorchDispatchMode):
             if not self.env.expect_true(chk.condition, message=chk.message):
                 raise program_error(chk.exception(chk.message))
             return
+        if chk.kind == "unknown":
+            # Values the sizes determine but the engine cannot follow (T5's log buckets, OPT's
+            # cumsum positions): no condition to state.  Not silent: the trace keeps a note,
+            # and dinfer reports the sizes it covers as symshape's limitation, never as ok.
+            self.env.unchecked_indices.append((prov, chk.message))
+            return
         if chk.kind == "guard" and self.env.evaluate(chk.condition, provenance=prov):
             return
         raise TracerLimitation(f"symshape: at {prov.location()} {chk.message}; a limitation of "
