@@ -22,7 +22,7 @@ holds) and where it fails at the example sizes the trace stops with a
 :class:`~shapes.errors.TracerLimitation`, since eager may or may not fail
 there.  An index tensor whose values the sizes determine (built from
 ``arange``, ``ones``, constants ...; see :func:`determines_values`) but
-whose range the engine cannot follow (``cumsum``, ``flip``, an in-place
+whose range the engine cannot follow (``cumsum``, an in-place
 shift, T5's log buckets) has no condition to state: the trace keeps a note
 (``TracedProgram.unchecked_indices``) and dinfer reports the sizes it covers
 as symshape's limitation, never as ok.  Only an index tensor read from data
@@ -66,6 +66,7 @@ _SAME_VALUES = {
     aten.alias.default, aten.detach.default, aten._to_copy.default, aten.contiguous.default,
     aten.repeat.default, aten.flatten.using_ints, aten.lift_fresh.default, aten.lift_fresh_copy.default,
     aten.view_copy.default, aten.expand_copy.default, aten.permute_copy.default,
+    aten.flip.default, aten.roll.default,  # the same values in another order
 }
 # Ops whose output holds some of input 0's values.
 _SUBSET = {aten.slice.Tensor, aten.select.int, aten.narrow.default, aten.diagonal.default}

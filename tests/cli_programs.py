@@ -27,6 +27,6 @@ def odd_pairs(x):
 
 
 def reversed_rows(x, y):
-    """Rows of x in reverse order of y's length: index values symshape cannot bound (flip)."""
+    """Rows of x at the running sums of 0..N-1: index values symshape cannot bound (cumsum)."""
     import torch
-    return x.index_select(0, torch.arange(y.shape[0]).flip(0))
+    return x.index_select(0, torch.arange(y.shape[0]).cumsum(0))
