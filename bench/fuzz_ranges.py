@@ -13,13 +13,18 @@ Run::
 
     python bench/fuzz_ranges.py                 # 100,000 expressions, seed 0
     python bench/fuzz_ranges.py -n 20000 --seed 7 --z3-every 5
+    python bench/fuzz_ranges.py --jobs 16       # the same count split over 16 processes
+
+With ``--jobs N`` the expressions are split into N chunks, each with its own
+seed (:func:`validation.fuzz.run_fuzz_jobs`; ``--jobs 1`` is the single-process
+run), run side by side, and merged into one table.
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
-from validation.fuzz import run_fuzz
+from validation.fuzz import run_fuzz_jobs
 
 
 def main(argv=None) -> int:
@@ -34,10 +39,14 @@ def main(argv=None) -> int:
     ap.add_argument("--show", type=int, default=10, help="how many findings to print")
     ap.add_argument("--time-limit", type=float, default=None,
                     help="stop after this many seconds (the table says how many expressions were checked)")
+    ap.add_argument("--jobs", type=int, default=1, help="processes to split the expressions over")
     args = ap.parse_args(argv)
 
-    res = run_fuzz(args.expressions, seed=args.seed, z3_every=args.z3_every, z3_timeout_ms=args.z3_timeout_ms,
-                   validate_every=args.validate_every, max_depth=args.max_depth, time_limit_s=args.time_limit)
+    kw = dict(z3_every=args.z3_every, z3_timeout_ms=args.z3_timeout_ms, validate_every=args.validate_every,
+              max_depth=args.max_depth, time_limit_s=args.time_limit)
+    res, seeds = run_fuzz_jobs(args.expressions, args.jobs, seed=args.seed, **kw)
+    if len(seeds) > 1:
+        print(f"{len(seeds)} jobs, chunk seeds {', '.join(map(str, seeds))}")
     print(res.table())
     for title, items in (("unsound", res.unsound), ("translation mismatches", res.translation_mismatches),
                          ("errors", res.errors)):

@@ -68,6 +68,8 @@ def _print(args, tp) -> None:
             "guards": [{"kind": g.kind.value, "expr": render_guard(g, tp.env, user_terms=False),
                         "user_terms": render_guard(g, tp.env), "file": g.filename, "line": g.lineno,
                         "code": g.code, "op": g.op} for g in tp.records],
+            "unchecked_indices": [{"file": p.filename, "line": p.lineno, "message": m}
+                                  for p, m in tp.unchecked_indices],
         }, indent=2, default=repr))
         return
     print(f"traced {args.target} at " + ", ".join(f"{k}={v}" for k, v in tp.hints.items()))
@@ -77,5 +79,7 @@ def _print(args, tp) -> None:
     for g in tp.records:
         print(f"  [{g.kind.value}] {render_guard(g, tp.env, user_terms=False)}   "
               f"({render_guard(g, tp.env)})  at {short_path(g.filename)}:{g.lineno}")
+    for p, m in tp.unchecked_indices:
+        print(f"  [unchecked index] {m}  at {short_path(p.filename)}:{p.lineno}")
     if args.graph:
         print(tp.graph)

@@ -30,7 +30,8 @@ from torch.utils import _pytree as pytree
 import shapes
 from shapes.errors import GuardViolation, SpecError
 from shapes.guard import GuardKind
-from shapes.spec import Dim, parse_dims, parse_spec
+from shapes.program import violation_message
+from shapes.spec import Dim, DimExpr, parse_dims, parse_spec
 
 from .attention import fuse_causal_attention
 from .codegen import TARGETS
@@ -86,7 +87,9 @@ class Variant:
         self.symbols = [env.symbols[n] for n in sorted(env.symbols)]
         guards = [g.expr for g in env.constraints + env.records if g.kind is not GuardKind.RUNTIME_ASSERT
                   and g.expr.free_symbols <= set(self.symbols)]
-        asserts = [g for g in env.records if g.kind is GuardKind.RUNTIME_ASSERT
+        # The program's own asserts and eager's size limits (storage size within int64):
+        # where one fails eager raises, so the compiled program refuses those sizes too.
+        asserts = [g for g in env.records + env.limits if g.kind is GuardKind.RUNTIME_ASSERT
                    and g.expr.free_symbols <= set(self.symbols)]
         self.holds = _guard_fn(guards, self.symbols)
         self.asserts = [(g, _guard_fn([g.expr], self.symbols)) for g in asserts]
@@ -94,11 +97,13 @@ class Variant:
         self.fused_attention = fuse_causal_attention(tp)
         try:
             self.lp = lower(tp)
-        except Unsupported:
-            self.eager = True  # data-dependent sizes: run the graph with ATen (still correct)
+            self.steps = schedule(self.lp)
+        except (Unsupported, ZeroDivisionError):
+            # Data-dependent sizes, or a variant specialized to size 0 whose index remaps
+            # divide by that 0 (nothing to compute): run the graph with ATen (still correct).
+            self.eager = True
             STATS["eager_variants"] += 1
             return
-        self.steps = schedule(self.lp)
         self.kernels = [s for s in self.steps if isinstance(s, Kernel)]
         STATS["kernels"] += len(self.kernels)
         self.launchers = TARGETS[target].make_launchers(self.lp, self.steps)
@@ -162,13 +167,26 @@ class Variant:
         mod = self.tp.program if isinstance(self.tp.program, torch.nn.Module) else None
         return [f if f is not None else get(mod) for f, (_, get) in zip(fixed, self.const_getters)]
 
+    def covers(self, values: tuple) -> bool:
+        """Whether this variant's guards hold at ``values`` (in ``self.symbols`` order)."""
+        try:
+            return bool(self.holds(*values))
+        except ZeroDivisionError:  # see run(): the engine's evaluation decides
+            bad = self.tp.failing_guards(dict(zip(self.symbols, values)))
+            return not [g for g in bad if g.kind is not GuardKind.RUNTIME_ASSERT]
+
     def run(self, tensors, values: tuple):
         """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
         for g, ok in self.asserts:
-            if not ok(*values):
-                at = ", ".join(f"{s}={v}" for s, v in zip(self.symbols, values))
-                raise GuardViolation(f"runtime assert {g.expr} fails at {at}; it comes from {g.provenance}",
-                                     guard=g, values=dict(zip(self.symbols, values)))
+            try:
+                held = ok(*values)
+            except ZeroDivisionError:
+                # Python's and/or ran in printed order into a zero divisor: decide it the
+                # engine's way (a defined operand decides; undefined otherwise, so it fails).
+                held = g not in self.tp.failing_guards(dict(zip(self.symbols, values)), constraints=False)
+            if not held:
+                at = dict(zip(self.symbols, values))
+                raise GuardViolation(violation_message(g, at), guard=g, values=at)
         if self.eager:
             return self.tp.run(*tensors)
         kvals = tuple(values[i] for i in self.sym_index)
@@ -195,11 +213,16 @@ class CompiledProgram:
         names = []
         for s in self.specs:
             for d in s.dims:
-                if isinstance(d, str) and d not in names:
-                    names.append(d)
+                for n in (d.names if isinstance(d, DimExpr) else (d,) if isinstance(d, str) else ()):
+                    if n not in names:
+                        names.append(n)
         self.names = sorted(names)
         self._bind = [[(self.names.index(d) if isinstance(d, str) else None, d) for d in s.dims]
                       for s in self.specs]
+        # Names that only expression dims give (T in "x: f32[B, 2*T]" alone) are solved for
+        # by the trace's binder; the others are read directly and the expressions checked.
+        plain = {d for s in self.specs for d in s.dims if isinstance(d, str)}
+        self._solve = any(n not in plain for n in self.names)
         self._add(_tp if _tp is not None else self._trace(None))
 
     def _trace(self, values: Optional[tuple]):
@@ -224,26 +247,45 @@ class CompiledProgram:
         return v
 
     def bind(self, tensors) -> tuple:
+        """The dim values of a call, in ``self.names`` order; expression dims checked or solved.
+
+        >>> import torch, compiler
+        >>> f = compiler.compile(lambda x, y: x[:, ::2] + y, "x: f32[B, 2*T]", "y: f32[B, T]")
+        >>> f.bind((torch.randn(3, 8), torch.randn(3, 4)))
+        (3, 4)
+        """
         if len(tensors) != len(self.specs):
             raise SpecError(f"expected {len(self.specs)} input(s), got {len(tensors)}")
         vals = [None] * len(self.names)
+        derived = []
         for t, s, bind in zip(tensors, self.specs, self._bind):
             if not isinstance(t, torch.Tensor) or t.dim() != len(bind) or t.dtype != s.dtype:
                 raise SpecError(f"input {s.name} does not match the spec `{s}` "
                                 f"(got {getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))})")
-            for n, (i, d) in zip(t.shape, bind):
-                if i is None:
+            for k, (n, (i, d)) in enumerate(zip(t.shape, bind)):
+                if isinstance(d, DimExpr):
+                    derived.append((d, int(n), f"{s.name}.shape[{k}]", s))
+                elif i is None:
                     if n != d:
                         raise GuardViolation(f"{s.name} has size {n} where the spec `{s}` fixes {d}")
                 elif vals[i] is None:
                     vals[i] = int(n)
                 elif vals[i] != n:
                     raise GuardViolation(f"dim {self.names[i]} is {vals[i]} and {n} in one call")
+        if self._solve:
+            by_symbol = self.variants[0].tp.bind_sizes(tensors)
+            return tuple(int(by_symbol[sympy.Symbol(n, integer=True)]) for n in self.names)
+        for d, n, where, s in derived:
+            known = {m: vals[self.names.index(m)] for m in d.names}
+            if d.evaluate(known) != n:
+                given = ", ".join(f"{m}={v}" for m, v in known.items())
+                raise GuardViolation(f"{where} is {n} but the spec `{s}` says it is {d} = {d.evaluate(known)} "
+                                     f"({given})")
         return tuple(vals)
 
     def variant_for(self, values) -> Variant:
         for v in self.variants:
-            if v.holds(*values):
+            if v.covers(values):
                 return v
         return self._add(self._trace(values))
 

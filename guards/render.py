@@ -23,7 +23,7 @@ from typing import Mapping, Optional
 import sympy
 
 # to_python is the engine's printer for people (errors, dinfer, flops, the CLI use it too).
-from shapes.printers import same_symbol, to_python  # noqa: F401
+from shapes.printers import PythonPrinter, same_symbol, to_python  # noqa: F401
 
 
 def source_names(env) -> dict:

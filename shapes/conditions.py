@@ -10,7 +10,7 @@ from typing import Optional
 
 import sympy
 
-from .value_ranges import ValueRange
+from .value_ranges import ValueRange, bound
 
 
 def canonical_condition(e):
@@ -84,3 +84,84 @@ def decide_normal(r: ValueRange, op: str) -> Optional[bool]:
     if op == "!=":
         return False if r.lower == r.upper == 0 else True if (r.lower > 0 or r.upper < 0) else None
     return None
+
+
+def simplify_conjunction(conds, ranges) -> list:
+    """The conditions of a conjunction, each simplified under the others and the ranges.
+
+    A dim fixed by one condition (``T == 1``) is put into the others, bounds
+    on one dim narrow its range, and a condition these decide true is
+    dropped; one decided false makes the whole conjunction ``[false]``.  The
+    conjunction keeps its meaning: nothing is assumed beyond ``ranges``
+    (facts on every size the conditions are asked about) and the conditions.
+
+    >>> B, T = sympy.symbols("B T", integer=True)
+    >>> from shapes.functions import PyMod
+    >>> simplify_conjunction([sympy.Eq(B * T, B), sympy.Ne(PyMod(T, 64), 0), sympy.Eq(T, 1), sympy.Eq(T, 1)],
+    ...                      {B: ValueRange(1, 10), T: ValueRange(1, 128)})
+    [Eq(T, 1)]
+    >>> simplify_conjunction([sympy.Eq(T, 1), sympy.Ge(B, 2 * T)], {B: ValueRange(1, 10), T: ValueRange(1, 128)})
+    [Eq(T, 1), B >= 2]
+    """
+    # Once each: two copies of T == 1 would each put T = 1 into the other and both go.
+    conds = list(dict.fromkeys(c for c in conds if c is not sympy.true))
+    changed = True
+    while changed:
+        changed = False
+        for i, c in enumerate(conds):
+            others = conds[:i] + conds[i + 1:]
+            fixed = {o.lhs: o.rhs for o in others
+                     if isinstance(o, sympy.Eq) and o.lhs.is_Symbol and o.rhs.is_Integer}
+            try:
+                new = c.xreplace(fixed) if fixed else c
+            except ZeroDivisionError:
+                new = c  # undefined at the fixed sizes: decided elsewhere, keep it as it reads
+            if new is not sympy.false and new is not sympy.true and isinstance(new, sympy.Rel):
+                v = _decided_by_ranges(new, _narrowed(ranges, others, fixed))
+                new = {True: sympy.true, False: sympy.false}.get(v, new)
+            if new is sympy.false:
+                return [sympy.false]
+            if new is not c:
+                conds = others if new is sympy.true else conds[:i] + [new] + conds[i + 1:]
+                changed = True
+                break
+    return conds
+
+
+def _narrowed(ranges, conds, fixed) -> dict:
+    """``ranges`` narrowed by the bounds on one dim among ``conds``."""
+    out = dict(ranges)
+    for s, v in fixed.items():
+        out[s] = ValueRange.point(v)
+    for c in conds:
+        if not (isinstance(c, (sympy.Le, sympy.Lt, sympy.Ge, sympy.Gt)) and c.lhs.is_Symbol and c.rhs.is_Integer
+                and c.lhs.is_integer):
+            continue
+        s, k = c.lhs, int(c.rhs)
+        r = out.get(s, ValueRange.unknown())
+        lo, hi = r.lower, r.upper
+        if isinstance(c, sympy.Ge):
+            lo = max(lo, k)
+        elif isinstance(c, sympy.Gt):
+            lo = max(lo, k + 1)
+        elif isinstance(c, sympy.Le):
+            hi = min(hi, k)
+        else:
+            hi = min(hi, k - 1)
+        if lo <= hi:
+            out[s] = ValueRange(lo, hi)
+    return out
+
+
+def _decided_by_ranges(rel, ranges) -> Optional[bool]:
+    nf = normal_form(rel)
+    try:
+        if nf is not None:
+            d, op = nf
+            v = decide_normal(bound(d, ranges), op)
+            if v is None and sympy.factor(d) != d:
+                v = decide_normal(bound(sympy.factor(d), ranges), op)
+            return v
+        return bound(rel, ranges).known_bool()
+    except (TypeError, ZeroDivisionError):
+        return None

@@ -30,8 +30,9 @@ from .conditions import canonical_condition, decide_normal, normal_form
 from .data_dependent_error import DataDependentError
 from .errors import TracerLimitation
 from .facts import FactStore
-from .functions import FloorDiv
+from .functions import FloorDiv, divisors, substitute
 from .guard import Decision, Guard, GuardKind, LogEntry, StepKind
+from .printers import to_python
 from .provenance import Provenance, capture
 from .symbols import SymbolTable
 from .value_ranges import INF, ValueRange, bound
@@ -266,7 +267,7 @@ class DecisionProcedure:
         e = self.facts.apply_replacements(expr)
         if self.table.has_unbacked(e):
             return None
-        v = e.xreplace(self.table.hint_subs)
+        v = substitute(e, self.table.hint_subs)
         if v is sympy.true or v is sympy.false:
             return bool(v)
         if not v.is_number:
@@ -302,7 +303,7 @@ class DecisionProcedure:
                                                      key=str), self.env)
         hint = self.hint_of(s)
         if hint is None:
-            raise TracerLimitation(f"symshape: cannot evaluate {s}: it has no example value")
+            raise TracerLimitation(f"symshape: cannot evaluate {to_python(s)}: it has no example value")
         prov = provenance or capture(self.env.current_op())
         if is_bool:
             cond = s if hint else sympy.Not(s)
@@ -314,7 +315,7 @@ class DecisionProcedure:
             return bool(hint)
         self.record(sympy.Eq(s, hint), GuardKind.SPECIALIZATION, prov,
                     decided_by if decided_by is not Decision.HINT else Decision.INT_CONVERSION,
-                    message=f"the size {s} was converted to the int {hint}", original=sympy.Eq(expr, hint))
+                    message=f"the size {to_python(s)} was converted to the int {hint}", original=sympy.Eq(expr, hint))
         return hint
 
     def _layout_only(self, expr, s, size_oblivious: bool, cpp_site=None) -> Optional[bool]:
@@ -393,15 +394,21 @@ class DecisionProcedure:
                 if _ratio_at_most_one(s.lhs, o.lhs, self.facts.ranges):
                     return True
                 if _ratio_at_most_one(o.lhs, s.lhs, self.facts.ranges):
-                    self.limits[i] = _limit_guard(s, expr, provenance, message)
+                    self.limits[i] = self._limit_guard(s, expr, provenance, message)
                     return True
-        self.limits.append(_limit_guard(s, expr, provenance, message))
+        self.limits.append(self._limit_guard(s, expr, provenance, message))
         return True
 
+    def _limit_guard(self, s, expr, provenance, message) -> Guard:
+        # The limit's sizes exist where their divisors are not 0 (B*T // B needs
+        # B != 0); elsewhere this path is not taken and the limit says nothing.
+        nonzero = [sympy.Ne(d, 0) for d in divisors(s)]
+        defined = sympy.And(*[c for c in nonzero if self.static_bool(c, log=False) is not True])
+        return Guard(expr=s, kind=GuardKind.RUNTIME_ASSERT, provenance=provenance, decided_by=Decision.EAGER_LIMIT,
+                     original=expr, message=message, index=-2, symbols=tuple(sorted(s.free_symbols, key=str)),
+                     defined_when=defined)
 
-def _limit_guard(s, expr, provenance, message) -> Guard:
-    return Guard(expr=s, kind=GuardKind.RUNTIME_ASSERT, provenance=provenance, decided_by=Decision.EAGER_LIMIT,
-                 original=expr, message=message, index=-2, symbols=tuple(sorted(s.free_symbols, key=str)))
+
 
 
 def _decide_floor_relaxed(e, ranges) -> Optional[bool]:

@@ -63,6 +63,11 @@ class ShapeEnv:
         self.facts_store = FactStore(self.table)
         self.decisions = DecisionProcedure(self, self.table, self.facts_store)
         self.ops = None
+        # The last DataDependentError raised (torch's C++ may re-raise its text as a RuntimeError).
+        self.last_data_dependent = None
+        # Index lookups whose index values the sizes determine but the engine cannot bound:
+        # (provenance, message).  Nothing states where eager's index check passes there.
+        self.unchecked_indices: list = []
 
     # ------------------------------------------------------------------ the parts' data
 
@@ -89,8 +94,9 @@ class ShapeEnv:
     def ranges(self) -> dict:
         """symbol (or compound atom such as ``H // 2``) -> its :class:`ValueRange`."""
         return self.facts_store.ranges
-        # The last DataDependentError raised (torch's C++ may re-raise its text as a RuntimeError).
-        self.last_data_dependent = None
+
+    declared_ranges = property(lambda self: self.facts_store.declared_ranges,
+                               doc="input dims' ranges as declared (spec, dims=, 0/1 policy), before guards narrow")
 
     # ------------------------------------------------------------------ symbols
 
@@ -113,7 +119,7 @@ class ShapeEnv:
             return self.simplify(old)
         lo, hi = (range if range is not None else (0, INF))
         sym = self.table.add_backed(name, hint, range=(lo, hi), source=source)
-        self.ranges[sym] = ValueRange(lo, hi)
+        self.ranges[sym] = self.declared_ranges[sym] = ValueRange(lo, hi)
         self.decisions.add_axiom(_within(sym, lo, hi), "range")
         if self.specialize_zero_one:
             if hint in (0, 1):
@@ -124,7 +130,7 @@ class ShapeEnv:
                 return sympy.Integer(hint)
             # Sizes other than 0/1 are assumed >= 2: the policy behind the guard above.
             if lo < 2 <= hi:
-                self.ranges[sym] = ValueRange(2, hi)
+                self.ranges[sym] = self.declared_ranges[sym] = ValueRange(2, hi)
                 self.decisions.add_axiom(sympy.Ge(sym, 2), "zero_one_policy")
         r = self.ranges[sym]
         bounds = sympy.And(sympy.Ge(sym, r.lower) if r.lower > 0 else sympy.true,

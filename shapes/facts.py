@@ -42,6 +42,8 @@ class FactStore:
     def __init__(self, table: SymbolTable):
         self.table = table
         self.ranges: dict[sympy.Symbol, ValueRange] = {}
+        # Input dims' ranges as declared (spec, dims=, 0/1 policy), before guards narrow `ranges`.
+        self.declared_ranges: dict[sympy.Symbol, ValueRange] = {}
         self.replacements: dict[sympy.Symbol, sympy.Expr] = {}
         self.replacement_reasons: dict[sympy.Symbol, int] = {}
         self.divisible: dict[sympy.Expr, int] = {}

@@ -181,6 +181,59 @@ class Where(sympy.Function):
         return self.args[1].is_integer and self.args[2].is_integer
 
 
+def divisors(expr) -> list:
+    """The divisors in ``expr`` that are not constants: where one is 0, ``expr`` is undefined.
+
+    >>> B, T = sympy.symbols("B T", integer=True)
+    >>> divisors(384 * B * FloorDiv(B * T, B) + TrueDiv(T, B + 1))
+    [B, B + 1]
+    """
+    out = []
+    for f in sympy.preorder_traversal(expr):
+        if isinstance(f, (FloorDiv, PyMod, TrueDiv)):
+            d = f.args[1]
+        elif isinstance(f, sympy.Pow) and f.exp.is_negative:
+            d = f.base
+        else:
+            continue
+        if not d.is_number and d not in out:
+            out.append(d)
+    return sorted(out, key=sympy.default_sort_key)
+
+
+def substitute(cond, subs):
+    """``cond.xreplace(subs)`` with ``and``/``or`` evaluated as eager's C++ and Python do:
+    an operand that decides the result decides it even where another divides by zero.
+
+    eager checks ``(n > 0 && m % n == 0) || m == n`` and never computes
+    ``m % n`` at ``n == 0``; plain substitution would raise there.  Raises
+    :class:`ZeroDivisionError` only where no defined operand decides.
+
+    >>> m, n = sympy.symbols("m n", integer=True)
+    >>> cond = sympy.Or(sympy.And(n > 0, sympy.Eq(PyMod(m, n), 0)), sympy.Eq(m, n))
+    >>> substitute(cond, {m: sympy.Integer(0), n: sympy.Integer(0)})
+    True
+    """
+    if isinstance(cond, (sympy.And, sympy.Or)):
+        decisive = sympy.true if isinstance(cond, sympy.Or) else sympy.false
+        parts, undefined = [], None
+        for a in cond.args:
+            try:
+                v = substitute(a, subs)
+            except ZeroDivisionError as e:
+                undefined = e
+                continue
+            if v is decisive:
+                return v
+            parts.append(v)
+        if undefined is not None:
+            raise undefined
+        return type(cond)(*parts)
+    if isinstance(cond, sympy.Not):
+        return sympy.Not(substitute(cond.args[0], subs))
+    return cond.xreplace(subs)
+
+
 #: Every function class the engine may put into an expression; validation
 #: must translate each of these (and says so explicitly when it cannot).
 ENGINE_FUNCTIONS = (FloorDiv, PyMod, TrueDiv, ToFloat, TruncToInt, Where)

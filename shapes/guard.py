@@ -48,6 +48,12 @@ class Guard:
     ``expr`` is a sympy boolean over the named dim symbols (final form,
     after the engine's simplifications); ``original`` is the condition as
     first raised, before simplification.
+
+    ``defined_when`` is where ``expr`` speaks at all, for records whose sizes
+    only exist on their path: eager's storage limit ``384*B*(B*T // B) <= ...``
+    is about a tensor whose size ``B*T // B`` exists where ``B != 0``.  At
+    sizes outside it the record says nothing (another path is taken there).
+    ``sympy.true`` for guards and asserts, which are checked everywhere.
     """
 
     expr: sympy.Basic
@@ -58,6 +64,7 @@ class Guard:
     message: str = ""
     index: int = 0
     symbols: tuple = field(default=(), compare=False)
+    defined_when: sympy.Basic = field(default=sympy.true, compare=False)
 
     @property
     def filename(self) -> str:

@@ -16,8 +16,17 @@ need ``0 <= i < n``; advanced indexing (``x[idx]``, ``index_put``),
 An interval is *exact* when both ends are values the tensor holds (if it
 holds any): only then is "the end is in range" the same condition as "every
 index is in range", so only exact intervals become asserts.  A loose
-interval (``a + b`` of two index tensors, a slice) gives no assert, like an
-index tensor computed from data: what it holds is not known.
+interval (``a + b`` of two index tensors, a slice) is a sufficient
+condition only: it becomes a *guard* (the trace covers the sizes where it
+holds) and where it fails at the example sizes the trace stops with a
+:class:`~shapes.errors.TracerLimitation`, since eager may or may not fail
+there.  An index tensor whose values the sizes determine (built from
+``arange``, ``ones``, constants ...; see :func:`determines_values`) but
+whose range the engine cannot follow (``cumsum``, an in-place
+shift, T5's log buckets) has no condition to state: the trace keeps a note
+(``TracedProgram.unchecked_indices``) and dinfer reports the sizes it covers
+as symshape's limitation, never as ok.  Only an index tensor read from data
+(an input, a parameter) checks nothing: its values are not a question of sizes.
 
 Positions that models compute from data (``cumsum`` of an attention mask
 made by ``torch.ones`` or by ``input_ids.ne(pad)``, then an embedding) get
@@ -51,6 +60,8 @@ from typing import Optional
 
 import sympy
 import torch
+
+from .printers import to_python
 
 aten = torch.ops.aten
 
@@ -89,6 +100,7 @@ _SAME_VALUES = {
     aten.alias.default, aten.detach.default, aten._to_copy.default, aten.contiguous.default,
     aten.repeat.default, aten.flatten.using_ints, aten.lift_fresh.default, aten.lift_fresh_copy.default,
     aten.view_copy.default, aten.expand_copy.default, aten.permute_copy.default,
+    aten.flip.default, aten.roll.default,  # the same values in another order
 }
 # Ops whose output holds some of input 0's values.
 _SUBSET = {aten.slice.Tensor, aten.select.int, aten.narrow.default, aten.diagonal.default}
@@ -260,6 +272,12 @@ def _output_bounds(func, args, kwargs, bounds_of, nonempty, is_free) -> Optional
         return IndexRange(sympy.Integer(0), sympy.Integer(1), True, True, source=_new_source())
     b0 = bounds_of(args[0])
     if b0 is None:
+        if func is aten.clamp.default:
+            # Whatever the input holds, min(max(x, lo), hi) lies in [min(lo, hi), hi] (not all of it).
+            mn = _e(args[1]) if len(args) > 1 and args[1] is not None else _e(kwargs.get("min"))
+            mx = _e(args[2]) if len(args) > 2 and args[2] is not None else _e(kwargs.get("max"))
+            if mn is not None and mx is not None:
+                return IndexRange(sympy.Min(mn, mx), mx, False)
         return None
     if func in _SAME_VALUES:
         return b0
@@ -459,6 +477,7 @@ def lookups(func, args):
 
 def _eager_message(name: str, v, n, what: str) -> str:
     """The message eager raises for an index out of range (with symbolic values)."""
+    v, n = to_python(v), to_python(n)
     if name in ("embedding", "index_select"):
         return "index out of range in self"
     if name in ("take", "put", "put_"):
@@ -468,27 +487,78 @@ def _eager_message(name: str, v, n, what: str) -> str:
     return f"index {v} is out of bounds for {what} with size {n}"
 
 
-def lookup_checks(func, args, bounds_of, nonempty=lambda t: False):
-    """[(condition, message, exception type)] that must hold for ``func``'s indices to be in range.
+@dataclass(frozen=True)
+class IndexCheck:
+    """One check an op that indexes by a tensor needs.
 
-    Only exact index ranges give conditions; an index tensor that may be
-    empty checks nothing then, as in eager.
+    ``kind``: ``"assert"`` (exact range: the condition is eager's own check),
+    ``"guard"`` (loose range: the condition suffices, so the trace covers the
+    sizes where it holds) or ``"unknown"`` (values the sizes determine but the
+    engine cannot bound: ``condition`` is None; the trace notes it).
+    """
+
+    condition: Optional[sympy.Basic]
+    message: str
+    exception: type
+    kind: str
+
+
+_CREATES_GARBAGE = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
+                    aten.new_empty.default, aten.new_empty_strided.default}
+
+
+def determines_values(func, tensor_args, all_determined: bool) -> bool:
+    """Whether ``func``'s outputs hold values the sizes and constants determine.
+
+    True for a deterministic op all of whose tensor arguments do
+    (``all_determined``); creation ops without tensor arguments do, except
+    the random ones and ``empty`` (whatever memory held).
+
+    >>> determines_values(aten.arange.default, [], True), determines_values(aten.randn.default, [], True)
+    (True, False)
+    """
+    if torch.Tag.nondeterministic_seeded in getattr(func, "tags", ()) or func in _CREATES_GARBAGE:
+        return False
+    return all_determined if tensor_args else True
+
+
+def lookup_checks(func, args, bounds_of, nonempty=lambda t: False, determined=lambda t: False):
+    """The :class:`IndexCheck` s ``func`` needs for its indices to be in range.
+
+    An index tensor that may be empty checks nothing then, as in eager.  An
+    index tensor read from data (not ``determined``) with no known range
+    checks nothing: what it holds is not a question of sizes.
     """
     out = []
     name = getattr(getattr(func, "overloadpacket", None), "__name__", str(func))
     for idx, n, lower, exc, what in lookups(func, args):
-        r = bounds_of(idx)
-        if r is None or n is None or not r.exact:
+        if n is None:
             continue
-        if r.bits is not None and not (n.is_Integer and n <= 2 ** (r.bits - 2)):
-            continue  # rounding in a float dtype could decide: eager's kernel does, at run time
+        r = bounds_of(idx)
+        least = "0" if lower == "zero" else to_python(-n)
+        admits = f"{name} admits indices from {least} to {to_python(n - 1)}"
+        if r is not None and r.bits is not None and not (n.is_Integer and n <= 2 ** (r.bits - 2)):
+            r = None  # rounding in a float dtype could decide: eager's kernel does, at run time
+        if r is None:
+            if determined(idx):
+                out.append(IndexCheck(None, f"the values of the index tensor of {name} follow from the sizes, "
+                                            f"but symshape cannot bound them ({admits})", exc, "unknown"))
+            continue
+        if not r.exact and not determined(idx):
+            continue  # a bound on values read from data: what eager does there is not a question of sizes
         empty = None if nonempty(idx) else sympy.Eq(_numel(idx), 0)
         lo_c, hi_c = lookup_conditions(r, n, lower)
-        least = "0" if lower == "zero" else f"-{n}"
         for c, v in ((lo_c, r.lo), (hi_c, r.hi)):
-            msg = _eager_message(name, v, n, what) + f" ({name} admits indices from {least} to {n} - 1)"
-            if r.source is not None:
-                msg += f"; the indices are computed from the program's data and reach {v} for some data"
-            out.append((c if empty is None else sympy.Or(empty, c), msg, exc))
+            cond = c if empty is None else sympy.Or(empty, c)
+            if r.exact:
+                msg = _eager_message(name, v, n, what) + f" ({admits})"
+                if r.source is not None:
+                    msg += f"; the indices are computed from the program's data and reach {to_python(v)} for some data"
+                out.append(IndexCheck(cond, msg, exc, "assert"))
+            else:
+                msg = (f"symshape bounds the index values of {name} only loosely (from {to_python(r.lo)} to "
+                       f"{to_python(r.hi)}); "
+                       f"where that bound leaves {what} eager may or may not fail ({admits})")
+                out.append(IndexCheck(cond, msg, exc, "guard"))
     return out
 

@@ -13,6 +13,12 @@ passes each to :meth:`shapes.env.ShapeEnv.check_limit`, which keeps it in
 unless the ranges prove it, and raises like eager when it fails at the
 example sizes.  Views and in-place results allocate nothing and are skipped.
 
+A limit speaks only where its sizes exist: ``Linear`` on ``[B, T, 32]``
+allocates ``[B, (B*T) // B, 96]``, a tensor of this path, which ``B = 0``
+does not take.  The env gives each limit ``defined_when`` (its divisors are
+not 0); where that fails, :meth:`~shapes.program.TracedProgram.failing_guards`
+reports the path's own guards instead of the limit.
+
 Example::
 
     >>> import sympy, torch

@@ -12,6 +12,8 @@ from torch.utils import _pytree as pytree
 
 from .env import ShapeEnv
 from .errors import GuardViolation, SpecError
+from .functions import substitute
+from .printers import to_python
 from .guard import Decision, Guard, GuardKind
 from .spec import DimExpr
 
@@ -73,6 +75,13 @@ class TracedProgram:
         """Size limits eager enforces (storage size within int64) that the
         ranges do not prove; :meth:`run` checks them with the guards."""
         return list(self.env.limits)
+
+    @property
+    def unchecked_indices(self) -> list:
+        """``[(provenance, message)]``: ops indexing by a tensor whose values the sizes
+        determine but symshape cannot bound, so no guard says where eager's index check
+        passes.  Empty for every trace whose answers cover index bounds too."""
+        return list(self.env.unchecked_indices)
 
     @property
     def records(self) -> list[Guard]:
@@ -163,9 +172,12 @@ class TracedProgram:
         for k, v in sizes.items():
             sym = self.env.symbols[k] if isinstance(k, str) else k
             subs[sym] = sympy.Integer(v)
-        bad, undefined = [], []
+        bad, undefined, off_path = [], [], []
         for g in (self.env.constraints if constraints else []) + self.env.records + self.env.limits:
             if not g.expr.free_symbols <= subs.keys():
+                continue
+            if g.defined_when is not sympy.true and not _holds(g.defined_when, subs):
+                off_path.append(g)
                 continue
             v = _holds(g.expr, subs)
             if v is None:
@@ -174,7 +186,9 @@ class TracedProgram:
                 bad.append(g)
         # A guard that divides by zero at these sizes (C % (C // 4) at C = 3) fails too,
         # but the guard that excludes the zero divisor (C // 4 != 0) explains it best.
-        return bad + undefined
+        # A limit whose sizes do not exist here belongs to a path these sizes do not
+        # take: another record fails and says so; if none does, the sizes are refused.
+        return bad + undefined + ([] if bad or undefined else off_path)
 
     # -- running ----------------------------------------------------------------------
     def run(self, *tensors):
@@ -185,7 +199,7 @@ class TracedProgram:
         """
         sym_vals = self.bind_sizes(tensors)
         for g in self.failing_guards(sym_vals):
-            raise GuardViolation(_violation_message(g, sym_vals), guard=g, values=sym_vals)
+            raise GuardViolation(violation_message(g, sym_vals), guard=g, values=sym_vals)
         # Every guard held: the size arithmetic of the graph below is defined.
         device = tensors[0].device if tensors else torch.device("cpu")
         mod = self.program if isinstance(self.program, torch.nn.Module) else None
@@ -223,7 +237,7 @@ class TracedProgram:
                         if g.expr.free_symbols <= sym_vals.keys():
                             subs = {k: sympy.sympify(v) for k, v in sym_vals.items()}
                             if not _holds(g.expr, subs):
-                                raise GuardViolation(_violation_message(g, sym_vals), guard=g, values=sym_vals)
+                                raise GuardViolation(violation_message(g, sym_vals), guard=g, values=sym_vals)
                         else:
                             still.append(g)
                     pending = still
@@ -262,7 +276,7 @@ class TracedProgram:
 def _holds(expr, subs):
     """``expr`` at ``subs``: True/False, or None where it divides by zero."""
     try:
-        v = expr.xreplace(subs)
+        v = substitute(expr, subs)
     except ZeroDivisionError:
         return None
     if v is sympy.true or v is sympy.false:
@@ -336,7 +350,15 @@ def _path_text(path) -> str:
     return text
 
 
-def _violation_message(g: Guard, vals) -> str:
+def violation_message(g: Guard, vals) -> str:
+    """What a :class:`GuardViolation` says: which record fails, at which sizes, from where.
+
+    >>> import shapes, sympy
+    >>> tp = shapes.trace(lambda x: x.view(-1, 4), "x: f32[N]", dims={"N": 8})
+    >>> g = tp.runtime_asserts[0]
+    >>> violation_message(g, {tp.symbol("N"): 6}).split(";")[0]
+    'runtime assert N % 4 == 0 fails at N=6'
+    """
     at = ", ".join(f"{k}={v}" for k, v in vals.items() if not isinstance(v, torch.Tensor))
     what = {GuardKind.GUARD: "guard", GuardKind.SPECIALIZATION: "specialization",
             GuardKind.RUNTIME_ASSERT: "runtime assert"}[g.kind]
@@ -346,7 +368,7 @@ def _violation_message(g: Guard, vals) -> str:
         what = "input constraint"
     how = "fails" if _holds(g.expr, {k: sympy.sympify(v) for k, v in vals.items()
                                       if not isinstance(v, torch.Tensor)}) is not None else "divides by zero"
-    return f"{what} {g.expr} {how} at {at}; it comes from {g.provenance}"
+    return f"{what} {to_python(g.expr)} {how} at {at}; it comes from {g.provenance}"
 
 
 def _fetch_attr(mod, target: str):

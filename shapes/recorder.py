@@ -23,7 +23,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import data_dependent, eager_checks, index_bounds, limits
 from .env import DataDependentError, ShapeEnv
-from .errors import SymshapeError, UnsupportedOpError, program_error
+from .errors import SymshapeError, TracerLimitation, UnsupportedOpError, program_error
+from .printers import to_python
 from .provenance import capture
 
 
@@ -84,9 +85,8 @@ class Recorder(TorchDispatchMode):
         prov = capture(op)
         self.ops.push(op)
         try:
-            for cond, msg, exc in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty):
-                if not self.env.expect_true(cond, message=msg):
-                    raise program_error(exc(msg))
+            for chk in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty, b.determines):
+                self._index_check(chk, prov)
             for cond, msg in eager_checks.checks(func, args, kwargs):
                 if not self.env.expect_true(cond, message=msg):
                     raise program_error(RuntimeError(msg))
@@ -133,7 +133,31 @@ class Recorder(TorchDispatchMode):
             if args and isinstance(args[0], torch.Tensor) and id(args[0]) in b.free_values \
                     and index_bounds.keeps_free(func) and not written:
                 b.free_values[id(out)] = out.dtype.is_floating_point
+        tensors = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        if index_bounds.determines_values(func, tensors, all(b.determines(t) for t in tensors)):
+            b.determined.update(id(t) for _, t in limits.tensor_outputs(out))
+        else:
+            # An in-place write of values the sizes do not determine makes its target data.
+            b.determined.difference_update(id(t) for _, t in limits.tensor_outputs(out))
         return out
+
+    def _index_check(self, chk, prov):
+        """Record one :class:`~shapes.index_bounds.IndexCheck`, or stop where eager's outcome is unknown."""
+        if chk.kind == "assert":
+            if not self.env.expect_true(chk.condition, message=chk.message):
+                raise program_error(chk.exception(chk.message))
+            return
+        if chk.kind == "unknown":
+            # Values the sizes determine but the engine cannot follow (T5's log buckets):
+            # no condition to state.  Not silent: the trace keeps a note, and dinfer
+            # reports the sizes it covers as symshape's limitation, never as ok.
+            self.env.unchecked_indices.append((prov, chk.message))
+            return
+        if chk.kind == "guard" and self.env.evaluate(chk.condition, provenance=prov):
+            return
+        raise TracerLimitation(f"symshape: at {prov.location()} {chk.message}; a limitation of "
+                               f"symshape, not an error of the program; an index tensor built by arange, + - * by "
+                               f"a constant, clamp, cat and views is followed exactly")
 
     def _nonempty(self, t) -> bool:
         n = sympy.Integer(1)
@@ -150,12 +174,12 @@ class Recorder(TorchDispatchMode):
                 continue
             maybe_zero = lambda s: env.static_bool(sympy.Ge(s, 1), log=False) is not True  # noqa: E731
             for cond, what in limits.storage_conditions(sizes, t.element_size(), maybe_zero):
-                msg = (f"{func}: the {what} of a {t.dtype} tensor of sizes {list(sizes)} must fit in "
+                msg = (f"{func}: the {what} of a {t.dtype} tensor of sizes [{', '.join(to_python(s) for s in sizes)}] must fit in "
                        f"{'uint64' if what == 'size product' else 'int64'} (eager raises "
                        f"'{limits.OVERFLOW_MESSAGE}...' otherwise)")
                 if not env.check_limit(cond, provenance=prov, message=msg):
                     at = [env.hint_of(s) for s in sizes]
-                    raise RuntimeError(f"{limits.OVERFLOW_MESSAGE}{at}")
+                    raise program_error(RuntimeError(f"{limits.OVERFLOW_MESSAGE}{at}"))
 
 
 class ModuleScope:

@@ -26,6 +26,7 @@ import torch
 from . import torch_adapter
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from .provenance import capture
+from .printers import to_python
 
 
 _REFLEXIVE = {sympy.Eq: True, sympy.Le: True, sympy.Ge: True, sympy.Ne: False, sympy.Lt: False, sympy.Gt: False}
@@ -225,7 +226,7 @@ class SymExprNode:
             # checked the base is >= 0 (SymFloat.__pow__), so the result is real.
             return self._make(sympy.Pow(self._as_float(), sympy.Float(e)), builtins.float)
         from .errors import TracerLimitation
-        raise TracerLimitation(f"symshape: a power with a symbolic exponent ({self.expr} ** {e}) is not supported")
+        raise TracerLimitation(f"symshape: a power with a symbolic exponent ({to_python(self.expr)} ** {e}) is not supported")
 
     def _as_float(self):
         return self.expr if self.pytype is builtins.float else ToFloat(self.expr)
@@ -236,7 +237,7 @@ class SymExprNode:
             if not self.env.expect_true(sympy.Ge(self.expr, 0), message="sqrt of a negative size"):
                 raise program_error(ValueError("math domain error"))
         if not isinstance(self.expr, sympy.Expr):
-            raise TracerLimitation(f"symshape: sqrt of {self.expr} is not supported")
+            raise TracerLimitation(f"symshape: sqrt of {to_python(self.expr)} is not supported")
         return self._make(sympy.Pow(self._as_float(), sympy.Float(0.5)), builtins.float)
 
     pow_by_natural = pow

@@ -17,6 +17,7 @@ from __future__ import annotations
 import sympy
 
 from .errors import UnsupportedOpError
+from .printers import to_python
 
 
 class ShapeEnvFacade:
@@ -63,7 +64,7 @@ class ShapeEnvFacade:
     def size_hint(self, expr, *, allow_none=False):
         v = self._env.hint_of(sympy.sympify(expr))
         if v is None and not allow_none:
-            raise UnsupportedOpError(f"torch asked for the example value of {expr}, which depends on data "
+            raise UnsupportedOpError(f"torch asked for the example value of {to_python(sympy.sympify(expr))}, which depends on data "
                                      f"and has none")
         return None if v is None else sympy.sympify(v)
 

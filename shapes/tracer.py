@@ -31,6 +31,7 @@ from .failures import trace_failure
 from .program import TracedProgram, UntracedOutput
 from .provenance import Provenance, capture
 from .recorder import ModuleScope, Recorder, composite_autograd_on_meta
+from .printers import to_python
 from .spec import Dim, DimExpr, default_hints, parse_dims, parse_specs
 from .size_oblivious import decided_bool_flags
 from .symnode import sym_value
@@ -59,6 +60,7 @@ class _GraphBuilder:
         self.value_bounds: dict[int, tuple] = {}
         # Tensors holding data the program does not constrain: its inputs and their views.
         self.free_values: dict[int, bool] = {}  # id -> whether its dtype is floating
+        self.determined: set[int] = set()  # ids of tensors whose values the sizes determine
         # Set when the trace records a backward pass (trace(..., backward=...)).
         self.track_autograd = False
         self.phase: Optional[str] = None
@@ -66,6 +68,10 @@ class _GraphBuilder:
 
     def bounds_of(self, t):
         return self.value_bounds.get(id(t))
+
+    def determines(self, t) -> bool:
+        """Whether the sizes and constants determine ``t``'s values (see :mod:`shapes.index_bounds`)."""
+        return id(t) in self.determined
 
     # -- registration ------------------------------------------------------------
     def add_placeholder(self, name: str, t: torch.Tensor) -> torch.fx.Node:
@@ -116,6 +122,7 @@ class _GraphBuilder:
             vb = index_bounds.constant_range(x)
             if vb is not None:  # a constant index tensor: its values are known exactly
                 self.value_bounds[id(m)] = vb
+            self.determined.add(id(m))
             self.tensor_nodes[id(x)] = (m, node)
             return m
         if isinstance(x, torch.Tensor):
@@ -168,7 +175,7 @@ class _GraphBuilder:
             self.sym_nodes[e] = node
             return node
         if src is None:
-            raise UnsupportedOpError(f"symshape: no graph value defines the symbol {e} (a dim named only "
+            raise UnsupportedOpError(f"symshape: no graph value defines the symbol {to_python(e)} (a dim named only "
                                      f"inside a spec expression must appear there as a*{e} + b)")
         node = g.call_function(torch.ops.aten.sym_size.int, (src[0], src[1]))
         node.meta["expr"] = e

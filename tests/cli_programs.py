@@ -24,3 +24,9 @@ def odd_pairs(x):
     """x: [B, 2*T + 1]: drop the first column, pair up the rest."""
     pairs = x[:, 1:].view(x.shape[0], -1, 2)
     return Stats(pairs, x.shape[1] // 2)
+
+
+def reversed_rows(x, y):
+    """Rows of x at the running sums of 0..N-1: index values symshape cannot bound (cumsum)."""
+    import torch
+    return x.index_select(0, torch.arange(y.shape[0]).cumsum(0))

@@ -37,22 +37,6 @@ def _translation_validation_for_engine_tests(request):
 #: reports XPASS once fixed.  Listed here, in one place, so none hides; the closing note and the
 #: issues name them.
 KNOWN_GAPS = {
-    "tests/test_edges.py::test_storage_overflow_is_a_limit_with_eagers_message":
-        "after the merge the overflow class of x.repeat(N, N) carries no error record (its outcome is the "
-        "eager limit but dinfer does not attach eager's message)",
-    "tests/test_size_one.py::test_gpt2_at_one_token_is_a_piecewise_count":
-        "the T == 1 piece's condition prints unsimplified (T == 1 and B*T == B and T % 64 != 0)",
-    "tests/test_size_one.py::test_dinfer_programs_over_grids_with_zero_and_one[unfold_pairs]":
-        "at B = 0 the trace stops as unsupported by symshape where eager raises: an engine limitation, "
-        "reported as such (never as the program's error), but not yet the eager outcome",
-    "tests/test_size_one.py::test_flops_programs_over_grids_with_zero_and_one[mlp]":
-        "at size 0 a storage-size limit (x // B)*B divides by zero and refuses the count",
-    "tests/test_size_one.py::test_flops_programs_over_grids_with_zero_and_one[hand_attention]":
-        "at size 0 a storage-size limit (x // B)*B divides by zero and refuses the count",
-    "tests/test_size_one.py::test_flops_programs_over_grids_with_zero_and_one[3d_at_2d]":
-        "at size 0 a storage-size limit (x // B)*B divides by zero and refuses the count",
-    "tests/test_size_one.py::test_flops_programs_over_grids_with_zero_and_one[linear_no_bias]":
-        "at size 0 a storage-size limit (x // B)*B divides by zero and refuses the count",
 }
 
 

@@ -367,3 +367,13 @@ def test_dims_read_off_an_expression_are_shown_in_input_terms():
     assert torch.equal(tp.run(x), x[:, :5].reshape(2, -1))
     with pytest.raises(GuardViolation):  # T=2: slicing takes another path there; the guard says so
         tp.run(torch.randn(2, 4))
+
+
+def test_trace_lists_index_lookups_it_cannot_check(capsys):
+    assert main(["trace", f"{PROGS}:reversed_rows", "-i", "x: f32[M]", "-i", "y: f32[N]", "--dim", "M=8",
+                 "--dim", "N=4"]) == 0
+    out = capsys.readouterr().out
+    assert "[unchecked index]" in out and "cannot bound them (index_select admits indices from 0 to M - 1)" in out
+    assert main(["trace", f"{PROGS}:reversed_rows", "-i", "x: f32[M]", "-i", "y: f32[N]", "--json"]) == 0
+    (item,) = json.loads(capsys.readouterr().out)["unchecked_indices"]
+    assert item["file"].endswith("cli_programs.py") and item["line"] > 0

@@ -7,6 +7,7 @@ import compiler
 from compiler.codegen import cpp as cpp_codegen
 from compiler.ir import Kernel
 from compiler.lowered import ExternItem
+from shapes.errors import GuardViolation
 from tests.compiler_programs import Attention, MLPBlock, pointwise_zoo, reductions, views
 
 
@@ -127,3 +128,46 @@ def test_size_mismatch_is_an_error():
     f = compiler.compile(lambda x, y: x + y, "x: f32[N]", "y: f32[N]")
     with pytest.raises(compiler.runtime.GuardViolation):
         f(torch.randn(3), torch.randn(4))
+
+
+def test_expression_dims_in_specs_are_checked_and_solved():
+    # "x: f32[B, 2*T]": T is read off y, x's size is checked against 2*T; alone (g), T is solved.
+    f = compiler.compile(lambda x, y: x[:, ::2] + y, "x: f32[B, 2*T]", "y: f32[B, T]")
+    for B, T in [(3, 4), (5, 7), (2, 1)]:
+        x, y = torch.randn(B, 2 * T), torch.randn(B, T)
+        _close(f(x, y), x[:, ::2] + y)
+    with pytest.raises(GuardViolation, match=r"x.shape\[1\] is 13 .* 2\*T = 14"):
+        f(torch.randn(5, 13), torch.randn(5, 7))
+    g = compiler.compile(lambda x: x.view(x.shape[0], 2, -1).sum(1), "x: f32[B, 2*T]")
+    for B, T in [(3, 5), (4, 8)]:
+        x = torch.randn(B, 2 * T)
+        _close(g(x), x.view(B, 2, -1).sum(1))
+        assert g.bind((x,)) == (B, T)
+    with pytest.raises(GuardViolation, match="no size T makes 2\\*T equal 9"):
+        g(torch.randn(3, 9))
+
+
+def test_sizes_past_eagers_storage_limit_are_refused():
+    # Eager raises "Storage size calculation overflowed" for N >= 2**21 (N**3 bytes > int64):
+    # the compiled program must refuse those sizes by the limit, not run or crash.
+    fn = lambda x: x.repeat(x.shape[0], x.shape[0])  # noqa: E731
+    with pytest.raises(RuntimeError, match="Storage size calculation overflowed"):
+        fn(torch.ones(2**21, dtype=torch.uint8))
+    f = compiler.compile(fn, "x: u8[N]")
+    x = torch.arange(6, dtype=torch.uint8)
+    assert torch.equal(f(x), fn(x))
+    with pytest.raises(GuardViolation, match=r"size limit of eager PyTorch N\*\*3 <= 9223372036854775807") as info:
+        f(torch.ones(2**21, dtype=torch.uint8))
+    assert info.value.guard in f.variants[0].tp.limits
+
+
+def test_sizes_zero_and_one_run_like_eager():
+    # A variant specialized to T = 0 has index remaps that divide by 0: it runs with ATen
+    # (nothing to compute), never a ZeroDivisionError from the compiler.
+    torch.manual_seed(0)
+    m = MLPBlock().eval()
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    for B, T in [(2, 3), (0, 3), (3, 0), (1, 1), (0, 0), (4, 5)]:
+        x = torch.randn(B, T, 32)
+        with torch.no_grad():
+            _close(f(x), m(x))

@@ -9,7 +9,7 @@ import sympy
 import shapes.value_ranges as value_ranges
 from shapes.value_ranges import ValueRange
 from validation.concrete import evaluate
-from validation.fuzz import run_fuzz
+from validation.fuzz import chunk_seed, run_fuzz, run_fuzz_jobs
 from tests.mutants import old_size_oblivious_ranges, wrong_mod_range
 
 
@@ -100,3 +100,14 @@ def test_fuzz_catches_an_integer_mod_bound_on_floats(monkeypatch):
         assert not (c.engine.lower <= x <= c.engine.upper)
     else:
         assert bool(x) != c.engine
+
+
+def test_long_mode_splits_over_jobs_and_merges_one_table():
+    # bench/fuzz_ranges.py --jobs N: chunks with their own seeds, run side by side, merged.
+    kw = dict(z3_every=1000, validate_every=0)
+    res, seeds = run_fuzz_jobs(41, 2, seed=0, **kw)
+    assert seeds == [0, chunk_seed(0, 1)] and seeds[1] != 0
+    chunks = [run_fuzz(21, seed=0, **kw), run_fuzz(20, seed=seeds[1], **kw)]
+    assert res.expressions == 41 and res.unsound_count == 0
+    assert res.points_evaluated == sum(r.points_evaluated for r in chunks)
+    assert res.checks == sum(r.checks for r in chunks) and res.seed == 0

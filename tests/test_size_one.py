@@ -158,3 +158,27 @@ def test_flops_programs_over_grids_with_zero_and_one(name, make, specs):
                 report.evaluate(point)
         else:
             assert report.evaluate(point) == expected, point
+
+
+def test_piece_conditions_are_simplified_without_changing_their_meaning():
+    # simplify_conjunction puts fixed dims into the other conditions and drops what the ranges
+    # decide: on every point of the declared ranges the conjunction must read the same.
+    import random
+
+    import sympy
+
+    from shapes.conditions import simplify_conjunction
+    from shapes.functions import FloorDiv, PyMod
+    from shapes.value_ranges import ValueRange
+    B, T = sympy.symbols("B T", integer=True)
+    pool = [sympy.Eq(T, 1), sympy.Eq(B * T, B), sympy.Ne(PyMod(T, 64), 0), sympy.Ge(T, 2), sympy.Le(B, 3),
+            sympy.Ne(T, 64), sympy.Eq(FloorDiv(B * T, B), T), sympy.Gt(B * T, 4), sympy.Eq(B, 2), sympy.Lt(T, B)]
+    ranges = {B: ValueRange(1, 6), T: ValueRange(1, 70)}
+    rng = random.Random(0)
+    for _ in range(60):
+        conds = rng.sample(pool, rng.randint(1, 4))
+        out = simplify_conjunction(conds, ranges)
+        for b in range(1, 7):
+            for t in (1, 2, 3, 4, 5, 6, 63, 64, 65, 70):
+                at = {B: sympy.Integer(b), T: sympy.Integer(t)}
+                assert bool(sympy.And(*conds).xreplace(at)) == bool(sympy.And(*out).xreplace(at)), (conds, out, b, t)

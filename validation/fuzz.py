@@ -34,9 +34,10 @@ Example::
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 import sympy
@@ -635,6 +636,34 @@ class _Fuzzer:
             self.res.translation_mismatches.append(f"{check} {expr} at {named}: Z3 witness not confirmed")
 
 
+def chunk_seed(seed: int, chunk: int) -> int:
+    """The seed of chunk ``chunk`` of a run split over jobs (chunk 0 keeps ``seed``).
+
+    >>> chunk_seed(7, 0), chunk_seed(0, 1) != chunk_seed(1, 0)
+    (7, True)
+    """
+    return seed if chunk == 0 else (seed + 1) * 1_000_003 + chunk
+
+
+def merge_results(results, seed: int) -> FuzzResult:
+    """One :class:`FuzzResult` of several (chunks of one run): counts summed, findings
+    concatenated, time the longest chunk's (they ran side by side).
+
+    >>> a, b = FuzzResult(expressions=3, seed=0), FuzzResult(expressions=4, seed=1, elapsed_s=2.0)
+    >>> m = merge_results([a, b], seed=0)
+    >>> m.expressions, m.elapsed_s, m.seed
+    (7, 2.0, 0)
+    """
+    out = FuzzResult(seed=seed)
+    for r in results:
+        for f in fields(FuzzResult):
+            if f.name in ("seed", "elapsed_s"):
+                continue
+            setattr(out, f.name, getattr(out, f.name) + getattr(r, f.name))
+        out.elapsed_s = max(out.elapsed_s, r.elapsed_s)
+    return out
+
+
 def run_fuzz(n_exprs: int, *, seed: int = 0, z3_every: int = 10, z3_timeout_ms: int = 500,
              validate_every: int = 5, max_depth: int = 3, per_scenario: int = 25,
              time_limit_s: Optional[float] = None) -> FuzzResult:
@@ -655,3 +684,30 @@ def run_fuzz(n_exprs: int, *, seed: int = 0, z3_every: int = 10, z3_timeout_ms: 
             break
     fz.res.elapsed_s = time.perf_counter() - t0
     return fz.res
+
+
+def _run_chunk(job) -> FuzzResult:
+    n, seed, kw = job
+    return run_fuzz(n, seed=seed, **kw)
+
+
+def run_fuzz_jobs(n_exprs: int, jobs: int, *, seed: int = 0, **kw) -> tuple[FuzzResult, list]:
+    """:func:`run_fuzz` split over ``jobs`` processes; returns the merged result and the chunk seeds.
+
+    Chunk ``k`` checks its share of ``n_exprs`` with :func:`chunk_seed` ``(seed, k)``;
+    ``jobs=1`` is exactly ``run_fuzz(n_exprs, seed=seed)``.  Keyword arguments go to
+    :func:`run_fuzz` (``z3_every``, ``time_limit_s`` ...; a time limit holds per chunk).
+
+    >>> res, seeds = run_fuzz_jobs(6, 1, z3_every=1000, validate_every=0)
+    >>> res.expressions, seeds
+    (6, [0])
+    """
+    jobs = max(1, min(jobs, n_exprs))
+    sizes = [n_exprs // jobs + (k < n_exprs % jobs) for k in range(jobs)]
+    work = [(n, chunk_seed(seed, k), kw) for k, n in enumerate(sizes)]
+    if jobs == 1:
+        return _run_chunk(work[0]), [seed]
+    # spawn: fresh interpreters, nothing forked from a parent that has torch's and Z3's threads
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+        results = pool.map(_run_chunk, work, chunksize=1)
+    return merge_results(results, seed=seed), [w[1] for w in work]

@@ -30,6 +30,7 @@ from typing import Mapping, Optional
 
 import sympy
 
+from shapes.functions import substitute
 from guards.render import clean_message, render_conjunction, to_python  # noqa: F401  (to_python re-exported)
 
 
@@ -66,10 +67,11 @@ class ClassError:
 
 
 def holds(cond, subs) -> bool:
-    """``cond`` at a concrete point; a division by zero means the point is outside
-    (the Z3 side of dinfer gives such conditions the same meaning)."""
+    """``cond`` at a concrete point; a division by zero no operand decides past
+    (``and``/``or`` as eager evaluates them) means the point is outside (the Z3 side
+    of dinfer, :meth:`~validation.dinfer.z3box.Z3Box.term`, gives such conditions the same meaning)."""
     try:
-        v = cond.xreplace(subs)
+        v = substitute(cond, subs)
     except ZeroDivisionError:
         return False
     if v is sympy.true:

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 
 import sympy
 
+from ..conditions import simplify_conjunction
 from ..errors import GuardViolation, SymshapeError
 from .. import printers
 from ..functions import FloorDiv, PyMod
-from ..guard import GuardKind
+from ..guard import Decision, GuardKind
 from ..spec import Dim
 
 #: At most this many dims get every combination of size-1 corners explored.
@@ -46,7 +47,7 @@ def piece_for(report, given: dict):
         bad = piece.traced.failing_guards(given)
         if not bad:
             return piece
-        outside = [g for g in bad if g.index < 0 and g.decided_by.value != "zero_one"]
+        outside = [g for g in bad if g.index < 0 and g.decided_by not in (Decision.ZERO_ONE, Decision.EAGER_LIMIT)]
         if outside:
             _refuse(report, given, outside[0])
         if all(g.kind is GuardKind.RUNTIME_ASSERT for g in bad):
@@ -134,7 +135,10 @@ def piecewise(report) -> PiecewiseCount:
 def path_condition(piece):
     """The guards of a piece's path as one condition, bounds on one dim merged."""
     env = piece.traced.env
-    conds = [g.expr for g in env.guards if g.expr.free_symbols]
+    # Under the declared ranges: env.ranges are already narrowed by these very guards.
+    conds = simplify_conjunction([g.expr for g in env.guards if g.expr.free_symbols], env.declared_ranges)
+    if conds == [sympy.false]:
+        return sympy.false
     by_sym: dict = {}
     rest = []
     for c in conds:
@@ -145,7 +149,7 @@ def path_condition(piece):
             rest.append(c)
     parts = []
     for s, cs in by_sym.items():
-        r = env.ranges.get(s)
+        r = env.declared_ranges.get(s)
         lo = r.lower if r is not None else 0
         try:
             st = sympy.And(*cs).as_set().intersect(sympy.Interval(lo, sympy.oo))

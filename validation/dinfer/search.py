@@ -202,6 +202,10 @@ class _Search:
         except Exception as e:  # symshape failed outside the program call: say so, never guess
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None), limitation=e,
                             message=f"unsupported by symshape: {type(e).__name__}: {_first_line(e)}")
+        if tp.unchecked_indices:
+            prov, msg = tp.unchecked_indices[0]
+            # Whether eager's index check passes is unknown here: never call these sizes ok.
+            return _Outcome(Status.UNSUPPORTED, tp.env, message=f"unsupported by symshape: at {prov.location()} {msg}")
         return _Outcome(Status.OK, tp.env, output_shapes=tuple(tuple(s) for s in tp.output_shapes))
 
     def _conditions(self, env):

@@ -98,9 +98,22 @@ class Z3Box:
     def out_of_time(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
-    def term(self, cond):
-        """``cond`` as Z3, false where one of its divisors is zero (like evaluating it in Python)."""
+    def term(self, cond, value: bool = True):
+        """``cond`` as Z3: defined and true (``value=False``: defined and false).
+
+        A condition is undefined where a divisor is zero, except that an
+        operand of ``and``/``or`` that is defined decides it alone, as eager's
+        checks evaluate (``(n > 0 && m % n == 0) || m == n``), and as
+        :func:`validation.input_space.holds` does on a point.
+        """
+        if isinstance(cond, (sympy.And, sympy.Or)):
+            parts = [self.term(a, value) for a in cond.args]
+            return z3.And(*parts) if isinstance(cond, sympy.And) == value else z3.Or(*parts)
+        if isinstance(cond, sympy.Not):
+            return self.term(cond.args[0], not value)
         t = self.tr.to_z3(cond)
+        if not value:
+            t = z3.Not(t)
         dens = denominators(cond)
         if dens:
             t = z3.And(*[self.tr.to_z3(d) != 0 for d in dens], t)
