@@ -34,7 +34,9 @@ from typing import Any, Mapping, Optional
 
 import sympy
 
-from ..errors import GuardViolation, SpecError, SymshapeError
+from ..errors import GuardViolation, SpecError, SymshapeError, UnhandledExprKind
+from ..printers import to_python
+from .exprs import formula_text
 
 #: Largest number of size points tried before the outcome is "unknown".
 SEARCH_LIMIT = 2000
@@ -163,7 +165,7 @@ def check(report, formula, consts: Optional[Mapping] = None, of: str = "total") 
         shown = formula.strip()
     else:
         user = sympy.sympify(formula).xreplace({sympy.Symbol(k): v for k, v in consts.items()})
-        shown = str(formula)
+        shown = _user_text(formula)
     if of == "total":
         traced = report.total
     elif of == "useful":
@@ -181,7 +183,7 @@ def check(report, formula, consts: Optional[Mapping] = None, of: str = "total") 
     zero = [_is_zero(e - user, env) for e, _ in branches]
     if all(zero):
         how = "simplifies to 0" if all(z == "identity" for z in zero) else "is 0 on the traced path's ranges"
-        return CheckResult("equal", user, traced, f"equal: {shown} == {traced} for every size (the difference {how})")
+        return CheckResult("equal", user, traced, f"equal: {shown} == {formula_text(traced)} for every size (the difference {how})")
     point = _counterexample(report, traced, user)
     roots = _roots(report, branches, user) if not any(zero) and len(branches) == 1 else []
     if roots and point:
@@ -201,7 +203,7 @@ def check(report, formula, consts: Optional[Mapping] = None, of: str = "total") 
         return CheckResult("different", user, traced, f"different: {_point_text(report, point, traced, user)}",
                            *_point_fields(report, point, traced, user))
     return CheckResult("unknown", user, traced,
-                       f"unknown: {shown} could not be proved equal to {traced}, and they agree at every size "
+                       f"unknown: {shown} could not be proved equal to {formula_text(traced)}, and they agree at every size "
                        f"searched on the traced path ({_searched_text(report)})")
 
 
@@ -302,7 +304,7 @@ def _point_fields(report, point, traced, user):
 def _point_text(report, point, traced, user):
     a, b = _point_fields(report, point, traced, user)[1]
     at = ", ".join(f"{k}={v}" for k, v in point.items())
-    return f"at {at} the traced count is {a} and the formula gives {b}"
+    return f"at {at} the traced count is {a} and the formula gives {_user_text(b)}"
 
 
 def _searched_text(report):
@@ -324,8 +326,15 @@ def _py_cond(c) -> str:
         return "(" + " or ".join(_py_cond(a) for a in c.args) + ")"
     if isinstance(c, sympy.Not):
         return f"not ({_py_cond(c.args[0])})"
-    c = canonical_condition(c)
-    if isinstance(c, sympy.Rel):
-        op = {sympy.Eq: "==", sympy.Ne: "!=", sympy.Lt: "<", sympy.Le: "<=", sympy.Gt: ">", sympy.Ge: ">="}[type(c)]
-        return f"{c.lhs} {op} {c.rhs}"
-    return str(c)
+    return to_python(canonical_condition(c))
+
+
+def _user_text(e) -> str:
+    """The user's formula (or its value) in Python syntax; a sympy object of a
+    kind the printer has no rule for (``Piecewise``) is shown as the user wrote it."""
+    if not isinstance(e, sympy.Basic):
+        return str(e)
+    try:
+        return to_python(e)
+    except UnhandledExprKind:
+        return str(e)

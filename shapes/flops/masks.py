@@ -23,6 +23,8 @@ import sympy
 import torch
 import torch.fx
 
+from ..printers import to_python
+
 aten = torch.ops.aten
 
 #: Softmax ops an attention normalizes its scores with.
@@ -63,7 +65,7 @@ def _off(k) -> str:
     k = sympy.sympify(k)
     if k == 0:
         return ""
-    return f" + {k}" if not (k.is_number and k < 0) else f" - {-k}"
+    return f" + {to_python(k)}" if not (k.is_number and k < 0) else f" - {to_python(-k)}"
 
 
 ALL = Band()

@@ -73,7 +73,8 @@ import torch
 import torch.fx
 
 from .costs import CostKind, ModuleCost, OpCost, count_graph
-from ..errors import GuardViolation, SpecError, SymshapeError
+from .exprs import formula_text
+from ..errors import GuardViolation, SpecError, SymshapeError, UnhandledExprKind
 from ..program import TracedProgram
 
 class FlopEvaluationError(SpecError):
@@ -234,7 +235,12 @@ class FlopReport:
             env = self.traced.env
             what = "; ".join(f"{s} = {env.describe_symbol(s)}" for s in sorted(v.free_symbols, key=str)
                              if s in env.unbacked) or free
-            raise SymshapeError(f"the count {expr} is {v} at these sizes: it depends on data ({what})")
+            try:
+                value = formula_text(v)
+            except UnhandledExprKind:  # sympy's simplify may leave a kind the printer has no rule for
+                value = str(v)
+            raise SymshapeError(f"the count {formula_text(expr)} is {value} at these sizes: it depends on data "
+                                f"({what})")
         return int(v)
 
     def evaluate(self, sizes: Mapping, expr=None) -> int:
@@ -333,19 +339,19 @@ class FlopReport:
             "program": self.name,
             "inputs": [str(s) for s in self.traced.specs],
             "dims": self.dims,
-            "total_flops": str(self.total),
-            "total_bytes": str(self.total_bytes),
+            "total_flops": formula_text(self.total),
+            "total_bytes": formula_text(self.total_bytes),
             "mode": self.mode,
-            "phases": {p: {"flops": str(f), "bytes": str(self.phase_bytes[p])} for p, f in self.phase_totals.items()},
-            "useful_flops": str(self.useful),
-            "masked_attention": [{"where": m.where, "how": m.how, "mask": m.mask, "kept": str(m.kept),
-                                  "entries": str(m.entries), "matmuls": len(m.nodes)} for m in self.masked_attention],
+            "phases": {p: {"flops": formula_text(f), "bytes": formula_text(self.phase_bytes[p])} for p, f in self.phase_totals.items()},
+            "useful_flops": formula_text(self.useful),
+            "masked_attention": [{"where": m.where, "how": m.how, "mask": m.mask, "kept": formula_text(m.kept),
+                                  "entries": formula_text(m.entries), "matmuls": len(m.nodes)} for m in self.masked_attention],
             "useful_notes": list(self.useful_notes),
-            "ops": [{"op": c.op, "calls": c.calls, "kind": c.kind.value, "flops": str(c.flops), "bytes": str(c.bytes)}
+            "ops": [{"op": c.op, "calls": c.calls, "kind": c.kind.value, "flops": formula_text(c.flops), "bytes": formula_text(c.bytes)}
                     for c in self.ops_in_order()],
-            "by_module": {n: {"class": m.cls, "flops": str(m.flops), "bytes": str(m.bytes),
-                              "intensity": str(m.intensity),
-                              "by_op": {k: str(v) for k, v in m.by_op.items()}} for n, m in self.by_module.items()},
+            "by_module": {n: {"class": m.cls, "flops": formula_text(m.flops), "bytes": formula_text(m.bytes),
+                              "intensity": _formula_or_none(m.intensity),
+                              "by_op": {k: formula_text(v) for k, v in m.by_op.items()}} for n, m in self.by_module.items()},
             "uncounted": dict(self.uncounted),
             "zero_by_convention": dict(self.zero_by_convention),
             "matmul_like_uncounted": dict(self.matmul_like_uncounted),
@@ -382,7 +388,12 @@ class FlopReport:
         return self.table()
 
     def __repr__(self) -> str:
-        return f"<FlopReport {self.name}: {self.total} FLOPs, {len(self.ops)} ops>"
+        return f"<FlopReport {self.name}: {formula_text(self.total)} FLOPs, {len(self.ops)} ops>"
+
+
+def _formula_or_none(e):
+    # JSON has no nan: a module that moves no bytes has no intensity (as ``_finite`` at a point).
+    return None if e is sympy.nan else formula_text(e)
 
 
 def _finite(x: float):

@@ -5,7 +5,7 @@ import textwrap
 from typing import TYPE_CHECKING, Mapping
 
 from .costs import CostKind
-from .exprs import nice
+from .exprs import formula_text, nice
 
 if TYPE_CHECKING:  # pragma: no cover
     from .report import FlopReport
@@ -42,17 +42,17 @@ def render_table(r: FlopReport, sizes, width: int) -> str:
     what = "training step (forward + backward" + (" + optimizer" if "optimizer" in r.phase_totals else "") + ")"
     lines = [f"FLOPs of {r.name}({', '.join(str(s) for s in r.traced.specs)})"
              + (f", {what}" if r.mode == "train" else "")]
-    lines += _wrapped("  total FLOPs  ", str(r.total), width)
+    lines += _wrapped("  total FLOPs  ", formula_text(r.total), width)
     if r.mode == "train":
         for ph, f in r.phase_totals.items():
-            lines += _wrapped(f"    {ph:<9}  ", str(f), width)
+            lines += _wrapped(f"    {ph:<9}  ", formula_text(f), width)
     if r.useful != r.total:
-        lines += _wrapped("  useful FLOPs ", f"{r.useful}  (masked attention at the entries it keeps)", width)
-    lines += _wrapped("  total bytes  ", str(r.total_bytes), width)
+        lines += _wrapped("  useful FLOPs ", f"{formula_text(r.useful)}  (masked attention at the entries it keeps)", width)
+    lines += _wrapped("  total bytes  ", formula_text(r.total_bytes), width)
     shown = [c for c in r.ops_in_order() if c.kind in (CostKind.COUNTED, CostKind.UNCOUNTED) or c.bytes != 0]
     lines.append("")
     rows = [(c.op + (" (!)" if c.kind is CostKind.UNCOUNTED else ""), c.calls,
-             str(c.flops) if c.kind is not CostKind.UNCOUNTED else "?", str(c.bytes)) for c in shown]
+             formula_text(c.flops) if c.kind is not CostKind.UNCOUNTED else "?", formula_text(c.bytes)) for c in shown]
     lines += _expr_table("op", rows, width, with_calls=True)
     points = [] if sizes is None else [sizes] if isinstance(sizes, Mapping) else list(sizes)
     for pt in points:
@@ -101,9 +101,7 @@ def render_table(r: FlopReport, sizes, width: int) -> str:
 
 
 def _intensity_text(m) -> str:
-    import sympy
-    i = m.intensity
-    return "-" if i is sympy.nan else str(i)
+    return formula_text(m.intensity)
 
 
 def _expr_table(first: str, rows, width: int, with_calls: bool, intensity: bool = False) -> list[str]:
@@ -160,7 +158,7 @@ def render_modules(r: FlopReport, sizes, depth: int, width: int) -> str:
             label += f" ({m.cls})"  # the class when it fits
         names.append(label)
     if v is None:
-        rows = [(n, str(nice(m.flops)), str(nice(m.bytes)), _intensity_text(m)) for n, m in zip(names, mods)]
+        rows = [(n, formula_text(nice(m.flops)), formula_text(nice(m.bytes)), _intensity_text(m)) for n, m in zip(names, mods)]
         return "\n".join(_expr_table("module", rows, width, with_calls=False, intensity=True))
     rows = []
     for n, m in zip(names, mods):

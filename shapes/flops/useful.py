@@ -51,7 +51,7 @@ import torch
 import torch.fx
 
 from . import formulas as ff
-from .exprs import nice, sum_exprs
+from .exprs import formula_text, nice, sum_exprs
 from .masks import SOFTMAX, Band, MaskAnalysis, mask_source
 
 aten = torch.ops.aten
@@ -77,8 +77,9 @@ class MaskedAttention:
         return sympy.factor(self.kept / self.entries)
 
     def __str__(self) -> str:
-        return (f"{self.where}: {self.how}; keeps {self.mask}: {sympy.factor(self.kept)} of {self.entries} score entries, "
-                f"so its {len(self.nodes)} matmul(s) count {self.fraction} of their FLOPs")
+        return (f"{self.where}: {self.how}; keeps {self.mask}: {formula_text(sympy.factor(self.kept))} of "
+                f"{formula_text(self.entries)} score entries, so its {len(self.nodes)} matmul(s) count "
+                f"{formula_text(self.fraction)} of their FLOPs")
 
 
 def _where(node) -> str:
