@@ -24,6 +24,7 @@ import sympy
 import torch
 
 from . import torch_adapter
+from .errors import UnhandledExprKind
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from .provenance import capture
 from .printers import to_python
@@ -160,13 +161,18 @@ class SymExprNode:
         return self
 
     def str(self):
-        return builtins.str(self.expr)
+        # torch formats sizes into its own error messages ("invalid for input of
+        # size ...") through this: Python syntax, as every other message shows them.
+        try:
+            return to_python(self.expr)
+        except UnhandledExprKind:
+            return builtins.str(self.expr)
 
     def _graph_repr(self):
-        return builtins.str(self.expr)
+        return self.str()
 
     def __str__(self):
-        return builtins.str(self.expr)
+        return self.str()
 
     def __repr__(self):
         return f"SymExprNode({self.expr}, {self.pytype.__name__})"
