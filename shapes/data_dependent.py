@@ -59,7 +59,7 @@ def handle_index(env, func, args, kwargs):
         return None
     if len(bool_pos) != 1 or any(ix is not None for i, ix in enumerate(indices) if i not in bool_pos):
         raise UnsupportedOpError(
-            f"symshape: indexing with a boolean mask combined with other indices is not supported "
+            f"indexing with a boolean mask combined with other indices is not supported "
             f"(at {_where(env)}); index with the mask alone, or use torch.nonzero explicitly"
         )
     p = bool_pos[0]
@@ -80,7 +80,7 @@ def handle_item(env, func, args, kwargs):
         u = env.create_unbacked(kind="bool", what=what)
         return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
     if x.dtype.is_complex:
-        raise UnsupportedOpError(f"symshape: .item() of a complex tensor is not supported (at {_where(env)})")
+        raise UnsupportedOpError(f".item() of a complex tensor is not supported (at {_where(env)})")
     u = env.create_unbacked(kind="int", what=what)
     return sym_value(env, u, int), {u: ("value",)}
 
@@ -110,7 +110,7 @@ def handle_unique(env, func, args, kwargs):
     x = args[0]
     name = func.overloadpacket.__name__
     if name == "unique_dim":
-        raise UnsupportedOpError(f"symshape: torch.unique(dim=...) is not supported (at {_where(env)})")
+        raise UnsupportedOpError(f"torch.unique(dim=...) is not supported (at {_where(env)})")
     u = _count(env, f"number of unique values ({name} at {_where(env)})", _numel_expr(x))
     if name == "_unique2":
         return_inverse = args[2] if len(args) > 2 else kwargs.get("return_inverse", False)

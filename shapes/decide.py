@@ -303,7 +303,7 @@ class DecisionProcedure:
                                                      key=str), self.env)
         hint = self.hint_of(s)
         if hint is None:
-            raise TracerLimitation(f"symshape: cannot evaluate {to_python(s)}: it has no example value")
+            raise TracerLimitation(f"cannot evaluate {to_python(s)}: it has no example value")
         prov = provenance or capture(self.env.current_op())
         if is_bool:
             cond = s if hint else sympy.Not(s)

@@ -42,7 +42,21 @@ class TracerLimitation(SymshapeError, NotImplementedError):
         >>> from shapes.errors import TracerLimitation, UnsupportedOpError
         >>> issubclass(UnsupportedOpError, TracerLimitation)
         True
+        >>> e = UnsupportedOpError("round() of a symbolic size is not supported")
+        >>> str(e), e.detail
+        ('symshape: round() of a symbolic size is not supported', 'round() of a symbolic size is not supported')
     """
+
+    #: Whose limitation it is: every message says so, and raise sites do not write it.
+    PREFIX = "symshape: "
+
+    @property
+    def detail(self) -> str:
+        """The message without :attr:`PREFIX`: what symshape cannot do, and where."""
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        return self.PREFIX + self.detail
 
 
 class UnsupportedOpError(TracerLimitation):
@@ -88,7 +102,7 @@ class UnhandledExprKind(TracerLimitation, TypeError):
         self.expr = expr
         what = f"expression kind {kind.name}" if kind is not None else f"expression type {type(expr).__name__}"
         super().__init__(
-            f"symshape: {analysis} has no rule for {what}{f' ({detail})' if detail else ''} in `{expr}`. "
+            f"{analysis} has no rule for {what}{f' ({detail})' if detail else ''} in `{expr}`. "
             f"This is a limitation of symshape, not an error of the program; please report it with this "
             f"expression.")
 

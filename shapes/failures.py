@@ -79,7 +79,7 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
         # Not the program's error: eager passes a plain value where the trace has a symbolic one.
         what = ("a size comparison (SymBool) reached a torch function that takes a bool"
                 if "not SymBool" in str(e) else "a symbolic size reached torch code that wants a plain value")
-        err = UnsupportedOpError(f"symshape: {what} ({first_line(e)}); please report it")
+        err = UnsupportedOpError(f"{what} ({first_line(e)}); please report it")
         err.env = env
         return err
     dde = getattr(env, "last_data_dependent", None)
@@ -91,7 +91,7 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
         # A C++ kernel read a size as an int (TensorImpl::throw_cannot_call_with_symbolic):
         # torch's limit on symbolic tensors, which eager never meets.
         err = UnsupportedOpError(
-            f"symshape: a torch kernel called at {prov.filename}:{prov.lineno} (`{prov.code}`) reads "
+            f"a torch kernel called at {prov.filename}:{prov.lineno} (`{prov.code}`) reads "
             f"the sizes of a tensor as integers ({first_line(e)}), which symbolic tracing cannot give "
             f"it. This is a limitation of symshape (torch.export stops there too), not an error of the "
             f"program; call the op outside the traced part, or at fixed sizes.")
@@ -100,7 +100,7 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
     engine = engine_frame_of(e)
     if engine is not None:
         return EngineFailure(
-            f"symshape failed inside its engine ({type(e).__name__} at {engine}) while tracing "
+            f"its engine failed ({type(e).__name__} at {engine}) while tracing "
             f"{prov.filename}:{prov.lineno} (`{prov.code}`) at {at or 'the given sizes'}: "
             f"{first_line(e)}. This is a limitation of symshape, not an error of the program; "
             f"please report it.", exc=e, provenance=prov, env=env)

@@ -104,7 +104,7 @@ class Recorder(TorchDispatchMode):
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
             if "data-dependent" in msg or "DynamicOutputShape" in type(e).__name__ or "meta" in msg.lower():
                 raise UnsupportedOpError(
-                    f"symshape: {op} at {prov.filename}:{prov.lineno} (`{prov.code}`) cannot run on meta tensors "
+                    f"{op} at {prov.filename}:{prov.lineno} (`{prov.code}`) cannot run on meta tensors "
                     f"with symbolic sizes ({msg}); its output shape may depend on data. Please report it."
                 ) from e
             raise
@@ -155,7 +155,7 @@ class Recorder(TorchDispatchMode):
             return
         if chk.kind == "guard" and self.env.evaluate(chk.condition, provenance=prov):
             return
-        raise TracerLimitation(f"symshape: at {prov.location()} {chk.message}; a limitation of "
+        raise TracerLimitation(f"at {prov.location()} {chk.message}; a limitation of "
                                f"symshape, not an error of the program; an index tensor built by arange, + - * by "
                                f"a constant, clamp, cat and views is followed exactly")
 

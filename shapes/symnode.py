@@ -232,7 +232,7 @@ class SymExprNode:
             # checked the base is >= 0 (SymFloat.__pow__), so the result is real.
             return self._make(sympy.Pow(self._as_float(), sympy.Float(e)), builtins.float)
         from .errors import TracerLimitation
-        raise TracerLimitation(f"symshape: a power with a symbolic exponent ({to_python(self.expr)} ** {e}) is not supported")
+        raise TracerLimitation(f"a power with a symbolic exponent ({to_python(self.expr)} ** {e}) is not supported")
 
     def _as_float(self):
         return self.expr if self.pytype is builtins.float else ToFloat(self.expr)
@@ -243,7 +243,7 @@ class SymExprNode:
             if not self.env.expect_true(sympy.Ge(self.expr, 0), message="sqrt of a negative size"):
                 raise program_error(ValueError("math domain error"))
         if not isinstance(self.expr, sympy.Expr):
-            raise TracerLimitation(f"symshape: sqrt of {to_python(self.expr)} is not supported")
+            raise TracerLimitation(f"sqrt of {to_python(self.expr)} is not supported")
         return self._make(sympy.Pow(self._as_float(), sympy.Float(0.5)), builtins.float)
 
     pow_by_natural = pow
@@ -284,7 +284,7 @@ class SymExprNode:
 
     def round(self, ndigits=None):
         from .errors import TracerLimitation
-        raise TracerLimitation("symshape: round() of a symbolic size is not supported")
+        raise TracerLimitation("round() of a symbolic size is not supported")
 
     def is_integer(self):
         return self.wrap_bool(self.pytype is builtins.int)

@@ -89,7 +89,7 @@ class ShapeEnvFacade:
     def __getattr__(self, name):
         from .errors import AdapterGap
         raise AdapterGap(
-            f"symshape: torch asked its ShapeEnv for {name!r}, which symshape's adapter does not "
+            f"torch asked its ShapeEnv for {name!r}, which symshape's adapter does not "
             f"provide (torch {__import__('torch').__version__}). Please report this with the program "
             f"that triggered it."
         )

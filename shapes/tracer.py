@@ -111,7 +111,7 @@ class _GraphBuilder:
             if x.device.type == "meta":
                 prov = capture(self.env.current_op())
                 raise TracerLimitation(
-                    f"symshape: {prov.op or 'an op'} at {prov.location()} received a tensor on the meta "
+                    f"{prov.op or 'an op'} at {prov.location()} received a tensor on the meta "
                     f"device that torch made outside the ops symshape records, so its values are unknown "
                     f"to the trace. This is a limitation of symshape; please report it with this line."
                 )
@@ -175,7 +175,7 @@ class _GraphBuilder:
             self.sym_nodes[e] = node
             return node
         if src is None:
-            raise UnsupportedOpError(f"symshape: no graph value defines the symbol {to_python(e)} (a dim named only "
+            raise UnsupportedOpError(f"no graph value defines the symbol {to_python(e)} (a dim named only "
                                      f"inside a spec expression must appear there as a*{e} + b)")
         node = g.call_function(torch.ops.aten.sym_size.int, (src[0], src[1]))
         node.meta["expr"] = e
@@ -186,7 +186,7 @@ class _GraphBuilder:
         if isinstance(a, torch.Tensor):
             entry = self.tensor_nodes.get(id(a))
             if entry is None:
-                raise TracerLimitation("symshape: an op received a tensor the tracer does not know")
+                raise TracerLimitation("an op received a tensor the tracer does not know")
             return entry[1]
         if isinstance(a, SymTypes):
             return self.expr_node(a.node.expr)

@@ -3,6 +3,7 @@ reports show ``min(8, N)``, ``(H - 3) // 2``, ``N % 6 != 0``, never sympy's ``Mi
 ``FloorDiv``, ``Eq(``; and the printed closed forms are the counts themselves (they
 evaluate, as Python, to the counted values, and parse back to an equal formula)."""
 import json
+import pathlib
 import re
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 import shapes
 from cli.main import main
 from guards import explain
+from shapes.errors import TracerLimitation
 from shapes.flops import count_flops
 from tests.printing_programs import ClampedRows, StridedConv, every_third_in_pairs
 from validation import dinfer
@@ -83,3 +85,31 @@ def test_explain_reports_are_python():
     assert any("(N + 2) // 3" in e.expr for e in ex.entries)
     _no_sympy_text(ex.text())
     _no_sympy_text(ex.json())
+
+
+def rounded_rows(x):
+    """``round()`` of a size: a limitation of symshape (TracerLimitation), not the program's error."""
+    return x[: round(x.shape[0] / 3)]
+
+
+def test_limitation_says_symshape_once():
+    """The "symshape: " of a limitation is its type's, not each raise site's text; dinfer's class
+    message says "unsupported by symshape: " and then the limitation itself, once."""
+    with pytest.raises(TracerLimitation) as info:
+        shapes.trace(rounded_rows, "x: f32[N]")
+    e = info.value
+    assert e.detail == "round() of a symbolic size is not supported"
+    assert str(e) == "symshape: " + e.detail
+    space = dinfer(rounded_rows, "x: f32[N]", dims={"N": (1, 20)})
+    messages = {c.message for c in space.classes}
+    assert messages == {"unsupported by symshape: round() of a symbolic size is not supported"}, messages
+
+
+def test_no_raise_site_writes_the_limitation_prefix():
+    """A TracerLimitation's message starts with what went wrong: its class adds "symshape: "."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    raise_site = re.compile(r"(TracerLimitation|UnsupportedOpError|AdapterGap|EngineFailure)\(\s*f?[\"']symshape")
+    # \s* spans a message that starts on the line after the class name.
+    offenders = [str(p.relative_to(root)) for p in sorted(root.glob("[a-z]*/**/*.py"))
+                 if "tests" not in p.parts and raise_site.search(p.read_text())]
+    assert offenders == []

@@ -68,7 +68,7 @@ def run_meta(func, args, kwargs):
         if func._schema.is_mutable:
             from ..errors import UnsupportedOpError
             raise UnsupportedOpError(
-                f"symshape: the kernel of {func} reads symbolic sizes as ints, which symshape cannot trace for "
+                f"the kernel of {func} reads symbolic sizes as ints, which symshape cannot trace for "
                 f"an op that changes its inputs; call it outside the traced program") from e
     args, kwargs = pytree.tree_map_only(torch.Tensor, _specialized, (args, kwargs))
     return func(*args, **kwargs)

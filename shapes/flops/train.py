@@ -81,7 +81,7 @@ def training_step(optimizer: Optional[Callable] = None) -> Callable:
                 opt.step()
             except Exception as e:  # a symshape limitation, not the program's error: say which
                 raise UnsupportedOpError(
-                    f"symshape: the optimizer step of {type(opt).__name__} cannot be traced on meta tensors with "
+                    f"the optimizer step of {type(opt).__name__} cannot be traced on meta tensors with "
                     f"symbolic sizes ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); optimizers "
                     f"that read their step count as a number (Adam, AdamW) do. Optimizer steps are 0 FLOPs by "
                     f"torch's convention: count without optimizer=, or with one that traces (SGD)") from e

@@ -125,7 +125,16 @@ def _resolve_dims(specs, dims):
 
 
 def _first_line(e: BaseException) -> str:
-    s = str(e).strip()
+    return _first_line_of(str(e), e)
+
+
+def _limitation_line(e: BaseException) -> str:
+    # A TracerLimitation's own text says "symshape: ", which the class message already says.
+    return _first_line_of(e.detail if isinstance(e, TracerLimitation) else str(e), e)
+
+
+def _first_line_of(text: str, e: BaseException) -> str:
+    s = text.strip()
     return s.splitlines()[0] if s else type(e).__name__
 
 
@@ -183,7 +192,7 @@ class _Search:
             prov = e.provenance
             if engine_limitation(exc):
                 return _Outcome(Status.UNSUPPORTED, e.env,
-                                message=f"unsupported by symshape: {_first_line(exc)}", limitation=exc)
+                                message=f"unsupported by symshape: {_limitation_line(exc)}", limitation=exc)
             err = ClassError(type(exc).__name__, _first_line(exc),
                              getattr(prov, "filename", "<unknown>"), getattr(prov, "lineno", 0),
                              getattr(prov, "code", ""), getattr(prov, "op", None))
@@ -196,7 +205,7 @@ class _Search:
                             decision=ClassError(type(e).__name__, what, p.filename, p.lineno, p.code, p.op))
         except TracerLimitation as e:
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None),
-                            message=f"unsupported by symshape: {_strip_prefix(_first_line(e))}", limitation=e)
+                            message=f"unsupported by symshape: {_limitation_line(e)}", limitation=e)
         except SymshapeError:
             raise  # e.g. translation validation found an unsound engine step: never a class
         except Exception as e:  # symshape failed outside the program call: say so, never guess
@@ -431,9 +440,3 @@ def _origins(env, conds, names=None) -> str:
 def _runs(c) -> bool:
     """The class runs (given, for data-dependent programs, its run-time conditions on data)."""
     return c.status is Status.OK or (c.status is Status.DATA_DEPENDENT and c.decision is None)
-
-
-def _strip_prefix(msg: str) -> str:
-    return msg[len("symshape:"):].strip() if msg.startswith("symshape:") else msg
-
-
