@@ -118,6 +118,11 @@ def _run(argv, parser) -> int:
     except Exception as e:
         # symshape's errors are only importable once a command ran (they live with torch).
         errors = sys.modules.get("shapes.errors")
+        if errors is not None and isinstance(e, errors.TracerLimitation):
+            # symshape's own limit, not the program's error: say so once (the message's
+            # "symshape: " prefix would repeat the program name).
+            print(f"{parser.prog}: limitation: {' '.join(e.detail.split())}", file=sys.stderr)
+            return 2
         if errors is not None and isinstance(e, errors.SymshapeError):
             print(f"{parser.prog}: error: {_one_line(e)}", file=sys.stderr)
             return 2
