@@ -79,8 +79,8 @@ def _cli(args, timeout):
     env = dict(os.environ, PYTHONPATH=ROOT)
     t0 = time.perf_counter()
     try:
-        r = subprocess.run([sys.executable, "-m", "cli.main", "dinfer", *args, "--no-progress" if "--trace-timeout" in
-                            args else "-q"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=timeout)
+        r = subprocess.run([sys.executable, "-m", "cli.main", "dinfer", *args, "-q"], capture_output=True, text=True,
+                           cwd=ROOT, env=env, timeout=timeout)
         out = (r.stdout + r.stderr).strip().splitlines()
         rc = r.returncode
     except subprocess.TimeoutExpired:
