@@ -40,7 +40,7 @@ import torch
 from shapes.printers import to_cpp
 
 from ..ir import JVAR, RVAR, OpKind, ReductionKind, compute_dtype, flat_index
-from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table
+from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 
 # Half types are stored as their 16 bits and converted at loads and stores (computed in float).
 CTYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t", torch.int32: "int32_t",
@@ -155,16 +155,10 @@ def _cast(a, v, t):
 
 OP_TABLE = {
     **infix_table({**INFIX, OpKind.AND: "&&", OpKind.OR: "||"}),
-    OpKind.NEG: lambda a, v, t: f"-{a[0]}",
-    OpKind.NOT: lambda a, v, t: f"!{a[0]}",
-    OpKind.CAST: _cast,
-    OpKind.RELU: lambda a, v, t: f"({a[0]} < 0 ? ({t})0 : {a[0]})",
-    OpKind.WHERE: lambda a, v, t: f"({a[0]} ? {a[1]} : {a[2]})",
-    OpKind.RSQRT: lambda a, v, t: f"({t})1 / std::sqrt({a[0]})",
-    OpKind.RECIPROCAL: lambda a, v, t: f"({t})1 / {a[0]}",
-    OpKind.SIGMOID: lambda a, v, t: f"({t})1 / (({t})1 + std::exp(-{a[0]}))",
-    OpKind.MAXIMUM: _minmax("max"),
-    OpKind.MINIMUM: _minmax("min"),
+    **templates({OpKind.NEG: "-{0}", OpKind.NOT: "!{0}", OpKind.RELU: "({0} < 0 ? ({t})0 : {0})",
+                 OpKind.WHERE: "({0} ? {1} : {2})", OpKind.RSQRT: "({t})1 / std::sqrt({0})",
+                 OpKind.RECIPROCAL: "({t})1 / {0}", OpKind.SIGMOID: "({t})1 / (({t})1 + std::exp(-{0}))"}),
+    OpKind.CAST: _cast, OpKind.MAXIMUM: _minmax("max"), OpKind.MINIMUM: _minmax("min"),
     **{k: call(f"std::{k.value}") for k in (OpKind.ABS, OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.TANH, OpKind.ERF,
                                           OpKind.SIN, OpKind.COS, OpKind.FLOOR, OpKind.CEIL, OpKind.LOG1P,
                                           OpKind.EXPM1, OpKind.POW)},

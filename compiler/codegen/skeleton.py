@@ -76,6 +76,15 @@ class Literals:
         return self.integer(int(v), dtype)
 
 
+def templates(spellings: dict) -> dict:
+    """Spellings from format strings: ``{0}``, ``{1}`` ... are the operands, ``{t}`` the type name.
+
+    >>> templates({OpKind.NEG: "-{0}"})[OpKind.NEG](["x"], None, "float")
+    '-x'
+    """
+    return {k: (lambda a, v, t, _f=f: _f.format(*a, t=t)) for k, f in spellings.items()}
+
+
 def call(fn: str) -> Spelling:
     """Spelling ``fn(a, b, ...)``."""
     return lambda a, v, t: f"{fn}({', '.join(a)})"

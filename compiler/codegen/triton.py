@@ -33,7 +33,7 @@ from shapes.printers import to_triton
 from ..exprs import compile_exprs
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, flat_index, substitute
 from .cpp import cache_dir
-from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table
+from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
       torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
@@ -102,19 +102,14 @@ OP_TABLE = {
     OpKind.RSQRT: call("tl.math.rsqrt"), OpKind.SIGMOID: call("tl.sigmoid"), OpKind.ERF: call("tl.math.erf"),
     OpKind.ABS: call("tl.abs"), OpKind.SIN: call("tl.sin"), OpKind.COS: call("tl.cos"),
     OpKind.FLOOR: call("tl.floor"), OpKind.CEIL: call("tl.ceil"), OpKind.POW: call("_pow"),
-    OpKind.NEG: lambda a, v, t: f"-{a[0]}",
-    OpKind.NOT: lambda a, v, t: f"{a[0]} == 0",
+    # tanh(x) = 2 sigmoid(2x) - 1: no tanh in core Triton
+    **templates({OpKind.NEG: "-{0}", OpKind.NOT: "{0} == 0", OpKind.RELU: "tl.where({0} < 0, 0, {0})",
+                 OpKind.WHERE: "tl.where({0}, {1}, {2})", OpKind.RECIPROCAL: "1.0 / {0}",
+                 OpKind.TANH: "2.0 * tl.sigmoid(2.0 * {0}) - 1.0", OpKind.LOG1P: "tl.log(1.0 + {0})",
+                 OpKind.EXPM1: "tl.exp({0}) - 1.0"}),
     # tl.cast, not .to(): the operand may be a Python literal (a constant widened from a half type).
     OpKind.CAST: lambda a, v, t: f"({a[0]} != 0)" if v.dtype == torch.bool else f"tl.cast({a[0]}, {t})",
-    OpKind.RELU: lambda a, v, t: f"tl.where({a[0]} < 0, 0, {a[0]})",
-    OpKind.WHERE: lambda a, v, t: f"tl.where({a[0]}, {a[1]}, {a[2]})",
-    OpKind.RECIPROCAL: lambda a, v, t: f"1.0 / {a[0]}",
-    # tanh(x) = 2 sigmoid(2x) - 1: no tanh in core Triton
-    OpKind.TANH: lambda a, v, t: f"2.0 * tl.sigmoid(2.0 * {a[0]}) - 1.0",
-    OpKind.LOG1P: lambda a, v, t: f"tl.log(1.0 + {a[0]})",
-    OpKind.EXPM1: lambda a, v, t: f"tl.exp({a[0]}) - 1.0",
-    OpKind.MAXIMUM: _minmax("maximum"),
-    OpKind.MINIMUM: _minmax("minimum"),
+    OpKind.MAXIMUM: _minmax("maximum"), OpKind.MINIMUM: _minmax("minimum"),
 }
 
 
