@@ -101,3 +101,14 @@ def test_adaptive_avg_pool2d_port_has_eager_shapes_strides_and_values():
                 got, want = adaptive_avg_pool2d(x, size), torch.ops.aten.adaptive_avg_pool2d.default(x, size)
                 assert (got.shape, got.stride()) == (want.shape, want.stride()), (shape, perm, size)
                 torch.testing.assert_close(got, want)
+
+
+def test_an_error_after_a_layout_answer_against_the_example_is_symshapes_limit(monkeypatch):
+    # Were the view's collapse check taken for reshape's again (the defect fixed here), the
+    # generic answer would make the view fail where eager runs: that must be symshape's
+    # TracerLimitation, never a TraceError blaming the program.
+    from shapes import size_oblivious
+    monkeypatch.setattr(size_oblivious, "_copy_allowed", lambda frame: True)
+    with pytest.raises(shapes.TracerLimitation, match="layout question") as info:
+        shapes.trace(swin(), SPEC, dims={"B": 2, "H": 56, "W": 56})
+    assert not isinstance(info.value, shapes.TraceError)
