@@ -141,12 +141,15 @@ _CPP_LAYOUT_FILES = ("c10/core/Contiguity.h", "c10/core/SymbolicShapeMeta.cpp", 
 
 def _copy_allowed(frame) -> bool:
     """Whether ``_collapse_view_helper`` (asked with ``must_be_valid=None``) falls
-    back to a copy when no view exists: only under ``reshape``.  Under ``view``
-    its caller raises "Cannot view a tensor ..." instead, so the question
-    decides whether the program fails, and must follow eager at the example sizes.
+    back to a copy when no view exists: under ``flatten`` and ``reshape``.  Under
+    ``view`` (``_reshape_view_helper_core_alg`` with ``allow_copy=False``) its
+    caller raises "Cannot view a tensor ..." instead, so the question decides
+    whether the program fails, and must follow eager at the example sizes.
     """
     caller = frame.f_back
-    return caller is not None and caller.f_locals.get("allow_copy") is True
+    if caller is None or caller.f_code.co_name != "_reshape_view_helper_core_alg":
+        return True
+    return caller.f_locals.get("allow_copy") is True
 
 
 def site_of(env, expr, size_oblivious: bool = False, cpp_site: Optional[str] = None) -> Optional[str]:
