@@ -71,6 +71,9 @@ class DecisionProcedure:
         self.layout_exprs: set = set()
         self.oblivious_atoms: dict[int, tuple] = {}
         self.layout_answers: dict = {}
+        # Log indices of layout-only answers that differ from the question's value at the
+        # example sizes: an error raised after one may be symshape's, not eager's.
+        self.hint_departures: list[int] = []
 
     # ------------------------------------------------------------------ the log and facts
 
@@ -330,10 +333,20 @@ class DecisionProcedure:
         v, atoms = got
         if site in oblivious.VIEW_SITES and v != self.hint_of(s):
             return None  # a view eager finds at this degenerate example point: follow eager (a guard)
+        if v != self.hint_of(s):
+            self.hint_departures.append(len(self.log))
         self.oblivious_atoms[len(self.log)] = atoms
         self.layout_answers[expr] = v
         self.log_step(StepKind.STATIC, s, sympy.true if v else sympy.false, "size_oblivious")
         return v
+
+    def departure_since(self, log_index: int):
+        """The first layout-only answer logged at or after ``log_index`` that differs from
+        its value at the example sizes (a log entry), or None."""
+        for i in self.hint_departures:
+            if i >= log_index:
+                return self.log[i]
+        return None
 
     def expect_true(self, expr, *, provenance: Optional[Provenance] = None, message: str = "") -> bool:
         """``torch._check(expr)``: see :meth:`shapes.env.ShapeEnv.expect_true`."""

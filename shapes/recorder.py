@@ -84,6 +84,7 @@ class Recorder(TorchDispatchMode):
         op = str(func)
         prov = capture(op)
         self.ops.push(op)
+        log_start = len(self.env.decisions.log)
         try:
             for chk in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty, b.determines):
                 self._index_check(chk, prov)
@@ -107,6 +108,11 @@ class Recorder(TorchDispatchMode):
                     f"{op} at {prov.filename}:{prov.lineno} (`{prov.code}`) cannot run on meta tensors "
                     f"with symbolic sizes ({msg}); its output shape may depend on data. Please report it."
                 ) from e
+            raise
+        except Exception as e:
+            departed = self.env.decisions.departure_since(log_start)
+            if departed is not None and not getattr(e, "symshape_program_error", False):
+                raise self._departure_limitation(e, op, prov, departed) from e
             raise
         finally:
             self.ops.pop()
@@ -164,6 +170,19 @@ class Recorder(TorchDispatchMode):
         for s in t.shape:
             n = n * limits.expr_of(s)
         return self.env.static_bool(sympy.Ge(n, 1), log=False) is True
+
+    @staticmethod
+    def _departure_limitation(e, op, prov, entry) -> TracerLimitation:
+        """``e`` raised by ``op`` after a layout-only question was answered as at sizes >= 2
+        against its value at the example sizes: eager may not raise there, so it is not
+        reported as the program's error."""
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return TracerLimitation(
+            f"symshape: {op} at {prov.filename}:{prov.lineno} (`{prov.code}`) raised {type(e).__name__} "
+            f"({first[:300]}) after symshape answered the layout question `{to_python(entry.before)}` as it is "
+            f"at sizes >= 2, not as at the example sizes; eager may not raise here. This is a limitation of "
+            f"symshape, not known to be an error of the program: trace at example sizes where no dim is 1, "
+            f"or report it.")
 
     def _check_limits(self, func, out, prov):
         """Eager's storage-size overflow check for each tensor this op allocates."""

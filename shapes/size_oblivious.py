@@ -139,6 +139,19 @@ _CPP_LAYOUT_FILES = ("c10/core/Contiguity.h", "c10/core/SymbolicShapeMeta.cpp", 
                      "c10/core/MemoryFormat.h")
 
 
+def _copy_allowed(frame) -> bool:
+    """Whether ``_collapse_view_helper`` (asked with ``must_be_valid=None``) falls
+    back to a copy when no view exists: under ``flatten`` and ``reshape``.  Under
+    ``view`` (``_reshape_view_helper_core_alg`` with ``allow_copy=False``) its
+    caller raises "Cannot view a tensor ..." instead, so the question decides
+    whether the program fails, and must follow eager at the example sizes.
+    """
+    caller = frame.f_back
+    if caller is None or caller.f_code.co_name != "_reshape_view_helper_core_alg":
+        return True
+    return caller.f_locals.get("allow_copy") is True
+
+
 def site_of(env, expr, size_oblivious: bool = False, cpp_site: Optional[str] = None) -> Optional[str]:
     """Why the question ``expr`` being asked now is layout-only, or None (semantic).
 
@@ -180,7 +193,7 @@ def site_of(env, expr, size_oblivious: bool = False, cpp_site: Optional[str] = N
         if fn.endswith(suffix) and name in funcs:
             if name == "_reshape_view_helper_core_alg" and loc.get("allow_copy") is True:
                 return "reshape"  # a view or a copy: equal values either way
-            if name == "_collapse_view_helper" and loc.get("must_be_valid") is None:
+            if name == "_collapse_view_helper" and loc.get("must_be_valid") is None and _copy_allowed(frame):
                 return "reshape"  # no view means a copy, not an error
             return name
     if name == "_broadcast_shapes" and fn.endswith("torch/_refs/__init__.py"):

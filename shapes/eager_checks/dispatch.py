@@ -34,6 +34,8 @@ import torch
 from torch._C import DispatchKey
 from torch.utils import _pytree as pytree
 
+from .memory_format import adaptive_avg_pool2d
+
 aten = torch.ops.aten
 _has = torch._C._dispatch_has_kernel_for_dispatch_key
 
@@ -109,6 +111,9 @@ PY_KERNELS = {
     # The decomposition calls _native_batch_norm_legit_no_training in eval mode, which returns
     # save_mean/save_invstd of size C where eager's CPU kernel returns empty ones.
     aten.native_batch_norm.default: {DispatchKey.CompositeImplicitAutograd: None, DispatchKey.Autograd: None},
+    # Eager's C++ kernel asks suggest_memory_format through c10's SymInt operators, where a
+    # layout-only `size > 1` cannot be told from a semantic one (see eager_checks.memory_format).
+    aten.adaptive_avg_pool2d.default: {DispatchKey.CompositeImplicitAutograd: adaptive_avg_pool2d},
 }
 
 
