@@ -178,7 +178,7 @@ class Recorder(TorchDispatchMode):
         reported as the program's error."""
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return TracerLimitation(
-            f"symshape: {op} at {prov.filename}:{prov.lineno} (`{prov.code}`) raised {type(e).__name__} "
+            f"{op} at {prov.filename}:{prov.lineno} (`{prov.code}`) raised {type(e).__name__} "
             f"({first[:300]}) after symshape answered the layout question `{to_python(entry.before)}` as it is "
             f"at sizes >= 2, not as at the example sizes; eager may not raise here. This is a limitation of "
             f"symshape, not known to be an error of the program: trace at example sizes where no dim is 1, "
