@@ -34,6 +34,7 @@ from ..exprs import compile_exprs
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, flat_index, substitute
 from .cpp import cache_dir
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
+from .triton_launch import bind_launch
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
       torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
@@ -357,6 +358,7 @@ class SizeClassLauncher:
         self.nwork = len(work)
         self.variants = {GENERIC: getattr(module, kernel.name)}
         self.plans: dict = {}
+        self.bound: dict = {}
 
     def size_class(self, sizes, row) -> SizeClass:
         div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0)
@@ -379,6 +381,18 @@ class SizeClassLauncher:
         if grid[0] > 0:
             fn[grid](*tensors, *args, BLOCK=block, num_warps=warps)
 
+    def bind(self, sizes):
+        """``launch(tensors)`` at these sizes: the variant, grid and arguments fixed, and
+        after its first launch straight through the compiled kernel's launcher
+        (:func:`~compiler.codegen.triton_launch.bind_launch`)."""
+        got = self.bound.get(sizes)
+        if got is None:
+            fn, grid, args, block, warps = self.plan(sizes)
+            got = bind_launch(fn, grid, args, {"BLOCK": block, "num_warps": warps}) if grid[0] > 0 else _no_launch
+            if len(self.bound) < 4096:
+                self.bound[sizes] = got
+        return got
+
     def plan(self, sizes):
         """(kernel, grid, size arguments, BLOCK, num_warps) at these sizes."""
         w = self.work_fn(*sizes)
@@ -394,6 +408,10 @@ class SizeClassLauncher:
         else:
             block = self.block
         return fn, (n,), args, block, _warps(block)
+
+
+def _no_launch(tensors):
+    """An empty grid: nothing to launch."""
 
 
 TRITON = TritonTarget()
