@@ -88,16 +88,25 @@ def call_profile(w, mode, calls=300):
     torch.manual_seed(0)
     prog = gc._as_module(w.make(), torch.float16, "cuda")
     args = w.inputs(w.tiny, "cuda", torch.float16)
+    torch._dynamo.reset()
     if mode == "eager":
         f = prog
     elif mode == "symshape":
         f = compiler.compile(prog, *w.specs, target="triton")
+    elif mode == "inductor_dyn":
+        f = torch.compile(prog, dynamic=True)
     else:
         f = torch.compile(prog, backend="symshape", dynamic=True)
     with torch.no_grad():
         for n in (w.sizes[0], w.tiny):
             f(*w.inputs(n, "cuda", torch.float16))
         us = per_call_us(lambda: f(*args), n=calls)
+        bench_us = gc._bench(f, args) * 1e3
+    print(f"\n==== {w.name} {mode} tiny: {us:.1f} us/call host loop, do_bench {bench_us:.1f} us ====")
+    if mode == "inductor_dyn":
+        return
+    if mode == "symshape" and w.name == "gpt2":
+        kernel_table(f, args)
         pr = cProfile.Profile()
         pr.enable()
         for _ in range(calls):
@@ -105,8 +114,42 @@ def call_profile(w, mode, calls=300):
         pr.disable()
     out = io.StringIO()
     pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(14)
-    print(f"\n==== {w.name} {mode} tiny: {us:.1f} us/call (no profiler) ====")
     print("\n".join(ln for ln in out.getvalue().splitlines()[6:] if ln.strip()))
+
+
+def kernel_table(f, args):
+    """torch.profiler's table of 5 calls: CPU ops and CUDA kernels, by CUDA time."""
+    from torch.profiler import ProfilerActivity, profile
+    with torch.no_grad():
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+            for _ in range(5):
+                f(*args)
+            torch.cuda.synchronize()
+    print(p.key_averages().table(sort_by="cuda_time_total", row_limit=22, max_name_column_width=60))
+
+
+def compile_breakdown(w):
+    """The backend's first call after compiler.compile warmed the process (the bench's order):
+    dynamo's capture, the backend (trace, lowering, codegen), the first run (kernel builds)."""
+    torch.manual_seed(0)
+    prog = gc._as_module(w.make(), torch.float16, "cuda")
+    args = w.inputs(w.sizes[0], "cuda", torch.float16)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        compiler.compile(prog, *w.specs, target="triton")(*args)
+        torch.cuda.synchronize()
+        t_sym = time.perf_counter() - t0
+        torch._dynamo.reset()
+        before = dict(compiler.BACKEND_STATS)
+        f = torch.compile(prog, backend="symshape", dynamic=True)
+        t0 = time.perf_counter()
+        f(*args)
+        torch.cuda.synchronize()
+        total = time.perf_counter() - t0
+    bk = compiler.BACKEND_STATS["compile_s"] - before["compile_s"]
+    first = compiler.BACKEND_STATS["first_call_s"] - before["first_call_s"]
+    print(f"\n==== {w.name} compile: compiler.compile {t_sym:.2f}s; backend first call {total:.2f}s = "
+          f"dynamo {total - bk - first:.2f}s + backend {bk:.2f}s + first run {first:.2f}s ====")
 
 
 def compile_profile(w):
@@ -136,7 +179,7 @@ def compile_profile(w):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="gpt2,ln_residual,mlp")
-    ap.add_argument("--parts", default="ops,calls,compile")
+    ap.add_argument("--parts", default="ops,calls,breakdown")
     a = ap.parse_args(argv)
     parts = a.parts.split(",")
     print(f"{torch.cuda.get_device_name()} torch={torch.__version__} triton={__import__('triton').__version__}")
@@ -146,8 +189,10 @@ def main(argv=None):
     for w in chosen:
         if "compile" in parts and w.name == "gpt2":
             compile_profile(w)
+        if "breakdown" in parts:
+            compile_breakdown(w)
         if "calls" in parts:
-            for mode in ("eager", "symshape", "backend"):
+            for mode in ("eager", "symshape", "backend", "inductor_dyn"):
                 call_profile(w, mode)
 
 

@@ -215,6 +215,9 @@ class CompiledProgram:
         self.variants: list[Variant] = []
         self.stats = {"traces": 0, "variants": 0, "calls": 0}
         self._bound: dict = {}  # (shape, dtype) per input -> (variant, size values, bound launches)
+        #: Indices of the inputs whose (shape, dtype) key the binding cache (None: all); a caller
+        #: that has checked the others itself (the dynamo backend's guards) narrows it.
+        self.key_inputs: Optional[list] = None
         names = []
         for s in self.specs:
             for d in s.dims:
@@ -298,8 +301,10 @@ class CompiledProgram:
         self.stats["calls"] += 1
         STATS["calls"] += 1
         try:
-            key = tuple([(t.shape, t.dtype) for t in tensors])
-        except AttributeError:
+            keyed = self.key_inputs
+            key = tuple([(t.shape, t.dtype) for t in tensors] if keyed is None else
+                        [(tensors[i].shape, tensors[i].dtype) for i in keyed])
+        except (AttributeError, IndexError):
             key = None  # not all tensors: bind() says what is wrong
         hit = self._bound.get(key)
         if hit is not None:

@@ -87,7 +87,8 @@ def _fast_calls() -> dict:
     return {aten.view.default: torch.Tensor.view, aten.t.default: torch.t, aten.transpose.int: torch.transpose,
             aten.addmm.default: torch.addmm, aten.mm.default: torch.mm, aten.bmm.default: torch.bmm,
             aten.permute.default: torch.permute, aten.expand.default: torch.Tensor.expand,
-            aten.unsqueeze.default: torch.unsqueeze,
+            aten.unsqueeze.default: torch.unsqueeze, aten.contiguous.default: torch.Tensor.contiguous,
+            aten._unsafe_view.default: torch.Tensor.view,
             aten.scaled_dot_product_attention.default: torch.nn.functional.scaled_dot_product_attention}
 
 
