@@ -1,14 +1,16 @@
 """Where the host time of a compiled call goes on the GPU machine: per-op costs and profiles.
 
-Prints (1) the host cost of one Triton launch through ``JITFunction`` and through
-the compiled kernel's own launcher, and of the ATen calls a wrapper makes;
-(2) cProfile of ``compiler.compile`` and ``backend="symshape"`` calls at the
-tiny size; (3) cProfile of the backend's first call (its compile): dynamo's
-capture, symshape's trace, kernel builds.
+Prints (``--parts``) ``ops``: the host cost of one Triton launch through
+``JITFunction`` and through the compiled kernel's own launcher, and of the ATen
+calls a wrapper makes; ``calls``: per mode at the tiny size, the host loop's
+time per call, do_bench's, and a cProfile (plus a kernel table for GPT-2);
+``breakdown``: the backend's first call split into dynamo's capture, the
+backend (trace, lowering, codegen) and the first run (kernel builds);
+``compile``: a cProfile of that first call.
 
 Usage (on a CUDA machine)::
 
-    python bench/gpu_host_probe.py                    # all three parts
+    python bench/gpu_host_probe.py                    # ops, calls, breakdown
     python bench/gpu_host_probe.py --only gpt2,mlp    # some workloads
 
 Example (the per-op timer)::
@@ -107,7 +109,8 @@ def call_profile(w, mode, calls=300):
         return
     if mode == "symshape" and w.name == "gpt2":
         kernel_table(f, args)
-        pr = cProfile.Profile()
+    pr = cProfile.Profile()
+    with torch.no_grad():
         pr.enable()
         for _ in range(calls):
             f(*args)

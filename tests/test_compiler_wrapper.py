@@ -41,3 +41,22 @@ def test_binding_cache_keeps_checks_per_shape():
     assert f.stats["variants"] == 2  # B = 1 is its own variant (PyTorch's 0/1 policy)
     with pytest.raises(SpecError):
         f(torch.randn(3, 5, dtype=torch.float64))  # same shape as a cached call, wrong dtype
+
+
+def test_dense_flat_kernel_indexes_by_its_linear_index():
+    # silu(a) * b over (N, 11008): both inputs and the output are dense in the store's row-major
+    # order, so the Triton kernel indexes them by `lin` (no 64-bit div/mod per element); a
+    # broadcast operand (the bias, indexed by column) still gets its own index.
+    import shapes
+    from compiler.codegen.triton import TRITON
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+
+    def prog(a, b, bias):
+        return torch.nn.functional.silu(a) * b + bias
+
+    lp = lower(shapes.trace(prog, "a: f16[N, 11008]", "b: f16[N, 11008]", "bias: f16[11008]"))
+    src, _ = TRITON.generate(lp, schedule(lp))
+    loads = [ln for ln in src.splitlines() if "tl.load(" in ln or "tl.store(" in ln]
+    assert sum("+ (lin)" in ln for ln in loads) == 3, loads  # a, b and the output
+    assert any("+ (j)" in ln for ln in loads), loads  # the bias, by column

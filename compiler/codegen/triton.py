@@ -31,7 +31,7 @@ import torch
 from shapes.printers import to_triton
 
 from ..exprs import compile_exprs
-from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, flat_index, substitute
+from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, flat_index, substitute
 from .cpp import cache_dir
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 from .triton_launch import bind_launch
@@ -195,12 +195,17 @@ class TritonTarget(Target):
                     lines += self._unravel(g, f"lin // ({g.expr(L)})", ind)
                 else:
                     lines += self._unravel(g, "lin", ind)
+                ov = k.outer_vars + ((JVAR,) if inner else ())
+                # Where a buffer is read or written densely in the store's own row-major order,
+                # its index is `lin` itself: no 64-bit div/mod per element to rebuild it.
+                dense = flat_index(ov, contiguous_strides(tuple(k.outer) + ((L,) if inner else ())))
+                g.index_names = {g.facts.simplify_index(dense): "lin"}
                 sc = Scope(g, ind, f"m{n}")
                 v = sc.emit(value)
-                ov = k.outer_vars + ((JVAR,) if inner else ())
                 idx = g.index(flat_index(ov, buf.strides))
                 lines += sc.lines + [f"{ind}tl.store({g.ptr[buf.name]} + ({idx}), tl.where(m{n}, {v}, {v}), "
                                      f"mask=m{n})"]
+                g.index_names = {}
             return "\n".join(lines), ("flat", work, BLOCK, None)
         lines.append(f"{ind}row = tl.program_id(0).to(tl.int64)")
         lines += self._unravel(g, "row", ind)
