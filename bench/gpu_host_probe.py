@@ -15,7 +15,7 @@ Usage (on a CUDA machine)::
 
 Example (the per-op timer)::
 
-    >>> round(per_call_us(lambda: None, n=10) >= 0, 1)
+    >>> per_call_us(lambda: None, n=10) >= 0
     True
 """
 from __future__ import annotations
