@@ -190,8 +190,8 @@ def test_graphs_share_one_pool_record_largest_first_and_keep_only_outputs():
     torch.backends.cuda.matmul.allow_tf32 = False
     make, specs, _ = CASES["gpt"]
     m = make().cuda().eval()
-    f = compiler.compile(m, *specs, dims={"T": (1, 256)}, target="triton", cuda_graphs=True)
-    order = list(range(2, 257))
+    f = compiler.compile(m, *specs, dims={"T": (1, 128)}, target="triton", cuda_graphs=True)
+    order = list(range(2, 129))  # the tiny GPT has 128 positions
     import random
     random.Random(0).shuffle(order)
     with torch.no_grad():
@@ -199,7 +199,7 @@ def test_graphs_share_one_pool_record_largest_first_and_keep_only_outputs():
             ids = torch.randint(0, 100, (2, T), device="cuda")
             torch.testing.assert_close(f(ids), m(ids), atol=2e-4, rtol=2e-4)
     keys = [k for _, k in f.graphs]
-    assert keys[0] == (2, 256), keys  # the largest bucket first, whatever T came first
+    assert keys[0] == (2, 128), keys  # the largest bucket first, whatever T came first
     assert f.recorder.recorded == len(f.graphs) and f.recorder.stream is not None
     for e in f.graphs.values():
         out_bytes = sum(t.numel() * t.element_size() for t in e.outputs)
