@@ -3,7 +3,9 @@
 Each step of the plan (allocate, launch a kernel, call an ATen op) becomes one
 line with its buffers as local variables and its sizes as indexes into the
 tuple the size function returns: a call runs no interpreter over a step list
-and resolves no argument templates.
+and resolves no argument templates.  A buffer's local is deleted after its last
+use, so that the allocator reuses its memory for later steps (a run's peak is
+the largest live set, not every intermediate; in a CUDA graph, the pool's size).
 
 Example::
 
@@ -113,18 +115,6 @@ def bind_launches(plan, sizes) -> tuple:
     return tuple(out)
 
 
-def _slots(a, into: list):
-    if isinstance(a, BufSlot):
-        into.append(a.name)
-    elif isinstance(a, (list, tuple)):
-        for x in a:
-            _slots(x, into)
-    elif isinstance(a, dict):
-        for x in a.values():
-            _slots(x, into)
-    return into
-
-
 def linear_calls(plan, outputs) -> list:
     """``plan`` with ``addmm(b, x, t(w))`` and ``mm(x, t(w))`` as one ``F.linear(x, w[, b])`` call.
 
@@ -141,10 +131,10 @@ def linear_calls(plan, outputs) -> list:
     aten = torch.ops.aten
     uses: dict = {}
     for step in plan:
-        names = list(step.buffers) if isinstance(step, KernelStep) else _slots([step.args, step.kwargs], [])
+        names = set(step.buffers) if isinstance(step, KernelStep) else _names([step.args, step.kwargs], set())
         for n in names:
             uses[n] = uses.get(n, 0) + 1
-    for n in _slots(list(outputs), []):
+    for n in _names(list(outputs), set()):
         uses[n] = uses.get(n, 0) + 2
     transposed = {s.out: s.args[0] for s in plan if isinstance(s, ExternStep) and s.target is aten.t.default
                   and len(s.args) == 1 and not s.kwargs and isinstance(s.args[0], BufSlot)}
@@ -200,6 +190,37 @@ class _Writer:
         return self.obj(a)
 
 
+def _names(a, into: set) -> set:
+    """The buffer names an argument template reads."""
+    if isinstance(a, BufSlot):
+        into.add(a.name)
+    elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
+        for x in a:
+            _names(x, into)
+    elif isinstance(a, dict):
+        for x in a.values():
+            _names(x, into)
+    return into
+
+
+def _last_uses(plan, outputs) -> dict:
+    """Step index -> the buffers no later step reads and the run does not return."""
+    last: dict = {}
+    for n, step in enumerate(plan):
+        if isinstance(step, KernelStep):
+            used = set(step.buffers) | {al.name for al in step.allocs}
+        else:
+            used = _names(list(step.args) + list(step.kwargs.values()), set()) | {step.out}
+        for name in used:
+            last[name] = n
+    kept = _names(list(outputs), set())
+    out: dict = {}
+    for name, n in last.items():
+        if name not in kept:
+            out.setdefault(n, []).append(name)
+    return out
+
+
 def straight_line(plan, inputs, consts, outputs):
     """``(source, fn)``: ``fn(tensors, s, launches, const_tensors, dev)`` runs ``plan``
     (:class:`KernelStep` / :class:`ExternStep`) and returns the output leaves;
@@ -211,8 +232,9 @@ def straight_line(plan, inputs, consts, outputs):
         body.append(f"    {''.join(_var(n) + ', ' for n in inputs)}= tensors")
     if consts:
         body.append(f"    {''.join(_var(n) + ', ' for n in consts)}= const_tensors")
+    dead = _last_uses(plan, outputs)
     nk = 0
-    for step in plan:
+    for n, step in enumerate(plan):
         if isinstance(step, KernelStep):
             for al in step.allocs:
                 shape = "(" + "".join(f"s[{i}], " for i in al.shape) + ")"
@@ -231,6 +253,8 @@ def straight_line(plan, inputs, consts, outputs):
             call = [w.code(a) for a in step.args] + [f"{k}={w.code(v)}" for k, v in step.kwargs.items()]
             target = FAST_CALLS.get(step.target, step.target)
             body.append(f"    {_var(step.out)} = {w.obj(target, 'F')}({', '.join(call)})")
+        if n in dead:
+            body.append(f"    del {', '.join(_var(name) for name in sorted(dead[n]))}")
     body.append(f"    return [{', '.join(w.code(o) for o in outputs)}]")
     src = "def run(tensors, s, launches, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
