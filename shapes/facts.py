@@ -181,6 +181,8 @@ class FactStore:
             target = -(diff - c * atom) / c
             if target.has(atom) or target.is_integer is not True:
                 continue
+            if self.table.has_unbacked(target) and not self.table.has_unbacked(atom):
+                continue  # a size with an example value stays one (its questions take guards, not errors)
             grows = sympy.count_ops(target) - sympy.count_ops(atom)
             if grows > 0:
                 continue
