@@ -36,19 +36,6 @@ def run(args) -> int:
     return 0
 
 
-def _output_text(o) -> str:
-    from guards.render import to_python
-    from shapes.spec import DTYPES
-
-    if o.kind == "tensor":
-        short = {v: k for k, v in reversed(list(DTYPES.items()))}  # f32, not float32
-        dtype = short.get(o.dtype, str(o.dtype).replace("torch.", ""))
-        return f"{dtype}[{', '.join(to_python(e) for e in o.shape)}]"
-    if o.kind == "size":
-        return to_python(o.value)
-    return repr(o.value)
-
-
 def _print(args, tp) -> None:
     import json
 
@@ -61,7 +48,7 @@ def _print(args, tp) -> None:
             "inputs": [str(s) for s in tp.specs],
             "arguments": {k: v for k, v in args.arg.items()},
             "example_sizes": tp.hints,
-            "outputs": [{"path": o.path, "kind": o.kind, "text": _output_text(o),
+            "outputs": [{"path": o.path, "kind": o.kind, "text": o.text(),
                          **({"shape": [to_python(e) for e in o.shape], "dtype": str(o.dtype).replace("torch.", "")}
                             if o.kind == "tensor" else {})} for o in outputs],
             "output_shapes": [[to_python(e) for e in s] for s in tp.output_shapes],
@@ -74,7 +61,7 @@ def _print(args, tp) -> None:
         return
     print(f"traced {args.target} at " + ", ".join(f"{k}={v}" for k, v in tp.hints.items()))
     for o in outputs:
-        print(f"  {o.path}: {_output_text(o)}")
+        print(f"  {o}")
     print(f"{len(tp.guards)} guard(s), {len(tp.runtime_asserts)} runtime assert(s)")
     for g in tp.records:
         print(f"  [{g.kind.value}] {render_guard(g, tp.env, user_terms=False)}   "

@@ -10,6 +10,10 @@ are exactly ``j <= i`` over the score's last two dims (read by
 the fill is ``-inf``, the scale is a positive constant, the softmax runs over
 the last dim, and no intermediate (scores, probabilities) is used elsewhere.
 
+The same shape covers ATen's own math decomposition of ``scaled_dot_product_attention``
+(what tracing SDPA on meta tensors records): Q and K^T each scaled by ``sqrt(s)``,
+and the causal mask added as a bias ``where(tril(ones(L, S)), 0, -inf)``.
+
 Example::
 
     >>> import torch, shapes
@@ -82,6 +86,27 @@ def _unflatten(n):
     return x, xs[:-2]
 
 
+def _peel_scale(n):
+    """``(x, c)`` where ``n`` is ``x`` times the positive constant ``c`` (1 when it is not scaled)."""
+    c = 1.0
+    while isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target in (
+            aten.mul.Tensor, aten.mul.Scalar) and isinstance(n.args[1], (int, float)) and \
+            not isinstance(n.args[1], bool) and n.args[1] > 0:
+        c, n = c * n.args[1], n.args[0]
+    return n, c
+
+
+def _causal_bias(bias, scores, total, masks) -> bool:
+    """Whether ``scores + bias`` is ``scores`` with ``-inf`` where j > i and unchanged elsewhere:
+    ``bias = where(kept, 0, -inf)`` with ``kept`` exactly ``j <= i``, not widening ``scores``."""
+    if not (isinstance(bias, torch.fx.Node) and bias.op == "call_function" and bias.target is aten.where.self):
+        return False
+    kept, zero, fill = masks.pred(bias.args[0]), masks.scalar(bias.args[1]), masks.scalar(bias.args[2])
+    bs, ss = _shape(bias), _shape(scores)
+    return (kept == _CAUSAL and zero == 0.0 and fill == -math.inf and bs is not None and len(bs) >= 2
+            and _same(bs[-2:], ss[-2:]) and _same(_shape(total), ss))
+
+
 def _transposed_last2(n):
     """``k`` where ``n`` is ``k.transpose(-2, -1)`` (as ATen records it)."""
     if not (isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target is aten.transpose.int):
@@ -124,6 +149,11 @@ def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
             if fill != -math.inf or kept != _CAUSAL or ms is None or len(ms) < 2 or not _same(ms[-2:], xs[-2:]):
                 return None
             causal, x = True, a[1]
+        elif x.target is aten.add.Tensor and not causal and len(a) == 2 and not x.kwargs:
+            scores = next((s for s, b in ((a[0], a[1]), (a[1], a[0])) if _causal_bias(b, s, x, masks)), None)
+            if scores is None:
+                return None
+            causal, x = True, scores
         elif x.target in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar) and \
                 isinstance(a[1], (int, float)) and not isinstance(a[1], bool) and a[1] > 0:
             scale = scale * a[1] if x.target in (aten.mul.Tensor, aten.mul.Scalar) else scale / a[1]
@@ -142,9 +172,12 @@ def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
     if qf is None or kf is None:
         return None
     q, batch = qf
-    k = _transposed_last2(kf[0])
+    q, sq = _peel_scale(q)
+    kt, sk = _peel_scale(kf[0])
+    k = _transposed_last2(kt)
     if k is None or not _same(kf[1], batch):
         return None
+    scale *= sq * sk
     # Probabilities: the softmax flattened the same way into P @ V.
     p = softmax
     for _ in range(4):
@@ -178,6 +211,27 @@ def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
     return _Match(q, k, v, float(scale), out)
 
 
+def _contiguous_heads(sdpa) -> None:
+    """``clone(sdpa(...).transpose(1, 2))`` (the heads merged back) as ``.contiguous()``.
+
+    ATen's flash and efficient kernels write their output as (B, T, H, D) and return the
+    (B, H, T, D) view of it, so the transposed result is already contiguous and the clone
+    a pure copy; ``contiguous`` gives the same values in the same layout, copying only
+    where another SDPA kernel ran.  Only where nothing else sees the SDPA output or the
+    transposed view (so nothing can observe that the result may alias them).
+    """
+    t = _only_user(sdpa)
+    if t is None or t.op != "call_function" or t.target is not aten.transpose.int or \
+            sorted(d % 4 for d in t.args[1:3]) != [1, 2]:
+        return
+    c = _only_user(t)
+    if c is None or c.op != "call_function" or c.target is not aten.clone.default or \
+            c.kwargs.get("memory_format", torch.contiguous_format) is not torch.contiguous_format or len(c.args) != 1:
+        return
+    c.target = aten.contiguous.default
+    c.kwargs = {}
+
+
 def fuse_causal_attention(tp) -> int:
     """Replace each proved-causal hand-written attention in ``tp.graph`` by one
     ``scaled_dot_product_attention(..., is_causal=True)`` node; returns how many.
@@ -198,6 +252,7 @@ def fuse_causal_attention(tp) -> int:
             new = g.call_function(SDPA, (m.q, m.k, m.v), {"is_causal": True, "scale": m.scale})
         new.meta = dict(m.out.meta)
         m.out.replace_all_uses_with(new)
+        _contiguous_heads(new)
         done += 1
     if done:
         g.eliminate_dead_code()

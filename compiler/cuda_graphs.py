@@ -3,8 +3,10 @@
 A call binds its sizes, rounds every dim that :mod:`compiler.padding` proves
 safe up to a bucket (:mod:`compiler.buckets`), copies the inputs into that
 bucket's preallocated buffers (padded positions zeroed), replays the bucket's
-graph (recorded on first use, in one memory pool all graphs share) and slices
-the outputs back.  Dims that cannot pad keep their exact size: a graph per
+graph and slices the outputs back.  Graphs are recorded on first use, on one
+stream into one memory pool all graphs share (:mod:`compiler.graph_capture`),
+the dim's largest bucket first, so that later, smaller graphs record into the
+memory its intermediates freed.  Dims that cannot pad keep their exact size: a graph per
 distinct size, up to ``max_graphs``, then calls run without graphs.  A bucket
 size is used only where the same compiled variant's guards hold at it.
 
@@ -35,6 +37,7 @@ from shapes.spec import parse_dims
 
 from .buckets import BucketChoice, bucket_for, buffer_bytes, choose_buckets
 from .exprs import compile_exprs
+from .graph_capture import GraphRecorder
 from .lowered import Unsupported
 from .lowering import lower
 from .padding import PaddingReport, analyze_padding, padding_verdict
@@ -52,6 +55,7 @@ class BucketPlan:
     choice: BucketChoice
     out_slices: list = field(default_factory=list)
     out_sizes: Any = None
+    bounded: tuple = ()
 
 
 @dataclass
@@ -64,11 +68,17 @@ class Route:
     padded: bool = False
     views: list = field(default_factory=list)
     slices: list = field(default_factory=list)
+    single: bool = False
 
 
 @dataclass
 class GraphEntry:
-    """One recorded size: its input buffers, its graph (``None`` on the CPU) and its output buffers."""
+    """One recorded size: its input buffers, its graph (``None`` on the CPU) and its output buffers.
+
+    ``written``: per input buffer, the extent the calls since its last zeroing wrote
+    (positions beyond it are still zero); ``kept``: bytes its recording left allocated
+    (outputs, a library's workspace); ``pool_growth``: bytes the shared pool grew by.
+    """
 
     key: tuple
     inputs: list
@@ -76,7 +86,9 @@ class GraphEntry:
     outputs: Any = None
     bytes: int = 0
     pool_growth: int = 0
+    kept: int = 0
     padded: bool = False
+    written: list = field(default_factory=list)
 
 
 class GraphedProgram:
@@ -87,12 +99,14 @@ class GraphedProgram:
     memory, 1 GiB without CUDA); ``clone_outputs``: return copies rather than
     views of the graph's buffers (which the next call overwrites); ``kernels``:
     record symshape's compiled kernels (``"compiled"``) or the traced graph's
-    ATen ops (``"aten"``: inside a graph their launch cost is gone too).
+    ATen ops (``"aten"``: inside a graph their launch cost is gone too);
+    ``largest_first``: before the first graph of a bounded padded dim, record its
+    largest bucket, whose freed intermediates the smaller graphs then reuse.
     """
 
     def __init__(self, compiled: CompiledProgram, buckets: Optional[dict] = None,
                  memory_budget: Optional[int] = None, max_graphs: int = 64, capture: Optional[bool] = None,
-                 clone_outputs: bool = True, kernels: str = "compiled"):
+                 clone_outputs: bool = True, kernels: str = "compiled", largest_first: bool = True):
         if kernels not in ("compiled", "aten"):
             raise ValueError(f"kernels must be 'compiled' (symshape's kernels) or 'aten' (the traced graph's "
                              f"ATen ops), got {kernels!r}")
@@ -107,7 +121,8 @@ class GraphedProgram:
         self.graphs: dict = {}
         self.failed: dict = {}
         self.plans: dict = {}
-        self.pool = None
+        self.recorder = GraphRecorder()
+        self.largest_first = largest_first
         self.stats = {"calls": 0, "replays": 0, "padded_calls": 0, "graphs": 0, "ungraphed_calls": 0}
 
     # -- planning --------------------------------------------------------------------------
@@ -131,7 +146,7 @@ class GraphedProgram:
             return buffer_bytes(variant, {**hints, tp.env.symbols[name]: size})
 
         choice = choose_buckets(ranges, estimate, self._budget(), self.given)
-        plan = BucketPlan(pads, exact, report, choice)
+        plan = BucketPlan(pads, exact, report, choice, bounded=tuple(n for n in pads if ranges[n][1] != math.inf))
         verdict = report.joint if pads else padding_verdict(tp, [])
         out_node = next(n for n in tp.graph.nodes if n.op == "output")
         exprs = []
@@ -154,7 +169,7 @@ class GraphedProgram:
     # -- calls -----------------------------------------------------------------------------
     def __call__(self, *tensors):
         self.stats["calls"] += 1
-        sig = tuple((t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in tensors)
+        sig = tuple([(t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in tensors])
         route = self._routes.get(sig)
         if route is None:
             route = self._route(tensors)
@@ -165,27 +180,34 @@ class GraphedProgram:
             return self._run(route.variant, tensors, route.values)
         if route.padded:
             self.stats["padded_calls"] += 1
-        for buf, view, t in zip(entry.inputs, route.views, tensors):
+        written = entry.written
+        for k, (buf, view, t) in enumerate(zip(entry.inputs, route.views, tensors)):
             if view is None:
                 buf.copy_(t)
-            else:
-                buf.zero_()  # padded positions hold zeros: finite, and a valid index
-                view.copy_(t)
+                written[k] = buf.shape
+                continue
+            # Padded positions must hold zeros (finite, and a valid index): zeroed again only
+            # where an earlier call wrote past this call's extent.
+            if any(w > n for w, n in zip(written[k], t.shape)):
+                buf.zero_()
+            view.copy_(t)
+            written[k] = t.shape
         self.stats["replays"] += 1
         if entry.graph is not None:
             entry.graph.replay()
             leaves = entry.outputs
         else:
             leaves = pytree.tree_leaves(self._run(route.variant, entry.inputs, entry.key))
+        clone = self.clone_outputs and entry.graph is not None
         out = []
         for leaf, idx in zip(leaves, route.slices):
             if isinstance(leaf, torch.Tensor):
                 if idx is not None:
                     leaf = leaf[idx]
-                if self.clone_outputs and entry.graph is not None:
+                if clone:
                     leaf = leaf.clone()
             out.append(leaf)
-        return pytree.tree_unflatten(out, route.variant.tp.out_spec)
+        return out[0] if route.single else pytree.tree_unflatten(out, route.variant.tp.out_spec)
 
     def _run(self, variant, tensors, values):
         if self.kernels == "aten":
@@ -207,6 +229,9 @@ class GraphedProgram:
                 key = values  # the bucket size takes another path through the program: no padding
         entry = self.graphs.get((id(variant), key))
         if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs:
+            largest = self._largest_key(variant, plan, key) if key != values else None
+            if largest is not None and self._capturing(tensors):
+                self._record(variant, largest, tensors, True)
             entry = self._record(variant, key, tensors, key != values)
         if entry is None:
             return Route(variant, values, None)
@@ -222,7 +247,23 @@ class GraphedProgram:
             for d, k in picks:
                 idx[d] = slice(0, sizes[k])
             slices.append(tuple(idx))
-        return Route(variant, values, entry, key != values, views, slices)
+        return Route(variant, values, entry, key != values, views, slices,
+                     single=pytree.tree_structure(0) == variant.tp.out_spec)
+
+    def _largest_key(self, variant, plan, key) -> Optional[tuple]:
+        """``key`` with every bounded padded dim at its largest bucket, where no graph of this
+        variant is recorded yet and the variant's guards hold there; else ``None``."""
+        if not self.largest_first or not plan.bounded or any(v == id(variant) for v, _ in self.graphs):
+            return None
+        big = tuple(plan.choice.buckets[n][-1] if n in plan.bounded else v for n, v in zip(self.compiled.names, key))
+        if big == key or (id(variant), big) in self.failed:
+            return None
+        if not (variant.holds(*big) and all(ok(*big) for _, ok in variant.asserts)):
+            return None
+        return big
+
+    def _capturing(self, tensors) -> bool:
+        return bool(tensors) and tensors[0].is_cuda and self.capture is not False
 
     def _record(self, variant, key, tensors, padded) -> Optional[GraphEntry]:
         c = self.compiled
@@ -231,9 +272,8 @@ class GraphedProgram:
         for t, s in zip(tensors, c.specs):
             shape = [at[d] if isinstance(d, str) else d for d in s.dims]
             bufs.append(torch.zeros(shape, dtype=t.dtype, device=t.device))
-        entry = GraphEntry(key, bufs, padded=padded)
-        cuda = bool(tensors) and tensors[0].is_cuda and self.capture is not False
-        if not cuda:
+        entry = GraphEntry(key, bufs, padded=padded, written=[(0,) * b.dim() for b in bufs])
+        if not self._capturing(tensors):
             entry.bytes = sum(b.numel() * b.element_size() for b in bufs)  # no graph: its input buffers
         else:
             try:
@@ -252,25 +292,9 @@ class GraphedProgram:
         if tp.constants and any(v.device != device for v in tp.constants.values()):
             # A host-to-device copy cannot be recorded: keep the constants on the device.
             tp.constants = {k: v.to(device) for k, v in tp.constants.items()}
-        if self.pool is None:
-            self.pool = torch.cuda.graph_pool_handle()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(2):  # compiles and autotunes kernels, so that nothing compiles while recording
-                self._run(variant, entry.inputs, entry.key)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_reserved(device)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=self.pool):
-            out = self._run(variant, entry.inputs, entry.key)
-        torch.cuda.synchronize()
-        entry.graph = g
-        entry.outputs = pytree.tree_leaves(out)
-        # Its own: the input and output buffers.  Intermediates live in the pool all graphs share:
-        # what recording this one added to it is its pool growth.
-        entry.pool_growth = max(0, torch.cuda.memory_reserved(device) - before)
+        entry.graph, entry.outputs, cost = self.recorder.record(
+            lambda: self._run(variant, entry.inputs, entry.key), device)
+        entry.kept, entry.pool_growth = cost.kept, cost.pool_growth
         entry.bytes = sum(t.numel() * t.element_size() for t in entry.inputs + entry.outputs
                           if isinstance(t, torch.Tensor))
 
@@ -296,10 +320,13 @@ class GraphedProgram:
         lines.append(f"graphs recorded: {len(self.graphs)}; their input/output buffers "
                      f"{sum(e.bytes for e in self.graphs.values()) / 2**20:.1f} MiB"
                      + (f", the shared pool of intermediates {pool / 2**20:.1f} MiB" if pool else ""))
-        for (_, key), e in sorted(self.graphs.items(), key=lambda kv: kv[0][1]):
+        order = {k: i + 1 for i, k in enumerate(self.graphs)}
+        for (v, key), e in sorted(self.graphs.items(), key=lambda kv: kv[0][1]):
             at = ", ".join(f"{n}={v}" for n, v in zip(self.compiled.names, key))
             grew = f", pool +{e.pool_growth / 2**20:.1f} MiB" if e.pool_growth else ""
-            lines.append(f"  {at}: buffers {e.bytes / 2**20:.2f} MiB{grew}{' (padded bucket)' if e.padded else ''}")
+            kept = f", kept allocated {e.kept / 2**20:.2f} MiB" if e.graph is not None else ""
+            lines.append(f"  {at}: buffers {e.bytes / 2**20:.2f} MiB{kept}{grew}"
+                         f"{' (padded bucket)' if e.padded else ''}, recorded #{order[(v, key)]}")
         for (_, key), why in self.failed.items():
             lines.append(f"  no graph at {key}: {why}")
         return "\n".join(lines) + "\n"

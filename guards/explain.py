@@ -30,19 +30,15 @@ Example::
 from __future__ import annotations
 
 import linecache
-import os
 from dataclasses import dataclass
 from typing import Mapping, Optional, Union
 
 import sympy
 
-from shapes.errors import SymshapeError
 from shapes.guard import Decision, Guard, GuardKind, StepKind
-from shapes.errors import SpecError
-from shapes.spec import parse_sizes
 
 from . import report_html, report_json, report_text
-from .checker import check_sizes
+from .explain_at import AtResult, ExplainError, evaluate_at  # noqa: F401 - ExplainError is part of this API
 from .render import short_path, source_names, to_python
 
 # Origins of a record: who asked the question that produced it.
@@ -55,10 +51,6 @@ COST_RUNTIME_ERROR = "runtime_error"
 COST_SPECIALIZED = "specialized"
 
 SNIPPET_CONTEXT = 3
-
-
-class ExplainError(SymshapeError, ValueError):
-    """A bad request to :func:`explain` (for example an ``at`` point naming unknown dims)."""
 
 
 @dataclass
@@ -124,26 +116,6 @@ class Entry:
     @property
     def location(self) -> str:
         return f"{self.file}:{self.line}"
-
-
-@dataclass
-class AtResult:
-    """The records evaluated at one concrete point.
-
-    ``failing`` lists the indices of the records that are false there,
-    ``undecided`` those that depend on data (only known at run time) and
-    ``out_of_range`` the dims whose value lies outside what the trace
-    assumes without any record (the declared range, or sizes 0 and 1 under
-    the 0/1 policy).  ``verdict`` is ``"ok"``, ``"recompile"`` or
-    ``"runtime_error"``; ``reasons`` has one sentence per failure.
-    """
-
-    point: dict
-    failing: list
-    undecided: list
-    out_of_range: list
-    verdict: str
-    reasons: list
 
 
 @dataclass
@@ -303,7 +275,7 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
         specialize_zero_one=env.specialize_zero_one,
     )
     if at is not None:
-        ex.at = _evaluate_at(traced, ex, at)
+        ex.at = evaluate_at(traced, ex, at)
         failing = set(ex.at.failing)
         undecided = set(ex.at.undecided)
         for e in entries:
@@ -465,90 +437,3 @@ def _counts(entries) -> dict:
             by_op[e.op] = by_op.get(e.op, 0) + 1
     return {"total": len(entries), "by_kind": by_kind, "by_origin": by_origin,
             "by_op": dict(sorted(by_op.items(), key=lambda kv: (-kv[1], kv[0])))}
-
-
-# ----------------------------------------------------------------------------- at a point
-
-def _parse_at(text: str) -> dict:
-    try:
-        return parse_sizes(text)
-    except SpecError as e:
-        raise ExplainError(str(e)) from e
-
-
-def _evaluate_at(traced, ex: Explanation, at) -> AtResult:
-    point = _parse_at(at) if isinstance(at, str) else {
-        (k if isinstance(k, str) else k.name): v for k, v in dict(at).items()}
-    dims = list(traced.hints)
-    unknown = [k for k in point if k not in traced.hints]
-    if unknown:
-        raise ExplainError(f"--at names {', '.join(unknown)}, which the program does not have; its dims are "
-                           f"{', '.join(dims) or 'none'}")
-    missing = [k for k in dims if k not in point]
-    if missing:
-        raise ExplainError(f"--at gives no value for {', '.join(missing)}; give every dim "
-                           f"({', '.join(f'{d}=N' for d in dims)})")
-    for k, v in point.items():
-        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ExplainError(f"--at {k}={v!r}: sizes are non-negative integers")
-    point = {k: point[k] for k in dims}
-    at_text = ", ".join(f"{k}={v}" for k, v in point.items())
-    failed = check_sizes(traced, point)
-    # Input constraints (the 0/1 policy's B >= 2, ranges given with --dim) are
-    # what the trace assumed before the program ran: not records of the program
-    # (index < 0), reported as dims out of range.
-    failing = sorted(f.guard.index for f in failed if f.guard.index >= 0)
-    env = traced.env
-    given = {env.symbols[k] for k in point}
-    undecided = [g.index for g in env.records if not g.expr.free_symbols <= given]
-
-    reasons = []
-    recompile = runtime = False
-    out_of_range = []
-    for f in failed:
-        g = f.guard
-        if g.index >= 0:
-            continue
-        for sym in sorted(g.expr.free_symbols, key=str):
-            name = str(sym)
-            v = point.get(name)
-            if g.decided_by is Decision.ZERO_ONE and v is not None and v < 2:
-                why = (f"{name}={v}, but the trace assumes {name} >= 2: PyTorch specializes sizes 0 "
-                       f"and 1, so a call with {name}={v} gets its own trace")
-            else:
-                why = f"{name}={v} is outside the range the trace assumes for {name} ({f.in_dims})"
-            out_of_range.append({"dim": name, "value": v, "reason": why})
-            recompile = True
-            reasons.append(f"this call would recompile because {why}")
-
-    by_index = {e.index: e for e in ex.entries}
-    for i in failing:
-        e = by_index[i]
-        if e.origin == INPUT_SPEC:
-            where = f"{e.kind} #{e.index} from the example size ({e.decision_text})"
-        else:
-            where = f"{e.kind} #{e.index} from {short_path(e.file)}:{e.line}"
-        if e.code and e.origin != INPUT_SPEC:
-            where += f" `{e.code}`"
-        if e.op:
-            where += f" (in {e.op})"
-        if e.kind == GuardKind.RUNTIME_ASSERT.value:
-            runtime = True
-            reasons.append(f"this call would fail at run time because {e.user_expr} is false at "
-                           f"{at_text} ({e.expr}); {where}")
-        else:
-            recompile = True
-            what = "the trace specialized it" if e.kind == GuardKind.SPECIALIZATION.value else \
-                "the trace took the path where it holds"
-            reasons.append(f"this call would recompile because {e.user_expr} is false at {at_text} "
-                           f"({e.expr}; {what}); {where}")
-    verdict = "recompile" if recompile else "runtime_error" if runtime else "ok"
-    if verdict == "ok":
-        reasons.append(f"this call reuses the trace: every guard and check over input dims holds at "
-                       f"{at_text}")
-    if undecided:
-        reasons.append("not decidable from sizes alone (they depend on data, checked at run time): "
-                       + ", ".join(f"#{i}" for i in undecided))
-    return AtResult(point=point, failing=failing, undecided=undecided, out_of_range=out_of_range,
-                    verdict=verdict, reasons=reasons)
-

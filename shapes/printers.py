@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Optional
 
 import sympy
+from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.str import StrPrinter
 
 from .expr_kinds import ExprVisitor, Kind, kind_or_none
@@ -76,7 +77,7 @@ class PythonPrinter(ExprVisitor, StrPrinter):
     analysis = "the Python printer"
 
     def __init__(self, names: Optional[Mapping] = None):
-        StrPrinter.__init__(self, {"order": "none"})
+        StrPrinter.__init__(self)
         self.names = dict(names or {})
 
     def _print(self, expr, **kwargs):
@@ -99,7 +100,12 @@ class PythonPrinter(ExprVisitor, StrPrinter):
         # A sum reads "T - 1", not sympy's "-1 + T": numeric terms go last.
         terms = super()._as_ordered_terms(expr, order=order)
         if expr.is_Add:
-            terms = [t for t in terms if not t.is_number] + [t for t in terms if t.is_number]
+            numbers = [t for t in terms if t.is_number]
+            others = [t for t in terms if not t.is_number]
+            # ... unless every other term is negative: "1 - H", not "-H + 1".
+            first = numbers if numbers and numbers[0] > 0 and all(t.could_extract_minus_sign() for t in others) \
+                else []
+            terms = first + others + [t for t in numbers if t not in first]
         return terms
 
     def parenthesize(self, item, level, strict=False):
@@ -145,7 +151,26 @@ class PythonPrinter(ExprVisitor, StrPrinter):
         return "False"
 
     def visit_add(self, e):
-        return StrPrinter._print_Add(self, e)
+        # StrPrinter's layout, except that a // or % term needs no parentheses of its
+        # own in a sum (they bind tighter than + and -) unless its text starts with a
+        # minus, which the sum would read as its sign.
+        out = []
+        for term in self._as_ordered_terms(e):
+            s = self.visit(term)
+            negated = -term if term.is_Mul and term.args[0] == -1 else None
+            if kind_or_none(term) in _SELF_PARENTHESIZED and not self.bare(term).startswith("-"):
+                s = self.bare(term)
+            elif kind_or_none(negated) in _SELF_PARENTHESIZED and not self.bare(negated).startswith("-"):
+                s = "-" + self.bare(negated)
+            if s.startswith("-") and not term.is_Add:
+                sign, s = "-", s[1:]
+            else:
+                sign = "+"
+            if precedence(term) < PRECEDENCE["Add"]:
+                s = f"({s})"
+            out += [sign, s]
+        sign = out.pop(0)
+        return ("-" if sign == "-" else "") + " ".join(out)
 
     def visit_mul(self, e):
         return StrPrinter._print_Mul(self, e)

@@ -35,6 +35,31 @@ class Output:
     dtype: Any
     value: Any
 
+    def text(self) -> str:
+        """What the output is, in Python syntax: ``f32[B, T // 8, 64]`` for a tensor, the
+        expression for a size, the repr of a constant.
+
+        Example::
+
+            >>> import shapes
+            >>> tp = shapes.trace(lambda x: (x.view(-1, 8), x.shape[0] + 1), "x: f32[N]")
+            >>> [o.text() for o in tp.outputs()]
+            ['f32[N // 8, 8]', 'N + 1']
+            >>> print(tp.outputs()[0])
+            out[0]: f32[N // 8, 8]
+        """
+        if self.kind == "tensor":
+            from .spec import DTYPES
+            short = {v: k for k, v in reversed(list(DTYPES.items()))}  # f32, not float32
+            dtype = short.get(self.dtype, str(self.dtype).replace("torch.", ""))
+            return f"{dtype}[{', '.join(to_python(e) for e in self.shape)}]"
+        if self.kind == "size":
+            return to_python(self.value)
+        return repr(self.value)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.text()}"
+
 
 @dataclass
 class TracedProgram:
@@ -100,8 +125,8 @@ class TracedProgram:
 
         >>> import shapes
         >>> tp = shapes.trace(lambda x: {"y": x.view(-1, 8), "n": x.shape[0] * 2}, "x: f32[N]")
-        >>> [(o.path, o.kind, o.shape or o.value) for o in tp.outputs()]
-        [('out["y"]', 'tensor', ((N//8), 8)), ('out["n"]', 'size', 2*N)]
+        >>> [(o.path, o.kind, o.text()) for o in tp.outputs()]
+        [('out["y"]', 'tensor', 'f32[N // 8, 8]'), ('out["n"]', 'size', '2*N')]
         """
         out_node = next(n for n in self.graph.nodes if n.op == "output")
         leaves = []

@@ -64,6 +64,24 @@ def test_causal_heads_become_one_sdpa_and_match_eager(mask, scale_after):
     assert f.stats["traces"] == 2 and all(v.fused_attention == 1 for v in f.variants)
 
 
+def test_heads_merge_back_without_a_copy_kernel():
+    # (att @ v).transpose(1, 2).reshape(...) after the fused SDPA: a `.contiguous()` call (a no-op on
+    # the layout ATen's flash/efficient kernels return), not a copy kernel of the attention output.
+    torch.manual_seed(0)
+    m = Heads(tril).eval()
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    v = f.variants[0]
+    targets = [n.target for n in v.tp.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.contiguous.default in targets and torch.ops.aten.clone.default not in targets
+    assert not v.kernels
+    with torch.no_grad():
+        for B, T in [(2, 5), (3, 16)]:
+            x = torch.randn(B, T, 32)
+            out = f(x)
+            assert out.is_contiguous()
+            torch.testing.assert_close(out, m(x), atol=1e-5, rtol=1e-4)
+
+
 def test_single_head_program_fuses():
     torch.manual_seed(0)
     a = Attention().eval()
@@ -106,3 +124,51 @@ def test_probabilities_used_twice_are_not_rewritten():
 
     tp = shapes.trace(Twice(tril).eval(), "x: f32[B, T, 32]")
     assert fuse_causal_attention(tp) == 0
+
+
+class Sdpa(torch.nn.Module):
+    """Attention through F.scaled_dot_product_attention: tracing on meta records ATen's math
+    decomposition (Q and K^T each scaled by sqrt(s), the mask added as a where(tril, 0, -inf) bias)."""
+
+    def __init__(self, d=32, h=4, causal=True, bias=None):
+        super().__init__()
+        self.qkv, self.h, self.causal, self.bias = torch.nn.Linear(d, 3 * d), h, causal, bias
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.h, C // self.h).transpose(1, 2) for t in self.qkv(x).split(C, dim=-1))
+        mask = self.bias(T, x.device) if self.bias is not None else None
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=self.causal)
+        return y.transpose(1, 2).reshape(B, T, C)
+
+
+def test_sdpa_math_decomposition_becomes_one_sdpa_again():
+    m = Sdpa().eval()
+    tp = shapes.trace(m, "x: f32[B, T, 32]")
+    assert not any(n.target is SDPA for n in tp.graph.nodes)  # the trace holds the decomposition
+    assert fuse_causal_attention(tp) == 1
+    (node,) = [n for n in tp.graph.nodes if n.target is SDPA]
+    assert node.kwargs["is_causal"] and math.isclose(node.kwargs["scale"], 1 / math.sqrt(8), rel_tol=1e-12)
+    assert not any(n.target in (torch.ops.aten.tril.default, torch.ops.aten.bmm.default) for n in tp.graph.nodes)
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    for T in (1, 2, 5, 17):
+        x = torch.randn(2, T, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
+
+
+def test_sdpa_with_other_biases_is_not_rewritten():
+    def upper(T, dev):  # j >= i kept: anti-causal
+        return torch.ones(T, T, dtype=torch.bool, device=dev).triu()
+
+    def finite(T, dev):  # an additive float bias that is not -inf
+        return torch.zeros(T, T, device=dev).masked_fill(~tril(T, dev), -1e4)
+
+    for bias in (upper, finite):
+        m = Sdpa(causal=False, bias=bias).eval()
+        tp = shapes.trace(m, "x: f32[B, T, 32]")
+        assert fuse_causal_attention(tp) == 0, bias.__name__
+        f = compiler.compile(m, "x: f32[B, T, 32]")
+        x = torch.randn(2, 9, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)

@@ -41,3 +41,52 @@ def test_binding_cache_keeps_checks_per_shape():
     assert f.stats["variants"] == 2  # B = 1 is its own variant (PyTorch's 0/1 policy)
     with pytest.raises(SpecError):
         f(torch.randn(3, 5, dtype=torch.float64))  # same shape as a cached call, wrong dtype
+
+
+def test_intermediates_are_freed_after_their_last_use():
+    import weakref
+
+    from compiler.wrapper import BufSlot, ExternStep, straight_line
+
+    refs, alive_at_end = {}, {}
+
+    def plus_one(name):
+        def f(t):
+            out = t + 1
+            refs[name] = weakref.ref(out)
+            return out
+        return f
+
+    def last(t, keep):
+        alive_at_end.update({n: r() is not None for n, r in refs.items()})
+        return t * 2 + keep
+
+    plan = [ExternStep(plus_one("y"), (BufSlot("x"),), {}, "y"),
+            ExternStep(plus_one("z"), (BufSlot("y"),), {}, "z"),
+            ExternStep(plus_one("k"), (BufSlot("x"),), {}, "k"),
+            ExternStep(last, (BufSlot("z"), BufSlot("k")), {}, "w")]
+    src, fn = straight_line(plan, ["x"], [], [BufSlot("w"), BufSlot("k")])
+    w, k = fn([torch.zeros(3)], (), (), [], None)
+    assert w.tolist() == [5.0] * 3 and k.tolist() == [1.0] * 3
+    # y's last reader ran before the last step: freed there; z and k are still read by it.
+    assert alive_at_end == {"y": False, "z": True, "k": True}, src
+    assert "del b_y" in src and "del b_k" not in src
+
+
+def test_dense_flat_kernel_indexes_by_its_linear_index():
+    # silu(a) * b over (N, 11008): both inputs and the output are dense in the store's row-major
+    # order, so the Triton kernel indexes them by `lin` (no 64-bit div/mod per element); a
+    # broadcast operand (the bias, indexed by column) still gets its own index.
+    import shapes
+    from compiler.codegen.triton import TRITON
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+
+    def prog(a, b, bias):
+        return torch.nn.functional.silu(a) * b + bias
+
+    lp = lower(shapes.trace(prog, "a: f16[N, 11008]", "b: f16[N, 11008]", "bias: f16[11008]"))
+    src, _ = TRITON.generate(lp, schedule(lp))
+    loads = [ln for ln in src.splitlines() if "tl.load(" in ln or "tl.store(" in ln]
+    assert sum("+ (lin)" in ln for ln in loads) == 3, loads  # a, b and the output
+    assert any("+ (j)" in ln for ln in loads), loads  # the bias, by column

@@ -147,3 +147,63 @@ def test_cuda_graph_replays_equal_eager_at_every_size():
 def test_aten_kernels_pad_alike():
     f = _sweep("gpt", [3, 9, 17, 33], kernels="aten")
     assert f.kernels == "aten" and f.stats["padded_calls"] == 4 and len(f.graphs) == 4
+
+
+def test_padded_positions_hold_zeros_after_longer_and_shorter_calls():
+    # A shorter call after a longer one into the same bucket must not see the longer call's
+    # rows as padding: those positions are zeroed again (and only then).
+    f = _sweep("mlp", [40, 35, 64, 33, 50, 2])
+    for (_, key), e in f.graphs.items():
+        (buf,) = e.inputs
+        B, T = e.written[0][:2]
+        assert (B, T) <= tuple(buf.shape[:2])
+        assert not buf[B:].any() and not buf[:, T:].any(), (key, e.written)
+    seen = {}
+    for T in [40, 35, 64, 33, 50, 2]:
+        x = torch.randn(2, T, 32)
+        f(x)
+        e = f._routes[next(k for k in f._routes if k[0][0] == x.shape)].entry
+        torch.testing.assert_close(e.inputs[0][:, :T], x)
+        assert not e.inputs[0][:, T:].any(), T
+        seen[T] = e.key
+    assert seen[40] == seen[35] == seen[33] == seen[50] == (2, 64)
+
+
+def test_single_and_tuple_outputs_slice_back():
+    def two(x):
+        return torch.relu(x), (x * 2).cumsum(1)
+
+    f = compiler.compile(two, "x: f32[B, T]", cuda_graphs=True, buckets={"T": [8, 16]})
+    for T in (3, 9, 16):
+        x = torch.randn(2, T)
+        got, want = f(x), two(x)
+        assert isinstance(got, tuple) and len(got) == 2
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w)
+    g = compiler.compile(torch.relu, "x: f32[B, T]", cuda_graphs=True, buckets={"T": [8]})
+    x = torch.randn(2, 5)
+    assert isinstance(g(x), torch.Tensor) and torch.equal(g(x), torch.relu(x))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs")
+def test_graphs_share_one_pool_record_largest_first_and_keep_only_outputs():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    make, specs, _ = CASES["gpt"]
+    m = make().cuda().eval()
+    f = compiler.compile(m, *specs, dims={"T": (1, 128)}, target="triton", cuda_graphs=True)
+    order = list(range(2, 129))  # the tiny GPT has 128 positions
+    import random
+    random.Random(0).shuffle(order)
+    with torch.no_grad():
+        for T in order:
+            ids = torch.randint(0, 100, (2, T), device="cuda")
+            torch.testing.assert_close(f(ids), m(ids), atol=2e-4, rtol=2e-4)
+    keys = [k for _, k in f.graphs]
+    assert keys[0] == (2, 128), keys  # the largest bucket first, whatever T came first
+    assert f.recorder.recorded == len(f.graphs) and f.recorder.stream is not None
+    for e in f.graphs.values():
+        out_bytes = sum(t.numel() * t.element_size() for t in e.outputs)
+        assert e.kept <= out_bytes + 2 ** 20, (e.key, e.kept, out_bytes)  # no workspace, no intermediates
+    first = f.graphs[next(iter(f.graphs))].pool_growth
+    later = sum(e.pool_growth for e in list(f.graphs.values())[1:])
+    assert later <= first + 16 * 2 ** 20, f.report()

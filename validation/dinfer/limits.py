@@ -61,35 +61,82 @@ class TraceTimeout(BaseException):
         self.seconds = seconds
 
 
+#: After the first alarm, how often it fires again: torch's C++ calls back
+#: into Python while it parses arguments and clears whatever those callbacks
+#: raise, so one alarm can be swallowed; and an alarm that lands in an
+#: import waits for the next one.
+REFIRE_SECONDS = 0.05
+
+
+def _importing(frame) -> bool:
+    """True while ``frame`` runs inside an import: interrupting one would leave a
+    half-initialised module in ``sys.modules`` that breaks every later trace
+    (torch imports hundreds of modules lazily during the first trace)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def time_limit(seconds: float):
-    """Raise :class:`TraceTimeout` inside the block once ``seconds`` have passed."""
+    """Raise :class:`TraceTimeout` inside the block once ``seconds`` have passed.
+
+    Once the time is up, the block never ends with anything but
+    :class:`TraceTimeout`: an alarm may land inside torch's C++ argument
+    parsing, which swallows it and raises an error of its own (a
+    ``TypeError: unsupported operand type(s)`` for ``tensor + 1``, say).  That
+    error is symshape's timeout, not the program's, so it is re-raised as the
+    timeout, and a block that goes on after a swallowed alarm is stopped by the
+    next one or, at the latest, on exit.
+    """
     if seconds is None or seconds == float("inf"):
         yield
         return
     seconds = max(0.001, float(seconds))
+    fired: list = []
+
+    def timeout() -> TraceTimeout:
+        return TraceTimeout(round(seconds, 3))
+
     if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
         def on_alarm(signum, frame):
-            raise TraceTimeout(round(seconds, 3))
+            if _importing(frame):
+                return
+            fired.append(True)
+            raise timeout()
 
         old = signal.signal(signal.SIGALRM, on_alarm)
-        signal.setitimer(signal.ITIMER_REAL, seconds)
-        try:
-            yield
-        finally:
+        signal.setitimer(signal.ITIMER_REAL, seconds, REFIRE_SECONDS)
+
+        def disarm():
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
-        return
-    end = time.monotonic() + seconds
-    old_profile = sys.getprofile()
+    else:
+        end = time.monotonic() + seconds
+        old_profile = sys.getprofile()
 
-    def check(frame, event, arg):
-        if event == "call" and time.monotonic() > end:
+        def check(frame, event, arg):
+            # "c_call" too: a loop of tensor operators makes no Python calls
+            if event in ("call", "c_call") and time.monotonic() > end and not _importing(frame):
+                fired.append(True)
+                raise timeout()
+
+        sys.setprofile(check)
+
+        def disarm():
             sys.setprofile(old_profile)
-            raise TraceTimeout(round(seconds, 3))
-
-    sys.setprofile(check)
     try:
         yield
-    finally:
-        sys.setprofile(old_profile)
+    except TraceTimeout:
+        disarm()
+        raise
+    except BaseException as e:
+        disarm()
+        if fired:  # the error is what torch made of a swallowed alarm
+            raise timeout() from e
+        raise
+    disarm()
+    if fired:  # an alarm was swallowed and the block went on: its result is not to be trusted
+        raise timeout()
