@@ -1,0 +1,174 @@
+"""Matmuls with few rows in compiled Triton programs: a split-K Triton kernel or cuBLAS, chosen per call.
+
+cuBLAS launches few CTAs for ``M <= 64``-row matmuls against large weights (GPT-2's linears
+at small T): most of an H100's 132 SMs idle while the weights stream in.  The skinny kernel
+(:mod:`compiler.matmul_kernels`) tiles N by ``BLOCK_N`` and splits K so the grid fills the
+SMs, then adds the K slices in a second kernel (with the bias).  :func:`mm` and
+:func:`addmm` replace ``aten.mm`` / ``aten.addmm`` in the Triton target's compiled programs
+(:class:`~compiler.codegen.triton.TritonTarget`): the choice is made at call time from the
+sizes (:func:`use_skinny`, a rule measured by ``bench/skinny_matmul_bench.py``), so a size
+class change never retraces.  fp32 runs in exact fp32 (``input_precision="ieee"``) unless
+eager's matmuls would run in TF32 (``torch.backends.cuda.matmul.allow_tf32``).
+
+Example::
+
+    >>> import torch
+    >>> use_skinny(8, 768, 768, torch.float32, "cuda"), use_skinny(4096, 768, 768, torch.float32, "cuda")
+    (True, False)
+    >>> a, b = torch.randn(3, 4), torch.randn(4, 5)
+    >>> torch.equal(mm(a, b), torch.mm(a, b))  # CPU without the interpreter: ATen
+    True
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+#: Rows up to which the skinny kernel beats cuBLAS, per dtype (H100 measurements in
+#: bench/results/skinny_matmul_h100_2026-11-23.txt).  0: never.
+MAX_ROWS = {torch.float32: 64, torch.float16: 0, torch.bfloat16: 0}
+
+#: The kernel only pays off when the weight is large enough to need many SMs.
+MIN_WEIGHT_ELEMS = 1 << 16
+
+#: ``SYMSHAPE_SKINNY_MM=0`` keeps every matmul on ATen (for before/after measurements).
+ENABLED = os.environ.get("SYMSHAPE_SKINNY_MM", "1") != "0"
+
+#: Calls that ran the skinny kernel / ATen (for tests and reports).
+CALLS = {"skinny": 0, "aten": 0}
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+_SMS: dict = {}
+_PLANS: dict = {}
+_kernels = None
+
+
+def _kernel_module():
+    global _kernels
+    if _kernels is None:
+        from . import matmul_kernels
+        _kernels = matmul_kernels
+    return _kernels
+
+
+def _sm_count(device) -> int:
+    n = _SMS.get(device)
+    if n is None:
+        n = _SMS[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" \
+            else 4
+    return n
+
+
+def use_skinny(m: int, n: int, k: int, dtype, device_type: str) -> bool:
+    """Whether an ``(m, k) @ (k, n)`` matmul of ``dtype`` runs the skinny kernel (else ATen).
+
+    >>> use_skinny(1, 3072, 768, torch.float32, "cuda"), use_skinny(1, 3072, 768, torch.float32, "cpu")
+    (True, False)
+    """
+    if not ENABLED or (device_type != "cuda" and not (_INTERPRET and device_type == "cpu")):
+        return False
+    return 0 < m <= MAX_ROWS.get(dtype, 0) and n > 0 and k > 0 and n * k >= MIN_WEIGHT_ELEMS
+
+
+def plan(m: int, n: int, k: int, sms: int) -> tuple:
+    """``(BLOCK_M, BLOCK_N, BLOCK_K, split, k_per_split)``: tiles over M and N, and K cut
+    into ``split`` slices of ``k_per_split`` (a multiple of BLOCK_K) so that about two
+    CTAs per SM run, each over at least two K blocks.
+
+    >>> plan(64, 768, 768, 132)
+    (64, 32, 64, 6, 128)
+    """
+    block_m = 16 if m <= 16 else 32 if m <= 32 else 64
+    block_n, block_k = 32, 64
+    tiles = -(-m // block_m) * -(-n // block_n)
+    want = max(1, -(-2 * sms // tiles))
+    most = max(1, k // (2 * block_k))
+    split = min(want, most)
+    k_per_split = -(-k // split)
+    k_per_split = -(-k_per_split // block_k) * block_k
+    split = -(-k // k_per_split)
+    return block_m, block_n, block_k, split, k_per_split
+
+
+def _precision(dtype):
+    if dtype != torch.float32:
+        return None
+    return "tf32" if torch.backends.cuda.matmul.allow_tf32 and not _INTERPRET else "ieee"
+
+
+def skinny_matmul(a: torch.Tensor, b: torch.Tensor, bias=None, config=None) -> torch.Tensor:
+    """``a @ b + bias`` (``bias`` of shape ``(N,)`` or None) with the skinny kernel, for any
+    strides of ``a`` and ``b``; ``config`` overrides :func:`plan`'s choice (benchmarks, tests).
+
+    >>> import os; os.environ.get("TRITON_INTERPRET") != "1" or True
+    True
+    """
+    km = _kernel_module()
+    m, k = a.shape
+    n = b.shape[1]
+    prec = _precision(a.dtype)
+    key = (m, n, k, a.device, prec, bias is not None)
+    cfg = config or _PLANS.get(key)
+    if cfg is None:
+        cfg = _PLANS[key] = plan(m, n, k, _sm_count(a.device))
+    block_m, block_n, block_k, split, kps = cfg
+    up = _INTERPRET and a.dtype == torch.bfloat16
+    out = torch.empty((m, n), dtype=a.dtype, device=a.device)
+    grid = (-(-n // block_n), -(-m // block_m), split)
+    bias_arg = bias if bias is not None else out
+    if split == 1:
+        km.skinny_mm[grid](a, b, bias_arg, out, m, n, k, kps, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                           out.stride(0), out.stride(1), HAS_BIAS=bias is not None, PARTIAL=False,
+                           PRECISION=prec, UPCAST=up,
+                           BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
+        return out
+    ws = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
+    km.skinny_mm[grid](a, b, bias_arg, ws, m, n, k, kps, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                       n, 1, HAS_BIAS=False, PARTIAL=True, PRECISION=prec, UPCAST=up,
+                       BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
+    block = 1024
+    km.split_sum[(-(-(m * n) // block),)](ws, bias_arg, out, m, n, split, out.stride(0), out.stride(1),
+                                          HAS_BIAS=bias is not None, BLOCK=block, num_warps=4)
+    return out
+
+
+def _eligible(a, b, bias) -> bool:
+    if a.dim() != 2 or b.dim() != 2 or a.dtype != b.dtype or a.device != b.device or a.shape[1] != b.shape[0]:
+        return False
+    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.dtype != a.dtype
+                             or bias.device != a.device or bias.shape[0] != b.shape[1] or bias.stride(0) != 1):
+        return False
+    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
+        return False  # the kernel records no autograd history
+    if not _kernel_module().DOT_HAS_PRECISION:
+        return False
+    return use_skinny(a.shape[0], b.shape[1], a.shape[1], a.dtype, a.device.type)
+
+
+def mm(a, b):
+    """``torch.mm(a, b)``, on the skinny kernel where :func:`use_skinny` says it wins."""
+    if _eligible(a, b, None):
+        CALLS["skinny"] += 1
+        return skinny_matmul(a, b)
+    CALLS["aten"] += 1
+    return torch.mm(a, b)
+
+
+def addmm(bias, a, b, *, beta=1, alpha=1):
+    """``torch.addmm(bias, a, b)``, on the skinny kernel (bias fused) where it wins; a
+    ``beta``/``alpha`` other than 1 or a bias that is not one row of N runs ATen."""
+    if beta == 1 and alpha == 1 and _eligible(a, b, bias):
+        CALLS["skinny"] += 1
+        return skinny_matmul(a, b, bias)
+    CALLS["aten"] += 1
+    return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+
+
+def extern_calls() -> dict:
+    """ATen overload -> the call-time chooser that replaces it in compiled Triton programs."""
+    aten = torch.ops.aten
+    return {aten.mm.default: mm, aten.addmm.default: addmm}
+
+
+__all__ = ["mm", "addmm", "skinny_matmul", "use_skinny", "plan", "extern_calls", "MAX_ROWS", "CALLS"]

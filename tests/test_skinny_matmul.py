@@ -1,0 +1,138 @@
+"""The skinny-M matmul kernel (compiler/skinny_matmul.py) against torch, and its call-time choice.
+
+Without CUDA the cases run on CPU under TRITON_INTERPRET=1 in one subprocess (this file run
+as a script; the interpreter is chosen when triton is imported); with CUDA in-process.
+Sizes are small: the interpreter is slow.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.triton
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+TOL = {torch.float32: (2e-5, 1e-5), torch.float16: (2e-2, 1e-2), torch.bfloat16: (1.5e-1, 2e-2)}
+
+
+def _ref(a, b, bias):
+    """fp64 reference: every implementation rounds differently, none is the truth."""
+    out = a.double() @ b.double()
+    return out + bias.double() if bias is not None else out
+
+
+def case_kernel_matches_torch():
+    from compiler.skinny_matmul import skinny_matmul
+    torch.manual_seed(0)
+    # (M, N, K, config): M=1, primes, K not a multiple of BLOCK_K, split-K with a short last slice,
+    # a tile over M that the rows do not fill.
+    shapes = [(1, 19, 37, None), (13, 67, 131, None), (7, 33, 300, (16, 32, 64, 3, 128)),
+              (40, 50, 96, (32, 32, 64, 2, 64)), (5, 40, 64, (16, 32, 64, 1, 64))]
+    for dt in DTYPES:
+        for m, n, k, cfg in shapes:
+            a = torch.randn(m, k, device=DEVICE).to(dt)
+            w = torch.randn(n, k, device=DEVICE).to(dt)  # a Linear's weight: b is its transpose (a view)
+            bias = torch.randn(n, device=DEVICE).to(dt)
+            atol, rtol = TOL[dt]
+            for b, bi in [(w.t(), bias), (w.t().contiguous(), None)]:
+                out = skinny_matmul(a, b, bi, config=cfg)
+                assert out.dtype == dt and out.shape == (m, n)
+                # At least as close to the exact result as torch's own kernel, within rounding.
+                err = (out.double() - _ref(a, b, bi)).abs().max().item()
+                torch_out = torch.addmm(bi, a, b) if bi is not None else torch.mm(a, b)
+                torch_err = (torch_out.double() - _ref(a, b, bi)).abs().max().item()
+                scale = _ref(a, b, bi).abs().max().item()
+                assert err <= max(2 * torch_err, atol + rtol * scale), (dt, m, n, k, cfg, err, torch_err)
+    return "ok"
+
+
+def case_fp32_is_exact_fp32_not_tf32():
+    # 1 + 2**-12 needs 12 mantissa bits: TF32 (10) rounds it to 1; the sum is exact in fp32.
+    from compiler.skinny_matmul import skinny_matmul
+    a = torch.full((2, 16), 1 + 2 ** -12, device=DEVICE)
+    b = torch.ones(16, 16, device=DEVICE)
+    out = skinny_matmul(a, b)
+    assert (out == 16 + 2 ** -8).all(), out[0, 0].item()
+    return "ok"
+
+
+def case_size_class_picks_kernel_without_retrace():
+    import compiler
+    from compiler import skinny_matmul as sm
+    lin = torch.nn.Linear(512, 384).to(DEVICE)  # a weight of 384 x 512 >= MIN_WEIGHT_ELEMS
+
+    def prog(x):
+        return torch.relu(lin(x))
+
+    f = compiler.compile(prog, "x: f32[T, 512]", target="triton")  # T = 1 would be a trace of its own
+    seen = []
+    with torch.no_grad():
+        for t in [2, 7, sm.MAX_ROWS[torch.float32], sm.MAX_ROWS[torch.float32] + 1, 300]:
+            x = torch.randn(t, 512, device=DEVICE)
+            before = dict(sm.CALLS)
+            out = f(x)
+            assert torch.allclose(out, prog(x), atol=1e-4, rtol=1e-4), t
+            seen.append("skinny" if sm.CALLS["skinny"] > before["skinny"] else "aten")
+    assert seen == ["skinny", "skinny", "skinny", "aten", "aten"], seen
+    assert f.stats["traces"] == 1 and f.stats["variants"] == 1, f.stats
+    assert sm.use_skinny(8, 384, 512, torch.float16, "cuda") == (8 <= sm.MAX_ROWS[torch.float16])
+    assert not sm.use_skinny(8, 16, 16, torch.float32, "cuda")  # a small weight: cuBLAS
+    return "ok"
+
+
+def case_ineligible_calls_run_aten():
+    # beta/alpha, a 2-D bias, mixed dtypes and autograd inputs take ATen's path (and its errors).
+    from compiler import skinny_matmul as sm
+    a, b = torch.randn(4, 512, device=DEVICE), torch.randn(512, 256, device=DEVICE)
+    bias2d = torch.randn(4, 256, device=DEVICE)
+    before = sm.CALLS["skinny"]
+    assert torch.allclose(sm.addmm(bias2d, a, b), torch.addmm(bias2d, a, b), atol=1e-4)
+    assert torch.allclose(sm.addmm(bias2d[0], a, b, beta=2), torch.addmm(bias2d[0], a, b, beta=2), atol=1e-4)
+    try:
+        sm.mm(a, b.double())
+        raise AssertionError("mixed dtypes must raise as torch.mm does")
+    except RuntimeError:
+        pass
+    w = b.clone().requires_grad_()
+    sm.mm(a, w).sum().backward()
+    assert w.grad is not None
+    assert sm.CALLS["skinny"] == before
+    return "ok"
+
+
+CASES = [name for name in dir(sys.modules[__name__]) if name.startswith("case_")]
+
+
+def run_all() -> dict:
+    out = {}
+    for name in CASES:
+        try:
+            out[name] = globals()[name]()
+        except Exception as e:  # noqa: BLE001 - reported per case
+            out[name] = f"{type(e).__name__}: {e}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def results():
+    if torch.cuda.is_available():
+        return run_all()
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True, env=env,
+                       cwd=ROOT, timeout=900)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULTS ")]
+    assert line, f"the cases did not run:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    return json.loads(line[-1][len("RESULTS "):])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_skinny_matmul_case(results, case):
+    assert results[case] == "ok", results[case]
+
+
+if __name__ == "__main__":
+    print("RESULTS " + json.dumps(run_all()))
