@@ -141,9 +141,9 @@ def _eligible(a, b, bias) -> bool:
         return False
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
         return False  # the kernel records no autograd history
-    if not _kernel_module().DOT_HAS_PRECISION:
-        return False
-    return use_skinny(a.shape[0], b.shape[1], a.shape[1], a.dtype, a.device.type)
+    # The sizes first: triton is imported only where the kernel could run.
+    return use_skinny(a.shape[0], b.shape[1], a.shape[1], a.dtype, a.device.type) \
+        and _kernel_module().DOT_HAS_PRECISION
 
 
 def mm(a, b):
