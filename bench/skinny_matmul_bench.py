@@ -3,14 +3,14 @@
 For each dtype, each of GPT-2's four linears (``addmm(bias, x, W.t())`` with W of N x K:
 768->2304, 768->768, 768->3072, 3072->768) and M rows in {1, 8, 32, 64, 128}, prints the
 GPU time per call of cuBLAS (``torch.addmm``) and of the skinny kernel at the config
-``plan()`` picks, plus the best of a few alternative configs (to check the rule).  Times
+``plan()`` picks (fp32: exact fp32 on the CUDA cores) and, for fp32, of ``tl.dot`` tiles
+with ``input_precision="ieee"`` (``plan(..., fma=False)``).  Times
 are CUDA-graph replays of ``--reps`` calls timed with events (no launch overhead: as in
 the compiled programs' recorded graphs), median of ``--samples``.  fp32 runs without TF32.
 
 Usage::
 
     python bench/skinny_matmul_bench.py            # on a CUDA machine
-    python bench/skinny_matmul_bench.py --no-alt   # only the rule's config
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from compiler import skinny_matmul as sm  # noqa: E402
 
 SHAPES = [(2304, 768), (768, 768), (3072, 768), (768, 3072)]  # (N, K)
-ROWS = [1, 8, 32, 64, 128]
+ROWS = [1, 4, 8, 16, 32, 64, 128]
 
 
 def graph_time_us(fn, reps, samples) -> float:
@@ -55,25 +55,11 @@ def graph_time_us(fn, reps, samples) -> float:
     return statistics.median(times)
 
 
-def alternatives(m, n, k, sms):
-    """Configs around the rule's: BLOCK_N 32/64 x about 1/2/4 CTAs per SM."""
-    out = []
-    for block_n in (32, 64):
-        for per_sm in (1, 2, 4):
-            block_m = 16 if m <= 16 else 32 if m <= 32 else 64
-            tiles = -(-m // block_m) * -(-n // block_n)
-            split = min(max(1, -(-per_sm * sms // tiles)), max(1, k // 64))
-            kps = -(-(-(-k // split)) // 64) * 64
-            out.append((block_m, block_n, 64, -(-k // kps), kps))
-    return sorted(set(out))
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--samples", type=int, default=15)
     ap.add_argument("--dtypes", default="float32,float16")
-    ap.add_argument("--no-alt", action="store_true")
     args = ap.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")
@@ -83,29 +69,27 @@ def main(argv=None):
     for name in args.dtypes.split(","):
         dt = getattr(torch, name)
         print(f"\n## {name}")
-        print(f"{'N x K':>11} {'M':>4} {'cuBLAS':>8} {'skinny':>8} {'speedup':>7}  {'rule config':<22}"
-              f"{'best alt':>9}  best alt config")
+        print(f"{'N x K':>11} {'M':>4} {'cuBLAS':>8} {'skinny':>8} {'speedup':>7}  {'config':<28}{'tl.dot':>8}"
+              f"  {'use_skinny':>10}")
         for n, k in SHAPES:
             w = torch.randn(n, k, device=dev, dtype=dt) / k ** 0.5
             bias = torch.randn(n, device=dev, dtype=dt)
             for m in ROWS:
                 x = torch.randn(m, k, device=dev, dtype=dt)
                 ref = torch.addmm(bias.double(), x.double(), w.double().t())
-                cfg = sm.plan(m, n, k, sms)
+                cfg = sm.plan(m, n, k, sms, fma=dt == torch.float32)
                 out = sm.skinny_matmul(x, w.t(), bias, config=cfg)
                 err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
                 assert err < (1e-5 if dt == torch.float32 else 1e-2), (n, k, m, err)
                 t_blas = graph_time_us(lambda: torch.addmm(bias, x, w.t()), args.reps, args.samples)
                 t_sk = graph_time_us(lambda: sm.skinny_matmul(x, w.t(), bias, config=cfg), args.reps, args.samples)
-                best = ""
-                if not args.no_alt:
-                    alts = [(graph_time_us(lambda c=c: sm.skinny_matmul(x, w.t(), bias, config=c), args.reps,
-                                           args.samples), c) for c in alternatives(m, n, k, sms) if c != cfg]
-                    if alts:
-                        t, c = min(alts)
-                        best = f"{t:9.2f}  {c}"
-                print(f"{n:>5}x{k:<5} {m:>4} {t_blas:8.2f} {t_sk:8.2f} {t_blas / t_sk:6.2f}x  {str(cfg):<22}{best}",
-                      flush=True)
+                dot = ""
+                if dt == torch.float32:
+                    c = sm.plan(m, n, k, sms, fma=False)
+                    t_dot = graph_time_us(lambda: sm.skinny_matmul(x, w.t(), bias, config=c), args.reps, args.samples)
+                    dot = f"{t_dot:8.2f}"
+                print(f"{n:>5}x{k:<5} {m:>4} {t_blas:8.2f} {t_sk:8.2f} {t_blas / t_sk:6.2f}x  {str(cfg):<28}{dot:>8}"
+                      f"  {str(sm.use_skinny(m, n, k, dt, 'cuda')):>10}", flush=True)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ from ``TRITON_INTERPRET``).  ``skinny_mm`` computes one ``BLOCK_M x BLOCK_N`` ti
 one slice of K.  Over all of K it adds the bias and stores the output; with ``PARTIAL``
 (K in several slices) it stores fp32 partial sums that ``split_sum`` adds in a fixed order
 (deterministic, unlike atomics).  ``PRECISION`` is ``tl.dot``'s ``input_precision``: ``"ieee"`` for exact fp32,
-``"tf32"`` where eager's matmuls run in TF32, ``None`` for half types.  ``UPCAST``
+``"tf32"`` where eager's matmuls run in TF32, ``None`` for half types.  ``FMA`` skips
+``tl.dot`` (whose exact-fp32 path is slow on Hopper) for a broadcast multiply and sum over
+a small ``BLOCK_M x BLOCK_K x BLOCK_N`` block: exact fp32, fast for few rows.  ``UPCAST``
 multiplies in fp32 (exact for bf16 products): the interpreter's ``tl.dot`` gets bf16 wrong.
 
 Example (under ``TRITON_INTERPRET=1`` on CPU, or on CUDA)::
@@ -29,6 +31,7 @@ DOT_HAS_PRECISION = "input_precision" in inspect.signature(tl.dot).parameters
 def skinny_mm(a_ptr, b_ptr, bias_ptr, out_ptr, M, N, K, k_per_split,
               s_am, s_ak, s_bk, s_bn, s_om, s_on,
               HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+              FMA: tl.constexpr,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
@@ -44,9 +47,13 @@ def skinny_mm(a_ptr, b_ptr, bias_ptr, out_ptr, M, N, K, k_per_split,
                     mask=(rm[:, None] < M) & (rk[None, :] < k_hi), other=0.0)
         b = tl.load(b_ptr + rk[:, None] * s_bk + rn[None, :] * s_bn,
                     mask=(rk[:, None] < k_hi) & (rn[None, :] < N), other=0.0)
-        if UPCAST:
-            a, b = a.to(tl.float32), b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+        if FMA:
+            # fp32 products summed in fp32 on the CUDA cores: any BLOCK_M (tl.dot needs 16).
+            acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
+        else:
+            if UPCAST:
+                a, b = a.to(tl.float32), b.to(tl.float32)
+            acc = tl.dot(a, b, acc, input_precision=PRECISION)
     if not PARTIAL:
         if HAS_BIAS:
             acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]

@@ -26,8 +26,10 @@ import os
 import torch
 
 #: Rows up to which the skinny kernel beats cuBLAS, per dtype (H100 measurements in
-#: bench/results/skinny_matmul_h100_2026-11-23.txt).  0: never.
-MAX_ROWS = {torch.float32: 64, torch.float16: 0, torch.bfloat16: 0}
+#: bench/results/skinny_matmul_h100_2026-11-23.txt; fp32 in exact fp32 only, not TF32).
+#: 0: never (fp16: tl.dot tiles lose to cuBLAS by ~1 us at every M measured).
+MAX_ROWS = {torch.float32: int(os.environ.get("SYMSHAPE_SKINNY_MAX_ROWS", "16")), torch.float16: 0,
+            torch.bfloat16: 0}
 
 #: The kernel only pays off when the weight is large enough to need many SMs.
 MIN_WEIGHT_ELEMS = 1 << 16
@@ -68,27 +70,37 @@ def use_skinny(m: int, n: int, k: int, dtype, device_type: str) -> bool:
     """
     if not ENABLED or (device_type != "cuda" and not (_INTERPRET and device_type == "cpu")):
         return False
+    if dtype == torch.float32 and _precision(dtype) != "ieee":
+        return False  # TF32 matmuls: not measured against cuBLAS
     return 0 < m <= MAX_ROWS.get(dtype, 0) and n > 0 and k > 0 and n * k >= MIN_WEIGHT_ELEMS
 
 
-def plan(m: int, n: int, k: int, sms: int) -> tuple:
-    """``(BLOCK_M, BLOCK_N, BLOCK_K, split, k_per_split)``: tiles over M and N, and K cut
-    into ``split`` slices of ``k_per_split`` (a multiple of BLOCK_K) so that about two
-    CTAs per SM run, each over at least two K blocks.
+def plan(m: int, n: int, k: int, sms: int, fma: bool = True) -> tuple:
+    """``(BLOCK_M, BLOCK_N, BLOCK_K, split, k_per_split, fma)``: tiles over M and N, and K
+    cut into ``split`` slices of ``k_per_split`` (a multiple of BLOCK_K) so that about two
+    CTAs per SM run.  ``fma``: exact fp32 on the CUDA cores, BLOCK_M the next power of two
+    up to 16 and BLOCK_M x BLOCK_K = 64 (a 64-register block per thread); else ``tl.dot``
+    tiles (BLOCK_M >= 16), each slice at least two K blocks.
 
-    >>> plan(64, 768, 768, 132)
-    (64, 32, 64, 6, 128)
+    >>> plan(1, 768, 768, 132), plan(64, 768, 768, 132, fma=False)
+    ((1, 64, 64, 12, 64, True), (64, 32, 64, 6, 128, False))
     """
-    block_m = 16 if m <= 16 else 32 if m <= 32 else 64
-    block_n, block_k = 32, 64
+    if fma:
+        block_m = min(16, 1 << max(0, m - 1).bit_length())
+        block_n, block_k = 64, max(4, 64 // block_m)
+        min_slice = 64
+    else:
+        block_m = 16 if m <= 16 else 32 if m <= 32 else 64
+        block_n, block_k = 32, 64
+        min_slice = 2 * block_k
     tiles = -(-m // block_m) * -(-n // block_n)
     want = max(1, -(-2 * sms // tiles))
-    most = max(1, k // (2 * block_k))
+    most = max(1, k // min_slice)
     split = min(want, most)
     k_per_split = -(-k // split)
     k_per_split = -(-k_per_split // block_k) * block_k
     split = -(-k // k_per_split)
-    return block_m, block_n, block_k, split, k_per_split
+    return block_m, block_n, block_k, split, k_per_split, fma
 
 
 def _precision(dtype):
@@ -111,8 +123,8 @@ def skinny_matmul(a: torch.Tensor, b: torch.Tensor, bias=None, config=None) -> t
     key = (m, n, k, a.device, prec, bias is not None)
     cfg = config or _PLANS.get(key)
     if cfg is None:
-        cfg = _PLANS[key] = plan(m, n, k, _sm_count(a.device))
-    block_m, block_n, block_k, split, kps = cfg
+        cfg = _PLANS[key] = plan(m, n, k, _sm_count(a.device), fma=prec == "ieee")
+    block_m, block_n, block_k, split, kps, fma = cfg
     up = _INTERPRET and a.dtype == torch.bfloat16
     out = torch.empty((m, n), dtype=a.dtype, device=a.device)
     grid = (-(-n // block_n), -(-m // block_m), split)
@@ -120,12 +132,12 @@ def skinny_matmul(a: torch.Tensor, b: torch.Tensor, bias=None, config=None) -> t
     if split == 1:
         km.skinny_mm[grid](a, b, bias_arg, out, m, n, k, kps, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
                            out.stride(0), out.stride(1), HAS_BIAS=bias is not None, PARTIAL=False,
-                           PRECISION=prec, UPCAST=up,
+                           PRECISION=prec, UPCAST=up, FMA=fma,
                            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
         return out
     ws = torch.empty((split, m, n), dtype=torch.float32, device=a.device)
     km.skinny_mm[grid](a, b, bias_arg, ws, m, n, k, kps, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                       n, 1, HAS_BIAS=False, PARTIAL=True, PRECISION=prec, UPCAST=up,
+                       n, 1, HAS_BIAS=False, PARTIAL=True, PRECISION=prec, UPCAST=up, FMA=fma,
                        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4)
     block = 1024
     km.split_sum[(-(-(m * n) // block),)](ws, bias_arg, out, m, n, split, out.stride(0), out.stride(1),

@@ -30,8 +30,11 @@ def case_kernel_matches_torch():
     torch.manual_seed(0)
     # (M, N, K, config): M=1, primes, K not a multiple of BLOCK_K, split-K with a short last slice,
     # a tile over M that the rows do not fill.
-    shapes = [(1, 19, 37, None), (13, 67, 131, None), (7, 33, 300, (16, 32, 64, 3, 128)),
-              (40, 50, 96, (32, 32, 64, 2, 64)), (5, 40, 64, (16, 32, 64, 1, 64))]
+    # Configs: (BLOCK_M, BLOCK_N, BLOCK_K, split, k_per_split, fma).
+    shapes = [(1, 19, 37, None), (13, 67, 131, None), (7, 33, 300, (16, 32, 64, 3, 128, False)),
+              (7, 33, 300, (4, 64, 16, 3, 112, True)), (40, 50, 96, (32, 32, 64, 2, 64, False)),
+              (40, 50, 96, (16, 64, 4, 2, 48, True)), (5, 40, 64, (16, 32, 64, 1, 64, False)),
+              (3, 40, 64, (4, 64, 16, 1, 64, True))]
     for dt in DTYPES:
         for m, n, k, cfg in shapes:
             a = torch.randn(m, k, device=DEVICE).to(dt)
