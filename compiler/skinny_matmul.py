@@ -13,8 +13,10 @@ eager's matmuls would run in TF32 (``torch.backends.cuda.matmul.allow_tf32``).
 Example::
 
     >>> import torch
+    >>> MAX_ROWS[torch.float32] = 8  # what the table would say if the kernel won at M <= 8
     >>> use_skinny(8, 768, 768, torch.float32, "cuda"), use_skinny(4096, 768, 768, torch.float32, "cuda")
     (True, False)
+    >>> MAX_ROWS[torch.float32] = 0
     >>> a, b = torch.randn(3, 4), torch.randn(4, 5)
     >>> torch.equal(mm(a, b), torch.mm(a, b))  # CPU without the interpreter: ATen
     True
@@ -27,8 +29,11 @@ import torch
 
 #: Rows up to which the skinny kernel beats cuBLAS, per dtype (H100 measurements in
 #: bench/results/skinny_matmul_h100_2026-11-23.txt; fp32 in exact fp32 only, not TF32).
-#: 0: never (fp16: tl.dot tiles lose to cuBLAS by ~1 us at every M measured).
-MAX_ROWS = {torch.float32: int(os.environ.get("SYMSHAPE_SKINNY_MAX_ROWS", "16")), torch.float16: 0,
+#: 0: never.  Measured so far, neither kernel wins: fp32 ``tl.dot`` (ieee) tiles take
+#: 13-120 us where cuBLAS takes 3-55, the fp32 FMA blocks 6.6/11/33 us at M = 1/4/8 where
+#: cuBLAS takes 5.0/5.5/7.5 (2304x768); fp16 tiles lose by ~1 us except 768x3072 (~0.7 us
+#: gained).  ``SYMSHAPE_SKINNY_MAX_ROWS`` sets fp32's entry (for measurements).
+MAX_ROWS = {torch.float32: int(os.environ.get("SYMSHAPE_SKINNY_MAX_ROWS", "0")), torch.float16: 0,
             torch.bfloat16: 0}
 
 #: The kernel only pays off when the weight is large enough to need many SMs.
@@ -65,8 +70,8 @@ def _sm_count(device) -> int:
 def use_skinny(m: int, n: int, k: int, dtype, device_type: str) -> bool:
     """Whether an ``(m, k) @ (k, n)`` matmul of ``dtype`` runs the skinny kernel (else ATen).
 
-    >>> use_skinny(1, 3072, 768, torch.float32, "cuda"), use_skinny(1, 3072, 768, torch.float32, "cpu")
-    (True, False)
+    >>> use_skinny(1, 3072, 768, torch.float32, "cpu")  # CPU without the interpreter: never
+    False
     """
     if not ENABLED or (device_type != "cuda" and not (_INTERPRET and device_type == "cpu")):
         return False
@@ -79,15 +84,17 @@ def plan(m: int, n: int, k: int, sms: int, fma: bool = True) -> tuple:
     """``(BLOCK_M, BLOCK_N, BLOCK_K, split, k_per_split, fma)``: tiles over M and N, and K
     cut into ``split`` slices of ``k_per_split`` (a multiple of BLOCK_K) so that about two
     CTAs per SM run.  ``fma``: exact fp32 on the CUDA cores, BLOCK_M the next power of two
-    up to 16 and BLOCK_M x BLOCK_K = 64 (a 64-register block per thread); else ``tl.dot``
+    up to 8 and BLOCK_M x BLOCK_K = 64 (a 64-register block per thread); else ``tl.dot``
     tiles (BLOCK_M >= 16), each slice at least two K blocks.
 
-    >>> plan(1, 768, 768, 132), plan(64, 768, 768, 132, fma=False)
-    ((1, 64, 64, 12, 64, True), (64, 32, 64, 6, 128, False))
+    >>> plan(1, 768, 768, 132), plan(16, 768, 768, 132), plan(64, 768, 768, 132, fma=False)
+    ((1, 64, 64, 12, 64, True), (8, 64, 8, 11, 72, True), (64, 32, 64, 6, 128, False))
     """
     if fma:
-        block_m = min(16, 1 << max(0, m - 1).bit_length())
-        block_n, block_k = 64, max(4, 64 // block_m)
+        # BLOCK_M 16 x BLOCK_K 4 computed wrong sums on the H100 (triton 3.6; right under the
+        # interpreter): BLOCK_K stays >= 8, so BLOCK_M <= 8.
+        block_m = min(8, 1 << max(0, m - 1).bit_length())
+        block_n, block_k = 64, max(8, 64 // block_m)
         min_slice = 64
     else:
         block_m = 16 if m <= 16 else 32 if m <= 32 else 64
@@ -178,7 +185,15 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
 
 
 def extern_calls() -> dict:
-    """ATen overload -> the call-time chooser that replaces it in compiled Triton programs."""
+    """ATen overload -> the call-time chooser that replaces it in compiled Triton programs;
+    empty while :data:`MAX_ROWS` enables no dtype (the choice would cost host time per call
+    and always pick ATen).  Read when a variant is planned.
+
+    >>> extern_calls() == {} or torch.ops.aten.mm.default in extern_calls()
+    True
+    """
+    if not ENABLED or not any(MAX_ROWS.values()):
+        return {}
     aten = torch.ops.aten
     return {aten.mm.default: mm, aten.addmm.default: addmm}
 
