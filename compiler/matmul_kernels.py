@@ -7,7 +7,8 @@ one slice of K.  Over all of K it adds the bias and stores the output; with ``PA
 (deterministic, unlike atomics).  ``PRECISION`` is ``tl.dot``'s ``input_precision``: ``"ieee"`` for exact fp32,
 ``"tf32"`` where eager's matmuls run in TF32, ``None`` for half types.  ``FMA`` skips
 ``tl.dot`` (whose exact-fp32 path is slow on Hopper) for a broadcast multiply and sum over
-a small ``BLOCK_M x BLOCK_K x BLOCK_N`` block: exact fp32, fast for few rows.  ``UPCAST``
+a small ``BLOCK_M x BLOCK_K x BLOCK_N`` block: exact fp32 for any BLOCK_M (keep BLOCK_K >= 8:
+16 x 4 x 64 summed wrong on an H100 with triton 3.6, right under the interpreter).  ``UPCAST``
 multiplies in fp32 (exact for bf16 products): the interpreter's ``tl.dot`` gets bf16 wrong.
 
 Example (under ``TRITON_INTERPRET=1`` on CPU, or on CUDA)::
