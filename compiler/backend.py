@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import os
+import time
 
 import torch
 
@@ -27,8 +28,10 @@ from shapes.spec import InputSpec
 from .cuda_graphs import GraphedProgram
 from .runtime import CompiledProgram
 
-#: Graphs dynamo handed to the backend, and how many of them run eagerly.
-BACKEND_STATS = {"graphs": 0, "eager_graphs": 0}
+#: Graphs dynamo handed to the backend, how many of them run eagerly, seconds spent in the
+#: backend itself (trace, lowering, code generation) and in compiled graphs' first calls
+#: (kernel builds): what a first call costs beyond dynamo's own capture.
+BACKEND_STATS = {"graphs": 0, "eager_graphs": 0, "compile_s": 0.0, "first_call_s": 0.0}
 
 
 def _hint(s) -> int:
@@ -108,6 +111,14 @@ def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     (default: triton for CUDA inputs, cpp otherwise; ``$SYMSHAPE_TARGET`` overrides);
     ``options["cuda_graphs"]`` runs calls through CUDA graphs per size bucket
     (:mod:`compiler.cuda_graphs`; ``buckets`` and ``memory_budget`` as there)."""
+    t0 = time.perf_counter()
+    try:
+        return _compile(gm, example_inputs, options)
+    finally:
+        BACKEND_STATS["compile_s"] += time.perf_counter() - t0
+
+
+def _compile(gm, example_inputs, options):
     # torch.compile(..., options={...}) hands the dict over as one keyword.
     options = {**(options.pop("options", None) or {}), **options}
     BACKEND_STATS["graphs"] += 1
@@ -134,12 +145,24 @@ def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
 
     program.__signature__ = None  # takes *tensors; keeps the tracer's arity check quiet
     compiled = CompiledProgram(program, specs, dims, target)
+    # Dynamo's guards check every input's dtype and static sizes before this graph runs:
+    # the per-shape binding cache need only key on the inputs with dynamic dims.
+    compiled.key_inputs = [i for i, s in enumerate(specs) if any(not isinstance(d, int) for d in s.dims)]
     runner = compiled
     if options.get("cuda_graphs"):
         runner = GraphedProgram(compiled, buckets=options.get("buckets"), memory_budget=options.get("memory_budget"))
     tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
 
+    first = [True]
+
     def run(*args):
+        if first[0]:
+            first[0] = False
+            t0 = time.perf_counter()
+            try:
+                return run(*args)
+            finally:
+                BACKEND_STATS["first_call_s"] += time.perf_counter() - t0
         tensors = [args[i] for i in tensor_pos]
         if torch.is_grad_enabled() and any(t.requires_grad for t in tensors) or any(
                 args[i].item() != v for i, v in scalars):

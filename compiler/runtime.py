@@ -40,7 +40,8 @@ from .ir import Kernel
 from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
-from .wrapper import DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, straight_line
+from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
+                      straight_line)
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
 STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0}
@@ -147,7 +148,7 @@ class Variant:
                 out = s.out.name if hasattr(s.out, "name") else s.out.value
                 plan.append(ExternStep(calls.get(s.target, s.target), tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
-        self.plan = plan
+        self.plan = plan = linear_calls(plan, self.outputs)
         self.size_fn = compile_exprs(list(exprs), lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
         self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
@@ -190,13 +191,17 @@ class Variant:
                 raise GuardViolation(violation_message(g, at), guard=g, values=at)
         if self.eager:
             return self.tp.run(*tensors)
-        kvals = tuple(values[i] for i in self.sym_index)
-        return self.run_bound(tensors, kvals, self.size_fn(*kvals))
+        return self.run_bound(tensors, *self.bind_sizes(values))
 
-    def run_bound(self, tensors, kvals, sizes):
-        """Run with the size arguments and size values already computed (asserts checked)."""
+    def bind_sizes(self, values: tuple) -> tuple:
+        """``(size values, launches)`` at dim ``values``: what :meth:`run_bound` takes."""
+        kvals = tuple(values[i] for i in self.sym_index)
+        return self.size_fn(*kvals), bind_launches(self.plan, kvals)
+
+    def run_bound(self, tensors, sizes, launches):
+        """Run with the size values and bound launches of :meth:`bind_sizes` (asserts checked)."""
         device = tensors[0].device if tensors else torch.device("cpu")
-        leaves = self.fn(tensors, sizes, kvals, self._consts(device), device)
+        leaves = self.fn(tensors, sizes, launches, self._consts(device), device)
         return pytree.tree_unflatten(leaves, self.tp.out_spec)
 
 
@@ -210,7 +215,10 @@ class CompiledProgram:
         self.target = target
         self.variants: list[Variant] = []
         self.stats = {"traces": 0, "variants": 0, "calls": 0}
-        self._bound: dict = {}  # (shape, dtype) per input -> (variant, size args, size values)
+        self._bound: dict = {}  # (shape, dtype) per input -> (variant, size values, bound launches)
+        #: Indices of the inputs whose (shape, dtype) key the binding cache (None: all); a caller
+        #: that has checked the others itself (the dynamo backend's guards) narrows it.
+        self.key_inputs: Optional[list] = None
         names = []
         for s in self.specs:
             for d in s.dims:
@@ -294,20 +302,21 @@ class CompiledProgram:
         self.stats["calls"] += 1
         STATS["calls"] += 1
         try:
-            key = tuple([(t.shape, t.dtype) for t in tensors])
-        except AttributeError:
+            keyed = self.key_inputs
+            key = tuple([(t.shape, t.dtype) for t in tensors] if keyed is None else
+                        [(tensors[i].shape, tensors[i].dtype) for i in keyed])
+        except (AttributeError, IndexError):
             key = None  # not all tensors: bind() says what is wrong
         hit = self._bound.get(key)
         if hit is not None:
             # Guards, asserts and sizes depend on the shapes alone: computed once per shape.
-            v, kvals, sizes = hit
-            return v.run_bound(tensors, kvals, sizes)
+            v, sizes, launches = hit
+            return v.run_bound(tensors, sizes, launches)
         values = self.bind(tensors)
         v = self.variant_for(values)
         out = v.run(tensors, values)
         if key is not None and not v.eager and len(self._bound) < 4096:
-            kvals = tuple(values[i] for i in v.sym_index)
-            self._bound[key] = (v, kvals, v.size_fn(*kvals))
+            self._bound[key] = (v, *v.bind_sizes(values))
         return out
 
 

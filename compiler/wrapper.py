@@ -61,7 +61,10 @@ class Alloc:
 
 @dataclass(frozen=True)
 class KernelStep:
-    """Allocate ``allocs``, then launch a compiled kernel on ``buffers`` (made contiguous where flagged)."""
+    """Allocate ``allocs``, then launch a compiled kernel on ``buffers`` (made contiguous where flagged).
+
+    ``launch(tensors, sizes)`` is the target's launcher; one with a ``bind(sizes)`` method
+    gives a launch with the sizes already applied (see :func:`bind_launches`)."""
 
     launch: Any
     buffers: tuple
@@ -86,11 +89,67 @@ def _fast_calls() -> dict:
     return {aten.view.default: torch.Tensor.view, aten.t.default: torch.t, aten.transpose.int: torch.transpose,
             aten.addmm.default: torch.addmm, aten.mm.default: torch.mm, aten.bmm.default: torch.bmm,
             aten.permute.default: torch.permute, aten.expand.default: torch.Tensor.expand,
-            aten.unsqueeze.default: torch.unsqueeze,
+            aten.unsqueeze.default: torch.unsqueeze, aten.contiguous.default: torch.Tensor.contiguous,
+            aten._unsafe_view.default: torch.Tensor.view,
             aten.scaled_dot_product_attention.default: torch.nn.functional.scaled_dot_product_attention}
 
 
 FAST_CALLS = _fast_calls()
+
+
+def bind_launches(plan, sizes) -> tuple:
+    """One ``launch(buffers)`` per kernel step of ``plan``, bound to ``sizes`` (the kernels' size
+    arguments): the wrapper's ``launches``.
+
+    >>> seen = []
+    >>> step = KernelStep(lambda ts, sz: seen.append((ts, sz)), ("x",), (), (False,))
+    >>> bind_launches([step], (5,))[0](["X"]); seen
+    [(['X'], (5,))]
+    """
+    out = []
+    for step in plan:
+        if isinstance(step, KernelStep):
+            bind = getattr(step.launch, "bind", None)
+            out.append(bind(sizes) if bind is not None else
+                       (lambda tensors, _launch=step.launch: _launch(tensors, sizes)))
+    return tuple(out)
+
+
+def linear_calls(plan, outputs) -> list:
+    """``plan`` with ``addmm(b, x, t(w))`` and ``mm(x, t(w))`` as one ``F.linear(x, w[, b])`` call.
+
+    ATen's ``linear`` on a 2-D input runs exactly ``addmm(b, x, w.t())`` (or ``mm``), so the
+    kernel and the result are eager's; the wrapper makes one call instead of two.  Only where
+    the transposed weight has no other use.
+
+    >>> aten = torch.ops.aten
+    >>> plan = [ExternStep(aten.t.default, (BufSlot("w"),), {}, "wt"),
+    ...         ExternStep(aten.addmm.default, (BufSlot("b"), BufSlot("x"), BufSlot("wt")), {}, "y")]
+    >>> [(s.target.__name__, s.args) for s in linear_calls(plan, [BufSlot("y")])]
+    [('linear', (BufSlot(name='x'), BufSlot(name='w'), BufSlot(name='b')))]
+    """
+    aten = torch.ops.aten
+    uses: dict = {}
+    for step in plan:
+        names = set(step.buffers) if isinstance(step, KernelStep) else _names([step.args, step.kwargs], set())
+        for n in names:
+            uses[n] = uses.get(n, 0) + 1
+    for n in _names(list(outputs), set()):
+        uses[n] = uses.get(n, 0) + 2
+    transposed = {s.out: s.args[0] for s in plan if isinstance(s, ExternStep) and s.target is aten.t.default
+                  and len(s.args) == 1 and not s.kwargs and isinstance(s.args[0], BufSlot)}
+    fused, out = set(), []
+    for s in plan:
+        if isinstance(s, ExternStep) and not s.kwargs and s.target in (aten.addmm.default, aten.mm.default):
+            w = s.args[-1]
+            n = 3 if s.target is aten.addmm.default else 2
+            if len(s.args) == n and isinstance(w, BufSlot) and w.name in transposed and uses.get(w.name) == 1:
+                fused.add(w.name)
+                args = (s.args[1], transposed[w.name], s.args[0]) if n == 3 else (s.args[0], transposed[w.name])
+                out.append(ExternStep(torch.nn.functional.linear, args, {}, s.out))
+                continue
+        out.append(s)
+    return [s for s in out if not (isinstance(s, ExternStep) and s.target is aten.t.default and s.out in fused)]
 
 
 def _var(name: str) -> str:
@@ -163,9 +222,10 @@ def _last_uses(plan, outputs) -> dict:
 
 
 def straight_line(plan, inputs, consts, outputs):
-    """``(source, fn)``: ``fn(tensors, s, kvals, const_tensors, dev)`` runs ``plan``
+    """``(source, fn)``: ``fn(tensors, s, launches, const_tensors, dev)`` runs ``plan``
     (:class:`KernelStep` / :class:`ExternStep`) and returns the output leaves;
-    ``s`` holds the size function's values, ``kvals`` the kernels' size arguments."""
+    ``s`` holds the size function's values, ``launches`` one ``launch(buffers)`` per
+    kernel step in plan order, bound to the call's sizes (:func:`bind_launches`)."""
     w = _Writer()
     body = w.lines
     if inputs:
@@ -173,6 +233,7 @@ def straight_line(plan, inputs, consts, outputs):
     if consts:
         body.append(f"    {''.join(_var(n) + ', ' for n in consts)}= const_tensors")
     dead = _last_uses(plan, outputs)
+    nk = 0
     for n, step in enumerate(plan):
         if isinstance(step, KernelStep):
             for al in step.allocs:
@@ -186,7 +247,8 @@ def straight_line(plan, inputs, consts, outputs):
                 # Buffers made outside kernels (inputs, ATen results) may be strided views:
                 # kernels index them densely, so only those are checked (no copy when dense).
                 args.append(f"({v} if {v}.is_contiguous() else {v}.contiguous())" if contig else v)
-            body.append(f"    {w.obj(step.launch, 'L')}([{', '.join(args)}], kvals)")
+            body.append(f"    launches[{nk}]([{', '.join(args)}])")
+            nk += 1
         else:
             call = [w.code(a) for a in step.args] + [f"{k}={w.code(v)}" for k, v in step.kwargs.items()]
             target = FAST_CALLS.get(step.target, step.target)
@@ -194,6 +256,6 @@ def straight_line(plan, inputs, consts, outputs):
         if n in dead:
             body.append(f"    del {', '.join(_var(name) for name in sorted(dead[n]))}")
     body.append(f"    return [{', '.join(w.code(o) for o in outputs)}]")
-    src = "def run(tensors, s, kvals, const_tensors, dev):\n" + "\n".join(body) + "\n"
+    src = "def run(tensors, s, launches, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
     return src, w.ns["run"]

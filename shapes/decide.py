@@ -124,6 +124,13 @@ class DecisionProcedure:
         if e is not expr and e != expr:
             self.log_step(StepKind.REWRITE, expr, e, "replacement")
         e2 = rules.rewrite(self.env, e)
+        for _ in range(4):
+            # The rules may bring an atom into the form whose value a fact fixed.
+            e3 = self.facts.apply_replacements(e2) if self.facts.atom_replacements else e2
+            if e3 is e2 or e3 == e2:
+                break
+            self.log_step(StepKind.REWRITE, e2, e3, "replacement")
+            e2 = rules.rewrite(self.env, e3)
         self.simplify_cache[expr] = e2
         return e2
 

@@ -155,12 +155,13 @@ class PythonPrinter(ExprVisitor, StrPrinter):
         # own in a sum (they bind tighter than + and -) unless its text starts with a
         # minus, which the sum would read as its sign.
         out = []
-        for term in self._as_ordered_terms(e):
+        for i, term in enumerate(self._as_ordered_terms(e)):
             s = self.visit(term)
             negated = -term if term.is_Mul and term.args[0] == -1 else None
             if kind_or_none(term) in _SELF_PARENTHESIZED and not self.bare(term).startswith("-"):
                 s = self.bare(term)
-            elif kind_or_none(negated) in _SELF_PARENTHESIZED and not self.bare(negated).startswith("-"):
+            elif i > 0 and kind_or_none(negated) in _SELF_PARENTHESIZED and not self.bare(negated).startswith("-"):
+                # "x - c % 3" is x - (c % 3), but a leading "-c % 3" would be (-c) % 3
                 s = "-" + self.bare(negated)
             if s.startswith("-") and not term.is_Add:
                 sign, s = "-", s[1:]

@@ -64,6 +64,24 @@ def test_causal_heads_become_one_sdpa_and_match_eager(mask, scale_after):
     assert f.stats["traces"] == 2 and all(v.fused_attention == 1 for v in f.variants)
 
 
+def test_heads_merge_back_without_a_copy_kernel():
+    # (att @ v).transpose(1, 2).reshape(...) after the fused SDPA: a `.contiguous()` call (a no-op on
+    # the layout ATen's flash/efficient kernels return), not a copy kernel of the attention output.
+    torch.manual_seed(0)
+    m = Heads(tril).eval()
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    v = f.variants[0]
+    targets = [n.target for n in v.tp.graph.nodes if n.op == "call_function"]
+    assert torch.ops.aten.contiguous.default in targets and torch.ops.aten.clone.default not in targets
+    assert not v.kernels
+    with torch.no_grad():
+        for B, T in [(2, 5), (3, 16)]:
+            x = torch.randn(B, T, 32)
+            out = f(x)
+            assert out.is_contiguous()
+            torch.testing.assert_close(out, m(x), atol=1e-5, rtol=1e-4)
+
+
 def test_single_head_program_fuses():
     torch.manual_seed(0)
     a = Attention().eval()

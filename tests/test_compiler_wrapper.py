@@ -71,3 +71,22 @@ def test_intermediates_are_freed_after_their_last_use():
     # y's last reader ran before the last step: freed there; z and k are still read by it.
     assert alive_at_end == {"y": False, "z": True, "k": True}, src
     assert "del b_y" in src and "del b_k" not in src
+
+
+def test_dense_flat_kernel_indexes_by_its_linear_index():
+    # silu(a) * b over (N, 11008): both inputs and the output are dense in the store's row-major
+    # order, so the Triton kernel indexes them by `lin` (no 64-bit div/mod per element); a
+    # broadcast operand (the bias, indexed by column) still gets its own index.
+    import shapes
+    from compiler.codegen.triton import TRITON
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+
+    def prog(a, b, bias):
+        return torch.nn.functional.silu(a) * b + bias
+
+    lp = lower(shapes.trace(prog, "a: f16[N, 11008]", "b: f16[N, 11008]", "bias: f16[11008]"))
+    src, _ = TRITON.generate(lp, schedule(lp))
+    loads = [ln for ln in src.splitlines() if "tl.load(" in ln or "tl.store(" in ln]
+    assert sum("+ (lin)" in ln for ln in loads) == 3, loads  # a, b and the output
+    assert any("+ (j)" in ln for ln in loads), loads  # the bias, by column

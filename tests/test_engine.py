@@ -101,3 +101,51 @@ def test_every_decision_is_logged():
     env.evaluate(B > 8)
     kinds = [e.kind for e in env.log]
     assert "axiom" in kinds and "fact" in kinds and "static" in kinds
+
+
+def test_a_guard_that_fixes_a_quotient_replaces_it_everywhere():
+    # Swin's last stage: the window count (W + H - 1) // H is 1 at the example, and B*count == B
+    # (B >= 2, so never 0) fixes it; later questions hold the count and are asked about 1.
+    env = ShapeEnv()
+    B, H, W = env.create_symbol("B", 2), env.create_symbol("H", 7), env.create_symbol("W", 7)
+    count = FloorDiv(W + H - 1, H)
+    assert env.evaluate(sympy.Eq(B * count, B)) is True
+    assert env.simplify(H * count) == H and env.simplify(FloorDiv(W, count)) == W
+    assert env.evaluate(sympy.Eq(count, 1)) is True and env.evaluate(sympy.Eq(H**2 * count, H**2)) is True
+    assert len(env.guards) == 1
+    # A later replacement of a symbol in the quotient keeps the quotient's value known.
+    assert env.evaluate(sympy.Eq(W, H)) is True
+    assert env.simplify(FloorDiv(2 * H - 1, H)) == 1
+
+
+def test_a_factor_that_may_be_zero_fixes_nothing():
+    # B*count == B says nothing of count where B may be 0.
+    env = ShapeEnv(specialize_zero_one=False)
+    B, H, W = env.create_symbol("B", 2), env.create_symbol("H", 7), env.create_symbol("W", 7)
+    count = FloorDiv(W + H - 1, H)
+    assert env.evaluate(sympy.Eq(B * count, B)) is True
+    assert env.simplify(count) == count
+    assert env.evaluate(sympy.Eq(count, 1)) is True and len(env.guards) == 2
+
+
+def test_a_remainder_known_zero_is_replaced_also_for_a_symbolic_modulus():
+    env = ShapeEnv()
+    N, M = env.create_symbol("N", 12), env.create_symbol("M", 4)
+    assert env.evaluate(sympy.Eq(PyMod(N, M), 0)) is True
+    assert env.simplify(PyMod(N, M) + M) == M
+    assert env.static_bool(sympy.Ne(PyMod(N, M), 1)) is True
+
+
+def test_a_product_equation_with_a_nonzero_factor_unifies_symbols():
+    env = ShapeEnv()
+    B, T, S = env.create_symbol("B", 3), env.create_symbol("T", 5), env.create_symbol("S", 5)
+    assert env.evaluate(sympy.Eq(B * T, B * S)) is True
+    assert env.simplify(S + 1) == T + 1
+
+
+def test_a_quotient_is_never_replaced_by_a_data_dependent_size():
+    env = ShapeEnv()
+    N = env.create_symbol("N", 8)
+    u = env.create_unbacked(kind="size")
+    assert env.expect_true(sympy.Eq(FloorDiv(N, 2), 2 * u))
+    assert env.evaluate(FloorDiv(N, 2) > 3) is True  # still decided by N's example value

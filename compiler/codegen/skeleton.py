@@ -205,6 +205,9 @@ class KernelGen:
         sig = KernelSignature(kernel)
         self.args, self.ptr, self.written = sig.args, sig.ptr, sig.written
         self.legal_memo: dict = {}
+        #: Index expressions (simplified) a kernel has already computed under a name: a flat
+        #: kernel's dense row-major index is its block's own linear index, no div/mod needed.
+        self.index_names: dict = {}
 
     def legal(self, v):
         """``v`` with every half-precision computation done in float32.
@@ -231,7 +234,11 @@ class KernelGen:
         return self.target.print_expr(e, self.sym_names, self.facts.nonneg)
 
     def index(self, e) -> str:
-        return self.target.print_expr(self.facts.simplify_index(e), self.sym_names, self.facts.nonneg)
+        e = self.facts.simplify_index(e)
+        name = self.index_names.get(e)
+        if name is not None:
+            return name
+        return self.target.print_expr(e, self.sym_names, self.facts.nonneg)
 
 
 class Target:

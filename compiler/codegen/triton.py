@@ -32,9 +32,10 @@ from shapes.printers import to_triton
 
 from ..exprs import compile_exprs
 from .. import skinny_matmul
-from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, flat_index, substitute
+from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, flat_index, substitute
 from .cpp import cache_dir
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
+from .triton_launch import bind_launch
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
       torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
@@ -200,12 +201,17 @@ class TritonTarget(Target):
                     lines += self._unravel(g, f"lin // ({g.expr(L)})", ind)
                 else:
                     lines += self._unravel(g, "lin", ind)
+                ov = k.outer_vars + ((JVAR,) if inner else ())
+                # Where a buffer is read or written densely in the store's own row-major order,
+                # its index is `lin` itself: no 64-bit div/mod per element to rebuild it.
+                dense = flat_index(ov, contiguous_strides(tuple(k.outer) + ((L,) if inner else ())))
+                g.index_names = {g.facts.simplify_index(dense): "lin"}
                 sc = Scope(g, ind, f"m{n}")
                 v = sc.emit(value)
-                ov = k.outer_vars + ((JVAR,) if inner else ())
                 idx = g.index(flat_index(ov, buf.strides))
                 lines += sc.lines + [f"{ind}tl.store({g.ptr[buf.name]} + ({idx}), tl.where(m{n}, {v}, {v}), "
                                      f"mask=m{n})"]
+                g.index_names = {}
             return "\n".join(lines), ("flat", work, BLOCK, None)
         lines.append(f"{ind}row = tl.program_id(0).to(tl.int64)")
         lines += self._unravel(g, "row", ind)
@@ -363,6 +369,7 @@ class SizeClassLauncher:
         self.nwork = len(work)
         self.variants = {GENERIC: getattr(module, kernel.name)}
         self.plans: dict = {}
+        self.bound: dict = {}
 
     def size_class(self, sizes, row) -> SizeClass:
         div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0)
@@ -385,6 +392,18 @@ class SizeClassLauncher:
         if grid[0] > 0:
             fn[grid](*tensors, *args, BLOCK=block, num_warps=warps)
 
+    def bind(self, sizes):
+        """``launch(tensors)`` at these sizes: the variant, grid and arguments fixed, and
+        after its first launch straight through the compiled kernel's launcher
+        (:func:`~compiler.codegen.triton_launch.bind_launch`)."""
+        got = self.bound.get(sizes)
+        if got is None:
+            fn, grid, args, block, warps = self.plan(sizes)
+            got = bind_launch(fn, grid, args, {"BLOCK": block, "num_warps": warps}) if grid[0] > 0 else _no_launch
+            if len(self.bound) < 4096:
+                self.bound[sizes] = got
+        return got
+
     def plan(self, sizes):
         """(kernel, grid, size arguments, BLOCK, num_warps) at these sizes."""
         w = self.work_fn(*sizes)
@@ -400,6 +419,10 @@ class SizeClassLauncher:
         else:
             block = self.block
         return fn, (n,), args, block, _warps(block)
+
+
+def _no_launch(tensors):
+    """An empty grid: nothing to launch."""
 
 
 TRITON = TritonTarget()

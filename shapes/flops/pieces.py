@@ -136,7 +136,12 @@ def path_condition(piece):
     """The guards of a piece's path as one condition, bounds on one dim merged."""
     env = piece.traced.env
     # Under the declared ranges: env.ranges are already narrowed by these very guards.
-    conds = simplify_conjunction([g.expr for g in env.guards if g.expr.free_symbols], env.declared_ranges)
+    # A dim a guard fixed (B*T == B with B >= 2 fixes T = 1) is stated as such, so that
+    # the conjunction reads T == 1 rather than the guard it was learned from.
+    fixed = [sympy.Eq(s, v) for s, v in env.replacements.items() if v.is_Integer
+             and env.replacement_reasons.get(s, -1) >= 0
+             and env.records[env.replacement_reasons[s]].kind is not GuardKind.RUNTIME_ASSERT]
+    conds = simplify_conjunction(fixed + [g.expr for g in env.guards if g.expr.free_symbols], env.declared_ranges)
     if conds == [sympy.false]:
         return sympy.false
     by_sym: dict = {}
