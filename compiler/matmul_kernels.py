@@ -5,6 +5,7 @@ from ``TRITON_INTERPRET``).  ``skinny_mm`` computes one ``BLOCK_M x BLOCK_N`` ti
 one slice of K.  Over all of K it adds the bias and stores the output; with ``PARTIAL``
 (K in several slices) it stores fp32 partial sums that ``split_sum`` adds in a fixed order
 (deterministic, unlike atomics).  ``PRECISION`` is ``tl.dot``'s ``input_precision``: ``"ieee"`` for exact fp32,
+``"tf32x3"`` for fp32 on tensor cores at near-fp32 accuracy,
 ``"tf32"`` where eager's matmuls run in TF32, ``None`` for half types.  ``FMA`` skips
 ``tl.dot`` (whose exact-fp32 path is slow on Hopper) for a broadcast multiply and sum over
 a small ``BLOCK_M x BLOCK_K x BLOCK_N`` block: exact fp32 for any BLOCK_M (keep BLOCK_K >= 8:
@@ -26,6 +27,21 @@ import triton.language as tl
 #: Whether this triton's ``tl.dot`` takes ``input_precision`` (triton >= 3.0): without it
 #: exact fp32 cannot be asked for, and the skinny kernel is not used.
 DOT_HAS_PRECISION = "input_precision" in inspect.signature(tl.dot).parameters
+
+
+def _accepts_tf32x3() -> bool:
+    # The CUDA backend lists the input precisions it compiles (triton >= 3.0); the
+    # interpreter accepts "tf32x3" too but multiplies in plain fp32 (numpy).
+    try:
+        from triton.backends.nvidia.compiler import CUDAOptions
+    except ImportError:
+        return False
+    return "tf32x3" in getattr(CUDAOptions, "allowed_dot_input_precisions", ())
+
+
+#: Whether ``tl.dot`` takes ``input_precision="tf32x3"``: fp32 on tensor cores as three TF32
+#: products (a_hi*b_hi + a_hi*b_lo + a_lo*b_hi), error near fp32's rather than TF32's.
+DOT_HAS_TF32X3 = DOT_HAS_PRECISION and _accepts_tf32x3()
 
 
 @triton.jit
@@ -81,4 +97,4 @@ def split_sum(ws_ptr, bias_ptr, out_ptr, M, N, splits, s_om, s_on,
     tl.store(out_ptr + m * s_om + n * s_on, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
 
-__all__ = ["skinny_mm", "split_sum", "DOT_HAS_PRECISION"]
+__all__ = ["skinny_mm", "split_sum", "DOT_HAS_PRECISION", "DOT_HAS_TF32X3"]

@@ -7,8 +7,9 @@ SMs, then adds the K slices in a second kernel (with the bias).  :func:`mm` and
 :func:`addmm` replace ``aten.mm`` / ``aten.addmm`` in the Triton target's compiled programs
 (:class:`~compiler.codegen.triton.TritonTarget`): the choice is made at call time from the
 sizes (:func:`use_skinny`, a rule measured by ``bench/skinny_matmul_bench.py``), so a size
-class change never retraces.  fp32 runs in exact fp32 (``input_precision="ieee"``) unless
-eager's matmuls would run in TF32 (``torch.backends.cuda.matmul.allow_tf32``).
+class change never retraces.  fp32 runs as 3xTF32 on tensor cores (``input_precision="tf32x3"``,
+error near exact fp32's; ``"ieee"`` where triton lacks it) and is only chosen while eager's
+matmuls are exact fp32 (not ``torch.backends.cuda.matmul.allow_tf32``, not measured).
 
 Example::
 
@@ -75,20 +76,24 @@ def use_skinny(m: int, n: int, k: int, dtype, device_type: str) -> bool:
     """
     if not ENABLED or (device_type != "cuda" and not (_INTERPRET and device_type == "cpu")):
         return False
-    if dtype == torch.float32 and _precision(dtype) != "ieee":
+    if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 and not _INTERPRET:
         return False  # TF32 matmuls: not measured against cuBLAS
     return 0 < m <= MAX_ROWS.get(dtype, 0) and n > 0 and k > 0 and n * k >= MIN_WEIGHT_ELEMS
 
 
-def plan(m: int, n: int, k: int, sms: int, fma: bool = True) -> tuple:
+def plan(m: int, n: int, k: int, sms: int, fma: bool = False, block_n: int = 64, block_k: int = 32,
+         ctas_per_sm: int = 2) -> tuple:
     """``(BLOCK_M, BLOCK_N, BLOCK_K, split, k_per_split, fma)``: tiles over M and N, and K
-    cut into ``split`` slices of ``k_per_split`` (a multiple of BLOCK_K) so that about two
-    CTAs per SM run.  ``fma``: exact fp32 on the CUDA cores, BLOCK_M the next power of two
-    up to 8 and BLOCK_M x BLOCK_K = 64 (a 64-register block per thread); else ``tl.dot``
-    tiles (BLOCK_M >= 16), each slice at least two K blocks.
+    cut into ``split`` slices of ``k_per_split`` (a multiple of BLOCK_K) so that about
+    ``ctas_per_sm`` CTAs per SM run.  Default: ``tl.dot`` tiles for tensor cores (BLOCK_M 16,
+    32 or 64, the least that covers M up to 64), each slice at least two K blocks.
+    ``fma``: exact fp32 on the CUDA cores, BLOCK_M the next power of two up to 8 and
+    BLOCK_M x BLOCK_K = 64 (a 64-register block per thread; ``block_n``/``block_k`` ignored).
 
-    >>> plan(1, 768, 768, 132), plan(16, 768, 768, 132), plan(64, 768, 768, 132, fma=False)
-    ((1, 64, 64, 12, 64, True), (8, 64, 8, 11, 72, True), (64, 32, 64, 6, 128, False))
+    >>> plan(1, 768, 768, 132), plan(64, 3072, 768, 132, block_n=128, block_k=64)
+    ((16, 64, 32, 12, 64, False), (64, 128, 64, 6, 128, False))
+    >>> plan(16, 768, 768, 132, fma=True)
+    (8, 64, 8, 11, 72, True)
     """
     if fma:
         # BLOCK_M 16 x BLOCK_K 4 computed wrong sums on the H100 (triton 3.6; right under the
@@ -98,10 +103,9 @@ def plan(m: int, n: int, k: int, sms: int, fma: bool = True) -> tuple:
         min_slice = 64
     else:
         block_m = 16 if m <= 16 else 32 if m <= 32 else 64
-        block_n, block_k = 32, 64
         min_slice = 2 * block_k
     tiles = -(-m // block_m) * -(-n // block_n)
-    want = max(1, -(-2 * sms // tiles))
+    want = max(1, -(-ctas_per_sm * sms // tiles))
     most = max(1, k // min_slice)
     split = min(want, most)
     k_per_split = -(-k // split)
@@ -113,12 +117,15 @@ def plan(m: int, n: int, k: int, sms: int, fma: bool = True) -> tuple:
 def _precision(dtype):
     if dtype != torch.float32:
         return None
-    return "tf32" if torch.backends.cuda.matmul.allow_tf32 and not _INTERPRET else "ieee"
+    if torch.backends.cuda.matmul.allow_tf32 and not _INTERPRET:
+        return "tf32"
+    return "tf32x3" if _kernel_module().DOT_HAS_TF32X3 else "ieee"
 
 
-def skinny_matmul(a: torch.Tensor, b: torch.Tensor, bias=None, config=None) -> torch.Tensor:
+def skinny_matmul(a: torch.Tensor, b: torch.Tensor, bias=None, config=None, precision=None) -> torch.Tensor:
     """``a @ b + bias`` (``bias`` of shape ``(N,)`` or None) with the skinny kernel, for any
-    strides of ``a`` and ``b``; ``config`` overrides :func:`plan`'s choice (benchmarks, tests).
+    strides of ``a`` and ``b``; ``config`` overrides :func:`plan`'s choice and ``precision``
+    fp32's ``tl.dot`` input precision (benchmarks, tests).
 
     >>> import os; os.environ.get("TRITON_INTERPRET") != "1" or True
     True
@@ -126,11 +133,11 @@ def skinny_matmul(a: torch.Tensor, b: torch.Tensor, bias=None, config=None) -> t
     km = _kernel_module()
     m, k = a.shape
     n = b.shape[1]
-    prec = _precision(a.dtype)
+    prec = precision if precision is not None and a.dtype == torch.float32 else _precision(a.dtype)
     key = (m, n, k, a.device, prec, bias is not None)
     cfg = config or _PLANS.get(key)
     if cfg is None:
-        cfg = _PLANS[key] = plan(m, n, k, _sm_count(a.device), fma=prec == "ieee")
+        cfg = _PLANS[key] = plan(m, n, k, _sm_count(a.device))
     block_m, block_n, block_k, split, kps, fma = cfg
     up = _INTERPRET and a.dtype == torch.bfloat16
     out = torch.empty((m, n), dtype=a.dtype, device=a.device)
