@@ -7,7 +7,7 @@ picks (fp32: ``tl.dot`` tiles with ``input_precision="tf32x3"``, 3xTF32 on tenso
 and the best of the alternative tiles (BLOCK_N 64/128 x BLOCK_K 32/64 x 1/2/4 CTAs per SM),
 and the max relative error (max |out - ref| / max |ref|, ref in fp64) of cuBLAS and of the
 skinny kernel.  Then, per alternative tile, the geometric-mean speedup over the four shapes
-at each M (to set ``plan()``'s defaults and ``MAX_ROWS``).  Times are CUDA-graph replays of
+at each M (to set ``plan()``'s defaults and ``ROWS``).  Times are CUDA-graph replays of
 ``--reps`` calls timed with events (no launch overhead: as in the compiled programs'
 recorded graphs), median of ``--samples``.  fp32 runs without TF32 (cuBLAS: exact SGEMM).
 

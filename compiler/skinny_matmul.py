@@ -14,10 +14,10 @@ matmuls are exact fp32 (not ``torch.backends.cuda.matmul.allow_tf32``, not measu
 Example::
 
     >>> import torch
-    >>> MAX_ROWS[torch.float32] = 8  # what the table would say if the kernel won at M <= 8
-    >>> use_skinny(8, 768, 768, torch.float32, "cuda"), use_skinny(4096, 768, 768, torch.float32, "cuda")
-    (True, False)
-    >>> MAX_ROWS[torch.float32] = 0
+    >>> ROWS[torch.float32]  # measured on the H100: 3xTF32 tiles win at 16..128 rows
+    (16, 128)
+    >>> [use_skinny(m, 768, 768, torch.float32, "cuda") for m in (8, 16, 128, 4096)]
+    [False, True, True, False]
     >>> a, b = torch.randn(3, 4), torch.randn(4, 5)
     >>> torch.equal(mm(a, b), torch.mm(a, b))  # CPU without the interpreter: ATen
     True
@@ -28,14 +28,16 @@ import os
 
 import torch
 
-#: Rows up to which the skinny kernel beats cuBLAS, per dtype (H100 measurements in
-#: bench/results/skinny_matmul_h100_2026-11-23.txt; fp32 in exact fp32 only, not TF32).
-#: 0: never.  Measured so far, neither kernel wins: fp32 ``tl.dot`` (ieee) tiles take
-#: 13-120 us where cuBLAS takes 3-55, the fp32 FMA blocks 6.6/11/33 us at M = 1/4/8 where
-#: cuBLAS takes 5.0/5.5/7.5 (2304x768); fp16 tiles lose by ~1 us except 768x3072 (~0.7 us
-#: gained).  ``SYMSHAPE_SKINNY_MAX_ROWS`` sets fp32's entry (for measurements).
-MAX_ROWS = {torch.float32: int(os.environ.get("SYMSHAPE_SKINNY_MAX_ROWS", "0")), torch.float16: 0,
-            torch.bfloat16: 0}
+#: Rows ``(least, most)`` for which the skinny kernel beats cuBLAS, per dtype (H100, triton 3.6:
+#: bench/results/skinny_matmul_h100_2026-11-23.txt and skinny_tf32x3_h100_2026-11-23.txt).
+#: fp32 (3xTF32 tiles, errors vs fp64 at or below cuBLAS's exact SGEMM): 1.42-8.4x faster at
+#: M = 16..128 on GPT-2's four linears (cuBLAS 11-83 us, the kernel 6-18 us); at M = 8 it
+#: ranges 0.84-1.72x and at M = 1 loses (0.4-0.6x), so rows below 16 keep cuBLAS (9..15 not
+#: measured).  Above 128 not measured.  Half types: the tiles lose by ~1 us (0, 0: never).
+#: ``SYMSHAPE_SKINNY_MIN_ROWS`` / ``SYMSHAPE_SKINNY_MAX_ROWS`` set fp32's entry (measurements).
+ROWS = {torch.float32: (int(os.environ.get("SYMSHAPE_SKINNY_MIN_ROWS", "16")),
+                        int(os.environ.get("SYMSHAPE_SKINNY_MAX_ROWS", "128"))),
+        torch.float16: (0, 0), torch.bfloat16: (0, 0)}
 
 #: The kernel only pays off when the weight is large enough to need many SMs.
 MIN_WEIGHT_ELEMS = 1 << 16
@@ -78,20 +80,23 @@ def use_skinny(m: int, n: int, k: int, dtype, device_type: str) -> bool:
         return False
     if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32 and not _INTERPRET:
         return False  # TF32 matmuls: not measured against cuBLAS
-    return 0 < m <= MAX_ROWS.get(dtype, 0) and n > 0 and k > 0 and n * k >= MIN_WEIGHT_ELEMS
+    least, most = ROWS.get(dtype, (0, 0))
+    return 0 < m and least <= m <= most and n > 0 and k > 0 and n * k >= MIN_WEIGHT_ELEMS
 
 
-def plan(m: int, n: int, k: int, sms: int, fma: bool = False, block_n: int = 64, block_k: int = 32,
+def plan(m: int, n: int, k: int, sms: int, fma: bool = False, block_n: int = 64, block_k: int = 64,
          ctas_per_sm: int = 2) -> tuple:
     """``(BLOCK_M, BLOCK_N, BLOCK_K, split, k_per_split, fma)``: tiles over M and N, and K
     cut into ``split`` slices of ``k_per_split`` (a multiple of BLOCK_K) so that about
     ``ctas_per_sm`` CTAs per SM run.  Default: ``tl.dot`` tiles for tensor cores (BLOCK_M 16,
-    32 or 64, the least that covers M up to 64), each slice at least two K blocks.
+    32 or 64, the least that covers M up to 64), each slice at least two K blocks.  The
+    defaults (BLOCK_N 64, BLOCK_K 64, 2 CTAs per SM) had the best geometric-mean speedup
+    over GPT-2's linears at M = 16..64 of the 12 tiles tried on the H100 in 3xTF32.
     ``fma``: exact fp32 on the CUDA cores, BLOCK_M the next power of two up to 8 and
     BLOCK_M x BLOCK_K = 64 (a 64-register block per thread; ``block_n``/``block_k`` ignored).
 
-    >>> plan(1, 768, 768, 132), plan(64, 3072, 768, 132, block_n=128, block_k=64)
-    ((16, 64, 32, 12, 64, False), (64, 128, 64, 6, 128, False))
+    >>> plan(16, 768, 768, 132), plan(64, 3072, 768, 132, block_n=128, block_k=32)
+    ((16, 64, 64, 6, 128, False), (64, 128, 32, 8, 96, False))
     >>> plan(16, 768, 768, 132, fma=True)
     (8, 64, 8, 11, 72, True)
     """
@@ -168,8 +173,11 @@ def _eligible(a, b, bias) -> bool:
     if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
         return False  # the kernel records no autograd history
     # The sizes first: triton is imported only where the kernel could run.
-    return use_skinny(a.shape[0], b.shape[1], a.shape[1], a.dtype, a.device.type) \
-        and _kernel_module().DOT_HAS_PRECISION
+    if not use_skinny(a.shape[0], b.shape[1], a.shape[1], a.dtype, a.device.type):
+        return False
+    km = _kernel_module()
+    # fp32's measured win is 3xTF32's: exact "ieee" tiles lose to cuBLAS.
+    return km.DOT_HAS_PRECISION and (a.dtype != torch.float32 or km.DOT_HAS_TF32X3)
 
 
 def mm(a, b):
@@ -193,16 +201,16 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
 
 def extern_calls() -> dict:
     """ATen overload -> the call-time chooser that replaces it in compiled Triton programs;
-    empty while :data:`MAX_ROWS` enables no dtype (the choice would cost host time per call
+    empty while :data:`ROWS` enables no dtype (the choice would cost host time per call
     and always pick ATen).  Read when a variant is planned.
 
     >>> extern_calls() == {} or torch.ops.aten.mm.default in extern_calls()
     True
     """
-    if not ENABLED or not any(MAX_ROWS.values()):
+    if not ENABLED or not any(most for _, most in ROWS.values()):
         return {}
     aten = torch.ops.aten
     return {aten.mm.default: mm, aten.addmm.default: addmm}
 
 
-__all__ = ["mm", "addmm", "skinny_matmul", "use_skinny", "plan", "extern_calls", "MAX_ROWS", "CALLS"]
+__all__ = ["mm", "addmm", "skinny_matmul", "use_skinny", "plan", "extern_calls", "ROWS", "CALLS"]

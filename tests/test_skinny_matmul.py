@@ -104,8 +104,8 @@ def case_fp32_is_exact_fp32_not_tf32():
 
 
 def case_size_class_picks_kernel_without_retrace():
-    # With the table enabling fp32 up to 8 rows (the H100 table enables nothing yet: see
-    # MAX_ROWS), a compiled program picks the kernel per call from the rows: one trace.
+    # With the measured table (fp32: 16..128 rows), a compiled program picks the kernel per
+    # call from the rows: one trace, one variant.
     import compiler
     from compiler import skinny_matmul as sm
     lin = torch.nn.Linear(512, 384).to(DEVICE)  # a weight of 384 x 512 >= MIN_WEIGHT_ELEMS
@@ -113,24 +113,20 @@ def case_size_class_picks_kernel_without_retrace():
     def prog(x):
         return torch.relu(lin(x))
 
-    saved = sm.MAX_ROWS[torch.float32]
-    sm.MAX_ROWS[torch.float32] = 8
-    try:
-        f = compiler.compile(prog, "x: f32[T, 512]", target="triton")  # T = 1 would be a trace of its own
-        seen = []
-        with torch.no_grad():
-            for t in [2, 7, 8, 9, 300]:
-                x = torch.randn(t, 512, device=DEVICE)
-                before = dict(sm.CALLS)
-                out = f(x)
-                assert torch.allclose(out, prog(x), atol=1e-4, rtol=1e-4), t
-                seen.append("skinny" if sm.CALLS["skinny"] > before["skinny"] else "aten")
-        assert seen == ["skinny", "skinny", "skinny", "aten", "aten"], seen
-        assert f.stats["traces"] == 1 and f.stats["variants"] == 1, f.stats
-        assert sm.use_skinny(8, 384, 512, torch.float16, "cuda") == (8 <= sm.MAX_ROWS[torch.float16])
-        assert not sm.use_skinny(8, 16, 16, torch.float32, "cuda")  # a small weight: cuBLAS
-    finally:
-        sm.MAX_ROWS[torch.float32] = saved
+    assert sm.ROWS[torch.float32] == (16, 128), "the sizes below assume the H100 table"
+    f = compiler.compile(prog, "x: f32[T, 512]", target="triton")  # T = 1 would be a trace of its own
+    seen = []
+    with torch.no_grad():
+        for t in [2, 15, 16, 100, 128, 129, 300]:
+            x = torch.randn(t, 512, device=DEVICE)
+            before = dict(sm.CALLS)
+            out = f(x)
+            assert torch.allclose(out, prog(x), atol=1e-4, rtol=1e-4), t
+            seen.append("skinny" if sm.CALLS["skinny"] > before["skinny"] else "aten")
+    assert seen == ["aten", "aten", "skinny", "skinny", "skinny", "aten", "aten"], seen
+    assert f.stats["traces"] == 1 and f.stats["variants"] == 1, f.stats
+    assert not sm.use_skinny(32, 384, 512, torch.float16, "cuda")  # half types: cuBLAS won
+    assert not sm.use_skinny(32, 16, 16, torch.float32, "cuda")  # a small weight: cuBLAS
     return "ok"
 
 
@@ -138,15 +134,18 @@ def case_table_enabling_nothing_leaves_aten_calls():
     # No dtype enabled: compiled programs call ATen directly (no per-call choice at all).
     import compiler
     from compiler import skinny_matmul as sm
-    if any(sm.MAX_ROWS.values()):
-        return "ok"
-    lin = torch.nn.Linear(512, 384).to(DEVICE)
-    f = compiler.compile(lambda x: lin(x), "x: f32[T, 512]", target="triton")
-    before = dict(sm.CALLS)
-    with torch.no_grad():
-        x = torch.randn(3, 512, device=DEVICE)
-        assert torch.allclose(f(x), lin(x), atol=1e-4)
-    assert sm.extern_calls() == {} and sm.CALLS == before
+    saved = dict(sm.ROWS)
+    sm.ROWS.update({dt: (0, 0) for dt in saved})
+    try:
+        lin = torch.nn.Linear(512, 384).to(DEVICE)
+        f = compiler.compile(lambda x: lin(x), "x: f32[T, 512]", target="triton")
+        before = dict(sm.CALLS)
+        with torch.no_grad():
+            x = torch.randn(32, 512, device=DEVICE)
+            assert torch.allclose(f(x), lin(x), atol=1e-4)
+        assert sm.extern_calls() == {} and sm.CALLS == before
+    finally:
+        sm.ROWS.update(saved)
     targets = {getattr(step, "target", None) for step in f.variants[0].plan}
     # ATen's addmm, or F.linear where the wrapper fused it with the weight's transpose.
     assert targets & {torch.ops.aten.addmm.default, torch.nn.functional.linear}, targets
