@@ -135,6 +135,7 @@ class Variant:
             return a
 
         plan = []
+        calls = TARGETS[self.target].extern_calls
         for s in self.steps:
             if isinstance(s, Kernel):
                 names = self.launchers[s.name][0]
@@ -145,7 +146,7 @@ class Variant:
                 plan.append(KernelStep(self.launchers[s.name][1], tuple(names), tuple(allocs), contig))
             else:
                 out = s.out.name if hasattr(s.out, "name") else s.out.value
-                plan.append(ExternStep(s.target, tmpl(s.args), tmpl(s.kwargs), out))
+                plan.append(ExternStep(calls.get(s.target, s.target), tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         self.plan = plan = linear_calls(plan, self.outputs)
         self.size_fn = compile_exprs(list(exprs), lp.symbols)

@@ -249,6 +249,8 @@ class Target:
     op_table: dict = {}
     #: torch dtype -> the target's type name.
     type_names: dict = {}
+    #: ATen overload -> the function compiled programs call instead where the op runs as an extern.
+    extern_calls: dict = {}
 
     # -- values ------------------------------------------------------------------------
     def type_name(self, dtype) -> str:

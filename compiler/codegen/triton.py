@@ -31,6 +31,7 @@ import torch
 from shapes.printers import to_triton
 
 from ..exprs import compile_exprs
+from .. import skinny_matmul
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, flat_index, substitute
 from .cpp import cache_dir
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
@@ -120,6 +121,11 @@ class TritonTarget(Target):
     name = "Triton"
     op_table, type_names = OP_TABLE, TL
     const = staticmethod(_const)
+
+    @property
+    def extern_calls(self) -> dict:
+        """mm/addmm choose the skinny Triton kernel or cuBLAS per call (:mod:`compiler.skinny_matmul`)."""
+        return skinny_matmul.extern_calls()
 
     def declare(self, name, code, dtype) -> str:
         return f"{name} = {code}"
