@@ -135,7 +135,6 @@ class Variant:
             return a
 
         plan = []
-        calls = TARGETS[self.target].extern_calls
         for s in self.steps:
             if isinstance(s, Kernel):
                 names = self.launchers[s.name][0]
@@ -146,7 +145,8 @@ class Variant:
                 plan.append(KernelStep(self.launchers[s.name][1], tuple(names), tuple(allocs), contig))
             else:
                 out = s.out.name if hasattr(s.out, "name") else s.out.value
-                plan.append(ExternStep(calls.get(s.target, s.target), tmpl(s.args), tmpl(s.kwargs), out))
+                target = TARGETS[self.target].extern_call(s.target, getattr(s.out, "dtype", None))
+                plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         self.plan = plan = linear_calls(plan, self.outputs)
         self.size_fn = compile_exprs(list(exprs), lp.symbols)

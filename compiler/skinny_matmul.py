@@ -199,15 +199,20 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
     return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
 
 
-def extern_calls() -> dict:
-    """ATen overload -> the call-time chooser that replaces it in compiled Triton programs;
-    empty while :data:`ROWS` enables no dtype (the choice would cost host time per call
-    and always pick ATen).  Read when a variant is planned.
+def extern_calls(dtype=None) -> dict:
+    """ATen overload -> the call-time chooser that replaces it in compiled Triton programs,
+    for matmuls whose result has ``dtype`` (any dtype when None); empty where :data:`ROWS`
+    enables no rows for it: the choice would cost host time per call and always pick ATen
+    (and an fp16 program keeps its addmm + t fused into one ``F.linear``).  Read when a
+    variant is planned.
 
-    >>> extern_calls() == {} or torch.ops.aten.mm.default in extern_calls()
+    >>> extern_calls(torch.float16)
+    {}
+    >>> extern_calls(torch.float32) == {} or torch.ops.aten.mm.default in extern_calls(torch.float32)
     True
     """
-    if not ENABLED or not any(most for _, most in ROWS.values()):
+    rows = [ROWS.get(dtype, (0, 0))] if dtype is not None else list(ROWS.values())
+    if not ENABLED or not any(most for _, most in rows):
         return {}
     aten = torch.ops.aten
     return {aten.mm.default: mm, aten.addmm.default: addmm}

@@ -153,6 +153,30 @@ def case_table_enabling_nothing_leaves_aten_calls():
     return "ok"
 
 
+def case_only_enabled_dtypes_pay_for_the_choice():
+    # With fp32 enabled and the half types not, an fp16 program calls ATen directly (its
+    # addmm + t fused into F.linear, no per-call chooser); an fp32 one gets the chooser.
+    import compiler
+    from compiler import skinny_matmul as sm
+    saved = dict(sm.ROWS)
+    sm.ROWS.update({torch.float32: (16, 128), torch.float16: (0, 0), torch.bfloat16: (0, 0)})
+    try:
+        plans = {}
+        for dt, spec in ((torch.float16, "x: f16[T, 512]"), (torch.float32, "x: f32[T, 512]")):
+            lin = torch.nn.Linear(512, 384).to(DEVICE, dt)
+            f = compiler.compile(lambda x: lin(x), spec, target="triton")
+            with torch.no_grad():
+                x = torch.randn(32, 512, device=DEVICE, dtype=dt)
+                rtol, atol = TOL[dt]
+                torch.testing.assert_close(f(x), lin(x), rtol=rtol * 10, atol=atol * 10)
+            plans[dt] = {getattr(step, "target", None) for step in f.variants[0].plan}
+    finally:
+        sm.ROWS.update(saved)
+    assert sm.addmm not in plans[torch.float16] and sm.mm not in plans[torch.float16], plans
+    assert sm.addmm in plans[torch.float32] or sm.mm in plans[torch.float32], plans
+    return "ok"
+
+
 def case_ineligible_calls_run_aten():
     # beta/alpha, a 2-D bias, mixed dtypes and autograd inputs take ATen's path (and its errors).
     from compiler import skinny_matmul as sm

@@ -249,8 +249,10 @@ class Target:
     op_table: dict = {}
     #: torch dtype -> the target's type name.
     type_names: dict = {}
-    #: ATen overload -> the function compiled programs call instead where the op runs as an extern.
-    extern_calls: dict = {}
+    def extern_call(self, op, dtype):
+        """The function compiled programs call where ATen's ``op`` (whose result has ``dtype``)
+        runs as an extern: ``op`` itself unless the target has a faster one."""
+        return op
 
     # -- values ------------------------------------------------------------------------
     def type_name(self, dtype) -> str:

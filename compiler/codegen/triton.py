@@ -122,10 +122,10 @@ class TritonTarget(Target):
     op_table, type_names = OP_TABLE, TL
     const = staticmethod(_const)
 
-    @property
-    def extern_calls(self) -> dict:
-        """mm/addmm choose the skinny Triton kernel or cuBLAS per call (:mod:`compiler.skinny_matmul`)."""
-        return skinny_matmul.extern_calls()
+    def extern_call(self, op, dtype):
+        """mm/addmm of a dtype the skinny kernel wins for choose it or cuBLAS per call
+        (:mod:`compiler.skinny_matmul`)."""
+        return skinny_matmul.extern_calls(dtype).get(op, op)
 
     def declare(self, name, code, dtype) -> str:
         return f"{name} = {code}"
