@@ -49,7 +49,6 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 from typing import Optional
 
@@ -277,30 +276,3 @@ def decide_generic(env, expr) -> Optional[tuple]:
     except Exception:  # noqa: BLE001 - an undecidable question is a guard, never a crash
         v = None
     return None if v is None else (v, atoms)
-
-
-@contextlib.contextmanager
-def decided_bool_flags():
-    """While tracing, a size comparison passed as SDPA's ``is_causal`` becomes a bool.
-
-    ``T > 1 and mask is None`` is a Python bool in eager, but with a symbolic
-    ``T`` that is 1 Python's ``and`` returns the (false) comparison itself, a
-    SymBool, which torch's argument parser rejects.  The comparison was
-    already decided (a guard), so passing its value is what eager does.
-    """
-    F = torch.nn.functional
-    orig = F.scaled_dot_product_attention
-
-    def sdpa(*args, **kwargs):
-        args = list(args)
-        if len(args) > 5 and isinstance(args[5], torch.SymBool):
-            args[5] = bool(args[5])
-        if isinstance(kwargs.get("is_causal"), torch.SymBool):
-            kwargs["is_causal"] = bool(kwargs["is_causal"])
-        return orig(*args, **kwargs)
-
-    F.scaled_dot_product_attention = sdpa
-    try:
-        yield
-    finally:
-        F.scaled_dot_product_attention = orig
