@@ -83,7 +83,7 @@ class Recorder(TorchDispatchMode):
         op = str(func)
         prov = capture(op)
         self.ops.push(op)
-        log_start = len(self.env.decisions.log)
+        log_start = len(self.env.log)
         try:
             for chk in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty, b.determines):
                 self._index_check(chk, prov)
@@ -109,7 +109,7 @@ class Recorder(TorchDispatchMode):
                 ) from e
             raise
         except Exception as e:
-            departed = self.env.decisions.departure_since(log_start)
+            departed = self.env.departure_since(log_start)
             if departed is not None and not getattr(e, "symshape_program_error", False):
                 raise self._departure_limitation(e, op, prov, departed) from e
             raise
