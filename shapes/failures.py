@@ -23,7 +23,8 @@ from typing import Optional
 
 import torch
 
-from .errors import EngineFailure, TraceError, UnsupportedOpError
+from .creation import torch_call_frame
+from .errors import EngineFailure, RaisedForProgram, TraceError, UnsupportedOpError
 from .provenance import Provenance, is_engine_file, is_library_file
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -52,10 +53,11 @@ def engine_frame_of(exc: BaseException) -> Optional[str]:
     """Where symshape's own code raised ``exc`` ("file:line"), or None when the
     exception is the program's (raised by torch, a library, the user's code, or
     by the engine on purpose for the program)."""
-    if getattr(exc, "symshape_program_error", False):
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, RaisedForProgram) or (frames and torch_call_frame(frames[-1])):
         return None
     last = None
-    for fs in traceback.extract_tb(exc.__traceback__):
+    for fs in frames:
         fn = fs.filename
         if is_engine_file(fn) or not (is_library_file(fn) and not fn.startswith(_TORCH_DIR)):
             # sympy and the standard library are the engine's helpers: the frame
@@ -79,9 +81,7 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
         # Not the program's error: eager passes a plain value where the trace has a symbolic one.
         what = ("a size comparison (SymBool) reached a torch function that takes a bool"
                 if "not SymBool" in str(e) else "a symbolic size reached torch code that wants a plain value")
-        err = UnsupportedOpError(f"{what} ({first_line(e)}); please report it")
-        err.env = env
-        return err
+        return UnsupportedOpError(f"{what} ({first_line(e)}); please report it").in_trace(env)
     dde = getattr(env, "last_data_dependent", None)
     if dde is not None and str(dde) in str(e):
         # Our DataDependentError, re-raised by torch's C++ as its own RuntimeError.
@@ -94,9 +94,7 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
             f"a torch kernel called at {prov.filename}:{prov.lineno} (`{prov.code}`) reads "
             f"the sizes of a tensor as integers ({first_line(e)}), which symbolic tracing cannot give "
             f"it. This is a limitation of symshape (torch.export stops there too), not an error of the "
-            f"program; call the op outside the traced part, or at fixed sizes.")
-        err.env = env
-        return err
+            f"program; call the op outside the traced part, or at fixed sizes.").in_trace(env)
     engine = engine_frame_of(e)
     if engine is not None:
         return EngineFailure(

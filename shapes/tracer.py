@@ -24,7 +24,7 @@ from torch.utils import _pytree as pytree
 from . import index_bounds, torch_patches
 from .binding import by_keyword, module_state
 from .creation import CreationMode
-from .env import DataDependentError, ShapeEnv
+from .env import ShapeEnv
 from .errors import SpecError, SymshapeError, TracerLimitation, UnsupportedOpError
 from .expr_graph import FxExprBuilder
 from .failures import trace_failure
@@ -456,12 +456,10 @@ def _run_program(program, builder, args, kwargs, *, backward, progress, at: str)
             out = call(*args, **kwargs)
             if backward is not None:
                 out = backward(out, params, phase)
-        except (SymshapeError, DataDependentError) as e:
+        except SymshapeError as e:  # DataDependentError too
             # Where the trace stood (records, axioms): the path to a data-dependent decision
             # or an unsupported op is a region of sizes, which validation.dinfer reports.
-            if getattr(e, "env", None) is None:
-                e.env = env
-            raise
+            raise e.in_trace(env)
         except Exception as e:  # the user's program raised: say where, and on which path
             raise trace_failure(e, env, at) from e
     return out
