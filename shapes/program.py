@@ -13,9 +13,20 @@ from torch.utils import _pytree as pytree
 from .env import ShapeEnv
 from .errors import GuardViolation, SpecError
 from .functions import substitute
+from .enums import TextEnum
 from .printers import to_python
 from .guard import Decision, Guard, GuardKind
 from .spec import DimExpr
+
+
+class OutputKind(TextEnum):
+    """What an :class:`Output` is: a tensor (``shape`` holds its sympy sizes, ``dtype``
+    its dtype), a size (``value`` is the sympy expression of an int/float/bool the
+    program computed from sizes) or a value (``value`` is the constant itself)."""
+
+    TENSOR = "tensor"
+    SIZE = "size"
+    VALUE = "value"
 
 
 @dataclass(frozen=True)
@@ -23,14 +34,11 @@ class Output:
     """One output leaf of a traced program (see :meth:`TracedProgram.outputs`).
 
     ``path`` reads like Python (``out``, ``out[1]``, ``out["logits"]``,
-    ``out.last_hidden_state``); ``kind`` is ``"tensor"`` (``shape`` holds its
-    sympy sizes, ``dtype`` its dtype), ``"size"`` (``value`` is the sympy
-    expression of an int/float/bool the program computed from sizes) or
-    ``"value"`` (``value`` is the constant itself).
+    ``out.last_hidden_state``); ``kind`` is an :class:`OutputKind`.
     """
 
     path: str
-    kind: str
+    kind: OutputKind
     shape: Optional[tuple]
     dtype: Any
     value: Any
@@ -48,12 +56,12 @@ class Output:
             >>> print(tp.outputs()[0])
             out[0]: f32[N // 8, 8]
         """
-        if self.kind == "tensor":
+        if self.kind is OutputKind.TENSOR:
             from .spec import DTYPES
             short = {v: k for k, v in reversed(list(DTYPES.items()))}  # f32, not float32
             dtype = short.get(self.dtype, str(self.dtype).replace("torch.", ""))
             return f"{dtype}[{', '.join(to_python(e) for e in self.shape)}]"
-        if self.kind == "size":
+        if self.kind is OutputKind.SIZE:
             return to_python(self.value)
         return repr(self.value)
 
@@ -125,7 +133,7 @@ class TracedProgram:
 
         >>> import shapes
         >>> tp = shapes.trace(lambda x: {"y": x.view(-1, 8), "n": x.shape[0] * 2}, "x: f32[N]")
-        >>> [(o.path, o.kind, o.text()) for o in tp.outputs()]
+        >>> [(o.path, str(o.kind), o.text()) for o in tp.outputs()]
         [('out["y"]', 'tensor', 'f32[N // 8, 8]'), ('out["n"]', 'size', '2*N')]
         """
         out_node = next(n for n in self.graph.nodes if n.op == "output")
@@ -133,14 +141,15 @@ class TracedProgram:
         for a in out_node.args[0]:
             if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor):
                 shape = tuple(self.env.simplify(e) for e in a.meta["shape"])
-                leaves.append(("tensor", shape, a.meta["val"].dtype, None))
+                leaves.append(dict(kind=OutputKind.TENSOR, shape=shape, dtype=a.meta["val"].dtype, value=None))
             elif isinstance(a, torch.fx.Node) and "expr" in a.meta:
-                leaves.append(("size", None, None, self.env.simplify(a.meta["expr"])))
+                leaves.append(dict(kind=OutputKind.SIZE, shape=None, dtype=None,
+                                   value=self.env.simplify(a.meta["expr"])))
             else:
-                leaves.append(("value", None, None, a))
+                leaves.append(dict(kind=OutputKind.VALUE, shape=None, dtype=None, value=a))
         tree = pytree.tree_unflatten(list(range(len(leaves))), self.out_spec)
         flat, _ = pytree.tree_flatten_with_path(tree)
-        return [Output(_path_text(path), *leaves[i]) for path, i in flat]
+        return [Output(path=_path_text(path), **leaves[i]) for path, i in flat]
 
     # -- binding sizes ------------------------------------------------------------------
     def bind_sizes(self, tensors) -> dict[sympy.Symbol, int]:

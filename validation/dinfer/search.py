@@ -206,11 +206,8 @@ class _Search:
         except TracerLimitation as e:
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None),
                             message=f"unsupported by symshape: {_limitation_line(e)}", limitation=e)
-        except SymshapeError:
-            raise  # e.g. translation validation found an unsound engine step: never a class
-        except Exception as e:  # symshape failed outside the program call: say so, never guess
-            return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None), limitation=e,
-                            message=f"unsupported by symshape: {type(e).__name__}: {_first_line(e)}")
+        # Any other SymshapeError (translation validation found an unsound engine step) is never
+        # a class, and any other exception is a symshape bug: both propagate.
         if tp.unchecked_indices:
             prov, msg = tp.unchecked_indices[0]
             # Whether eager's index check passes is unknown here: never call these sizes ok.
