@@ -30,7 +30,7 @@ Example::
 from __future__ import annotations
 
 import linecache
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
 import sympy
@@ -134,6 +134,9 @@ class Explanation:
     specialize_zero_one: bool = True
     valid_iff: Optional[str] = None
     covers: Optional[str] = None
+    #: The device the program was traced for, and where it read it (:mod:`shapes.devices`).
+    device: str = "cpu"
+    device_reads: list = field(default_factory=list)
 
     def summary_line(self) -> Optional[str]:
         """``valid iff ...`` for the sizes this trace covers (None until set, e.g. by
@@ -273,6 +276,8 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
         static_decisions=static,
         entries=entries,
         specialize_zero_one=env.specialize_zero_one,
+        device=str(getattr(traced, "device", "cpu")),
+        device_reads=list(getattr(traced, "device_reads", [])),
     )
     if at is not None:
         ex.at = evaluate_at(traced, ex, at)

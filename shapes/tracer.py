@@ -21,7 +21,7 @@ import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
-from . import eager_checks, index_bounds, library_tracing
+from . import devices, eager_checks, index_bounds, library_tracing
 from .binding import by_keyword, module_state
 from .creation import CreationMode
 from .env import DataDependentError, ShapeEnv
@@ -316,7 +316,7 @@ def _load_checkers(enabled: Optional[bool]):
 def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = False,
           translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
           progress: Optional[Callable[[int], None]] = None, backward: Optional[Callable] = None,
-          requires_grad: tuple = ()) -> TracedProgram:
+          requires_grad: tuple = (), device=None) -> TracedProgram:
     """Trace ``program`` (a function or nn.Module) at symbolic input sizes.
 
     Args:
@@ -341,6 +341,9 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
             graph's output.  Backward ops carry the module of their forward op.
             Used by ``count_flops(mode="train")``.
         requires_grad: names of inputs that require grad (with ``backward``).
+        device: the device the program will run on (``"cpu"``, the default, or
+            ``"cuda"``): what its tensors report while traced; a read of it is
+            an assumption of the trace (:mod:`shapes.devices`).
 
     Returns a :class:`~shapes.program.TracedProgram`.
 
@@ -351,6 +354,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     if not callable(program):
         raise SpecError(f"program must be a function or an nn.Module, got {type(program).__name__}")
     parsed, names = parse_specs(specs)
+    device = devices.parse_device(device)
     kwargs = dict(kwargs or {})
     keyword = by_keyword(program, [s.name for s in parsed], kwargs)
     dmap = parse_dims(dims, names)
@@ -416,8 +420,11 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         grad_mode = contextlib.ExitStack()
         grad_mode.enter_context(torch.enable_grad())
         grad_mode.enter_context(composite_autograd_on_meta())
+    recorder = Recorder(builder, env, progress)
+    reported = devices.ReportedDevice(device, recorder)
+    device_args = devices.DeviceArgs(device) if device.type != "cpu" else contextlib.nullcontext()
     with grad_mode, enable_python_dispatcher(), library_tracing.as_exporting(), eager_checks.eager_kernels(), \
-            ModuleScope(program, builder), Recorder(builder, env, progress), CreationMode(builder), \
+            ModuleScope(program, builder), recorder, reported, CreationMode(builder), device_args, \
             decided_bool_flags():
         try:
             if keyword:
@@ -457,10 +464,10 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     tp = TracedProgram(
         program=program, specs=parsed, env=env, graph=builder.graph, constants=builder.constants,
         output_shapes=output_shapes, out_spec=out_spec, hints=hints, dims=dmap,
-        dim_symbols=dim_symbols, by_keyword=keyword,
+        dim_symbols=dim_symbols, by_keyword=keyword, device=device, device_reads=list(reported.reads),
     )
     # How to trace the same program again at other sizes (a FLOP count's other paths).
-    tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad}
+    tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad, "device": device}
     for c in checkers:
         c.finish(tp)
     return tp
