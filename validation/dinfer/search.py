@@ -16,6 +16,7 @@ import z3
 from shapes.env import DataDependentError
 from shapes.errors import SpecError, SymshapeError, TraceError, TracerLimitation
 from shapes.spec import Dim, default_hints, parse_dims, parse_specs
+from shapes.paths import join_size_one, path_of
 from shapes.tracer import trace
 
 from ..input_space import ClassError, InputSpace, ShapeClass, Status, holds, to_python
@@ -148,6 +149,8 @@ class _Outcome:
     decision: Optional[ClassError] = None
     limitation: Optional[BaseException] = None
     timed_out: bool = False
+    # Envs of the other paths joined to an ok trace (:func:`shapes.paths.join_size_one`).
+    joined: tuple = ()
 
 
 class _Search:
@@ -182,6 +185,9 @@ class _Search:
         try:
             with time_limit(limit), assume:
                 tp = trace(self.program, *self.parsed, dims=tdims, specialize_zero_one=self.szo)
+                if not tp.unchecked_indices and not any(tp.env.unbacked):
+                    # Sizes 1 a guard splits off run on their own path: one class covers both.
+                    tp = join_size_one(tp)
         except TraceTimeout:
             return _Outcome(Status.UNSUPPORTED, None, timed_out=True,
                             message=("budget" if limit < self.trace_timeout else "trace"))
@@ -215,7 +221,8 @@ class _Search:
             prov, msg = tp.unchecked_indices[0]
             # Whether eager's index check passes is unknown here: never call these sizes ok.
             return _Outcome(Status.UNSUPPORTED, tp.env, message=f"unsupported by symshape: at {prov.location()} {msg}")
-        return _Outcome(Status.OK, tp.env, output_shapes=tuple(tuple(s) for s in tp.output_shapes))
+        return _Outcome(Status.OK, tp.env, output_shapes=tuple(tuple(s) for s in tp.output_shapes),
+                        joined=tuple(p.env for p in path_of(tp)[1:]))
 
     def _conditions(self, env):
         """Path conditions over input dims (axioms first, then records) and those over data."""
@@ -243,6 +250,7 @@ class _Search:
     def _make_class(self, point, oc: _Outcome) -> ShapeClass:
         idx = len(self.space.classes) + 1
         conds, data = self._conditions(oc.env)
+        conds = self._joined_conditions(conds, data, oc)
         records = tuple(oc.env.records) if oc.env is not None else ()
         subs = {self.symbols[n]: sympy.Integer(v) for n, v in point.items()}
         imprecise = ""
@@ -282,6 +290,19 @@ class _Search:
         self.space.classes.append(c)
         self.class_terms.append(term)
         return c
+
+    def _joined_conditions(self, conds, data, oc):
+        """The class of an ok trace with joined paths: the sizes any of its paths takes."""
+        if not oc.joined or conds is None or data:
+            return conds
+        axioms = self._data_axioms
+        alts = [conds]
+        for env in oc.joined:
+            other, other_data = self._conditions(env)
+            if other is not None and not other_data:
+                alts.append(other)
+        self._data_axioms = axioms
+        return conds if len(alts) == 1 else [sympy.Or(*[sympy.And(*a) for a in alts])]
 
     def _check_overlap(self, c, term):
         if not self.class_terms:
