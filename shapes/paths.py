@@ -16,7 +16,7 @@ Example::
     ...     return x.sum(0) if x.shape[0] != 1 else x[0] * 2
     >>> tp = shapes.trace_paths(f, "x: f32[B, 4]")
     >>> len(tp.paths), [shapes.printers.to_python(c) for c in tp.conditions()]
-    (2, ['B != 1', 'B == 1'])
+    (2, ['B >= 2', 'B == 1'])
     >>> tp.run(torch.ones(1, 4)).tolist(), tp.run(torch.ones(3, 4)).tolist()
     ([2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 3.0])
 """
@@ -30,6 +30,7 @@ import sympy
 
 from .env import DataDependentError
 from .errors import SymshapeError
+from .flops.pieces import traced_path_condition
 from .guard import GuardKind
 from .spec import Dim
 from .tracer import trace
@@ -55,7 +56,7 @@ class TracedPaths:
 
     def conditions(self) -> list:
         """Each path's guards as one condition (``B != 1``, ``B == 1``), in path order."""
-        return [sympy.And(*[g.expr for g in p.guards]) for p in self.paths]
+        return [traced_path_condition(p) for p in self.paths]
 
     def path_for(self, sizes: dict):
         """The first path whose constraints, guards and asserts hold at ``sizes`` (dim name -> int), or None."""
@@ -83,7 +84,7 @@ class TracedPaths:
 
 
 def _splits_on_one(tp, name: str, point: dict) -> bool:
-    """Whether setting ``name`` to 1 fails only guards of the program (not a range, assert or limit)."""
+    """Whether setting ``name`` to 1 fails only guards of the program (not a range, an assert or a limit)."""
     bad = tp.failing_guards({**point, name: 1})
     return bool(bad) and all(g.kind is GuardKind.GUARD and g.index >= 0 for g in bad)
 

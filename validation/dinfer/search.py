@@ -299,10 +299,27 @@ class _Search:
         alts = [conds]
         for env in oc.joined:
             other, other_data = self._conditions(env)
-            if other is not None and not other_data:
-                alts.append(other)
+            if other is not None and not other_data and not self._meets_a_class(other):
+                alts.append(other)  # a path no class found so far covers (classes stay disjoint)
         self._data_axioms = axioms
-        return conds if len(alts) == 1 else [sympy.Or(*[sympy.And(*a) for a in alts])]
+        if len(alts) == 1:
+            return conds
+        try:
+            alts = [self.z.simplify(a) for a in alts]
+        except (UntranslatableExpression, z3.Z3Exception):
+            pass
+        return [sympy.Or(*[sympy.And(*a) for a in alts])]
+
+    def _meets_a_class(self, conds) -> bool:
+        """Whether some sizes satisfy ``conds`` and an existing class (or Z3 cannot say)."""
+        if not self.class_terms:
+            return False
+        try:
+            s = self.z.solver(2000)
+            s.add(self.z.conj(conds), z3.Or(*self.class_terms))
+            return s.check() != z3.unsat
+        except (UntranslatableExpression, z3.Z3Exception):
+            return True
 
     def _check_overlap(self, c, term):
         if not self.class_terms:
