@@ -305,10 +305,22 @@ class _Search:
         if len(alts) == 1:
             return conds
         try:
-            alts = [self.z.simplify(a) for a in alts]
+            alts = [list(self.z.simplify(a)) for a in alts]
         except (UntranslatableExpression, z3.Z3Exception):
             pass
-        return [sympy.Or(*[sympy.And(*a) for a in alts])]
+        # Conditions every path shares stay conjuncts; the rest is one `or`, dropped when the
+        # paths together cover every size the shared conditions allow (B == 1 or B >= 2).
+        common = [c for c in alts[0] if all(c in a for a in alts[1:])]
+        rest = [sympy.And(*[c for c in a if c not in common]) for a in alts]
+        either = sympy.Or(*rest)
+        try:
+            s = self.z.solver(2000)
+            s.add(self.z.conj(common), z3.Not(self.z.term(either)))
+            if s.check() == z3.unsat:
+                return common
+        except (UntranslatableExpression, z3.Z3Exception):
+            pass
+        return common + [either]
 
     def _meets_a_class(self, conds) -> bool:
         """Whether some sizes satisfy ``conds`` and an existing class (or Z3 cannot say)."""
