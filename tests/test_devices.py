@@ -104,3 +104,16 @@ def test_moe_runs_as_eager_on_the_cpu_at_every_size_the_guards_accept(kind):
             torch.testing.assert_close(tp.run(ids), ref, atol=1e-5, rtol=1e-5)
             accepted += 1
     assert accepted >= 4
+
+
+def test_cli_device_option_chooses_the_path_and_says_what_it_assumed(capsys):
+    from cli.main import main
+    target = f"{__file__}:routing"
+    assert main(["trace", target, "-i", "x: i64[N]", "-q"]) == 0
+    out = capsys.readouterr().out
+    assert "out: f32[4]" in out and "device: cpu (assumed: the program read it at 1 place(s)" in out
+    assert main(["trace", target, "-i", "x: i64[N]", "-q", "--device", "cuda"]) == 0
+    out = capsys.readouterr().out
+    assert "out: i32[4]" in out and "device: cuda:0" in out
+    assert main(["explain", target, "-i", "x: i64[N]", "-q"]) == 0
+    assert "device:     cpu, assumed: the program read it" in capsys.readouterr().out

@@ -52,7 +52,7 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
            time_budget: float = 60.0, specialize_zero_one: bool = False,
            progress: Optional[Callable[[TraceEvent], None]] = None,
            solver_timeout: float = 10.0, trace_timeout: float = 30.0,
-           assume_data: bool = True) -> InputSpace:
+           assume_data: bool = True, device=None) -> InputSpace:
     """Find every class of input sizes of ``program`` inside the dims' ranges.
 
     Args:
@@ -78,6 +78,7 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
         assume_data: take the typical branch of data-dependent decisions and
             report them as run-time conditions (see :mod:`validation.dinfer.assume`);
             False reports each such decision as a data-dependent class.
+        device: the device the program will run on (see :func:`shapes.trace`).
 
     Returns an :class:`~validation.input_space.InputSpace`.  Raises
     :class:`~shapes.errors.SpecError` for malformed specs or dims.
@@ -96,7 +97,7 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
     if not trace_timeout > 0:
         raise SpecError(f"trace_timeout must be positive, got {trace_timeout}")
     return _Search(program, specs, dims, max_classes, time_budget, specialize_zero_one, progress,
-                   solver_timeout, trace_timeout, assume_data).run()
+                   solver_timeout, trace_timeout, assume_data, device=device).run()
 
 
 # --------------------------------------------------------------------------- ranges
@@ -155,8 +156,9 @@ class _Outcome:
 
 class _Search:
     def __init__(self, program, specs, dims, max_classes, time_budget, szo, progress, solver_timeout,
-                 trace_timeout, assume_data):
+                 trace_timeout, assume_data, device=None):
         self.program = program
+        self.device = device
         self.parsed, self.names, self.box, self.first, self.defaulted = _resolve_dims(specs, dims)
         self.specs = tuple(self.parsed)
         self.symbols = {n: sympy.Symbol(n, integer=True) for n in self.names}
@@ -184,7 +186,8 @@ class _Search:
         assume = assume_data_branches() if self.assume_data else contextlib.nullcontext()
         try:
             with time_limit(limit), assume:
-                tp = trace(self.program, *self.parsed, dims=tdims, specialize_zero_one=self.szo)
+                tp = trace(self.program, *self.parsed, dims=tdims, specialize_zero_one=self.szo,
+                           device=self.device)
                 if not tp.unchecked_indices and not any(tp.env.unbacked):
                     # Sizes 1 a guard splits off run on their own path: one class covers both.
                     tp = join_size_one(tp)
