@@ -144,9 +144,13 @@ class Call(torch.nn.Module):
     def __init__(self, model, names):
         super().__init__()
         self.model, self.names = model, list(names)
+        # No cache: a decode cache is state the sweep does not compare (and hybrid models' caches
+        # refuse a first call without attention layers).
+        params = inspect.signature(model.forward).parameters
+        self.flags = {"use_cache": False} if "use_cache" in params else {}
 
     def forward(self, *tensors):
-        out = self.model(**dict(zip(self.names, tensors)))
+        out = self.model(**dict(zip(self.names, tensors)), **self.flags)
         for key in ("last_hidden_state", "logits", "pooler_output"):
             v = getattr(out, key, None) if not isinstance(out, (tuple, dict)) else None
             if isinstance(v, torch.Tensor):
@@ -401,6 +405,8 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, help="at most this many architectures")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds per architecture")
     ap.add_argument("--out", help="also write the table and summary to this file")
+    ap.add_argument("--shuffle", type=int, metavar="SEED",
+                    help="visit the architectures in a random order (a partial run is then a sample)")
     args = ap.parse_args(argv)
     import transformers
     transformers.logging.set_verbosity_error()
@@ -408,6 +414,9 @@ def main(argv=None) -> int:
     if args.only:
         want = set(args.only.split(","))
         archs = [a for a in archs if a[0] in want]
+    if args.shuffle is not None:
+        import random
+        random.Random(args.shuffle).shuffle(archs)
     if args.limit:
         archs = archs[: args.limit]
     rows = []

@@ -64,3 +64,21 @@ def test_a_path_where_the_program_raises_is_not_joined():
     assert len(tp.paths) == 1
     with pytest.raises(shapes.GuardViolation):
         tp.run(torch.ones(1, 4))
+
+
+def test_explain_summary_and_dinfer_accept_every_size_a_path_takes():
+    import guards
+    from validation import dinfer
+    from validation.dinfer.path import trace_summary
+
+    model = Decoder(zoo.llama().eval(), False)
+    tp = shapes.trace_paths(model, "ids: i64[B, T]", dims={"B": 2, "T": 5})
+    assert len(tp.paths) >= 2
+    for point in ({"B": 1, "T": 1}, {"B": 2, "T": 1}, {"B": 3, "T": 4}):
+        ex = guards.explain(tp, at=point)
+        assert ex.at.verdict == "ok" and len(ex.paths) == len(tp.paths)
+    assert "paths:" in guards.explain(tp).text()
+    assert trace_summary(tp) == ("True", "True")
+    space = dinfer(model, "ids: i64[B, T]", dims={"B": (1, 4), "T": (1, 16)})
+    assert space.complete and len(space.classes) == 1 and space.classes[0].ok
+    assert space.summary.valid_iff == "True"
