@@ -80,6 +80,7 @@ def _print(args, tp) -> None:
               f"({render_guard(g, tp.env)})  at {short_path(g.filename)}:{g.lineno}")
     for p, m in tp.unchecked_indices:
         print(f"  [unchecked index] {m}  at {short_path(p.filename)}:{p.lineno}")
-    print(device_line(tp, short_path))
+    if tp.device_reads or tp.device.type != "cpu":
+        print(device_line(tp, short_path))
     if args.graph:
         print(tp.graph)
