@@ -64,6 +64,9 @@ _SHRINK = {
     "vocab_size": VOCAB, "max_position_embeddings": 64, "n_positions": 64,
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_intermediate_size": HIDDEN,
     "shared_expert_intermediate_size": HIDDEN, "max_source_positions": 32,
+    # multi-head latent attention (DeepSeek-style): every head dim and rank shrunk together
+    "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": HIDDEN // HEADS, "kv_lora_rank": HIDDEN // 2,
+    "q_lora_rank": HIDDEN // 2, "n_group": 1, "topk_group": 1,
 }
 
 
