@@ -290,7 +290,7 @@ class SymExprNode:
         """
         from .errors import TracerLimitation
         if ndigits is not None:
-            raise TracerLimitation(f"round({to_python(self.expr)}, {ndigits}) of a symbolic size is not supported")
+            raise TracerLimitation("round(x, ndigits) of a symbolic size is not supported")
         if self.pytype is not builtins.float:
             return self
         t = sympy.Add(self.expr, sympy.Float(0.5))
