@@ -221,20 +221,20 @@ def _close(a, b) -> bool:
 
 
 def sweep_one(mt, cname, mname, timeout: float) -> Row:
+    """One architecture's row; ``timeout`` limits each step (the eager call, each trace, each size) apart."""
     row = Row(model_type=mt, model=mname)
     try:
-        with time_limit(timeout):
-            _sweep(row, cname, mname)
+        _sweep(row, cname, mname, timeout)
     except TraceTimeout:
         row.status = row.status or "timeout"
-        row.note = f"over {timeout:g} s"
+        row.note = f"a step ran over {timeout:g} s"
     except Exception as e:  # noqa: BLE001 -- a process boundary: one row per architecture
         row.status = row.status or f"sweep error: {_err(e)}"
         row.note = str(e).splitlines()[0][:120] if str(e) else ""
     return row
 
 
-def _sweep(row, cname, mname):
+def _sweep(row, cname, mname, timeout):
     ccls, mcls = _cls(cname), _cls(mname)
     if ccls is None or mcls is None:
         row.status = "not importable"
@@ -255,7 +255,7 @@ def _sweep(row, cname, mname):
     prog = Call(model, names)
     ex_inputs = make_inputs(specs, dims)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), time_limit(timeout):
             prog(*ex_inputs)
     except Exception as e:  # noqa: BLE001
         row.status, row.note = "eager fails at the example", f"{_err(e)}: {str(e).splitlines()[0][:100] if str(e) else ''}"
@@ -265,10 +265,11 @@ def _sweep(row, cname, mname):
     found = {}
     for step in order:
         gc.collect()
-        found.update(step(row, prog, specs, dims, ex_inputs))
+        found.update(step(row, prog, specs, dims, ex_inputs, timeout))
     tp, ep = found.get("tp"), found.get("ep")
     for point in points:
-        _check_point(row, prog, tp, ep, specs, point)
+        with time_limit(timeout):
+            _check_point(row, prog, tp, ep, specs, point)
     bad = row.wrong_shapes + row.accepted_eager_fails + row.run_errors + row.mismatches
     if tp is None:
         row.status = f"symshape: {row.symshape}"
@@ -278,12 +279,14 @@ def _sweep(row, cname, mname):
         row.status = "ok"
 
 
-def _trace_symshape(row, prog, specs, dims, ex_inputs) -> dict:
+def _trace_symshape(row, prog, specs, dims, ex_inputs, timeout) -> dict:
     t0 = time.perf_counter()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), time_limit(timeout):
             tp = shapes.trace(prog, *specs, dims=dims)
         row.symshape = "traced"
+    except TraceTimeout:
+        tp, row.symshape = None, "timeout"
     except Exception as e:  # noqa: BLE001
         tp = None
         row.symshape = _err(e)
@@ -292,15 +295,17 @@ def _trace_symshape(row, prog, specs, dims, ex_inputs) -> dict:
     return {"tp": tp}
 
 
-def _trace_export(row, prog, specs, dims, ex_inputs) -> dict:
+def _trace_export(row, prog, specs, dims, ex_inputs, timeout) -> dict:
     from torch.export import Dim, export
     t0 = time.perf_counter()
     try:
         spec = tuple({i: Dim.AUTO for i in range(t.dim())} for t in ex_inputs)
-        with torch.no_grad(), warnings.catch_warnings():
+        with torch.no_grad(), warnings.catch_warnings(), time_limit(timeout):
             warnings.simplefilter("ignore")
             ep = export(prog, tuple(ex_inputs), dynamic_shapes=(spec,), strict=False)
         row.export = "traced"
+    except TraceTimeout:
+        ep, row.export = None, "timeout"
     except Exception as e:  # noqa: BLE001
         ep = None
         row.export = _err(e)
@@ -406,7 +411,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", help="comma-separated model types")
     ap.add_argument("--limit", type=int, help="at most this many architectures")
-    ap.add_argument("--timeout", type=float, default=120.0, help="seconds per architecture")
+    ap.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds per step of an architecture (the eager call, each trace, each size)")
     ap.add_argument("--out", help="also write the table and summary to this file")
     ap.add_argument("--shuffle", type=int, metavar="SEED",
                     help="visit the architectures in a random order (a partial run is then a sample)")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Optional
 
 import sympy
 
@@ -125,7 +124,7 @@ def trace_paths(program, *specs, **options) -> TracedPaths:
     return join_size_one(trace(program, *specs, **options))
 
 
-def path_of(traced) -> Optional[list]:
+def path_of(traced) -> list:
     """The paths of ``traced`` (a TracedPaths or one TracedProgram), as a list."""
     return list(traced.paths) if isinstance(traced, TracedPaths) else [traced]
 
