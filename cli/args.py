@@ -138,6 +138,9 @@ def add_program_arguments(p, example: str = "x: f32[B, T, 768]", dim_help: str =
     p.add_argument("--dim", action=_Merge, parse=parse_dim, default={}, metavar="NAME=LO..HI", help=dim_help)
     p.add_argument("--arg", action=_Merge, parse=parse_arg, default={}, metavar="NAME=VALUE",
                    help="a non-tensor argument passed by keyword (int, float, true/false, none, string)")
+    p.add_argument("--device", default=None, metavar="DEVICE",
+                   help="the device the program will run on, which its tensors report while traced "
+                        "(cpu or cuda; default cpu)")
 
 
 def add_progress_arguments(p):

@@ -30,19 +30,20 @@ Example::
 from __future__ import annotations
 
 import linecache
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
 import sympy
 
 from shapes.guard import Decision, Guard, GuardKind, StepKind
+from shapes.paths import TracedPaths, path_of
 
 from . import report_html, report_json, report_text
 from .explain_at import AtResult, ExplainError, evaluate_at  # noqa: F401 - ExplainError is part of this API
 from .explanation import (  # noqa: F401 - the records are part of this module's API
     COST_RECOMPILE, COST_RUNTIME_ERROR, COST_SPECIALIZED, ORIGINS, SNIPPET_CONTEXT, DimInfo, DimStatus, Entry,
     ExplanationModel)
-from .render import short_path, source_names, to_python
+from .render import render_conjunction, short_path, source_names, to_python
 from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE, suggest
 
 
@@ -152,6 +153,9 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
         >>> e.suggestion.split(";")[0]
         'pad x.shape[0] to a multiple of 8 (for example x = F.pad(x, ...)) or only pass sizes that are multiples of 8'
     """
+    paths = path_of(traced)
+    if len(paths) > 1:
+        return _explain_paths(paths, at)
     env = traced.env
     names = source_names(env)
     entries = [_entry(traced, g, names) for g in env.records]
@@ -170,6 +174,8 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
         static_decisions=static,
         entries=entries,
         specialize_zero_one=env.specialize_zero_one,
+        device=str(getattr(traced, "device", "cpu")),
+        device_reads=list(getattr(traced, "device_reads", [])),
     )
     if at is not None:
         ex.at = evaluate_at(traced, ex, at)
@@ -178,6 +184,21 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
         for e in entries:
             e.fails_at_point = None if e.index in undecided else e.index in failing
     return ex
+
+
+def _explain_paths(paths, at) -> Explanation:
+    """The report of the path a point takes (the first path without ``at``), listing every path."""
+    conds = [render_conjunction(list(sympy.And.make_args(c))) or "True" for c in TracedPaths(paths).conditions()]
+    first = explain(paths[0], at)
+    chosen, index = first, 0
+    if first.at is not None and first.at.verdict != "ok":
+        for i, p in enumerate(paths[1:], 1):
+            ex = explain(p, at)
+            if ex.at.verdict == "ok":
+                chosen, index = ex, i
+                break
+    chosen.paths, chosen.path_index = conds, index
+    return chosen
 
 
 def _program_name(program) -> str:

@@ -12,7 +12,7 @@ Example::
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from shapes.enums import TextEnum
@@ -123,6 +123,13 @@ class ExplanationModel:
     specialize_zero_one: bool = True
     valid_iff: Optional[str] = None
     covers: Optional[str] = None
+    #: The device the program was traced for, and where it read it (:mod:`shapes.devices`).
+    device: str = "cpu"
+    device_reads: list = field(default_factory=list)
+    #: The program's joined paths (:class:`shapes.paths.TracedPaths`), each as its guards
+    #: in Python, and which one this report explains (0: the trace at the example sizes).
+    paths: list = field(default_factory=list)
+    path_index: int = 0
 
     def summary_line(self) -> Optional[str]:
         """``valid iff ...`` for the sizes this trace covers (None until set, e.g. by

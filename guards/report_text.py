@@ -61,6 +61,13 @@ def summary_lines(ex: Explanation, width: int = 80) -> list:
     out += _field("inputs", "; ".join(ex.inputs), width, 0)
     out += _field("traced at", ", ".join(f"{k}={v}" for k, v in ex.example_sizes.items()) or "no named dims",
                   width, 0)
+    if len(ex.paths) > 1:
+        out += _field("paths", f"{len(ex.paths)} joined; this report is path {ex.path_index + 1}: "
+                      + "; ".join(f"{i + 1}) {c}" for i, c in enumerate(ex.paths)), width, 0)
+    if ex.device_reads:
+        first = ex.device_reads[0].provenance
+        out += _field("device", f"{ex.device}, assumed: the program read it at {len(ex.device_reads)} "
+                      f"place(s), first at {short_path(first.filename)}:{first.lineno}", width, 0)
     k = ex.counts["by_kind"]
     out += _field("records", f"{ex.counts['total']} ({_plural(k['guard'], 'guard')}, "
                   f"{_plural(k['specialization'], 'specialization')}, "

@@ -26,6 +26,8 @@ import sympy
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .devices import is_trace_device, real_device
+from .errors import program_error
 from .index_bounds import IndexRange
 
 _SYM = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -59,7 +61,13 @@ def _infer_dtype(leaves):
 
 
 def _is_meta(device) -> bool:
-    return device is not None and torch.device(device).type == "meta"
+    """Whether ``device`` is where the trace's tensors live (meta, or the device they report)."""
+    return is_trace_device(device)
+
+
+def _in_trace(t) -> bool:
+    """Whether ``t`` is one of the trace's tensors (meta, whatever device it reports)."""
+    return isinstance(t, torch.Tensor) and real_device(t).type == "meta"
 
 
 class CreationMode(TorchFunctionMode):
@@ -136,16 +144,17 @@ class CreationMode(TorchFunctionMode):
         self_t, data = args[0], (args[1] if len(args) > 1 else kwargs.get("data"))
         if isinstance(data, torch.Tensor) or not _is_data(data) or kwargs.get("requires_grad"):
             return NotImplemented
-        device = kwargs.get("device") or self_t.device
+        device = kwargs.get("device")
         dtype = kwargs.get("dtype") or self_t.dtype
-        if not _is_meta(device):
+        if not (_is_meta(device) if device is not None else _in_trace(self_t)):
             return NotImplemented
-        return self.from_data(data, dtype, device)
+        return self.from_data(data, dtype, "meta")
 
-    def _index(self, idx, device):
-        """Lists in an index become index tensors the graph knows (torch makes them on ``device``)."""
-        if not _is_meta(device):
+    def _index(self, idx, x):
+        """Lists in an index of ``x`` become index tensors the graph knows (torch makes them on ``x``'s device)."""
+        if not _in_trace(x):
             return idx
+        device = "meta"
 
         def conv(i):
             if isinstance(i, list) and i and _is_data(i) and not all(isinstance(v, bool) for v in _leaves(i, [])):
@@ -161,16 +170,16 @@ class CreationMode(TorchFunctionMode):
 
     def _getitem(self, func, args, kwargs):
         x, idx = args[0], args[1]
-        new = self._index(idx, x.device)
+        new = self._index(idx, x)
         if new is idx:
             return NotImplemented
         return func(x, new)
 
     def _setitem(self, func, args, kwargs):
         x, idx, value = args[0], args[1], args[2]
-        new = self._index(idx, x.device)
-        if isinstance(value, (list, tuple)) and _is_data(value) and _is_meta(x.device):
-            value = self.from_data(value, x.dtype, x.device)
+        new = self._index(idx, x)
+        if isinstance(value, (list, tuple)) and _is_data(value) and _in_trace(x):
+            value = self.from_data(value, x.dtype, "meta")
         elif new is idx:
             return NotImplemented
         return func(x, new, value)

@@ -10,6 +10,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from .devices import DeviceMismatch
 from .env import ShapeEnv
 from .errors import GuardViolation, SpecError
 from .functions import substitute
@@ -94,6 +95,10 @@ class TracedProgram:
     dims: dict
     dim_symbols: dict = field(default_factory=dict)
     by_keyword: bool = False  # inputs were passed to the program by parameter name
+    #: The device the program was traced for (what its tensors reported), and each
+    #: place it read that device: the trace assumes it there (:mod:`shapes.devices`).
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    device_reads: list = field(default_factory=list)
 
     @property
     def guards(self) -> list[Guard]:
@@ -234,6 +239,7 @@ class TracedProgram:
         sym_vals = self.bind_sizes(tensors)
         for g in self.failing_guards(sym_vals):
             raise GuardViolation(violation_message(g, sym_vals), guard=g, values=sym_vals)
+        self.check_device(tensors)
         # Every guard held: the size arithmetic of the graph below is defined.
         device = tensors[0].device if tensors else torch.device("cpu")
         mod = self.program if isinstance(self.program, torch.nn.Module) else None
@@ -279,6 +285,24 @@ class TracedProgram:
                 leaves = [env[a] if isinstance(a, torch.fx.Node) else a for a in node.args[0]]
                 return pytree.tree_unflatten(leaves, self.out_spec)
         raise RuntimeError("graph has no output node")
+
+    def check_device(self, tensors) -> None:
+        """Refuse inputs on another device than the one the program read while traced.
+
+        >>> import torch, shapes
+        >>> tp = shapes.trace(lambda x: x.float() if x.device.type == "cpu" else x.int(), "x: i64[N]")
+        >>> tp.check_device([torch.ones(2, device="meta")])
+        Traceback (most recent call last):
+        ...
+        shapes.devices.DeviceMismatch: input x is on meta but the program was traced for cpu and read that device (Tensor.device read as cpu at <doctest shapes.program.TracedProgram.check_device[1]>:1); trace it again for the inputs' device (device=...)
+        """
+        if not self.device_reads:
+            return  # the program never looked: its graph runs wherever its inputs are
+        for t, s in zip(tensors, self.specs):
+            if isinstance(t, torch.Tensor) and t.device.type != self.device.type:
+                raise DeviceMismatch(
+                    f"input {s.name} is on {t.device} but the program was traced for {self.device} and read "
+                    f"that device ({self.device_reads[0].text()}); trace it again for the inputs' device (device=...)")
 
     def _traced_contiguous(self, node) -> bool:
         """Whether ``node``'s output was contiguous in the trace, at every size (cached)."""
