@@ -21,7 +21,7 @@ import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
-from . import eager_checks, index_bounds, library_tracing
+from . import distributed, eager_checks, index_bounds, library_tracing
 from .binding import by_keyword, module_state
 from .creation import CreationMode
 from .env import DataDependentError, ShapeEnv
@@ -316,7 +316,7 @@ def _load_checkers(enabled: Optional[bool]):
 def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = False,
           translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
           progress: Optional[Callable[[int], None]] = None, backward: Optional[Callable] = None,
-          requires_grad: tuple = ()) -> TracedProgram:
+          requires_grad: tuple = (), world: Optional[str] = None) -> TracedProgram:
     """Trace ``program`` (a function or nn.Module) at symbolic input sizes.
 
     Args:
@@ -341,6 +341,9 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
             graph's output.  Backward ops carry the module of their forward op.
             Used by ``count_flops(mode="train")``.
         requires_grad: names of inputs that require grad (with ``backward``).
+        world: the name of a symbolic world size (``"W"``, its range in
+            ``dims``): ``torch.distributed`` runs against it in this process
+            (see :mod:`shapes.distributed`).
 
     Returns a :class:`~shapes.program.TracedProgram`.
 
@@ -353,7 +356,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     parsed, names = parse_specs(specs)
     kwargs = dict(kwargs or {})
     keyword = by_keyword(program, [s.name for s in parsed], kwargs)
-    dmap = parse_dims(dims, names)
+    dmap = parse_dims(dims, names + ([world] if world is not None else []))
     hints = default_hints(names, dmap)
 
     env = ShapeEnv(specialize_zero_one=specialize_zero_one)
@@ -397,6 +400,9 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
             builder.value_bounds[id(t)] = index_bounds.declared_range(*s.values)
         inputs.append(t)
 
+    if world is not None:
+        hints.setdefault(world, distributed.world_hint(distributed.world_dim(world, dmap)))
+    world_scope = distributed.open_world(env, builder, world, distributed.world_dim(world, dmap), hints.get(world))
     state = module_state(program, builder.add_attr, trainable=backward is not None)
     if isinstance(program, torch.nn.Module):
         def call(*a, **kw):
@@ -418,7 +424,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         grad_mode.enter_context(composite_autograd_on_meta())
     with grad_mode, enable_python_dispatcher(), library_tracing.as_exporting(), eager_checks.eager_kernels(), \
             ModuleScope(program, builder), Recorder(builder, env, progress), CreationMode(builder), \
-            decided_bool_flags():
+            decided_bool_flags(), world_scope as world_info:
         try:
             if keyword:
                 out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs)
@@ -433,8 +439,10 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
                 e.env = env
             raise
         except Exception as e:  # the user's program raised: say where, and on which path
-            raise trace_failure(e, env, ", ".join(f"{n}={hints[n]}" for n in names)) from e
+            raise trace_failure(e, env, ", ".join(f"{n}={hints[n]}" for n in hints)) from e
 
+    if world_info is not None and isinstance(world_info.size, sympy.Symbol):
+        dim_symbols.setdefault(world, world_info.size)
     leaves, out_spec = pytree.tree_flatten(out)
     out_nodes = []
     output_shapes = []
@@ -460,7 +468,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         dim_symbols=dim_symbols, by_keyword=keyword,
     )
     # How to trace the same program again at other sizes (a FLOP count's other paths).
-    tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad}
+    tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad, "world": world}
+    tp.world = world_info
     for c in checkers:
         c.finish(tp)
     return tp

@@ -20,7 +20,9 @@ from shapes.tracer import trace
 
 from ..input_space import ClassError, InputSpace, ShapeClass, Status, holds, to_python
 from ..z3_translate import UntranslatableExpression
+from shapes.distributed import RANK, world_dim, world_hint
 from .assume import assume_data_branches, dim_and_data_names
+from .ranks import for_all_ranks
 from .limits import TraceTimeout, engine_limitation, time_limit
 from .suggest import suggest_spec
 from .summary import summarize
@@ -51,7 +53,7 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
            time_budget: float = 60.0, specialize_zero_one: bool = False,
            progress: Optional[Callable[[TraceEvent], None]] = None,
            solver_timeout: float = 10.0, trace_timeout: float = 30.0,
-           assume_data: bool = True) -> InputSpace:
+           assume_data: bool = True, world: Optional[str] = None) -> InputSpace:
     """Find every class of input sizes of ``program`` inside the dims' ranges.
 
     Args:
@@ -77,6 +79,9 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
         assume_data: take the typical branch of data-dependent decisions and
             report them as run-time conditions (see :mod:`validation.dinfer.assume`);
             False reports each such decision as a data-dependent class.
+        world: the name of a symbolic world size (see :mod:`shapes.distributed`),
+            searched over its range in ``dims`` with the other dims; a condition on
+            the rank must hold on every rank (:mod:`validation.dinfer.ranks`).
 
     Returns an :class:`~validation.input_space.InputSpace`.  Raises
     :class:`~shapes.errors.SpecError` for malformed specs or dims.
@@ -95,15 +100,21 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
     if not trace_timeout > 0:
         raise SpecError(f"trace_timeout must be positive, got {trace_timeout}")
     return _Search(program, specs, dims, max_classes, time_budget, specialize_zero_one, progress,
-                   solver_timeout, trace_timeout, assume_data).run()
+                   solver_timeout, trace_timeout, assume_data, world).run()
 
 
 # --------------------------------------------------------------------------- ranges
 
 
-def _resolve_dims(specs, dims):
+def _resolve_dims(specs, dims, world=None):
     """Names in order, their ``(lo, hi)`` boxes, the first point, and which got the default range."""
     parsed, names = parse_specs(specs)
+    if world is not None and world not in names:
+        names = list(names) + [world]
+        dims = dict(dims or {})
+        wd = world_dim(world, {k: v for k, v in dims.items() if isinstance(v, Dim)}) if world not in dims else None
+        if wd is not None:
+            dims[world] = (wd.min, wd.max, world_hint(wd))
     given = dict(dims or {})
     pinned = {k: v for k, v in given.items() if isinstance(v, int) and not isinstance(v, bool)}
     # An int pins the dim (a one-point range); everything else is checked by the engine's parser.
@@ -152,9 +163,10 @@ class _Outcome:
 
 class _Search:
     def __init__(self, program, specs, dims, max_classes, time_budget, szo, progress, solver_timeout,
-                 trace_timeout, assume_data):
+                 trace_timeout, assume_data, world=None):
         self.program = program
-        self.parsed, self.names, self.box, self.first, self.defaulted = _resolve_dims(specs, dims)
+        self.world = world
+        self.parsed, self.names, self.box, self.first, self.defaulted = _resolve_dims(specs, dims, world)
         self.specs = tuple(self.parsed)
         self.symbols = {n: sympy.Symbol(n, integer=True) for n in self.names}
         self.max_classes = max_classes
@@ -181,7 +193,7 @@ class _Search:
         assume = assume_data_branches() if self.assume_data else contextlib.nullcontext()
         try:
             with time_limit(limit), assume:
-                tp = trace(self.program, *self.parsed, dims=tdims, specialize_zero_one=self.szo)
+                tp = trace(self.program, *self.parsed, dims=tdims, specialize_zero_one=self.szo, world=self.world)
         except TraceTimeout:
             return _Outcome(Status.UNSUPPORTED, None, timed_out=True,
                             message=("budget" if limit < self.trace_timeout else "trace"))
@@ -217,6 +229,19 @@ class _Search:
             return _Outcome(Status.UNSUPPORTED, tp.env, message=f"unsupported by symshape: at {prov.location()} {msg}")
         return _Outcome(Status.OK, tp.env, output_shapes=tuple(tuple(s) for s in tp.output_shapes))
 
+    def _rank_free(self, env, conds, point):
+        """``conds`` with each condition on the rank required of every rank; None where the ranks
+        part ways at ``point`` (the trace, as rank 0, does not speak for the others there)."""
+        rank = env.symbols.get(RANK) if self.world is not None else None
+        if rank is None or not any(rank in c.free_symbols for c in conds):
+            return conds
+        W = self.symbols[self.world]
+        out = [for_all_ranks(c, rank, W, self.box[self.world][1]) for c in conds]
+        subs = {self.symbols[n]: sympy.Integer(v) for n, v in point.items()}
+        if not all(holds(c, subs) for c in out):
+            return None
+        return out
+
     def _conditions(self, env):
         """Path conditions over input dims (axioms first, then records) and those over data."""
         dimsyms = set(self.symbols.values())
@@ -224,6 +249,8 @@ class _Search:
         self._data_axioms = []
         if env is None:
             return None, ()
+        if self.world is not None and RANK in env.symbols:
+            dimsyms.add(env.symbols[RANK])  # a condition on the rank is one on sizes, for every rank
         for a in env.initial_axioms():
             for c in sympy.And.make_args(a):
                 # Axioms on data-dependent symbols (op semantics) say nothing about sizes.
@@ -246,6 +273,14 @@ class _Search:
         records = tuple(oc.env.records) if oc.env is not None else ()
         subs = {self.symbols[n]: sympy.Integer(v) for n, v in point.items()}
         imprecise = ""
+        if conds is not None:
+            try:
+                conds = self._rank_free(oc.env, conds, point)
+            except ValueError as e:
+                conds, oc = None, _Outcome(Status.UNSUPPORTED, oc.env, message=f"unsupported by symshape: {e}")
+            if conds is None and oc.status is not Status.UNSUPPORTED:
+                oc = _Outcome(Status.UNSUPPORTED, oc.env, message="unsupported by symshape: the ranks take different "
+                              "paths at these sizes (rank-dependent control flow is traced as rank 0 only)")
         if conds is None:
             imprecise = "the engine gave no path condition for this trace; the class is this one point"
         else:
