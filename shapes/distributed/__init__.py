@@ -14,7 +14,7 @@ Example::
     ...     return x.view(dist.get_world_size(), -1)
     >>> tp = shapes.trace(f, "x: f32[N]", world="W", dims={"W": (1, 8)})
     >>> tp.output_shapes, [str(g.expr) for g in tp.runtime_asserts]
-    ([(W, N/W)], ['Eq(Mod(N, W), 0)'])
+    ([(W, (N//W))], ['Eq((N % W), 0)'])
 """
 from .ops import Collective  # noqa: F401
 from .world import DEFAULT_WORLD, RANK, World, open_world, world_dim, world_hint  # noqa: F401

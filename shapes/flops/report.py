@@ -72,6 +72,7 @@ import sympy
 import torch
 import torch.fx
 
+from .comm import count_comm
 from .costs import CostKind, ModuleCost, OpCost, count_graph
 from .exprs import formula_text
 from ..errors import GuardViolation, SpecError, SymshapeError, UnhandledExprKind
@@ -155,6 +156,8 @@ class FlopReport:
         self.errors: dict[str, str] = costs.errors
         self.total = costs.total
         self.total_bytes = costs.total_bytes
+        #: per-rank bytes sent by each collective kind (:mod:`shapes.flops.comm`); empty without collectives
+        self.comm = count_comm(traced)
         #: reports of the other paths evaluated so far (see :meth:`piece_at`)
         self.pieces: list["FlopReport"] = []
         #: "forward", or "train" when the trace recorded a training step.
@@ -401,7 +404,7 @@ def _finite(x: float):
 
 
 def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False, mode: str = "forward",
-                optimizer=None, requires_grad=None) -> FlopReport:
+                optimizer=None, requires_grad=None, world=None) -> FlopReport:
     """Count the FLOPs and bytes moved of ``program`` as closed forms over its dims.
 
     Args:
@@ -425,6 +428,9 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False, m
         requires_grad: with ``mode="train"``, names of inputs that require grad;
             default: none for an nn.Module (its parameters do), every
             floating-point input for a plain function.
+        world: a symbolic world size's name (see :mod:`shapes.distributed`):
+            FLOPs are then per rank, and :attr:`FlopReport.comm` counts the
+            bytes each rank sends (:mod:`shapes.flops.comm`).
 
     Returns a :class:`FlopReport`.  Conventions are torch.utils.flop_counter's:
     see :mod:`shapes.flops`.
@@ -456,7 +462,7 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False, m
             kw = {"backward": training_step(optimizer),
                   "requires_grad": tuple(default_requires_grad(program, specs) if requires_grad is None
                                          else check_requires_grad(requires_grad, specs))}
-        traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one, **kw)
+        traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one, world=world, **kw)
     return FlopReport(traced, name=_name_of(program))
 
 
