@@ -269,8 +269,9 @@ class SymbolicWorld:
         self._group(group, "functional all_to_all_single")
         if output_split_sizes is not None or input_split_sizes is not None:
             raise TracerLimitation("functional all_to_all_single with split sizes: symshape models equal splits only")
-        self._check(sympy.Eq(sympy.Mod(_expr(self_.shape[0]), self.world.size), 0), AssertionError,
-                    "all_to_all_single: input dim 0 must be a multiple of group_size")
+        # funcol splits dim 0 into W equal parts, which the op checks sum to dim 0.
+        self._check(sympy.Eq(sympy.Mod(_expr(self_.shape[0]), self.world.size), 0), RuntimeError,
+                    "Split sizes doesn't match total dim 0 size")
         return self._record(Collective.ALL_TO_ALL, self_)
 
     def f_broadcast(self, self_, src, group, tag=""):
