@@ -16,6 +16,8 @@ import torch
 from shapes.errors import SymshapeError
 from shapes.spec import parse_sizes
 
+from .args import world_options
+
 
 class CliError(SymshapeError):
     """A user error the CLI reports as one line."""
@@ -118,7 +120,10 @@ def trace_target(args, status, points=(), trace_options=None):
     prog = load_program(args.target)
     status.phase(f"tracing {args.target}")
     extra = trace_options(prog) if trace_options is not None else {}
-    tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops, **extra)
+    dims, world = world_options(args)
+    if world is not None:
+        extra["world"] = world
+    tp = trace_for(prog, args.input, dims, points, kwargs=args.arg, progress=status.ops, **extra)
     report_validation(tp, status)
     return prog, tp
 

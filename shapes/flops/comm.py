@@ -115,3 +115,18 @@ def count_comm(traced) -> CommCount:
         total = total + b
     c.total = sympy.simplify(total)
     return c
+
+
+def comm_table(comm: CommCount, points=()) -> str:
+    """Text table: each collective kind, its calls, per-rank bytes as a formula (and at ``points``).
+
+    >>> print(comm_table(CommCount(by_kind={"all_gather": sympy.Symbol("W") - 1}, calls={"all_gather": 1}),
+    ...                  [{"W": 4}]))
+    communication (bytes each rank sends, ring algorithms; see shapes.flops.comm)
+      all_gather  x1  W - 1  | W=4: 3
+    """
+    lines = ["communication (bytes each rank sends, ring algorithms; see shapes.flops.comm)"]
+    for k, e in comm.by_kind.items():
+        at = "".join(f"  | {','.join(f'{n}={v}' for n, v in pt.items())}: {comm.evaluate(pt)[k]}" for pt in points)
+        lines.append(f"  {k}  x{comm.calls.get(k, 0)}  {e}{at}")
+    return "\n".join(lines)
