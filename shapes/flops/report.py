@@ -174,13 +174,21 @@ class FlopReport:
     # -- evaluation -----------------------------------------------------------------
     @property
     def dims(self) -> list[str]:
-        """The named dims of the program's inputs, in spec order."""
+        """The named dims of the program's inputs, in spec order (then the world size, and the rank
+        where a count depends on it: see :mod:`shapes.distributed`)."""
         from ..spec import dim_names
         names = []
         for s in self.traced.specs:
             for d in dim_names(s.dims):
                 if d not in names:
                     names.append(d)
+        world = getattr(self.traced, "world", None)
+        if world is not None:
+            used = set().union(*(sympy.sympify(e).free_symbols for e in (self.total, self.total_bytes,
+                                                                          self.comm.total)))
+            for sym in (world.size, world.rank):
+                if isinstance(sym, sympy.Symbol) and sym.name not in names and (sym is world.size or sym in used):
+                    names.append(sym.name)
         return names
 
     def _given(self, sizes: Mapping) -> dict:
