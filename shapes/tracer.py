@@ -355,7 +355,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     parsed, names = parse_specs(specs)
     kwargs = dict(kwargs or {})
     keyword = by_keyword(program, [s.name for s in parsed], kwargs)
-    dmap = parse_dims(dims, list(names) + ([world] if world is not None else []))
+    # With a world, dims may give the world size's range and the rank to trace as (default 0).
+    dmap = parse_dims(dims, list(names) + ([world, distributed.RANK] if world is not None else []))
     hints = default_hints(names, dmap)
     if world is not None:
         hints.setdefault(world, distributed.world_hint(distributed.world_dim(world, dmap)))
@@ -366,7 +367,9 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     inputs, dim_symbols = _make_inputs(builder, parsed, dmap, hints,
                                        requires_grad=requires_grad if backward is not None else ())
     args, kw = ((), {**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs}) if keyword else (inputs, kwargs)
-    world_scope = distributed.open_world(env, builder, world, distributed.world_dim(world, dmap), hints.get(world))
+    rank = dmap.get(distributed.RANK)
+    world_scope = distributed.open_world(env, builder, world, distributed.world_dim(world, dmap), hints.get(world),
+                                         rank.hint if rank is not None and rank.hint is not None else 0)
     out, world_info = _run_program(program, builder, args, kw, backward=backward, progress=progress,
                                    at=", ".join(f"{n}={hints[n]}" for n in hints), world_scope=world_scope)
     if world_info is not None and isinstance(world_info.size, sympy.Symbol):

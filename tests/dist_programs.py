@@ -124,3 +124,31 @@ def run_grid(W, cases):
             with open(os.path.join(d, f"{r}.pkl"), "rb") as f:
                 out.append(pickle.load(f))
         return out
+
+
+def _traced_worker(rank, W, port, name, specs, shapes_, outdir):
+    import shapes
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=W)
+    torch.manual_seed(rank)
+    args = [torch.randn(s) for s in shapes_]
+    tp = shapes.trace(PROGRAMS[name], *specs, world="W", dims={"W": (1, 8)})
+    got = tp.run(*[a.clone() for a in args])
+    want = PROGRAMS[name](*[a.clone() for a in args])
+    with open(os.path.join(outdir, f"{rank}.pkl"), "wb") as f:
+        pickle.dump(bool(torch.allclose(got, want, atol=1e-5)), f)
+    dist.destroy_process_group()
+
+
+def run_traced(W, name, specs, shapes_):
+    """Trace ``name`` on each of ``W`` gloo ranks, run the traced graph there; whether it equals eager, per rank."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with tempfile.TemporaryDirectory() as d:
+        mp.spawn(_traced_worker, args=(W, port, name, specs, shapes_, d), nprocs=W, join=True)
+        out = []
+        for r in range(W):
+            with open(os.path.join(d, f"{r}.pkl"), "rb") as f:
+                out.append(pickle.load(f))
+        return out

@@ -91,3 +91,85 @@ def test_agrees_with_gloo(W, spaces, comm):
             (traced_shape,) = cls.output_shapes
             assert tuple(int(sympy.sympify(d).subs(subs)) for d in traced_shape) == shape, (name, at, rank)
             assert comm[name].comm.evaluate({**at, "rank": rank}) == sent, (name, at, rank)
+
+
+# -- one process: checks, limitations -------------------------------------------------------
+
+def _gather(x, out):
+    dist.all_gather_into_tensor(out, x)
+    return out
+
+
+def test_all_gather_size_check_is_a_runtime_assert_on_the_users_line():
+    tp = shapes.trace(_gather, "x: f32[S, 4]", "out: f32[M, 4]", world="W",
+                      dims={"W": (1, 8), "S": (1, 64, 8), "M": (1, 512, 16)})
+    [a] = [g for g in tp.runtime_asserts if "M" in str(g.expr)]
+    assert str(a.expr) == "Eq(M, S*W)"
+    assert a.provenance.code == "dist.all_gather_into_tensor(out, x)"
+    with pytest.raises(TraceError) as e:
+        shapes.trace(_gather, "x: f32[S, 4]", "out: f32[M, 4]", world="W",
+                     dims={"W": (1, 8, 2), "S": (1, 64, 8), "M": (1, 512, 17)})
+    assert isinstance(e.value.exc, RuntimeError) and "allgather" in str(e.value.exc)
+
+
+def test_world_size_is_a_symbol_with_the_given_range():
+    tp = shapes.trace(lambda x: x.view(dist.get_world_size(), -1), "x: f32[N]", world="W", dims={"W": (2, 4)})
+    assert [str(s) for s in tp.output_shapes[0]] == ["W", "(N//W)"]
+    assert tp.world.name == "W" and tp.world.rank is None
+    assert not dist.is_initialized()  # the stand-in is gone after the trace
+
+
+def _allgather_list(x):
+    outs = [torch.empty_like(x) for _ in range(2)]
+    dist.all_gather(outs, x)
+    return outs[0]
+
+
+def _avg(x):
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    return x
+
+
+def _subgroup(x):
+    dist.all_reduce(x, group=object())
+    return x
+
+
+def _mesh(x):
+    from torch.distributed.device_mesh import init_device_mesh
+    init_device_mesh("cpu", (dist.get_world_size(),))
+    return x
+
+
+def _split_a2a(x):
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x, [1, 1], [1, 1])
+    return out
+
+
+@pytest.mark.parametrize("program, names", [(_allgather_list, "all_gather"), (_avg, "AVG"),
+                                            (_subgroup, "subgroups"), (_mesh, "DeviceMesh"),
+                                            (_split_a2a, "split sizes")])
+def test_what_is_not_modeled_raises_a_typed_limitation(program, names):
+    with pytest.raises(TracerLimitation, match=names):
+        shapes.trace(program, "x: f32[N]", world="W", dims={"W": (1, 8)})
+
+
+def test_dinfer_requires_a_rank_condition_of_every_rank():
+    def uneven(x):
+        # rank r takes rows r*2 .. r*2+2: fits for every rank iff N >= 2*W
+        return x.narrow(0, dist.get_rank() * 2, 2)
+    sp = dinfer(uneven, "x: f32[N]", world="W", dims={"W": (1, 4), "N": (1, 16)})
+    assert sp.complete
+    for W, N in itertools.product(range(1, 5), range(1, 17)):
+        # eager's narrow raises on the last rank when its rows run past N
+        assert sp.classify(W=W, N=N).ok == (N >= 2 * W), (W, N)
+
+
+@pytest.mark.parametrize("W", [2])
+def test_traced_graph_runs_on_real_ranks(W):
+    """The graph symshape records runs under a real gloo job (its collectives are the real ones) and
+    equals eager on every rank."""
+    res = P.run_traced(W, "sp_mlp", ("x: f32[S, D]", "w1: f32[D, H]", "w2: f32[H, D]"),
+                       [(3, 4), (4, 8), (8, 4)])
+    assert res == [True] * W

@@ -48,6 +48,10 @@ DEFAULT_WORLD = Dim(1, 64, 2)
 #: The rank symbol's name.
 RANK = "rank"
 
+# torch's own, bound before any trace patches them: what a traced graph calls on a real rank.
+_REAL_WORLD_SIZE = torch.distributed.distributed_c10d.get_world_size
+_REAL_RANK = torch.distributed.distributed_c10d.get_rank
+
 
 @dataclass(kw_only=True)
 class World:
@@ -119,8 +123,9 @@ class _Patches:
 class SymbolicWorld:
     """The stand-in for the default process group during one trace (see the module doc)."""
 
-    def __init__(self, env, builder, name: str, dim: Dim, hint: Optional[int] = None):
+    def __init__(self, env, builder, name: str, dim: Dim, hint: Optional[int] = None, rank_hint: int = 0):
         self.env = env
+        self.rank_hint = rank_hint
         self.builder = builder
         self.dim = dim
         size = env.create_symbol(name, world_hint(dim) if hint is None else hint, range=(dim.min, dim.max),
@@ -128,7 +133,7 @@ class SymbolicWorld:
         self.world = World(name=name, size=size)
         self.W = sym_value(env, size)
         if isinstance(size, sympy.Symbol) and size not in builder.sym_sources:
-            node = builder.graph.call_function(torch.distributed.get_world_size, ())
+            node = builder.graph.call_function(_REAL_WORLD_SIZE, ())
             node.meta["expr"] = size
             builder.sym_nodes[size] = node
 
@@ -141,10 +146,10 @@ class SymbolicWorld:
         self._group(group, "get_rank")
         if self.world.rank is None:
             hi = self.dim.max - 1 if self.dim.max != float("inf") else self.dim.max
-            r = self.env.create_symbol(RANK, 0, range=(0, hi), source="torch.distributed.get_rank()")
+            r = self.env.create_symbol(RANK, self.rank_hint, range=(0, hi), source="torch.distributed.get_rank()")
             self.env.add_op_axiom(sympy.Le(r, self.world.size - 1), "a rank is below the world size")
             if isinstance(r, sympy.Symbol):
-                node = self.builder.graph.call_function(torch.distributed.get_rank, ())
+                node = self.builder.graph.call_function(_REAL_RANK, ())
                 node.meta["expr"] = r
                 self.builder.sym_nodes[r] = node
             self.world.rank = r
@@ -292,6 +297,16 @@ UNMODELED = ("all_gather", "reduce_scatter", "all_to_all", "scatter", "gather", 
              "destroy_process_group", "monitored_barrier")
 
 
+#: (module, name) of DTensor/FSDP2 entry points, each raising the TracerLimitation of ``DeviceMesh``.
+_MESH_ENTRY_POINTS = (
+    ("torch.distributed", "init_device_mesh"), ("torch.distributed.device_mesh", "init_device_mesh"),
+    ("torch.distributed.tensor", "distribute_tensor"), ("torch.distributed.tensor", "distribute_module"),
+    ("torch.distributed.tensor.parallel", "parallelize_module"),
+    ("torch.distributed.tensor.parallel.api", "parallelize_module"),
+    ("torch.distributed.fsdp", "fully_shard"),
+)
+
+
 def _unmodeled(what):
     def raise_(*args, **kwargs):
         raise TracerLimitation(f"torch.distributed.{what} is not modeled by symshape's symbolic world "
@@ -300,7 +315,8 @@ def _unmodeled(what):
 
 
 @contextlib.contextmanager
-def open_world(env, builder, name: Optional[str], dim: Optional[Dim], hint: Optional[int] = None):
+def open_world(env, builder, name: Optional[str], dim: Optional[Dim], hint: Optional[int] = None,
+               rank_hint: int = 0):
     """Stand in for the default process group while the program runs (nothing when ``name`` is None).
 
     Yields the :class:`World` (None without one).
@@ -314,7 +330,7 @@ def open_world(env, builder, name: Optional[str], dim: Optional[Dim], hint: Opti
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor._dispatch import OpDispatcher
 
-    sw = SymbolicWorld(env, builder, name, dim, hint)
+    sw = SymbolicWorld(env, builder, name, dim, hint, rank_hint)
     p = _Patches()
     try:
         for mod in (dist, c10d):
@@ -333,6 +349,15 @@ def open_world(env, builder, name: Optional[str], dim: Optional[Dim], hint: Opti
                                    "by symshape's symbolic world yet; explicit collectives are")
         p.set(DeviceMesh, "__init__", no_mesh)
         p.set(OpDispatcher, "dispatch", no_mesh)
+        # Entry points that reach into the world before a DeviceMesh exists, wherever the program looks them up.
+        import importlib
+        for mod_name, fn in _MESH_ENTRY_POINTS:
+            try:
+                mod = importlib.import_module(mod_name)
+            except ImportError:
+                continue
+            if hasattr(mod, fn):
+                p.set(mod, fn, no_mesh)
         yield sw.world
     finally:
         p.restore()

@@ -186,8 +186,10 @@ class _Search:
                                 defaulted=self.defaulted, program_name=name)
 
     # -- one trace -------------------------------------------------------------------
-    def _trace(self, point) -> _Outcome:
+    def _trace(self, point, rank: int = 0) -> _Outcome:
         tdims = {n: Dim(self.box[n][0], self.box[n][1], point[n]) for n in self.names}
+        if rank:
+            tdims[RANK] = Dim(0, self.box[self.world][1] - 1, rank)
         left = self.search_deadline - time.monotonic()
         limit = min(self.trace_timeout, max(left, 0.001))
         assume = assume_data_branches() if self.assume_data else contextlib.nullcontext()
@@ -229,18 +231,29 @@ class _Search:
             return _Outcome(Status.UNSUPPORTED, tp.env, message=f"unsupported by symshape: at {prov.location()} {msg}")
         return _Outcome(Status.OK, tp.env, output_shapes=tuple(tuple(s) for s in tp.output_shapes))
 
-    def _rank_free(self, env, conds, point):
-        """``conds`` with each condition on the rank required of every rank; None where the ranks
-        part ways at ``point`` (the trace, as rank 0, does not speak for the others there)."""
+    def _rank_free(self, env, conds, point, status, traced_rank: int = 0):
+        """``conds`` free of the rank, and the first rank that parts ways at ``point`` (or None).
+
+        An error on the traced rank is the job's error: its path is taken with that rank (which
+        must exist).  Any other outcome is the job's only if every rank takes the path: each
+        condition on the rank is required of every rank below W (:func:`for_all_ranks`); where
+        that fails at ``point`` the conditions are None and the first rank it fails for is returned.
+        """
         rank = env.symbols.get(RANK) if self.world is not None else None
         if rank is None or not any(rank in c.free_symbols for c in conds):
-            return conds
+            return conds, None
         W = self.symbols[self.world]
-        out = [for_all_ranks(c, rank, W, self.box[self.world][1]) for c in conds]
+        if status is Status.ERROR:
+            return [c.subs(rank, traced_rank) for c in conds] + [sympy.Ge(W, traced_rank + 1)], None
+        wmax = self.box[self.world][1]
+        out = [for_all_ranks(c, rank, W, wmax) for c in conds]
         subs = {self.symbols[n]: sympy.Integer(v) for n, v in point.items()}
-        if not all(holds(c, subs) for c in out):
-            return None
-        return out
+        if all(holds(c, subs) for c in out):
+            return out, None
+        for r in range(1, point[self.world]):
+            if not all(holds(c.subs(rank, r), subs) for c in conds):
+                return None, r
+        return None, None
 
     def _conditions(self, env):
         """Path conditions over input dims (axioms first, then records) and those over data."""
@@ -266,6 +279,25 @@ class _Search:
                 data.append(r.expr)
         return conds, tuple(data)
 
+    def _for_the_job(self, point, conds, data, oc):
+        """The path conditions of the whole job (every rank), from the trace as rank 0; where another
+        rank parts ways at ``point``, trace as that rank: its error is the job's error."""
+        try:
+            out, other = self._rank_free(oc.env, conds, point, oc.status)
+            if out is None and other is not None:
+                oc2 = self._trace(point, rank=other)
+                if oc2.status is Status.ERROR:
+                    conds2, data2 = self._conditions(oc2.env)
+                    if conds2 is not None:
+                        out, _ = self._rank_free(oc2.env, conds2, point, oc2.status, traced_rank=other)
+                        return out, data2, oc2
+        except ValueError as e:
+            return None, data, _Outcome(Status.UNSUPPORTED, oc.env, message=f"unsupported by symshape: {e}")
+        if out is None and oc.status is not Status.UNSUPPORTED:
+            oc = _Outcome(Status.UNSUPPORTED, oc.env, message="unsupported by symshape: the ranks take different "
+                          "paths at these sizes, and no rank's trace says what the job does")
+        return out, data, oc
+
     # -- classes ----------------------------------------------------------------------------
     def _make_class(self, point, oc: _Outcome) -> ShapeClass:
         idx = len(self.space.classes) + 1
@@ -274,13 +306,7 @@ class _Search:
         subs = {self.symbols[n]: sympy.Integer(v) for n, v in point.items()}
         imprecise = ""
         if conds is not None:
-            try:
-                conds = self._rank_free(oc.env, conds, point)
-            except ValueError as e:
-                conds, oc = None, _Outcome(Status.UNSUPPORTED, oc.env, message=f"unsupported by symshape: {e}")
-            if conds is None and oc.status is not Status.UNSUPPORTED:
-                oc = _Outcome(Status.UNSUPPORTED, oc.env, message="unsupported by symshape: the ranks take different "
-                              "paths at these sizes (rank-dependent control flow is traced as rank 0 only)")
+            conds, data, oc = self._for_the_job(point, conds, data, oc)
         if conds is None:
             imprecise = "the engine gave no path condition for this trace; the class is this one point"
         else:
