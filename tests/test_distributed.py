@@ -173,3 +173,29 @@ def test_traced_graph_runs_on_real_ranks(W):
     res = P.run_traced(W, "sp_mlp", ("x: f32[S, D]", "w1: f32[D, H]", "w2: f32[H, D]"),
                        [(3, 4), (4, 8), (8, 4)])
     assert res == [True] * W
+
+
+# -- contracts -----------------------------------------------------------------------------
+
+_CONTRACT = '''
+[[contract]]
+name = "sp_mlp"
+program = "{root}/examples/sharded.py:sp_mlp"
+inputs = ["x: f32[S, D]", "w1: f32[D, H]", "w2: f32[H, D]"]
+world = "W"
+dims = {{ S = "1..16", D = "1..16", H = "1..64", W = "1..8" }}
+valid = "H % W == 0"
+comm = {{ all_gather = "4*D*S*(W - 1)", reduce_scatter = "{rs}" }}
+'''
+
+
+@pytest.mark.parametrize("rs, rc", [("4*D*S*(W - 1)", 0), ("4*D*S*W", 1)])
+def test_check_proves_a_sharded_contract(rs, rc, tmp_path, capsys):
+    import os
+    from cli.main import main
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = tmp_path / "symshape.toml"
+    path.write_text(_CONTRACT.format(root=root, rs=rs))
+    assert main(["check", str(path)]) == rc
+    out = capsys.readouterr().out
+    assert ("reduce_scatter sends 4*D*S*(W - 1) bytes per rank" in out) == (rc == 1), out
