@@ -342,7 +342,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         requires_grad: names of inputs that require grad (with ``backward``).
         world: the name of a symbolic world size (``"W"``, its range in
             ``dims``): ``torch.distributed`` runs against it in this process
-            (see :mod:`shapes.distributed`).
+            (see :mod:`shapes.distributed`); ``dims={"rank": r}`` traces as
+            rank ``r`` (default 0) where the program asks for its rank.
 
     Returns a :class:`~shapes.program.TracedProgram`.
 
