@@ -141,6 +141,9 @@ def add_program_arguments(p, example: str = "x: f32[B, T, 768]", dim_help: str =
     p.add_argument("--world", type=parse_world, default=None, metavar="NAME=LO..HI",
                    help="trace torch.distributed against a symbolic world size NAME in LO..HI (one process, "
                         "no peers; see shapes.distributed)")
+    p.add_argument("--device", default=None, metavar="DEVICE",
+                   help="the device the program will run on, which its tensors report while traced "
+                        "(cpu or cuda; default cpu)")
 
 
 def parse_world(text: str) -> dict:

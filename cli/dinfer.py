@@ -96,7 +96,7 @@ def run(args) -> int:
         dims, world = world_options(args)
         space = dinfer(prog, *args.input, dims=dims, max_classes=args.max_classes,
                        time_budget=args.time_budget, specialize_zero_one=args.specialize_zero_one,
-                       progress=progress, trace_timeout=args.trace_timeout, world=world)
+                       progress=progress, trace_timeout=args.trace_timeout, device=args.device, world=world)
     finally:
         if progress is not None:
             progress.close()

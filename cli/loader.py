@@ -120,9 +120,11 @@ def trace_target(args, status, points=(), trace_options=None):
     prog = load_program(args.target)
     status.phase(f"tracing {args.target}")
     extra = trace_options(prog) if trace_options is not None else {}
+    if getattr(args, "device", None) is not None:
+        extra = {**extra, "device": args.device}
     dims, world = world_options(args)
     if world is not None:
-        extra["world"] = world
+        extra = {**extra, "world": world}
     tp = trace_for(prog, args.input, dims, points, kwargs=args.arg, progress=status.ops, **extra)
     report_validation(tp, status)
     return prog, tp

@@ -20,6 +20,10 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
+import z3
+
+from shapes.errors import SymshapeError
+
 _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
 _CACHE_SIZE = 64
 
@@ -125,7 +129,7 @@ def task_dinfer(q) -> dict:
     d = sp.to_dict()
     try:
         d["valid_iff"] = valid_iff(sp)
-    except Exception as e:  # the summary is extra; the classes stand without it
+    except (SymshapeError, z3.Z3Exception) as e:  # the summary is extra; the classes stand without it
         d["valid_iff"] = None
         d["warnings"] = d.get("warnings", []) + [f"no valid-iff summary: {type(e).__name__}: {e}"]
     return d
@@ -144,7 +148,7 @@ def task_flops(q) -> dict:
         try:
             v = rep.at(pt)
             values.append({"sizes": v.sizes, "flops": v.flops, "bytes": v.bytes})
-        except Exception as e:  # a point outside the trace's class: say so for that point only
+        except SymshapeError as e:  # a point outside the trace's class: say so for that point only
             values.append({"sizes": pt, "error": " ".join(str(e).split())})
     d["values"] = values
     return d
@@ -155,7 +159,7 @@ def _failing_guards(q, sizes):
     from guards.explain import explain
     try:
         ex = explain(_traced(q), at=sizes)
-    except Exception:
+    except SymshapeError:  # sizes the trace cannot take (bad --at, a failed trace): no guard to name
         return []
     at = ex.at
     if at is None:

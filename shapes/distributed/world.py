@@ -30,7 +30,6 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -169,7 +168,7 @@ class SymbolicWorld:
         if cond is sympy.true:
             return
         if cond is sympy.false or not self.env.expect_true(cond, provenance=capture(), message=msg):
-            raise program_error(exc_type(msg))
+            raise program_error(exc_type, msg)
 
     def _op_kind(self, op, what):
         import torch.distributed as dist
@@ -249,7 +248,7 @@ class SymbolicWorld:
 
     def _dtypes(self, a, b, what):
         if a.dtype != b.dtype:
-            raise program_error(TypeError(f"{what}: input and output dtypes differ ({b.dtype} and {a.dtype})"))
+            raise program_error(TypeError, f"{what}: input and output dtypes differ ({b.dtype} and {a.dtype})")
 
     # -- functional collectives ------------------------------------------------------------
     def f_all_reduce(self, self_, reduceOp, group, tag=""):
@@ -314,50 +313,73 @@ def _unmodeled(what):
     return raise_
 
 
-@contextlib.contextmanager
+class WorldScope:
+    """What :func:`open_world` returns: a context manager that stands in for the default process group
+    while entered; :attr:`world` is the :class:`World` once entered (None without a world name)."""
+
+    def __init__(self, env, builder, name, dim, hint, rank_hint):
+        self.args = (env, builder, name, dim, hint, rank_hint)
+        self.world: Optional[World] = None
+        self._patches = _Patches()
+
+    def __enter__(self):
+        env, builder, name, dim, hint, rank_hint = self.args
+        if name is None:
+            return None
+        sw = SymbolicWorld(env, builder, name, dim, hint, rank_hint)
+        try:
+            _patch_world(self._patches, sw)
+        except BaseException:  # a half-applied patch set must not outlive the trace: undo, re-raise
+            self._patches.restore()
+            raise
+        self.world = sw.world
+        return self.world
+
+    def __exit__(self, *exc):
+        self._patches.restore()
+        return False
+
+
 def open_world(env, builder, name: Optional[str], dim: Optional[Dim], hint: Optional[int] = None,
-               rank_hint: int = 0):
+               rank_hint: int = 0) -> WorldScope:
     """Stand in for the default process group while the program runs (nothing when ``name`` is None).
 
-    Yields the :class:`World` (None without one).
+    Entering it yields the :class:`World` (None without one).
     """
-    if name is None:
-        yield None
-        return
+    return WorldScope(env, builder, name, dim, hint, rank_hint)
+
+
+def _patch_world(p: _Patches, sw: SymbolicWorld) -> None:
+    """Point torch.distributed's modeled calls at ``sw`` and its unmodeled ones at a TracerLimitation."""
+    import importlib
+
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
     import torch.distributed._functional_collectives as funcol
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor._dispatch import OpDispatcher
 
-    sw = SymbolicWorld(env, builder, name, dim, hint, rank_hint)
-    p = _Patches()
-    try:
-        for mod in (dist, c10d):
-            for fn in _C10D:
-                p.set(mod, fn, (lambda *a, **k: True) if fn == "is_initialized" else getattr(sw, fn))
-            for fn in UNMODELED:
-                if hasattr(mod, fn):
-                    p.set(mod, fn, _unmodeled(fn))
-        for fn, ours in _FUNCOL.items():
-            p.set(funcol, fn, getattr(sw, ours))
-        # Anything else that needs the default group (a function imported by name before the trace).
-        p.set(c10d, "_get_default_group", _unmodeled("_get_default_group (a c10d call that needs the default group)"))
-
-        def no_mesh(*a, **k):
-            raise TracerLimitation("DeviceMesh (DTensor, parallelize_module, FSDP2 fully_shard) is not modeled "
-                                   "by symshape's symbolic world yet; explicit collectives are")
-        p.set(DeviceMesh, "__init__", no_mesh)
-        p.set(OpDispatcher, "dispatch", no_mesh)
-        # Entry points that reach into the world before a DeviceMesh exists, wherever the program looks them up.
-        import importlib
-        for mod_name, fn in _MESH_ENTRY_POINTS:
-            try:
-                mod = importlib.import_module(mod_name)
-            except ImportError:
-                continue
+    for mod in (dist, c10d):
+        for fn in _C10D:
+            p.set(mod, fn, (lambda *a, **k: True) if fn == "is_initialized" else getattr(sw, fn))
+        for fn in UNMODELED:
             if hasattr(mod, fn):
-                p.set(mod, fn, no_mesh)
-        yield sw.world
-    finally:
-        p.restore()
+                p.set(mod, fn, _unmodeled(fn))
+    for fn, ours in _FUNCOL.items():
+        p.set(funcol, fn, getattr(sw, ours))
+    # Anything else that needs the default group (a function imported by name before the trace).
+    p.set(c10d, "_get_default_group", _unmodeled("_get_default_group (a c10d call that needs the default group)"))
+
+    def no_mesh(*a, **k):
+        raise TracerLimitation("DeviceMesh (DTensor, parallelize_module, FSDP2 fully_shard) is not modeled "
+                               "by symshape's symbolic world yet; explicit collectives are")
+    p.set(DeviceMesh, "__init__", no_mesh)
+    p.set(OpDispatcher, "dispatch", no_mesh)
+    # Entry points that reach into the world before a DeviceMesh exists, wherever the program looks them up.
+    for mod_name, fn in _MESH_ENTRY_POINTS:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError:
+            continue
+        if hasattr(mod, fn):
+            p.set(mod, fn, no_mesh)
