@@ -16,6 +16,8 @@ import torch
 from shapes.errors import SymshapeError
 from shapes.spec import parse_sizes
 
+from .args import world_options
+
 
 class CliError(SymshapeError):
     """A user error the CLI reports as one line."""
@@ -120,7 +122,10 @@ def trace_target(args, status, points=(), trace_options=None):
     extra = trace_options(prog) if trace_options is not None else {}
     if getattr(args, "device", None) is not None:
         extra = {**extra, "device": args.device}
-    tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops, **extra)
+    dims, world = world_options(args)
+    if world is not None:
+        extra = {**extra, "world": world}
+    tp = trace_for(prog, args.input, dims, points, kwargs=args.arg, progress=status.ops, **extra)
     report_validation(tp, status)
     return prog, tp
 

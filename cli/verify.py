@@ -107,7 +107,8 @@ class _Facts:
     def space(self):
         if self._space is None:
             from validation.dinfer import dinfer
-            self._space = dinfer(self.program, *self.c.inputs, dims=self.c.dims, time_budget=self.time_budget)
+            self._space = dinfer(self.program, *self.c.inputs, dims=self.c.dims, time_budget=self.time_budget,
+                                 world=self.c.world)
         return self._space
 
     @property
@@ -117,14 +118,14 @@ class _Facts:
             from shapes import TraceError, trace
             from shapes.spec import Dim
             try:
-                self._tp = trace(self.program, *self.c.inputs, dims=self.c.dims)
+                self._tp = trace(self.program, *self.c.inputs, dims=self.c.dims, world=self.c.world)
             except TraceError as e:
                 self._trace_error = e
                 for cl in sorted(self.space.ok_classes, key=lambda k: -min(k.traced_at.values(), default=0)):
                     dims = {n: (Dim(v, v, v) if isinstance(v, int) else Dim(v[0], v[1], cl.traced_at[n]))
                             for n, v in self.c.dims.items()}
                     try:
-                        self._tp = trace(self.program, *self.c.inputs, dims=dims)
+                        self._tp = trace(self.program, *self.c.inputs, dims=dims, world=self.c.world)
                         self._trace_error = None
                         break
                     except TraceError:
@@ -428,14 +429,52 @@ def _check_max_guards(facts: _Facts, want: int) -> Finding:
                    fix=extra.suggestion or f"raise max_guards to {len(guards)} if these recompiles are intended")
 
 
-def _flops_of_class(facts: _Facts, c):
-    """The symbolic FLOP count of a trace at the class's own point."""
+def _report_of_class(facts: _Facts, c):
+    """The FLOP report of a trace at the class's own point."""
     from shapes import trace
     from shapes.flops import count_flops
     from shapes.spec import Dim
     sp = facts.space
     dims = {n: Dim(lo, hi, c.traced_at[n]) for n, (lo, hi) in sp.dims.items()}
-    return sympy.sympify(count_flops(trace(facts.program, *facts.c.inputs, dims=dims)).total)
+    return count_flops(trace(facts.program, *facts.c.inputs, dims=dims, world=facts.c.world))
+
+
+def _flops_of_class(facts: _Facts, c):
+    """The symbolic FLOP count of a trace at the class's own point."""
+    return sympy.sympify(_report_of_class(facts, c).total)
+
+
+def _check_comm(facts: _Facts, want: dict) -> Finding:
+    """Each collective kind's per-rank bytes equal the contract's formula in every ok class (Z3 where
+    they differ in form); a kind the program uses and the contract omits, or the reverse, fails."""
+    from guards.render import to_python
+    sp, z, classes = _ok_classes(facts)
+    if not classes:
+        return Finding("comm", FAIL, "no size in the ranges runs", fix="see the `valid` expectation")
+    wants = {k: sympy.Integer(v) if isinstance(v, int) else parse_expr(v, sp.symbols) for k, v in want.items()}
+    for c, term in classes:
+        got = {k: _by_name(sympy.sympify(e), sp) for k, e in _report_of_class(facts, c).comm.by_kind.items()}
+        if set(got) != set(wants):
+            return Finding("comm", FAIL, f"the program's collectives are {sorted(got) or 'none'} where "
+                           f"{c.describe()}, the contract states {sorted(wants)}",
+                           fix="comm = { " + ", ".join(f'{k} = "{to_python(e)}"' for k, e in got.items()) + " }")
+        for k, e in got.items():
+            if sympy.simplify(e - wants[k]) == 0:
+                continue
+            try:
+                pt = _differs(z, sp, term, e, wants[k])
+            except _Undecided as err:
+                return Finding("comm", UNDECIDED, str(err))
+            except Exception as err:  # a formula Z3 cannot express: undecided, never a pass
+                return Finding("comm", UNDECIDED, f"cannot compare {to_python(e)} with {want[k]} ({err})")
+            if pt is None:
+                continue
+            return Finding("comm", FAIL, f"{k} sends {to_python(e)} bytes per rank where {c.describe()}, the "
+                           f"contract says {want[k]}", counterexample=pt, fix=f'{k} = "{to_python(e)}"')
+    if not sp.complete:
+        return _incomplete("comm", sp, len(classes))
+    return Finding("comm", PASS, f"bytes per rank of {', '.join(sorted(wants))} proved equal in all "
+                   f"{len(classes)} ok class(es)")
 
 
 def _check_flops(facts: _Facts, want) -> Finding:
@@ -479,7 +518,7 @@ def _incomplete(what, sp, n) -> Finding:
 
 
 _CHECKS = {"output": _check_output, "valid": _check_valid, "no_specialization": _check_no_specialization,
-           "max_guards": _check_max_guards, "flops": _check_flops}
+           "max_guards": _check_max_guards, "flops": _check_flops, "comm": _check_comm}
 
 
 def verify(contract: Contract, roots=None, time_budget: float = 60.0, facts: bool = False) -> EntryResult:
