@@ -42,6 +42,8 @@ def register(sub):
         dim_help=f"range of a dim (NAME=LO..HI, or NAME=LO.. for no upper bound); NAME=N pins the dim to N; "
                  f"dims without one are searched over {DEFAULT_RANGE_TEXT}")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--detail", action="store_true",
+                   help="list every class of sizes (the search's split), not one row per outcome")
     p.add_argument("--max-classes", type=positive_int, default=64, metavar="N",
                    help="stop after N classes (default 64)")
     p.add_argument("--time-budget", type=_positive_float, default=60.0, metavar="S",
@@ -108,7 +110,7 @@ def run(args) -> int:
     if args.json:
         print(space.to_json(indent=2))
     else:
-        print(space.table())
+        print(space.table(detail=args.detail))
     if space.timed_out:
         print(f"dinfer: {space.reason}", file=sys.stderr)
         return 3

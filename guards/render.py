@@ -25,6 +25,8 @@ import sympy
 # to_python is the engine's printer for people (errors, dinfer, flops, the CLI use it too).
 from shapes.printers import PythonPrinter, same_symbol, to_python  # noqa: F401
 
+from .for_people import people_conjunction, people_dnf
+
 
 def source_names(env) -> dict:
     """Symbol -> the first user-visible place it came from (``x.shape[0]``)."""
@@ -52,22 +54,11 @@ def render_conjunction(conds, names: Optional[Mapping] = None) -> str:
         >>> render_conjunction([])
         'True'
     """
-    conds = list(conds)
+    conds = [c for c in conds if c is not sympy.true]
     if not conds:
         return "True"
-    parts, i = [], 0
-    while i < len(conds):
-        c = conds[i]
-        nxt = conds[i + 1] if i + 1 < len(conds) else None
-        if (isinstance(c, sympy.Ge) and isinstance(nxt, sympy.Le) and c.lhs.is_Symbol
-                and nxt.lhs == c.lhs and c.rhs.is_Integer and nxt.rhs.is_Integer):
-            parts.append(f"{c.rhs} <= {to_python(c.lhs, names)} <= {nxt.rhs}")
-            i += 2
-            continue
-        s = to_python(c, names)
-        parts.append(f"({s})" if isinstance(c, sympy.Or) and not same_symbol(c.args, sympy.Eq) else s)
-        i += 1
-    return " and ".join(parts)
+    # Solved per dim for people (H // 2 >= 1 is H >= 2; 64 <= C <= 64 is C == 64).
+    return people_conjunction(conds, names, always="True", never="False")
 
 
 def render_dnf(dnf, names: Optional[Mapping] = None) -> str:
@@ -86,17 +77,7 @@ def render_dnf(dnf, names: Optional[Mapping] = None) -> str:
         return "False"
     if any(len(d) == 0 for d in dnf):
         return "True"
-    if len(dnf) == 1:
-        return render_conjunction(dnf[0], names)
-    def compound(d):
-        if len(d) > 1:
-            return True
-        c = d[0]
-        return (isinstance(c, sympy.And) and not same_symbol(c.args, sympy.Ne)) or isinstance(c, sympy.Or)
-
-    return " or ".join(f"({render_conjunction(d, names)})" if compound(d) and not (
-        len(d) == 1 and isinstance(d[0], sympy.Or) and same_symbol(d[0].args, sympy.Eq))
-        else render_conjunction(d, names) for d in dnf)
+    return people_dnf(dnf, names, always="True", never="False")
 
 
 def _split_top(s: str, sep: str) -> Optional[list]:
