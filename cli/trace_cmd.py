@@ -64,8 +64,9 @@ def _print(args, tp) -> None:
         print(f"  {o}")
     print(f"{len(tp.guards)} guard(s), {len(tp.runtime_asserts)} runtime assert(s)")
     for g in tp.records:
-        print(f"  [{g.kind.value}] {render_guard(g, tp.env, user_terms=False)}   "
-              f"({render_guard(g, tp.env)})  at {short_path(g.filename)}:{g.lineno}")
+        dims, user = render_guard(g, tp.env, user_terms=False), render_guard(g, tp.env)
+        print(f"  [{g.kind.value}] {dims}" + (f"   ({user})" if user != dims else "")
+              + f"  at {short_path(g.filename)}:{g.lineno}")
     for p, m in tp.unchecked_indices:
         print(f"  [unchecked index] {m}  at {short_path(p.filename)}:{p.lineno}")
     if args.graph:

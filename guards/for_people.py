@@ -130,8 +130,8 @@ def solve_atom(c, ranges: Optional[Mapping] = None):
         c = sympy.Ge(c.lhs.args[1], 2) if _nonneg(c.lhs.args[1], ranges) else c
     elif isinstance(c, sympy.Eq) and isinstance(c.lhs, PyMod) and c.lhs.args[0] == 1 and c.rhs == 0:
         c = sympy.Eq(c.lhs.args[1], 1) if _nonneg(c.lhs.args[1], ranges) else c
-    if not isinstance(c, _RELS) or len(c.free_symbols) != 1:
-        return c
+    if not isinstance(c, _RELS) or len(c.free_symbols) != 1 or (c.lhs.is_Symbol and c.rhs.is_Integer):
+        return c  # already a bound on a dim, as the program wrote it
     (s,) = c.free_symbols
     if _range(s, ranges) is None:
         return c
@@ -214,7 +214,7 @@ def for_people(conds, ranges: Optional[Mapping] = None) -> list:
             flat.extend(a.args if isinstance(a, sympy.And) else (a,))
     if any(c is sympy.false for c in flat):
         return [sympy.false]
-    bounds, order, rest = {}, [], []
+    bounds, order, rest, written = {}, [], [], {}
     for c in flat:
         if c is sympy.true:
             continue
@@ -223,16 +223,40 @@ def for_people(conds, ranges: Optional[Mapping] = None) -> list:
             rest.append(c)
             continue
         s, lo, hi = b
+        written.setdefault(s, []).append(c)
         if s not in bounds:
             bounds[s] = [-math.inf, math.inf]
             order.append(("b", s))
         bounds[s][0], bounds[s][1] = max(bounds[s][0], lo), min(bounds[s][1], hi)
         continue
     out = []
+    for c in list(rest):  # T <= 64 and T != 64 is T <= 63
+        if isinstance(c, sympy.Ne) and c.lhs.is_Symbol and c.rhs.is_Integer and c.lhs in bounds:
+            lo, hi = bounds[c.lhs]
+            k = int(c.rhs)
+            if k in (lo, hi) or k < lo or k > hi:
+                bounds[c.lhs] = [lo + (k == lo), hi - (k == hi)]
+                written[c.lhs] = []
+                rest.remove(c)
     for _, s in order:
         lo, hi = bounds[s]
         if lo > hi:
             return [sympy.false]
+        r = _range(s, ranges) if ranges else None
+        if r is not None:  # a bound the range already gives says nothing
+            if lo > r[1] or hi < r[0]:
+                return [sympy.false]
+            lo = -math.inf if lo <= r[0] else lo
+            hi = math.inf if hi >= r[1] else hi
+            if lo == -math.inf and hi == math.inf:
+                continue
+            written[s] = [c for c in written[s] if _bound(c)[1:] != (-math.inf, r[1]) and _bound(c)[1:] != (r[0], math.inf)]
+        if lo == hi:
+            out.append(sympy.Eq(s, lo))
+            continue
+        if len(written[s]) == 1 and not isinstance(written[s][0], sympy.Eq) and written[s][0].lhs.is_Symbol:
+            out.append(written[s][0])  # one bound, as the program wrote it (B > 16)
+            continue
         if lo == hi:
             out.append(sympy.Eq(s, lo))
             continue

@@ -25,12 +25,15 @@ import sympy
 # to_python is the engine's printer for people (errors, dinfer, flops, the CLI use it too).
 from shapes.printers import PythonPrinter, same_symbol, to_python  # noqa: F401
 
+from shapes.data_names import data_names
+
 from .for_people import people_conjunction, people_dnf
 
 
 def source_names(env) -> dict:
-    """Symbol -> the first user-visible place it came from (``x.shape[0]``)."""
-    out = {}
+    """Symbol -> the first user-visible place it came from (``x.shape[0]``); data-dependent
+    values by the user's names for them (``x.sum().item()``, never ``u0``)."""
+    out = dict(data_names(env))
     for s, srcs in env.sources.items():
         if srcs:
             out[s] = srcs[0]
@@ -38,8 +41,10 @@ def source_names(env) -> dict:
 
 
 def render_guard(guard, env, *, user_terms: bool = True) -> str:
-    """A guard's condition in the user's terms (``x.shape[0] > 16``) or dim names (``B > 16``)."""
-    return to_python(guard.expr, source_names(env) if user_terms else None)
+    """A guard's condition in the user's terms (``x.shape[0] > 16``) or dim names (``B > 16``),
+    solved per dim for people (``x.shape[2] // 2 >= 2`` reads ``x.shape[2] >= 4``)."""
+    names = source_names(env) if user_terms else data_names(env)
+    return people_conjunction([guard.expr], names, always="True", never="False")
 
 
 def render_conjunction(conds, names: Optional[Mapping] = None) -> str:
