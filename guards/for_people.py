@@ -246,6 +246,9 @@ def for_people(conds, ranges: Optional[Mapping] = None) -> list:
         if r is not None:  # a bound the range already gives says nothing
             if lo > r[1] or hi < r[0]:
                 return [sympy.false]
+            if max(lo, r[0]) == min(hi, r[1]):
+                out.append(sympy.Eq(s, max(lo, r[0])))  # B <= 1 where B starts at 1 is B == 1
+                continue
             lo = -math.inf if lo <= r[0] else lo
             hi = math.inf if hi >= r[1] else hi
             if lo == -math.inf and hi == math.inf:
