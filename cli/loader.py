@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import math
 import os
 import sys
 
 import torch
 
-from shapes.errors import SymshapeError
+from guards.render import short_path
+from shapes.errors import SpecError, SymshapeError
 from shapes.spec import parse_sizes
+
+#: Seconds the search for sizes that run may take when the example sizes fail.
+SEARCH_BUDGET_S = 30.0
 
 
 class CliError(SymshapeError):
@@ -82,11 +87,15 @@ def parse_point(text: str) -> dict:
     return parse_sizes(text)
 
 
-def trace_for(program, specs, dims, points=(), kwargs=None, progress=None, **trace_kwargs):
+def trace_for(program, specs, dims, points=(), kwargs=None, progress=None, search_sizes: bool = True,
+              **trace_kwargs):
     """Trace at the default example sizes; if the program raises there and the
     user gave concrete points (``--at``), trace at the first point where it runs
-    instead, so a report about those sizes is still possible.  ``trace_kwargs``
-    go to :func:`shapes.trace`."""
+    instead, so a report about those sizes is still possible; else (``search_sizes``)
+    search for sizes that run (dinfer's search) and trace there.  The trace then
+    carries ``searched_note``: which sizes failed and which were used.  A failure
+    everywhere raises the first error, saying that no size that runs was found.
+    ``trace_kwargs`` go to :func:`shapes.trace`."""
     from shapes import TraceError, trace
 
     def trace_at(d):
@@ -96,18 +105,51 @@ def trace_for(program, specs, dims, points=(), kwargs=None, progress=None, **tra
         return trace_at(dims)
     except TraceError as first:
         for pt in points:
-            hinted = dict(dims or {})
-            for name, v in pt.items():
-                cur = hinted.get(name)
-                if isinstance(cur, tuple) and len(cur) >= 2:
-                    hinted[name] = (cur[0], cur[1], v)
-                elif cur is None:
-                    hinted[name] = v
             try:
-                return trace_at(hinted)
+                return trace_at(_hinted(dims, pt))
             except TraceError:
                 continue
-        raise first
+        if not search_sizes or first.exc is None:
+            raise
+        tp = _trace_where_it_runs(program, specs, dims, kwargs, first, trace_at)
+        if tp is None:
+            raise
+        return tp
+
+
+def _hinted(dims, pt) -> dict:
+    """``dims`` with the example size of each dim of ``pt`` set to its value there."""
+    hinted = dict(dims or {})
+    for name, v in pt.items():
+        cur = hinted.get(name)
+        if isinstance(cur, tuple) and len(cur) >= 2:
+            hinted[name] = (cur[0], cur[1], v)
+        elif cur is None or not isinstance(cur, int):
+            hinted[name] = (1, math.inf, v) if cur is None else cur
+    return hinted
+
+
+def _trace_where_it_runs(program, specs, dims, kwargs, first, trace_at):
+    """The trace at sizes dinfer's search finds to run, with a note saying so; None if none is found."""
+    from shapes import TraceError
+    from validation.dinfer import sizes_that_run
+
+    fn = with_arguments(program, kwargs) if kwargs else program
+    try:
+        point = sizes_that_run(fn, *specs, dims=dims, time_budget=SEARCH_BUDGET_S)
+    except (TraceError, SpecError):
+        point = None
+    where = getattr(first, "provenance", None)
+    failed = f"{type(first.exc).__name__}" + (f" at {short_path(where.filename)}:{where.lineno}"
+                                               if where is not None and getattr(where, "filename", None) else "")
+    if point is None:
+        first.args = (f"{first.args[0] if first.args else first}; searching the dim ranges for {SEARCH_BUDGET_S:g} s "
+                      f"found no sizes that run",)
+        return None
+    tp = trace_at(_hinted(dims, point))
+    tp.searched_note = (f"the example sizes raise {failed}; traced at sizes that run, found by searching "
+                        f"the dim ranges: " + ", ".join(f"{k}={v}" for k, v in point.items()))
+    return tp
 
 
 def trace_target(args, status, points=(), trace_options=None):
@@ -119,6 +161,9 @@ def trace_target(args, status, points=(), trace_options=None):
     status.phase(f"tracing {args.target}")
     extra = trace_options(prog) if trace_options is not None else {}
     tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops, **extra)
+    note = getattr(tp, "searched_note", None)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     report_validation(tp, status)
     return prog, tp
 
