@@ -89,3 +89,21 @@ def test_bash_block_commands_run(block, monkeypatch, tmp_path, capsys):
                     assert list(tmp_path.iterdir()), "the report was written to the temp dir"
             else:
                 pytest.fail(f"README command {command!r}: teach tests/test_readme.py how to check it")
+
+
+def test_dinfer_sample_is_what_dinfer_prints(monkeypatch, tmp_path, capsys):
+    """The ```text sample after the README's conv_pool dinfer command: each line (``...`` skips
+    lines) is a line of the real output, in order."""
+    monkeypatch.chdir(ROOT)
+    text = open(README, encoding="utf-8").read()
+    cmd = next(m.group(0) for m in re.finditer(r"^dinfer examples/shape_zoo.py:conv_pool .*$", text, re.M))
+    (sample,) = [m.group(1) for m in re.finditer(r"^```text\n(.*?)^```$", text, re.S | re.M)]
+    rc, out = _run_cli(cmd, tmp_path, capsys)
+    assert rc == 0, out.err
+    real = out.out.splitlines()
+    i = 0
+    for line in sample.splitlines():
+        if line == "...":
+            continue
+        assert line in real[i:], f"README line not printed (in order): {line!r}\nreal output:\n{out.out}"
+        i = real.index(line, i) + 1

@@ -31,7 +31,7 @@ from typing import Mapping, Optional
 import sympy
 
 from shapes.functions import substitute
-from guards.render import clean_message, render_conjunction, to_python  # noqa: F401  (to_python re-exported)
+from guards.render import clean_message, render_conjunction, short_path, to_python  # noqa: F401  (to_python re-exported)
 
 
 class Status(str, enum.Enum):
@@ -55,7 +55,7 @@ class ClassError:
     op: Optional[str] = None
 
     def location(self) -> str:
-        where = f"{self.filename}:{self.lineno}"
+        where = f"{short_path(self.filename)}:{self.lineno}"  # relative to the working directory
         return f"{where} `{self.code}`" if self.code else where
 
     def __str__(self) -> str:
