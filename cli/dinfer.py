@@ -48,9 +48,6 @@ def register(sub):
                    help="stop after N classes (default 64)")
     p.add_argument("--time-budget", type=_positive_float, default=60.0, metavar="S",
                    help="the whole run's time in seconds, traces included (default 60)")
-    p.add_argument("--trace-timeout", type=_positive_float, default=30.0, metavar="S",
-                   help="stop when one trace runs longer than S seconds, e.g. a program that loops "
-                        "forever (default 30)")
     p.add_argument("--specialize-zero-one", action="store_true",
                    help="PyTorch's 0/1 policy: give sizes 0 and 1 classes of their own")
     p.add_argument("--no-specialize-zero-one", action="store_true", help=argparse.SUPPRESS)  # the default now

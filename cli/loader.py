@@ -6,6 +6,7 @@ subcommands import it inside ``run`` (see :mod:`cli.main`).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import math
@@ -160,12 +161,50 @@ def trace_target(args, status, points=(), trace_options=None):
     prog = load_program(args.target)
     status.phase(f"tracing {args.target}")
     extra = trace_options(prog) if trace_options is not None else {}
-    tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops, **extra)
+    with guarded_run(args.target, getattr(args, "trace_timeout", None)):
+        tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops, **extra)
     note = getattr(tp, "searched_note", None)
     if note:
         print(f"note: {note}", file=sys.stderr)
     report_validation(tp, status)
     return prog, tp
+
+
+@contextlib.contextmanager
+def guarded_run(target: str, seconds):
+    """Run the user's program with ``--trace-timeout`` (a timeout no ``except`` in the program
+    swallows) and with its exits turned into one-line errors: ``sys.exit`` and ``os._exit`` inside
+    the program would otherwise end symshape silently."""
+    from validation.dinfer.limits import TraceTimeout, time_limit
+
+    real_exit = os._exit
+
+    def no_exit(code=0):
+        raise _ProgramExit(code, "os._exit")
+    os._exit = no_exit
+    try:
+        with (time_limit(seconds) if seconds else contextlib.nullcontext()):
+            yield
+    except TraceTimeout:
+        raise CliError(f"{target} ran longer than --trace-timeout {seconds:g} s while traced (a loop that "
+                       f"never ends?); raise --trace-timeout if it is just slow") from None
+    except SystemExit as e:
+        raise CliError(f"{target} called sys.exit({e.code!r}) while traced; symshape needs the program to "
+                       f"return") from None
+    except _ProgramExit as e:
+        raise CliError(f"{target} called {e.how}({e.code!r}) while traced; symshape needs the program to "
+                       f"return") from None
+    finally:
+        os._exit = real_exit
+
+
+class _ProgramExit(BaseException):
+    """The program asked the process to end (``os._exit``): not an ``Exception``, so the
+    program's own handlers do not swallow it."""
+
+    def __init__(self, code, how):
+        super().__init__(code)
+        self.code, self.how = code, how
 
 
 def report_validation(tp, status) -> None:
