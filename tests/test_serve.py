@@ -72,8 +72,10 @@ def test_trace_matches_the_engine_and_is_cached(server):
     assert st == 200 and r["cached"] is False, r
     tp = shapes.trace(SP.grid, "x: f32[H, W]", dims={"H": (1, 24), "W": (1, 24)})
     assert r["result"]["output_shapes"] == [[to_python(e) for e in s] for s in tp.output_shapes]
+    # Each condition as people read it (solved per dim: W // 2 != 0 is W >= 2).
+    from guards.render import render_guard
     assert [(g["expr"], g["line"]) for g in r["result"]["guards"]] == \
-        [(to_python(g.expr), g.lineno) for g in tp.records]
+        [(render_guard(g, tp.env, user_terms=False), g.lineno) for g in tp.records]
     assert all(g["file"] == "tests/serve_programs.py" for g in r["result"]["guards"])
     st, again = post(server, "/api/trace", GRID)
     assert st == 200 and again["cached"] is True and again["result"] == r["result"]
@@ -301,7 +303,9 @@ def test_page_second_program_keeps_nothing_of_the_first(server):
             assert page.inner_text("#verdict") == ""
             assert page.inner_text("#shapes") == "output 0: [B, 10]"
             assert "traced at sizes that run" in page.inner_text("#trace-note")
-            assert page.inner_text("#valid-iff") == "valid iff 28 <= H <= 31 and 28 <= W <= 31"
+            # (the page's search has 20 s: on a busy machine it may not reach B == 1, hence "in")
+            valid = page.inner_text("#valid-iff")
+            assert valid.startswith("valid iff ") and "28 <= H <= 31 and 28 <= W <= 31" in valid, valid
             m = page.evaluate("() => symshape.map")
             assert (m["y"], m["x"]) == ("H", "W")  # the dims the outcome depends on, not B
             assert m["xs"][0] == 1 and m["xs"][-1] == 48 and m["ys"][0] == 1 and m["ys"][-1] == 48  # no zoom
