@@ -116,3 +116,30 @@ def test_library_special_case_is_not_suggested_as_a_check(capsys):
     ne = [r for r in doc["records"] if r["expr"] == "T != 64"]
     assert ne and all("torch._check(" not in (r["suggestion"] or "") for r in ne)
     assert _space("attention").classify(B=2, T=64).ok
+
+
+def test_check_proposes_the_general_output_not_the_smallest_class(tmp_path, capsys):
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = tmp_path / "symshape.toml"
+    path.write_text(f"""[[contract]]
+name = "attention"
+program = "{root}/tests/reading_programs.py:CausalAttention"
+inputs = ["x: f32[B, T, 32]"]
+dims = {{ B = "1..4", T = "1..64" }}
+output = ["B", "T", 16]
+""")
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] output" in out
+    fix = re.search(r"fix: (.*)", out).group(1)
+    assert fix == 'output = ["B", "T", 32]', out
+
+
+def test_output_fix_is_the_general_formula_whichever_class_failed():
+    from cli.verify import _output_fix
+    sp = _space("attention")
+    smallest = min(sp.ok_classes, key=lambda c: sum(c.example.values()))
+    assert [list(map(str, s)) for s in smallest.output_shapes] == [["1", "1", "32"]] or smallest.output_shapes
+    for c in sp.ok_classes:  # [1, 1, 32] where B == 1 and T == 1 is a case of [B, T, 32]
+        assert _output_fix(sp, c) == 'output = ["B", "T", 32]'

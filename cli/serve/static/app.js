@@ -7,6 +7,8 @@ const OK_COLORS = ["#2e9e4f", "#1f78b4", "#66c2a5", "#b2df8a", "#016c59", "#a6ce
 const ERR_COLORS = ["#d7301f", "#ff9f1c", "#8e0152", "#f781bf", "#8c510a", "#fdd835"];
 const UNK_COLORS = ["#9e9ac8", "#bdbdbd", "#756bb1"];
 const NONE_COLOR = "#ffffff";
+// Seconds for the search behind the summary, map and verdicts (the server keeps it inside its --timeout).
+const SEARCH_S = 60;
 const hashToken = new URLSearchParams(location.hash.slice(1)).get("token");
 
 async function api(path, body) {
@@ -102,7 +104,7 @@ async function analyze() {
     renderTrace();
     $("results").hidden = false;
     status("searching valid sizes…");
-    S.dinfer = (await api("/api/dinfer", q)).result;
+    S.dinfer = (await api("/api/dinfer", Object.assign({}, q, { time_budget: SEARCH_S }))).result;
     setupDims();
     await drawMap();
     await drawFlops();
@@ -167,7 +169,7 @@ async function drawMap() {
     S.map = null;
     return;
   }
-  const body = Object.assign({}, S.query, { x, y, cells: 48, x_range: clip(x, 48), y_range: clip(y, 48) });
+  const body = Object.assign({}, S.query, { x, y, cells: 48, x_range: clip(x, 48), y_range: clip(y, 48), time_budget: SEARCH_S });
   const m = (S.map = (await api("/api/map", body)).result);
   const byIndex = Object.fromEntries(m.classes.map((c) => [c.index, c]));
   const margin = 36, side = cv.width - margin;
@@ -260,7 +262,7 @@ async function classify() {
   }
   $("verdict").textContent = "…";
   try {
-    const r = (S.verdict = (await api("/api/classify", Object.assign({}, S.query, { sizes }))).result);
+    const r = (S.verdict = (await api("/api/classify", Object.assign({}, S.query, { sizes, time_budget: SEARCH_S }))).result);
     const head = r.valid === true ? el("span", { class: "ok" }, "valid") :
       r.valid === false ? el("span", { class: "bad" }, "invalid") : el("span", {}, "undecided");
     const parts = [head, ": ", r.reason];
