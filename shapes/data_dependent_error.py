@@ -16,11 +16,11 @@ Example::
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import sympy
 
-from .data_names import data_name
+from .data_names import name_from_origin
 from .errors import SymshapeError
 from .printers import to_python
 
@@ -35,14 +35,15 @@ class DataDependentError(SymshapeError, RuntimeError):
     make the trace go through (``torch._check``).
     """
 
-    def __init__(self, expr, provenance: Provenance, unbacked: Iterable[sympy.Symbol], env):
+    def __init__(self, expr, provenance: Provenance, unbacked: Iterable[sympy.Symbol], *,
+                 describe: Callable[[sympy.Symbol], str]):
         self.expr = expr
         self.provenance = provenance
         self.unbacked = tuple(unbacked)
         # The user's names for the values (x.sum().item(), n), never the engine's u0.
-        names = {u: data_name(env, u) for u in self.unbacked}
-        origins = "; ".join(f"{names[u]} = {env.describe_symbol(u)}" for u in self.unbacked
-                            if names[u] not in env.describe_symbol(u))
+        names = {u: name_from_origin(describe(u), u.name) for u in self.unbacked}
+        origins = "; ".join(f"{names[u]} = {describe(u)}" for u in self.unbacked
+                            if names[u] not in describe(u))
         op = f" (asked by {provenance.op})" if provenance.op else ""
         super().__init__(
             f"data-dependent condition {to_python(expr, names)} at {provenance.filename}:{provenance.lineno}"
@@ -52,6 +53,3 @@ class DataDependentError(SymshapeError, RuntimeError):
             f"torch._check({to_python(sympy.Not(expr), names)}); the check is asserted at run time and "
             f"assumed while tracing."
         )
-        # torch's C++ may catch it on the way out and raise its text as a RuntimeError
-        # ("unflatten got an unexpected error: ..."); the tracer finds it here again.
-        env.last_data_dependent = self
