@@ -42,7 +42,7 @@ from shapes.guard import Decision, Guard, GuardKind, StepKind
 
 from . import report_html, report_json, report_text
 from .explain_at import AtResult, ExplainError, evaluate_at  # noqa: F401 - ExplainError is part of this API
-from .for_people import people_conjunction, solve_atom
+from .for_people import people_conjunction, solve_atom, without_unit_mod
 from .render import short_path, source_names, to_python
 
 # Origins of a record: who asked the question that produced it.
@@ -380,7 +380,7 @@ def _entry(traced, g: Guard, names) -> Entry:
         cost_text = f"the trace is only valid where {user}; any other size recompiles"
 
     return Entry(
-        index=g.index, kind=g.kind.value, expr=dim_expr, user_expr=user, raw=to_python(g.expr, data_names(env)),
+        index=g.index, kind=g.kind.value, expr=dim_expr, user_expr=user, raw=to_python(without_unit_mod(g.expr), data_names(env)),
         original=to_python(g.original, data_names(env)) if g.original is not None else dim_expr,
         negation=neg_user, dims=input_dims, data_dependent=unbacked,
         file=file, line=line, code=code, function=function,

@@ -126,10 +126,7 @@ def solve_atom(c, ranges: Optional[Mapping] = None):
     >>> solve_atom(sympy.Ge(FloorDiv(N, 4), 9), {"N": (1, 16)})
     False
     """
-    if isinstance(c, sympy.Ne) and isinstance(c.lhs, PyMod) and c.lhs.args[0] == 1 and c.rhs == 0:
-        c = sympy.Ge(c.lhs.args[1], 2) if _nonneg(c.lhs.args[1], ranges) else c
-    elif isinstance(c, sympy.Eq) and isinstance(c.lhs, PyMod) and c.lhs.args[0] == 1 and c.rhs == 0:
-        c = sympy.Eq(c.lhs.args[1], 1) if _nonneg(c.lhs.args[1], ranges) else c
+    c = without_unit_mod(c, ranges)
     if not isinstance(c, _RELS) or len(c.free_symbols) != 1 or (c.lhs.is_Symbol and c.rhs.is_Integer):
         return c  # already a bound on a dim, as the program wrote it
     (s,) = c.free_symbols
@@ -168,6 +165,21 @@ def solve_atom(c, ranges: Optional[Mapping] = None):
         return sympy.true
     parts = [p for p in (_interval(s, lo, ge0 - 1, lo, hi), _interval(s, gt0, hi, lo, hi)) if p is not sympy.false]
     return sympy.Or(*parts, evaluate=False) if len(parts) > 1 else (parts[0] if parts else sympy.false)
+
+
+def without_unit_mod(c, ranges: Optional[Mapping] = None):
+    """``1 % e != 0`` as ``e >= 2`` and ``1 % e == 0`` as ``e == 1``, for a size expression ``e``
+    (never negative; at ``e == 0`` both sides are outside); else ``c``.
+
+    >>> W = sympy.Symbol("W", integer=True)
+    >>> to_python(without_unit_mod(sympy.Eq(PyMod(1, FloorDiv(W, 4)), 0)))
+    'W // 4 == 1'
+    """
+    if isinstance(c, (sympy.Eq, sympy.Ne)) and isinstance(c.lhs, PyMod) and c.lhs.args[0] == 1 and c.rhs == 0:
+        e = c.lhs.args[1]
+        if _nonneg(e, ranges):
+            return sympy.Eq(e, 1) if isinstance(c, sympy.Eq) else sympy.Ge(e, 2)
+    return c
 
 
 def _interval(s, a, b, lo, hi):
