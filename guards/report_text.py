@@ -38,9 +38,11 @@ def _wrap(text: str, width: int, first: str, rest: str) -> list:
         depth += ch in "([{"
         depth -= ch in ")]}" and depth > 0
         glued.append(_GLUE if ch == " " and depth > 0 else ch)
-    lines = textwrap.wrap("".join(glued), width=width, initial_indent=first, subsequent_indent=rest,
+    glued = "".join(glued).replace(" // ", f"{_GLUE}//{_GLUE}").replace(" % ", f"{_GLUE}%{_GLUE}")
+    lines = textwrap.wrap(glued, width=width, initial_indent=first, subsequent_indent=rest,
                           break_long_words=False, break_on_hyphens=False)
     if any(len(line) > width for line in lines):  # a group wider than a line: break it after all
+        text = text.replace(" // ", f"{_GLUE}//{_GLUE}").replace(" % ", f"{_GLUE}%{_GLUE}")
         lines = textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
                               break_long_words=True, break_on_hyphens=False)
     return [line.replace(_GLUE, " ") for line in lines] or [first.rstrip()]

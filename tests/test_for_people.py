@@ -143,3 +143,12 @@ def test_output_fix_is_the_general_formula_whichever_class_failed():
     assert [list(map(str, s)) for s in smallest.output_shapes] == [["1", "1", "32"]] or smallest.output_shapes
     for c in sp.ok_classes:  # [1, 1, 32] where B == 1 and T == 1 is a case of [B, T, 32]
         assert _output_fix(sp, c) == 'output = ["B", "T", 32]'
+
+
+@pytest.mark.parametrize("width", [40, 52, 60, 80])
+def test_formulas_wrap_between_tokens(width, capsys):
+    assert main(["flops", "examples/shape_zoo.py:conv_pool", "-i", "x: f32[B, 3, H, W]", "--width", str(width)]) == 0
+    out = capsys.readouterr().out
+    assert "(H // 2)" in out
+    for line in out.splitlines():
+        assert not line.rstrip().endswith(("//", "%")) and not line.lstrip().startswith(("// ", "% ")), line
