@@ -336,10 +336,10 @@ class _Summarizer:
             out.append(a)
         return out[:MAX_ATOMS]
 
-    def extent(self, region_term, n):
+    def extent(self, region_term, n, cap_ms: int = 1000):
         key = (region_term.hash(), n)
         if key not in self._extents:
-            self._extents[key] = self.z.extent(z3.And(*self.universe, region_term), n, cap_ms=1000)
+            self._extents[key] = self.z.extent(z3.And(*self.universe, region_term), n, cap_ms=cap_ms)
         return self._extents[key]
 
     def box_form(self, region_term):
@@ -349,7 +349,8 @@ class _Summarizer:
         for n in self.names:
             if self.z.out_of_time():
                 return None
-            ends = self.extent(region_term, n)
+            # A box reads best of all forms: worth a longer wait on a busy machine.
+            ends = self.extent(region_term, n, cap_ms=4000)
             if ends is None or None in ends:
                 return None
             lo, hi = ends
@@ -362,7 +363,7 @@ class _Summarizer:
                 conds.append(sympy.Ge(s, lo))
             if hi < bhi:
                 conds.append(sympy.Le(s, hi))
-        if not self.implies([self.z.conj(conds)], region_term):
+        if self.z.out_of_time() or not self.z.implied(region_term, [*self.universe, self.z.conj(conds)], cap_ms=4000):
             return None
         return tuple(conds)
 
