@@ -18,6 +18,9 @@ import pytest
 from cli.main import dinfer_main, main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Python's booleans as a condition, engine symbols, ``1 % (``, ``a <= X <= a``, sympy spellings.
+UNREADABLE = re.compile(r"(?<![=\w])(True|False)\b|\bu\d+\b|1 % \(|\b(\d+) <= \w+ <= \2\b|Eq\(|Mod\(|"
+                        r"(?<![.\w])floor\(")
 README = os.path.join(ROOT, "README.md")
 
 
@@ -85,6 +88,10 @@ def test_bash_block_commands_run(block, monkeypatch, tmp_path, capsys):
                 rc, cap = _run_cli(command, tmp_path, capsys)
                 assert rc == 0, (command, cap.err)
                 assert cap.out or "wrote " in cap.err, command
+                written = "".join(p.read_text() for p in tmp_path.iterdir() if p.is_file())
+                for text in (cap.out, cap.err, written):  # what people read (tests/test_for_people.py)
+                    m = UNREADABLE.search(re.sub(r"<[^>]+>", " ", text))
+                    assert m is None, (command, text[max(0, m.start() - 100):m.end() + 100])
                 if "-o /tmp/" in command:
                     assert list(tmp_path.iterdir()), "the report was written to the temp dir"
             else:

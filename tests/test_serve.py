@@ -344,3 +344,13 @@ def test_docs_page_works_offline(server):
             assert outside == []
         finally:
             browser.close()
+
+
+def test_time_budget_is_clamped_below_the_timeout(server):
+    # A search asked for 500 s in a 20 s request answers partially (no 504): the server keeps the
+    # budget inside the worker's time limit.
+    body = {"program": CNN["program"], "inputs": CNN["inputs"], "dims": {"B": "1..4", "H": "1..4096", "W": "1..4096"},
+            "time_budget": 500, "timeout": 20}
+    st, r = post(server, "/api/dinfer", body)
+    assert st == 200, r
+    assert r["result"]["time_s"] < 20 and r["result"]["classes"]
