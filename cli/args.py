@@ -138,6 +138,9 @@ def add_program_arguments(p, example: str = "x: f32[B, T, 768]", dim_help: str =
     p.add_argument("--dim", action=_Merge, parse=parse_dim, default={}, metavar="NAME=LO..HI", help=dim_help)
     p.add_argument("--arg", action=_Merge, parse=parse_arg, default={}, metavar="NAME=VALUE",
                    help="a non-tensor argument passed by keyword (int, float, true/false, none, string)")
+    p.add_argument("--device", default=None, metavar="DEVICE",
+                   help="the device the program will run on, which its tensors report while traced "
+                        "(cpu or cuda; default cpu)")
     p.add_argument("--trace-timeout", type=positive_seconds, default=DEFAULT_TRACE_TIMEOUT, metavar="S",
                    help=f"stop when one trace runs longer than S seconds, e.g. a program that loops forever "
                         f"(default {DEFAULT_TRACE_TIMEOUT:g})")

@@ -54,6 +54,8 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Optional
 
+from shapes.enums import TextEnum
+
 from .loader import CliError, as_program, load_program
 
 #: The expectations a contract entry may state, in the order they are checked.
@@ -214,10 +216,17 @@ def _check_expectations(exp: dict, where: str):
 # --------------------------------------------------------------------------- programs
 
 
+class TargetKind(TextEnum):
+    """How a program target is named: ``FILE.py:NAME`` or ``module:NAME``."""
+
+    FILE = "file"
+    MODULE = "module"
+
+
 def resolve_target(target: str, roots, restrict: bool = True) -> tuple:
     """``(kind, absolute file, NAME)`` for ``FILE.py:NAME`` or ``module:NAME`` looked up under ``roots``.
 
-    ``kind`` is ``"file"`` or ``"module"``; the file is None when no root holds it.
+    ``kind`` is a :class:`TargetKind`; the file is None when no root holds it.
     With ``restrict`` (the server) paths never leave the roots: ``..`` and
     symlinks are resolved first; without it (the CLI, running the user's own
     contract) a FILE is relative to the first root or absolute.
@@ -240,8 +249,8 @@ def resolve_target(target: str, roots, restrict: bool = True) -> tuple:
         for c in cands:
             real = os.path.realpath(c)
             if (not restrict or os.path.commonpath([real, root]) == root) and os.path.isfile(real):
-                return ("file" if is_file else "module"), real, name
-    return ("file" if is_file else "module"), None, name
+                return (TargetKind.FILE if is_file else TargetKind.MODULE), real, name
+    return (TargetKind.FILE if is_file else TargetKind.MODULE), None, name
 
 
 def load_target(target: str, roots, factory: bool = False, factory_args: Optional[dict] = None,
@@ -250,28 +259,28 @@ def load_target(target: str, roots, factory: bool = False, factory_args: Optiona
     kind, path, name = resolve_target(target, roots, restrict)
     if path is None:
         where = " or ".join(os.path.abspath(r) for r in roots)
-        raise CliError(f"{target}: no such {'file' if kind == 'file' else 'module'} under {where}")
+        raise CliError(f"{target}: no such {kind.value} under {where}")
     if factory:
         make = _import_name(kind, target, path, name, roots)
         if not callable(make):
             raise CliError(f"factory {target} is not callable")
         try:
             obj = make(**(factory_args or {}))
-        except Exception as e:
+        except Exception as e:  # the user's factory raised: their error, said as a CLI error
             raise CliError(f"factory {target}() raised {type(e).__name__}: {e}") from e
         if not callable(obj):
             raise CliError(f"factory {target}() returned a {type(obj).__name__}, not a function or nn.Module")
         if hasattr(obj, "eval") and hasattr(obj, "training"):
             obj.eval()
         return obj
-    if kind == "file":
+    if kind is TargetKind.FILE:
         return load_program(f"{path}:{name}")
     obj = _import_name(kind, target, path, name, roots)
     return _as_program(obj, name, target)
 
 
 def _import_name(kind, target, path, name, roots):
-    if kind == "file":
+    if kind is TargetKind.FILE:
         # A fresh module per load (like the loader), taking NAME as it is (a factory).
         mod_name = f"_symshape_user_{abs(hash(path))}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -280,7 +289,7 @@ def _import_name(kind, target, path, name, roots):
         sys.path.insert(0, os.path.dirname(path))
         try:
             spec.loader.exec_module(module)
-        except Exception as e:
+        except Exception as e:  # the user's file failed to import
             raise CliError(f"importing {path} raised {type(e).__name__}: {e}") from e
         finally:
             sys.path.pop(0)
@@ -290,7 +299,7 @@ def _import_name(kind, target, path, name, roots):
         sys.path[:0] = added
         try:
             module = importlib.import_module(modname)
-        except Exception as e:
+        except Exception as e:  # the user's module failed to import
             raise CliError(f"importing {modname} raised {type(e).__name__}: {e}") from e
         finally:
             del sys.path[:len(added)]

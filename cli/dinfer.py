@@ -94,7 +94,7 @@ def run(args) -> int:
     try:
         space = dinfer(prog, *args.input, dims=args.dim, max_classes=args.max_classes,
                        time_budget=args.time_budget, specialize_zero_one=args.specialize_zero_one,
-                       progress=progress, trace_timeout=args.trace_timeout)
+                       progress=progress, trace_timeout=args.trace_timeout, device=args.device)
     finally:
         if progress is not None:
             progress.close()

@@ -61,6 +61,11 @@ def run(args) -> int:
         if args.at is not None and not point:
             raise CliError(f"--at {args.at!r} names no sizes; give NAME=INT pairs, e.g. --at B=1,T=7")
         _, tp = trace_target(args, status, [point] if point else [])
+        if not args.cuda_graphs:
+            status.phase("tracing the paths sizes 1 take")
+            from shapes.paths import join_size_one
+
+            tp = join_size_one(tp)
         if args.cuda_graphs:
             if fmt != "text":
                 raise CliError("--cuda-graphs writes a text report; leave out --format or use a .txt output")

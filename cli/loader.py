@@ -161,6 +161,8 @@ def trace_target(args, status, points=(), trace_options=None):
     prog = load_program(args.target)
     status.phase(f"tracing {args.target}")
     extra = trace_options(prog) if trace_options is not None else {}
+    if getattr(args, "device", None) is not None:
+        extra = {**extra, "device": args.device}
     with guarded_run(args.target, getattr(args, "trace_timeout", None)):
         tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops, **extra)
     note = getattr(tp, "searched_note", None)

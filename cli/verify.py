@@ -14,7 +14,7 @@ Example::
     ...              {"B": (1, 8), "T": (1, 64)}, {"valid": True})
     >>> r = verify(c, ["."])
     >>> f = r.findings[0]
-    >>> f.status, f.counterexample, f.line > 0
+    >>> str(f.status), f.counterexample, f.line > 0
     ('fail', {'B': 1, 'T': 1}, True)
 """
 from __future__ import annotations
@@ -29,13 +29,26 @@ from typing import Optional
 import sympy
 import z3
 
+from guards.explanation import DimStatus
+from shapes.enums import TextEnum
 from shapes.errors import SymshapeError
+from shapes.guard import GuardKind
+from validation.z3_translate import UntranslatableExpression
 
 from .contracts import EXPECTATIONS, Contract, load_target
 from .loader import CliError
 from .pyexpr import ExprError, parse_condition, parse_expr
 
-PASS, FAIL, UNDECIDED, ERROR = "pass", "fail", "undecided", "error"
+class Verdict(TextEnum):
+    """The verdict of one :class:`Finding`."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    UNDECIDED = "undecided"
+    ERROR = "error"
+
+
+PASS, FAIL, UNDECIDED, ERROR = Verdict.PASS, Verdict.FAIL, Verdict.UNDECIDED, Verdict.ERROR
 
 
 @dataclass
@@ -43,7 +56,7 @@ class Finding:
     """The verdict on one expectation of one entry."""
 
     expectation: str
-    status: str
+    status: Verdict
     message: str
     file: Optional[str] = None
     line: Optional[int] = None
@@ -311,7 +324,7 @@ def _output_fix(sp, c) -> str:
     """The ``output`` the contract could state: the one formula of every ok class (the summary's
     ok row, e.g. ``[B, T, 32]`` and not ``[1, 1, 32]`` of the smallest class), if there is one."""
     rows = [r for r in (sp.summary.rows if getattr(sp, "summary", None) is not None else ())
-            if r.region.kind == "ok"]
+            if r.ok]
     if len(rows) == 1 and rows[0].outputs:
         return f"output = {_toml(_shape_fact(rows[0].outputs))}"
     if len(rows) > 1:
@@ -381,7 +394,7 @@ def _explained(facts):
 
 def _check_no_specialization(facts: _Facts, want: bool) -> Finding:
     ex = _explained(facts)
-    spec = [d for d in ex.dims if d.status == "specialized"]
+    spec = [d for d in ex.dims if d.status is DimStatus.SPECIALIZED]
     if not want:
         return Finding("no_specialization", PASS, "not required")
     if not spec:
@@ -401,7 +414,7 @@ def _check_no_specialization(facts: _Facts, want: bool) -> Finding:
 
 def _check_max_guards(facts: _Facts, want: int) -> Finding:
     ex = _explained(facts)
-    guards = [e for e in ex.entries if e.kind == "guard"]
+    guards = [e for e in ex.entries if e.kind is GuardKind.GUARD]
     if len(guards) <= want:
         return Finding("max_guards", PASS, f"{len(guards)} guard(s), at most {want} allowed")
     extra = guards[want]
@@ -434,7 +447,7 @@ def _check_flops(facts: _Facts, want) -> Finding:
             pt = _differs(z, sp, term, total, we)
         except _Undecided as e:
             return Finding("flops", UNDECIDED, str(e))
-        except Exception as e:  # a formula Z3 cannot express: undecided, never a pass
+        except (UntranslatableExpression, z3.Z3Exception) as e:  # a formula Z3 cannot express: undecided
             return Finding("flops", UNDECIDED, f"cannot compare {to_python(total)} with {want} ({e})")
         if pt is None:
             continue
@@ -483,7 +496,7 @@ def verify(contract: Contract, roots=None, time_budget: float = 60.0, facts: boo
     if facts:
         try:
             res.facts = current_facts(f)
-        except Exception as e:  # facts are best effort; the findings already say what failed
+        except (SymshapeError, CliError, ExprError) as e:  # best effort: the findings say what failed
             res.facts = {"error": f"{type(e).__name__}: {e}"}
     res.elapsed = time.monotonic() - t0
     return res
@@ -516,7 +529,7 @@ def current_facts(f: _Facts) -> dict:
     out = {}
     try:
         tp = f.traced
-    except Exception:
+    except SymshapeError:  # the program does not trace: no output fact
         tp = None
     if tp is not None:
         out["output"] = _shape_fact(tp.output_shapes)
@@ -524,7 +537,7 @@ def current_facts(f: _Facts) -> dict:
     out["valid"] = True if region == "True" else region
     if tp is not None:
         ex = _explained(f)
-        out["no_specialization"] = not any(d.status == "specialized" for d in ex.dims)
-        out["max_guards"] = sum(1 for e in ex.entries if e.kind == "guard")
+        out["no_specialization"] = not any(d.status is DimStatus.SPECIALIZED for d in ex.dims)
+        out["max_guards"] = sum(1 for e in ex.entries if e.kind is GuardKind.GUARD)
         out["flops"] = to_python(sympy.sympify(count_flops(tp).total))
     return out

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import linecache
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
 import sympy
@@ -39,119 +39,21 @@ import sympy
 from shapes.data_names import data_name, data_names
 
 from shapes.guard import Decision, Guard, GuardKind, StepKind
+from shapes.paths import TracedPaths, path_of
 
 from . import report_html, report_json, report_text
 from .explain_at import AtResult, ExplainError, evaluate_at  # noqa: F401 - ExplainError is part of this API
+from .explanation import (  # noqa: F401 - the records are part of this module's API
+    COST_RECOMPILE, COST_RUNTIME_ERROR, COST_SPECIALIZED, ORIGINS, SNIPPET_CONTEXT, DimInfo, DimStatus, Entry,
+    ExplanationModel)
 from .for_people import people_conjunction, solve_atom, without_unit_mod
-from .render import short_path, source_names, to_python
-
-# Origins of a record: who asked the question that produced it.
-from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE, suggest  # noqa: E402
-ORIGINS = (USER_CODE, TORCH_OP, TORCH_PYTHON, INPUT_SPEC)
-
-# What violating a record costs.
-COST_RECOMPILE = "recompile"
-COST_RUNTIME_ERROR = "runtime_error"
-COST_SPECIALIZED = "specialized"
-
-SNIPPET_CONTEXT = 3
+from .render import render_conjunction, short_path, source_names, to_python
+from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE, suggest
 
 
 @dataclass
-class DimInfo:
-    """One named input dim and what the trace did to it.
-
-    ``status`` is ``"dynamic"`` (still a free symbol; ``range`` is the sizes
-    this trace covers), ``"specialized"`` (fixed to ``value``) or
-    ``"unified"`` (replaced by ``unified_with``, an expression over other
-    dims, usually just another dim's name).  ``record`` is the index of the
-    record that caused a specialization or unification.
-    """
-
-    name: str
-    sources: list
-    example: int
-    status: str
-    range: tuple
-    value: Optional[int] = None
-    unified_with: Optional[str] = None
-    record: Optional[int] = None
-    reason: str = ""
-
-
-@dataclass
-class Entry:
-    """One guard, specialization or runtime assert, explained.
-
-    ``expr`` is the condition in dim names (``B > 16``), ``user_expr`` in the
-    user's terms (``x.shape[0] > 16``); both are tidied for reading (constants
-    moved to the right: ``T - 1 < 128`` reads ``T <= 128``) and ``raw`` keeps
-    the engine's own form.  ``origin`` is one of :data:`ORIGINS`; ``cost`` is
-    ``"recompile"``, ``"runtime_error"`` or ``"specialized"``.
-    """
-
-    index: int
-    kind: str
-    expr: str
-    user_expr: str
-    raw: str
-    original: str
-    negation: str
-    dims: list
-    data_dependent: list
-    file: str
-    line: int
-    code: str
-    function: str
-    snippet_start: int
-    snippet: list
-    op: Optional[str]
-    origin: str
-    origin_text: str
-    decided_by: str
-    decision_text: str
-    cost: str
-    cost_text: str
-    suggestion: Optional[str]
-    message: str
-    stack: list
-    fails_at_point: Optional[bool] = None
-
-    @property
-    def location(self) -> str:
-        return f"{self.file}:{self.line}"
-
-
-@dataclass
-class Explanation:
+class Explanation(ExplanationModel):
     """What :func:`explain` returns; render it with :meth:`text`, :meth:`to_dict` or :meth:`html`."""
-
-    program: str
-    inputs: list
-    example_sizes: dict
-    dims: list
-    data_dependent: list
-    counts: dict
-    static_decisions: int
-    entries: list
-    at: Optional[AtResult] = None
-    specialize_zero_one: bool = True
-    valid_iff: Optional[str] = None
-    covers: Optional[str] = None
-
-    def summary_line(self) -> Optional[str]:
-        """``valid iff ...`` for the sizes this trace covers (None until set, e.g. by
-        :func:`validation.dinfer.summary.trace_summary` in the CLI)."""
-        if self.valid_iff is None:
-            return None
-        if self.covers in (None, "True"):
-            return "every size in the dim ranges runs" if self.valid_iff == "True" else f"valid iff {self.valid_iff}"
-        where = f"the sizes this trace covers ({self.covers}; others recompile)"
-        if self.valid_iff == "True":
-            return f"every size runs on {where}"
-        if self.valid_iff == "False":
-            return f"no size runs on {where}"
-        return f"valid iff {self.valid_iff}   (on {where})"
 
     def text(self, width: int = 80) -> str:
         """The plain-text report, every line at most ``width`` columns."""
@@ -167,15 +69,6 @@ class Explanation:
     def html(self) -> str:
         """The HTML report: one self-contained page (inline CSS and JS, no network)."""
         return report_html.render(self)
-
-    def entry(self, index: int) -> Entry:
-        return self.entries[index]
-
-    def dim(self, name: str) -> DimInfo:
-        for d in self.dims:
-            if d.name == name:
-                return d
-        raise KeyError(name)
 
 
 # ----------------------------------------------------------------------------- expressions
@@ -259,11 +152,14 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
         >>> import shapes, guards
         >>> tp = shapes.trace(lambda x: x.view(-1, 8), "x: f32[N]")
         >>> e = guards.explain(tp).entries[0]
-        >>> e.kind, e.user_expr, e.op
+        >>> str(e.kind), e.user_expr, e.op
         ('runtime_assert', 'x.shape[0] % 8 == 0', 'aten.view.default')
         >>> e.suggestion.split(";")[0]
         'pad x.shape[0] to a multiple of 8 (for example x = F.pad(x, ...)) or only pass sizes that are multiples of 8'
     """
+    paths = path_of(traced)
+    if len(paths) > 1:
+        return _explain_paths(paths, at)
     env = traced.env
     names = source_names(env)
     entries = [_entry(traced, g, names) for g in env.records]
@@ -282,6 +178,8 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
         static_decisions=static,
         entries=entries,
         specialize_zero_one=env.specialize_zero_one,
+        device=str(getattr(traced, "device", "cpu")),
+        device_reads=list(getattr(traced, "device_reads", [])),
     )
     if at is not None:
         ex.at = evaluate_at(traced, ex, at)
@@ -290,6 +188,21 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
         for e in entries:
             e.fails_at_point = None if e.index in undecided else e.index in failing
     return ex
+
+
+def _explain_paths(paths, at) -> Explanation:
+    """The report of the path a point takes (the first path without ``at``), listing every path."""
+    conds = [render_conjunction(list(sympy.And.make_args(c))) or "True" for c in TracedPaths(paths).conditions()]
+    first = explain(paths[0], at)
+    chosen, index = first, 0
+    if first.at is not None and first.at.verdict != "ok":
+        for i, p in enumerate(paths[1:], 1):
+            ex = explain(p, at)
+            if ex.at.verdict == "ok":
+                chosen, index = ex, i
+                break
+    chosen.paths, chosen.path_index = conds, index
+    return chosen
 
 
 def _program_name(program) -> str:
@@ -380,7 +293,8 @@ def _entry(traced, g: Guard, names) -> Entry:
         cost_text = f"the trace is only valid where {user}; any other size recompiles"
 
     return Entry(
-        index=g.index, kind=g.kind.value, expr=dim_expr, user_expr=user, raw=to_python(without_unit_mod(g.expr), data_names(env)),
+        index=g.index, kind=g.kind, expr=dim_expr, user_expr=user,
+        raw=to_python(without_unit_mod(g.expr), data_names(env)),
         original=to_python(g.original, data_names(env)) if g.original is not None else dim_expr,
         negation=neg_user, dims=input_dims, data_dependent=unbacked,
         file=file, line=line, code=code, function=function,
@@ -401,7 +315,7 @@ def _dims(traced, entries) -> list:
         rng = env.ranges.get(sym)
         lo = rng.lower if rng is not None else 0
         hi = rng.upper if rng is not None else None
-        d = DimInfo(name=name, sources=list(env.sources.get(sym, [])), example=hint, status="dynamic",
+        d = DimInfo(name=name, sources=list(env.sources.get(sym, [])), example=hint, status=DimStatus.DYNAMIC,
                     range=(_int_or_none(lo), _int_or_none(hi)))
         if sym in env.replacements:
             target = env.replacements[sym]
@@ -412,7 +326,7 @@ def _dims(traced, entries) -> list:
                 e = entries[d.record]
                 why = f"record #{e.index} ({e.expr}, {e.kind} at {short_path(e.file)}:{e.line})"
             if target.is_number:
-                d.status = "specialized"
+                d.status = DimStatus.SPECIALIZED
                 d.value = int(target)
                 d.range = (d.value, d.value)
                 if d.record is not None and entries[d.record].decided_by == Decision.ZERO_ONE.value:
@@ -422,7 +336,7 @@ def _dims(traced, entries) -> list:
                 else:
                     d.reason = f"specialized to {d.value}"
             else:
-                d.status = "unified"
+                d.status = DimStatus.UNIFIED
                 d.unified_with = to_python(target)
                 tr = _range_of(env, target)
                 d.range = tr

@@ -20,11 +20,15 @@ import textwrap
 
 from typing import TYPE_CHECKING
 
+from shapes.guard import GuardKind
+
+from .explanation import DimStatus
 from .render import short_path
 from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .explain import Entry, Explanation
+    from .explanation import Entry
+    from .explanation import ExplanationModel as Explanation
 
 _KIND_TITLE = {"guard": "guard", "runtime_assert": "runtime assert", "specialization": "specialization"}
 _LABEL_WIDTH = 12
@@ -73,6 +77,13 @@ def summary_lines(ex: Explanation, width: int = 80) -> list:
     out += _field("inputs", "; ".join(ex.inputs), width, 0)
     out += _field("traced at", ", ".join(f"{k}={v}" for k, v in ex.example_sizes.items()) or "no named dims",
                   width, 0)
+    if len(ex.paths) > 1:
+        out += _field("paths", f"{len(ex.paths)} joined; this report is path {ex.path_index + 1}: "
+                      + "; ".join(f"{i + 1}) {c}" for i, c in enumerate(ex.paths)), width, 0)
+    if ex.device_reads:
+        first = ex.device_reads[0].provenance
+        out += _field("device", f"{ex.device}, assumed: the program read it at {len(ex.device_reads)} "
+                      f"place(s), first at {short_path(first.filename)}:{first.lineno}", width, 0)
     k = ex.counts["by_kind"]
     out += _field("records", f"{ex.counts['total']} ({_plural(k['guard'], 'guard')}, "
                   f"{_plural(k['specialization'], 'specialization')}, "
@@ -93,7 +104,7 @@ def summary_lines(ex: Explanation, width: int = 80) -> list:
         out.append("  (no named dims)")
     for d in ex.dims:
         src = ", ".join(d.sources) or "-"
-        if d.status == "dynamic":
+        if d.status is DimStatus.DYNAMIC:
             what = f"dynamic, sizes {_range_text(*d.range)} (example {d.example})"
         else:
             what = d.reason
@@ -124,7 +135,7 @@ def entry_lines(e: Entry, width: int = 80) -> list:
     """One record: expression, user line, origin, decision, cost, suggestion."""
     title = f"#{e.index} {_KIND_TITLE[e.kind]}"
     if e.fails_at_point:
-        title += (" (FAILS at --at: fails at run time)" if e.kind == "runtime_assert"
+        title += (" (FAILS at --at: fails at run time)" if e.kind is GuardKind.RUNTIME_ASSERT
                   else " (FAILS at --at: recompiles)")
     out = [("-- " + title + " ").ljust(min(width, 60), "-")]
     out += _wrap(e.user_expr, width, "  ", "    ")

@@ -360,7 +360,7 @@ class InputSpace:
                 lines.append(_clip(f"{pad}at {row.region.error.location()}", width))
             elif row.region.message:
                 lines.append(_clip(f"{pad}{clean_message(row.region.message)}", width))
-            if row.region.kind == "ok" and row.outputs:
+            if row.ok and row.outputs:
                 lines.append(_clip(f"{pad}output {row.output_text()}", width))
         return lines
 

@@ -369,5 +369,5 @@ def _version() -> str:
     try:
         from importlib.metadata import version
         return version("symshape")
-    except Exception:
+    except ImportError:  # PackageNotFoundError: run from a source tree without metadata
         return "0"

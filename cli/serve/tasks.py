@@ -20,6 +20,10 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
+import z3
+
+from shapes.errors import SymshapeError
+
 _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
 _CACHE_SIZE = 64
 
@@ -140,7 +144,7 @@ def task_dinfer(q) -> dict:
     d["depends_on"] = depends_on(sp)
     try:
         d["valid_iff"] = valid_iff(sp)
-    except Exception as e:  # the summary is extra; the classes stand without it
+    except (SymshapeError, z3.Z3Exception) as e:  # the summary is extra; the classes stand without it
         d["valid_iff"] = None
         d["warnings"] = d.get("warnings", []) + [f"no valid-iff summary: {type(e).__name__}: {e}"]
     return d
@@ -159,7 +163,7 @@ def task_flops(q) -> dict:
         try:
             v = rep.at(pt)
             values.append({"sizes": v.sizes, "flops": v.flops, "bytes": v.bytes})
-        except Exception as e:  # a point outside the trace's class: say so for that point only
+        except SymshapeError as e:  # a point outside the trace's class: say so for that point only
             values.append({"sizes": pt, "error": " ".join(str(e).split())})
     d["values"] = values
     return d
@@ -170,7 +174,7 @@ def _failing_guards(q, sizes):
     from guards.explain import explain
     try:
         ex = explain(_traced(q), at=sizes)
-    except Exception:
+    except SymshapeError:  # sizes the trace cannot take (bad --at, a failed trace): no guard to name
         return []
     at = ex.at
     if at is None:
@@ -273,7 +277,7 @@ def task_map(q) -> dict:
     row_of = _row_of(sp)
     classes = [{"index": c.index, "outcome": c.outcome(), "ok": c.ok, "predicate": c.describe(),
                 "example": c.example, "row": row_of.get(c.index)} for c in sp.classes]
-    rows = [dict(r.to_dict(), ok=r.region.kind == "ok" if r.region.kind in ("ok", "error") else None)
+    rows = [dict(r.to_dict(), ok=r.ok)
             for r in (sp.summary.rows if sp.summary is not None else [])]
     return {"x": x, "y": y, "xs": xs, "ys": ys, "fixed": fixed, "cells": cells, "classes": classes,
             "rows": rows, "complete": sp.complete, "valid_iff": task_dinfer(q).get("valid_iff")}

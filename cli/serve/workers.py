@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import threading
 import traceback
@@ -83,15 +84,16 @@ def _worker_main(conn, memory_mb: int):
             reply = ("error", "program_error", " ".join(str(e).split()))
         except RecursionError as e:
             reply = ("error", "program_error", f"RecursionError: {e}")
-        except Exception as e:  # symshape itself failed: say so, with where
-            tb = traceback.extract_tb(e.__traceback__)[-1]
-            reply = ("error", "internal", f"symshape failed: {type(e).__name__}: {e} "
-                     f"({os.path.basename(tb.filename)}:{tb.lineno})")
-        except BaseException as e:  # KeyboardInterrupt or stranger: report, keep serving
-            reply = ("error", "program_error", f"{type(e).__name__}: {e}")
+        except BaseException as e:  # the worker loop's boundary: report anything, keep serving
+            if isinstance(e, Exception):  # symshape itself failed: say so, with where
+                tb = traceback.extract_tb(e.__traceback__)[-1]
+                reply = ("error", "internal", f"symshape failed: {type(e).__name__}: {e} "
+                         f"({os.path.basename(tb.filename)}:{tb.lineno})")
+            else:  # KeyboardInterrupt or stranger, raised by the program
+                reply = ("error", "program_error", f"{type(e).__name__}: {e}")
         try:
             conn.send(reply)
-        except Exception:
+        except (OSError, EOFError, pickle.PicklingError, TypeError):  # the server is gone, or the reply
             sys.exit(3)
 
 
@@ -107,11 +109,11 @@ class _Worker:
         try:
             self.proc.kill()
             self.proc.join(5)
-        except Exception:
+        except (OSError, ValueError):  # already gone (or closed): nothing to kill
             pass
         try:
             self.conn.close()
-        except Exception:
+        except OSError:  # already closed
             pass
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import sympy
 import torch
 
+from shapes.enums import TextEnum
 from shapes.printers import to_triton
 
 from ..exprs import compile_exprs
@@ -81,6 +82,13 @@ def _pow(a, b):
 '''
 
 BLOCK = 1024
+
+
+class Grid(TextEnum):
+    """How a kernel's programs cover its work: one per block of elements (``FLAT``) or one per row (``ROWS``)."""
+
+    FLAT = "flat"
+    ROWS = "rows"
 
 
 def _pow2(n, cap):
@@ -184,35 +192,44 @@ class TritonTarget(Target):
         lines.append(f"{ind}zvec = tl.zeros([BLOCK], dtype=tl.int64)")
         rows = sympy.Mul(*k.outer) if k.outer else sympy.Integer(1)
         if k.reductions and variant.persistent:
-            return self._persistent(g, lines, rows), ("rows", [rows], None, _row_length(k))
+            return self._persistent(g, lines, rows), (Grid.ROWS, [rows], None, _row_length(k))
         if not k.reductions:
-            # Flat blocks over each store's elements.
-            lines.append(f"{ind}lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
-            work = []
-            inner_bufs = [b for b, *_ in k.inner_stores]
-            for n, (buf, L, value) in enumerate([(b, L, v) for b, L, v in k.inner_stores]
-                                                + [(b, sympy.Integer(1), v) for b, v in k.row_stores]):
-                total = rows * L
-                work.append(total)
-                lines.append(f"{ind}m{n} = lin < ({g.expr(total)})")
-                inner = buf in inner_bufs
-                if inner:
-                    lines.append(f"{ind}{JVAR} = lin % ({g.expr(L)})")
-                    lines += self._unravel(g, f"lin // ({g.expr(L)})", ind)
-                else:
-                    lines += self._unravel(g, "lin", ind)
-                ov = k.outer_vars + ((JVAR,) if inner else ())
-                # Where a buffer is read or written densely in the store's own row-major order,
-                # its index is `lin` itself: no 64-bit div/mod per element to rebuild it.
-                dense = flat_index(ov, contiguous_strides(tuple(k.outer) + ((L,) if inner else ())))
-                g.index_names = {g.facts.simplify_index(dense): "lin"}
-                sc = Scope(g, ind, f"m{n}")
-                v = sc.emit(value)
-                idx = g.index(flat_index(ov, buf.strides))
-                lines += sc.lines + [f"{ind}tl.store({g.ptr[buf.name]} + ({idx}), tl.where(m{n}, {v}, {v}), "
-                                     f"mask=m{n})"]
-                g.index_names = {}
-            return "\n".join(lines), ("flat", work, BLOCK, None)
+            return self._flat(g, lines, rows)
+        return self._looped_rows(g, lines, rows)
+
+    def _flat(self, g: KernelGen, lines, rows):
+        """Flat blocks over each store's elements (a kernel with no reduction)."""
+        k, ind = g.kernel, "    "
+        lines.append(f"{ind}lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+        work = []
+        inner_bufs = [b for b, *_ in k.inner_stores]
+        for n, (buf, L, value) in enumerate([(b, L, v) for b, L, v in k.inner_stores]
+                                            + [(b, sympy.Integer(1), v) for b, v in k.row_stores]):
+            total = rows * L
+            work.append(total)
+            lines.append(f"{ind}m{n} = lin < ({g.expr(total)})")
+            inner = buf in inner_bufs
+            if inner:
+                lines.append(f"{ind}{JVAR} = lin % ({g.expr(L)})")
+                lines += self._unravel(g, f"lin // ({g.expr(L)})", ind)
+            else:
+                lines += self._unravel(g, "lin", ind)
+            ov = k.outer_vars + ((JVAR,) if inner else ())
+            # Where a buffer is read or written densely in the store's own row-major order,
+            # its index is `lin` itself: no 64-bit div/mod per element to rebuild it.
+            dense = flat_index(ov, contiguous_strides(tuple(k.outer) + ((L,) if inner else ())))
+            g.index_names = {g.facts.simplify_index(dense): "lin"}
+            sc = Scope(g, ind, f"m{n}")
+            v = sc.emit(value)
+            idx = g.index(flat_index(ov, buf.strides))
+            lines += sc.lines + [f"{ind}tl.store({g.ptr[buf.name]} + ({idx}), tl.where(m{n}, {v}, {v}), "
+                                 f"mask=m{n})"]
+            g.index_names = {}
+        return "\n".join(lines), (Grid.FLAT, work, BLOCK, None)
+
+    def _looped_rows(self, g: KernelGen, lines, rows):
+        """One program per row, looping over the row in blocks (reductions, then the row's stores)."""
+        k, ind = g.kernel, "    "
         lines.append(f"{ind}row = tl.program_id(0).to(tl.int64)")
         lines += self._unravel(g, "row", ind)
         row = Scope(g, ind)
@@ -250,7 +267,7 @@ class TritonTarget(Target):
             idx = g.index(flat_index(k.outer_vars + (JVAR,), buf.strides))
             row.lines += sc.lines + [f"{ind}    tl.store({g.ptr[buf.name]} + ({idx}), tl.where(jm, {v}, {v}), "
                                      f"mask=jm)"]
-        return "\n".join(lines + row.lines), ("rows", [rows], block, _row_length(k))
+        return "\n".join(lines + row.lines), (Grid.ROWS, [rows], block, _row_length(k))
 
     def _persistent(self, g: KernelGen, lines, rows) -> str:
         """One program per row, the whole row in one block: each input is loaded once and
@@ -364,7 +381,7 @@ class SizeClassLauncher:
     def __init__(self, target, module, kernel, lp, kind, work, block, rowlen):
         self.target, self.kernel, self.lp, self.kind, self.block = target, kernel, lp, kind, block
         self.names = [target.sym_names(lp)[s] for s in lp.symbols]
-        exprs = list(work) + ([rowlen] if rowlen is not None and kind == "rows" else [])
+        exprs = list(work) + ([rowlen] if rowlen is not None and kind is Grid.ROWS else [])
         self.work_fn = compile_exprs(exprs, lp.symbols)
         self.nwork = len(work)
         self.variants = {GENERIC: getattr(module, kernel.name)}
@@ -412,7 +429,7 @@ class SizeClassLauncher:
         fn = self.kernel_for(sc)
         args = [v // 16 if n in sc.div16 else v for n, v in zip(self.names, sizes)]
         n = max(w[:self.nwork])
-        if self.kind == "flat":
+        if self.kind is Grid.FLAT:
             block, n = self.block, (n + self.block - 1) // self.block
         elif sc.persistent:
             block = _pow2(row, PERSISTENT_MAX)

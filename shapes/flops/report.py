@@ -74,6 +74,7 @@ import torch.fx
 
 from .costs import CostKind, ModuleCost, OpCost, count_graph
 from .exprs import formula_text
+from .tables import render_modules, render_table
 from ..errors import GuardViolation, SpecError, SymshapeError, UnhandledExprKind
 from ..program import TracedProgram
 
@@ -345,12 +346,10 @@ class FlopReport:
     def table(self, sizes=None, width: int = 80) -> str:
         """A readable table (``width`` columns) of the ops as closed forms; with
         ``sizes`` (a dict, or a list of dicts), their values and intensity there."""
-        from .tables import render_table
         return render_table(self, sizes, width)
 
     def module_table(self, sizes: Optional[Mapping] = None, depth: int = 2, width: int = 80) -> str:
         """FLOPs and bytes per module, down to ``depth`` levels below the root."""
-        from .tables import render_modules
         return render_modules(self, sizes, depth, width)
 
     def to_dict(self, sizes_list=()) -> dict:

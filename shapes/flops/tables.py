@@ -1,14 +1,15 @@
-"""Text tables for :class:`shapes.flops.FlopReport` (80 columns by default)."""
+"""Text tables for :class:`shapes.flops.FlopReport` (80 columns by default).
+
+The report imports these renderers (``FlopReport.table()``); they read the
+report's attributes and import nothing of it, not even for typing.
+"""
 from __future__ import annotations
 
 import textwrap
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from .costs import CostKind
 from .exprs import formula_text, nice
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .report import FlopReport
 
 
 def _human(n) -> str:
@@ -52,7 +53,7 @@ def _wrapped(label: str, text: str, width: int) -> list[str]:
     return wrap_formula(text, width, initial_indent=label, subsequent_indent=" " * len(label)) or [label.rstrip()]
 
 
-def render_table(r: FlopReport, sizes, width: int) -> str:
+def render_table(r, sizes, width: int) -> str:
     what = "training step (forward + backward" + (" + optimizer" if "optimizer" in r.phase_totals else "") + ")"
     lines = [f"FLOPs of {r.name}({', '.join(str(s) for s in r.traced.specs)})"
              + (f", {what}" if r.mode == "train" else "")]
@@ -158,7 +159,7 @@ def _ratio(f: int, b: int) -> str:
     return f"{f / b:.2f}" if b else "-"
 
 
-def render_modules(r: FlopReport, sizes, depth: int, width: int) -> str:
+def render_modules(r, sizes, depth: int, width: int) -> str:
     if not r.by_module:
         return f"{r.name} is not an nn.Module: no module breakdown"
     v = r.at(sizes) if sizes is not None else None

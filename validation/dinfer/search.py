@@ -16,6 +16,7 @@ import z3
 from shapes.env import DataDependentError
 from shapes.errors import SpecError, SymshapeError, TraceError, TracerLimitation
 from shapes.spec import Dim, default_hints, parse_dims, parse_specs
+from shapes.paths import join_size_one, path_of
 from shapes.tracer import trace
 
 from ..input_space import ClassError, InputSpace, ShapeClass, Status, holds, to_python
@@ -51,7 +52,7 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
            time_budget: float = 60.0, specialize_zero_one: bool = False,
            progress: Optional[Callable[[TraceEvent], None]] = None,
            solver_timeout: float = 10.0, trace_timeout: float = 30.0,
-           assume_data: bool = True) -> InputSpace:
+           assume_data: bool = True, device=None) -> InputSpace:
     """Find every class of input sizes of ``program`` inside the dims' ranges.
 
     Args:
@@ -77,6 +78,7 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
         assume_data: take the typical branch of data-dependent decisions and
             report them as run-time conditions (see :mod:`validation.dinfer.assume`);
             False reports each such decision as a data-dependent class.
+        device: the device the program will run on (see :func:`shapes.trace`).
 
     Returns an :class:`~validation.input_space.InputSpace`.  Raises
     :class:`~shapes.errors.SpecError` for malformed specs or dims.
@@ -95,7 +97,7 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
     if not trace_timeout > 0:
         raise SpecError(f"trace_timeout must be positive, got {trace_timeout}")
     return _Search(program, specs, dims, max_classes, time_budget, specialize_zero_one, progress,
-                   solver_timeout, trace_timeout, assume_data).run()
+                   solver_timeout, trace_timeout, assume_data, device=device).run()
 
 
 # --------------------------------------------------------------------------- ranges
@@ -148,6 +150,8 @@ class _Outcome:
     decision: Optional[ClassError] = None
     limitation: Optional[BaseException] = None
     timed_out: bool = False
+    # Envs of the other paths joined to an ok trace (:func:`shapes.paths.join_size_one`).
+    joined: tuple = ()
 
 
 def sizes_that_run(program: Callable, *specs, dims: Optional[Mapping] = None, time_budget: float = 20.0,
@@ -183,8 +187,9 @@ class _Search:
     stop_at_ok = False  # sizes_that_run: stop at the first class that runs, no summary
 
     def __init__(self, program, specs, dims, max_classes, time_budget, szo, progress, solver_timeout,
-                 trace_timeout, assume_data):
+                 trace_timeout, assume_data, device=None):
         self.program = program
+        self.device = device
         self.parsed, self.names, self.box, self.first, self.defaulted = _resolve_dims(specs, dims)
         self.specs = tuple(self.parsed)
         self.symbols = {n: sympy.Symbol(n, integer=True) for n in self.names}
@@ -212,7 +217,11 @@ class _Search:
         assume = assume_data_branches() if self.assume_data else contextlib.nullcontext()
         try:
             with time_limit(limit), assume:
-                tp = trace(self.program, *self.parsed, dims=tdims, specialize_zero_one=self.szo)
+                tp = trace(self.program, *self.parsed, dims=tdims, specialize_zero_one=self.szo,
+                           device=self.device)
+                if not tp.unchecked_indices and not any(tp.env.unbacked):
+                    # Sizes 1 a guard splits off run on their own path: one class covers both.
+                    tp = join_size_one(tp)
         except TraceTimeout:
             return _Outcome(Status.UNSUPPORTED, None, timed_out=True,
                             message=("budget" if limit < self.trace_timeout else "trace"))
@@ -237,16 +246,14 @@ class _Search:
         except TracerLimitation as e:
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None),
                             message=f"unsupported by symshape: {_limitation_line(e)}", limitation=e)
-        except SymshapeError:
-            raise  # e.g. translation validation found an unsound engine step: never a class
-        except Exception as e:  # symshape failed outside the program call: say so, never guess
-            return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None), limitation=e,
-                            message=f"unsupported by symshape: {type(e).__name__}: {_first_line(e)}")
+        # Any other SymshapeError (translation validation found an unsound engine step) is never
+        # a class, and any other exception is a symshape bug: both propagate.
         if tp.unchecked_indices:
             prov, msg = tp.unchecked_indices[0]
             # Whether eager's index check passes is unknown here: never call these sizes ok.
             return _Outcome(Status.UNSUPPORTED, tp.env, message=f"unsupported by symshape: at {prov.location()} {msg}")
-        return _Outcome(Status.OK, tp.env, output_shapes=tuple(tuple(s) for s in tp.output_shapes))
+        return _Outcome(Status.OK, tp.env, output_shapes=tuple(tuple(s) for s in tp.output_shapes),
+                        joined=tuple(p.env for p in path_of(tp)[1:]))
 
     def _conditions(self, env):
         """Path conditions over input dims (axioms first, then records) and those over data."""
@@ -274,6 +281,7 @@ class _Search:
     def _make_class(self, point, oc: _Outcome) -> ShapeClass:
         idx = len(self.space.classes) + 1
         conds, data = self._conditions(oc.env)
+        conds = self._joined_conditions(conds, data, oc)
         records = tuple(oc.env.records) if oc.env is not None else ()
         subs = {self.symbols[n]: sympy.Integer(v) for n, v in point.items()}
         imprecise = ""
@@ -313,6 +321,48 @@ class _Search:
         self.space.classes.append(c)
         self.class_terms.append(term)
         return c
+
+    def _joined_conditions(self, conds, data, oc):
+        """The class of an ok trace with joined paths: the sizes any of its paths takes."""
+        if not oc.joined or conds is None or data:
+            return conds
+        axioms = self._data_axioms
+        alts = [conds]
+        for env in oc.joined:
+            other, other_data = self._conditions(env)
+            if other is not None and not other_data and not self._meets_a_class(other):
+                alts.append(other)  # a path no class found so far covers (classes stay disjoint)
+        self._data_axioms = axioms
+        if len(alts) == 1:
+            return conds
+        try:
+            alts = [list(self.z.simplify(a)) for a in alts]
+        except (UntranslatableExpression, z3.Z3Exception):
+            pass
+        # Conditions every path shares stay conjuncts; the rest is one `or`, dropped when the
+        # paths together cover every size the shared conditions allow (B == 1 or B >= 2).
+        common = [c for c in alts[0] if all(c in a for a in alts[1:])]
+        rest = [sympy.And(*[c for c in a if c not in common]) for a in alts]
+        either = sympy.Or(*rest)
+        try:
+            s = self.z.solver(2000)
+            s.add(self.z.conj(common), z3.Not(self.z.term(either)))
+            if s.check() == z3.unsat:
+                return common
+        except (UntranslatableExpression, z3.Z3Exception):
+            pass
+        return common + [either]
+
+    def _meets_a_class(self, conds) -> bool:
+        """Whether some sizes satisfy ``conds`` and an existing class (or Z3 cannot say)."""
+        if not self.class_terms:
+            return False
+        try:
+            s = self.z.solver(2000)
+            s.add(self.z.conj(conds), z3.Or(*self.class_terms))
+            return s.check() != z3.unsat
+        except (UntranslatableExpression, z3.Z3Exception):
+            return True
 
     def _check_overlap(self, c, term):
         if not self.class_terms:

@@ -38,6 +38,7 @@ import z3
 from guards.for_people import people_dnf
 from guards.render import clean_message, render_dnf, to_python
 from shapes.conditions import canonical_condition
+from shapes.enums import TextEnum
 from shapes.functions import FloorDiv, PyMod
 
 from ..input_space import ClassError, Status
@@ -54,12 +55,22 @@ MAX_ATOMS = 96
 SHORT = 3
 
 
+class RegionKind(TextEnum):
+    """The outcome a :class:`Region` has: the program runs, raises, needs tensor data to
+    decide, or symshape could not trace it."""
+
+    OK = "ok"
+    ERROR = "error"
+    DATA_DEPENDENT = "data-dependent"
+    UNSUPPORTED = "unsupported"
+
+
 @dataclass
 class Region:
     """The sizes on which the program has one outcome.
 
     Attributes:
-        kind: ``"ok"``, ``"error"``, ``"data-dependent"`` or ``"unsupported"``.
+        kind: a :class:`RegionKind`.
         dnf: the region as a disjunction of conjunctions of sympy conditions
             (``[()]`` is every size).
         short: True when a short form was found (else ``dnf`` lists the classes).
@@ -72,7 +83,7 @@ class Region:
         message: for data-dependent and unsupported regions, what happened.
     """
 
-    kind: str
+    kind: RegionKind
     dnf: list
     short: bool = False
     proved: bool = False
@@ -93,8 +104,8 @@ class Region:
 
     def sentence(self) -> str:
         """``valid iff H >= 8``, ``RuntimeError for every size in the ranges``, ..."""
-        label = {"ok": "valid", "unsupported": "unsupported by symshape"}.get(
-            self.kind, self.error.type if self.kind == "error" and self.error else self.kind)
+        label = {RegionKind.OK: "valid", RegionKind.UNSUPPORTED: "unsupported by symshape"}.get(
+            self.kind, self.error.type if self.kind is RegionKind.ERROR and self.error else self.kind.value)
         text = self.text()
         return f"{label} for {text}" if text in (EVERY, NONE) else f"{label} iff {text}"
 
@@ -103,14 +114,14 @@ class Region:
         return sum(len(d) for d in self.dnf)
 
     def title(self) -> str:
-        if self.kind == "ok":
+        if self.kind is RegionKind.OK:
             return "valid"
-        if self.kind == "error":
+        if self.kind is RegionKind.ERROR:
             return f"{self.error.type} at {self.error.filename}:{self.error.lineno}"
         return self.kind
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "formula": self.formula(), "text": self.sentence(),
+        return {"kind": self.kind.value, "formula": self.formula(), "text": self.sentence(),
                 "short": self.short, "proved": self.proved,
                 "classes": list(self.classes), "example": dict(self.example),
                 "error": self.error.to_dict() if self.error else None,
@@ -132,11 +143,16 @@ class Row:
 
     def outcome(self) -> str:
         r = self.region
-        if r.kind == "ok":
+        if r.kind is RegionKind.OK:
             return "ok"
-        if r.kind == "error":
+        if r.kind is RegionKind.ERROR:
             return r.error.type if r.error else "error"
-        return r.kind
+        return r.kind.value
+
+    @property
+    def ok(self) -> Optional[bool]:
+        """True where the sizes run, False where they raise, None where unknown."""
+        return {RegionKind.OK: True, RegionKind.ERROR: False}.get(self.region.kind)
 
     def output_text(self) -> str:
         return ", ".join("[" + ", ".join(to_python(e, self.names) for e in o) + "]" for o in self.outputs)
@@ -160,7 +176,7 @@ class Summary:
 
     @property
     def valid(self) -> Optional[Region]:
-        return next((r for r in self.regions if r.kind == "ok"), None)
+        return next((r for r in self.regions if r.kind is RegionKind.OK), None)
 
     @property
     def valid_iff(self) -> str:
@@ -182,19 +198,19 @@ class Summary:
         out = []
         scope = "" if self.complete else "   (among the sizes classified so far)"
         v = self.valid
-        unknown = [r for r in self.regions if r.kind in ("unsupported", "data-dependent")]
+        unknown = [r for r in self.regions if r.kind in (RegionKind.UNSUPPORTED, RegionKind.DATA_DEPENDENT)]
         if unknown and not scope:
             scope = "   (where the outcome is known: " + " and ".join(
-                sorted({"symshape could not trace some sizes" if r.kind == "unsupported" else
+                sorted({"symshape could not trace some sizes" if r.kind is RegionKind.UNSUPPORTED else
                         "some sizes branch on data" for r in unknown})) + ", see below)"
         out.append(f"{self.valid_text()}{scope}")
         if v is not None and v.run_time:
             out.append(f"  and, at run time, {v.run_time}")
         for r in self.regions:
-            if r.kind == "ok":
+            if r.kind is RegionKind.OK:
                 continue
             ex = ", ".join(f"{k}={x}" for k, x in r.example.items())
-            if r.kind == "error":
+            if r.kind is RegionKind.ERROR:
                 out.append(r.sentence() + (f"   (e.g. {ex})" if ex else ""))
                 out.append(_clip(f"  {clean_message(r.error.message)}", width))
                 out.append(_clip(f"  at {r.error.location()}", width))
@@ -220,14 +236,14 @@ def _clip(s: str, width: int) -> str:
 
 def _key(c):
     if c.status is Status.OK or (c.status is Status.DATA_DEPENDENT and c.decision is None):
-        return ("ok",)
+        return (RegionKind.OK,)
     if c.status is Status.ERROR:
         e = c.error
-        return ("error", e.type if e else "error", e.filename if e else "", e.lineno if e else 0)
+        return (RegionKind.ERROR, e.type if e else "error", e.filename if e else "", e.lineno if e else 0)
     if c.status is Status.DATA_DEPENDENT:
         d = c.decision
-        return ("data-dependent", d.filename, d.lineno)
-    return ("unsupported",)
+        return (RegionKind.DATA_DEPENDENT, d.filename, d.lineno)
+    return (RegionKind.UNSUPPORTED,)
 
 
 def _normalize(c):
@@ -531,9 +547,9 @@ class _Summarizer:
         ex_class = min(members, key=lambda c: (sum(c.example.values()), [c.example[n] for n in self.names]))
         r = Region(kind=kind, dnf=[tuple(c.conditions) for c in members], classes=[c.index for c in members],
                    error=ex_class.error, example=dict(ex_class.example), message=ex_class.message)
-        if kind == "data-dependent" and ex_class.decision is not None:
+        if kind is RegionKind.DATA_DEPENDENT and ex_class.decision is not None:
             r.message = f"{ex_class.decision.message} (at {ex_class.decision.location()})"
-        if kind == "ok":
+        if kind is RegionKind.OK:
             r.run_time = self.run_time(members)
             r.message = ""
         if any(c.imprecise for c in members):
@@ -597,7 +613,7 @@ def _rows(s, region, members) -> list:
     for c in sorted(members, key=lambda c: (-len(set().union(*[e.free_symbols for o in c.output_shapes for e in o]
                                                           or [set()])), c.index)):
         for g in groups:
-            if region.kind != "ok" or _same_output(s, g[0], c):
+            if region.kind is not RegionKind.OK or _same_output(s, g[0], c):
                 g.append(c)
                 break
         else:
@@ -619,7 +635,7 @@ def summarize(space, z, terms) -> Summary:
         groups.setdefault(_key(c), []).append(c)
     s = _Summarizer(space, z, terms)
     regions, rows = [], []
-    for key in sorted(groups, key=lambda k: (k[0] != "ok", k[0] == "unsupported", min(
+    for key in sorted(groups, key=lambda k: (k[0] is not RegionKind.OK, k[0] is RegionKind.UNSUPPORTED, min(
             c.index for c in groups[k]))):
         regions.append(s.region(key[0], groups[key]))
         rows.extend(_rows(s, regions[-1], groups[key]))
