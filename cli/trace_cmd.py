@@ -50,6 +50,7 @@ def _print(args, tp) -> None:
 
     from guards.explain import short_path
     from guards.render import render_guard, to_python
+    from shapes.data_names import data_names
     from shapes.program import OutputKind
 
     outputs = tp.outputs()
@@ -59,9 +60,9 @@ def _print(args, tp) -> None:
             "arguments": {k: v for k, v in args.arg.items()},
             "example_sizes": tp.hints,
             "outputs": [{"path": o.path, "kind": o.kind.value, "text": o.text(),
-                         **({"shape": [to_python(e) for e in o.shape], "dtype": str(o.dtype).replace("torch.", "")}
+                         **({"shape": [to_python(e, o.names) for e in o.shape], "dtype": str(o.dtype).replace("torch.", "")}
                             if o.kind is OutputKind.TENSOR else {})} for o in outputs],
-            "output_shapes": [[to_python(e) for e in s] for s in tp.output_shapes],
+            "output_shapes": [[to_python(e, data_names(tp.env)) for e in s] for s in tp.output_shapes],
             "guards": [{"kind": g.kind.value, "expr": render_guard(g, tp.env, user_terms=False),
                         "user_terms": render_guard(g, tp.env), "file": g.filename, "line": g.lineno,
                         "code": g.code, "op": g.op} for g in tp.records],

@@ -100,12 +100,13 @@ def _loc(filename, q):
 
 def task_trace(q) -> dict:
     from guards.render import render_guard, to_python
+    from shapes.data_names import data_names
     tp = _traced(q)
     return {
         "inputs": [str(s) for s in tp.specs],
         "example_sizes": dict(tp.hints),
         "note": getattr(tp, "searched_note", None),
-        "output_shapes": [[to_python(e) for e in s] for s in tp.output_shapes],
+        "output_shapes": [[to_python(e, data_names(tp.env)) for e in s] for s in tp.output_shapes],
         "guards": [{"kind": g.kind.value, "expr": render_guard(g, tp.env, user_terms=False),
                     "user_expr": render_guard(g, tp.env), "file": _loc(g.filename, q), "line": g.lineno,
                     "code": (g.code or "").strip(), "op": g.op} for g in tp.records],
