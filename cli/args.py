@@ -144,6 +144,28 @@ def add_program_arguments(p, example: str = "x: f32[B, T, 768]", dim_help: str =
     p.add_argument("--device", default=None, metavar="DEVICE",
                    help="the device the program will run on, which its tensors report while traced "
                         "(cpu or cuda; default cpu)")
+    p.add_argument("--trace-timeout", type=positive_seconds, default=DEFAULT_TRACE_TIMEOUT, metavar="S",
+                   help=f"stop when one trace runs longer than S seconds, e.g. a program that loops forever "
+                        f"(default {DEFAULT_TRACE_TIMEOUT:g})")
+
+
+#: Seconds one trace of the user's program may run (``--trace-timeout``), on every command that runs one.
+DEFAULT_TRACE_TIMEOUT = 60.0
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a positive number of seconds.
+
+    >>> positive_seconds("2.5")
+    2.5
+    """
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return v
 
 
 def parse_world(text: str) -> dict:
@@ -218,8 +240,17 @@ def output_format(given, path) -> str:
 
     >>> output_format(None, "report.html"), output_format(None, "r.JSON"), output_format("json", None)
     ('html', 'json', 'json')
+    >>> output_format(None, "r.pdf")
+    Traceback (most recent call last):
+    ...
+    ValueError: -o r.pdf: unknown report suffix '.pdf'; use .txt, .json or .html (or --format)
     """
-    implied = SUFFIX_FORMATS.get(os.path.splitext(path)[1].lower()) if path else None
+    suffix = os.path.splitext(path)[1].lower() if path else ""
+    implied = SUFFIX_FORMATS.get(suffix) if path else None
+    if path and not given and implied is None:
+        # r.pdf or a suffix-less name would silently get text: say what is written instead.
+        raise ValueError(f"-o {path}: unknown report suffix {suffix or '(none)'!r}; use .txt, .json or .html "
+                         f"(or --format)")
     if given and implied and given != implied:
         raise ValueError(f"--format {given} but -o {path} has the suffix of a {implied} file; drop --format "
                          f"or give -o a matching suffix")

@@ -329,6 +329,19 @@ class _Undecided(Exception):
     pass
 
 
+def _output_fix(sp, c) -> str:
+    """The ``output`` the contract could state: the one formula of every ok class (the summary's
+    ok row, e.g. ``[B, T, 32]`` and not ``[1, 1, 32]`` of the smallest class), if there is one."""
+    rows = [r for r in (sp.summary.rows if getattr(sp, "summary", None) is not None else ())
+            if r.ok]
+    if len(rows) == 1 and rows[0].outputs:
+        return f"output = {_toml(_shape_fact(rows[0].outputs))}"
+    if len(rows) > 1:
+        return ("the output shape differs between sizes (" + "; ".join(
+            f"{r.output_text()} where {r.region.text()}" for r in rows) + "): narrow `dims` to one of them")
+    return f"output = {_toml(_shape_fact(c.output_shapes))}"
+
+
 def _check_output(facts: _Facts, want) -> Finding:
     from guards.render import to_python
     wants = want if want and all(isinstance(s, list) for s in want) else [want]
@@ -346,14 +359,13 @@ def _check_output(facts: _Facts, want) -> Finding:
                 return Finding(expectation="output", status=FAIL,
                                message=f"the program returns {len(got)} tensor(s) ({got_text}) where "
                                f"{c.describe()}; the contract lists {len(wants)}", counterexample=dict(c.example),
-                               fix=f"output = {_toml(_shape_fact(c.output_shapes))}")
+                               fix=_output_fix(sp, c))
             for i, (w, we, g) in enumerate(zip(wants, wexprs, got)):
                 if len(w) != len(g):
                     return Finding(expectation="output", status=FAIL,
                                    message=f"output {i} is [{', '.join(map(to_python, g))}] (rank {len(g)}) "
                                    f"where {c.describe()}; the contract says rank {len(w)}",
-                                   counterexample=dict(c.example),
-                                   fix=f"output = {_toml(_shape_fact(c.output_shapes))}")
+                                   counterexample=dict(c.example), fix=_output_fix(sp, c))
                 for j, (wd, wx, gd) in enumerate(zip(w, we, g)):
                     pt = _differs(z, sp, term, gd, wx)
                     if pt is not None:
@@ -361,7 +373,7 @@ def _check_output(facts: _Facts, want) -> Finding:
                         return Finding(expectation="output", status=FAIL,
                                        message=f"output {i} dim {j} is {to_python(gd)} where {c.describe()}, "
                                        f"the contract says {wd} (at {at})", counterexample=pt,
-                                       fix=f"output = {_toml(_shape_fact(c.output_shapes))}")
+                                       fix=_output_fix(sp, c))
     except _Undecided as e:
         return Finding(expectation="output", status=UNDECIDED, message=str(e))
     shapes = {"; ".join("[" + ", ".join(to_python(e) for e in s) + "]" for s in c.output_shapes) for c, _ in classes}

@@ -30,10 +30,13 @@ Example::
 from __future__ import annotations
 
 import linecache
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
 import sympy
+
+from shapes.data_names import data_name, data_names
 
 from shapes.guard import Decision, Guard, GuardKind, StepKind
 from shapes.paths import TracedPaths, path_of
@@ -43,6 +46,7 @@ from .explain_at import AtResult, ExplainError, evaluate_at  # noqa: F401 - Expl
 from .explanation import (  # noqa: F401 - the records are part of this module's API
     COST_RECOMPILE, COST_RUNTIME_ERROR, COST_SPECIALIZED, ORIGINS, SNIPPET_CONTEXT, DimInfo, DimStatus, Entry,
     ExplanationModel)
+from .for_people import people_conjunction, solve_atom, without_unit_mod
 from .render import render_conjunction, short_path, source_names, to_python
 from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE, suggest
 
@@ -160,7 +164,7 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
     names = source_names(env)
     entries = [_entry(traced, g, names) for g in env.records]
     dims = _dims(traced, entries)
-    dd = [{"name": str(s), "what": what} for s, what in env.unbacked.items()]
+    dd = [{"name": data_name(env, s), "what": what} for s, what in env.unbacked.items()]
     counts = _counts(entries)
     # Distinct conditions: the engine asks many of them more than once.
     static = len({e.before for e in env.log if e.kind is StepKind.STATIC})
@@ -223,20 +227,37 @@ def _hint_text(traced, syms) -> str:
     return ", ".join(vals)
 
 
+def _ranges(traced) -> dict:
+    """Dim name -> the sizes it takes (the range given, else ``0..``), for solving per dim."""
+    out = {}
+    for n in traced.dim_symbols:
+        d = traced.dims.get(n)
+        lo = 1 if d is None or d.min is None else int(d.min)  # a dim's range starts at 1 unless given
+        hi = math.inf if d is None or d.max is None or d.max == math.inf else int(d.max)
+        out[n] = (lo, hi)
+    return out
+
+
+def _solved(c, ranges):
+    """``c`` solved per dim (``H // 2 >= 2`` is ``H >= 4``) where that gives one relation."""
+    s = solve_atom(c, ranges)
+    return s if isinstance(s, sympy.Rel) else c
+
+
 def _entry(traced, g: Guard, names) -> Entry:
     env = traced.env
-    t = tidy(g.expr)
-    neg = _negate(g.expr)
-    user = to_python(t, names)
-    dim_expr = to_python(t)
-    neg_user = to_python(neg, names)
+    ranges = _ranges(traced)
+    t, neg = _solved(tidy(g.expr), ranges), _solved(_negate(g.expr), ranges)
+    user = people_conjunction([t], names, ranges, always="True", never="False")
+    dim_expr = people_conjunction([t], data_names(env), ranges, always="True", never="False")
+    neg_user = people_conjunction([neg], names, ranges, always="True", never="False")
     # The dims a record is about: those of its final condition, plus dims of the
     # original question that were since replaced (unified or specialized), which
     # the final form no longer names.
     orig = g.original.free_symbols if g.original is not None else set()
     syms = sorted(g.expr.free_symbols | {s for s in orig if s in env.replacements}, key=str)
     input_dims = [str(s) for s in syms if s in env.hints]
-    unbacked = [str(s) for s in syms if s in env.unbacked]
+    unbacked = [data_name(env, s) for s in syms if s in env.unbacked]
     origin, origin_text = _origin(g)
     prov = g.provenance
     start, lines = _snippet(prov.filename, prov.lineno)
@@ -272,8 +293,9 @@ def _entry(traced, g: Guard, names) -> Entry:
         cost_text = f"the trace is only valid where {user}; any other size recompiles"
 
     return Entry(
-        index=g.index, kind=g.kind, expr=dim_expr, user_expr=user, raw=to_python(g.expr),
-        original=to_python(g.original) if g.original is not None else dim_expr,
+        index=g.index, kind=g.kind, expr=dim_expr, user_expr=user,
+        raw=to_python(without_unit_mod(g.expr), data_names(env)),
+        original=to_python(g.original, data_names(env)) if g.original is not None else dim_expr,
         negation=neg_user, dims=input_dims, data_dependent=unbacked,
         file=file, line=line, code=code, function=function,
         snippet_start=start, snippet=lines, op=g.op, origin=origin, origin_text=origin_text,

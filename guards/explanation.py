@@ -136,9 +136,14 @@ class ExplanationModel:
         :func:`validation.dinfer.summary.trace_summary` in the CLI)."""
         if self.valid_iff is None:
             return None
-        where = "" if self.covers in (None, "True") else \
-            f"   (on the sizes this trace covers: {self.covers}; others recompile)"
-        return f"valid iff {self.valid_iff}{where}"
+        if self.covers in (None, "True"):
+            return "every size in the dim ranges runs" if self.valid_iff == "True" else f"valid iff {self.valid_iff}"
+        where = f"the sizes this trace covers ({self.covers}; others recompile)"
+        if self.valid_iff == "True":
+            return f"every size runs on {where}"
+        if self.valid_iff == "False":
+            return f"no size runs on {where}"
+        return f"valid iff {self.valid_iff}   (on {where})"
 
     def entry(self, index: int) -> Entry:
         return self.entries[index]

@@ -35,8 +35,24 @@ _LABEL_WIDTH = 12
 
 
 def _wrap(text: str, width: int, first: str, rest: str) -> list:
-    return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
-                         break_long_words=True, break_on_hyphens=False) or [first.rstrip()]
+    """``text`` wrapped at spaces outside parentheses and brackets (a formula keeps ``(H // 4)``
+    and ``[:T, :T]`` on one line) unless such a group is itself wider than a line."""
+    glued, depth = [], 0
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}" and depth > 0
+        glued.append(_GLUE if ch == " " and depth > 0 else ch)
+    glued = "".join(glued).replace(" // ", f"{_GLUE}//{_GLUE}").replace(" % ", f"{_GLUE}%{_GLUE}")
+    lines = textwrap.wrap(glued, width=width, initial_indent=first, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False)
+    if any(len(line) > width for line in lines):  # a group wider than a line: break it after all
+        text = text.replace(" // ", f"{_GLUE}//{_GLUE}").replace(" % ", f"{_GLUE}%{_GLUE}")
+        lines = textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
+                              break_long_words=True, break_on_hyphens=False)
+    return [line.replace(_GLUE, " ") for line in lines] or [first.rstrip()]
+
+
+_GLUE = "\x00"  # a space inside parentheses: not a place to break a line
 
 
 def _field(label: str, text: str, width: int, indent: int = 2) -> list:

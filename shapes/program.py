@@ -10,6 +10,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from .data_names import data_names
 from .devices import DeviceMismatch
 from .env import ShapeEnv
 from .errors import GuardViolation, SpecError
@@ -43,6 +44,8 @@ class Output:
     shape: Optional[tuple]
     dtype: Any
     value: Any
+    #: data-dependent symbols -> the user's names for them (``x.sum().item()``, never ``u0``)
+    names: Optional[dict] = field(default=None, repr=False, compare=False)
 
     def text(self) -> str:
         """What the output is, in Python syntax: ``f32[B, T // 8, 64]`` for a tensor, the
@@ -61,9 +64,9 @@ class Output:
             from .spec import DTYPES
             short = {v: k for k, v in reversed(list(DTYPES.items()))}  # f32, not float32
             dtype = short.get(self.dtype, str(self.dtype).replace("torch.", ""))
-            return f"{dtype}[{', '.join(to_python(e) for e in self.shape)}]"
+            return f"{dtype}[{', '.join(to_python(e, self.names) for e in self.shape)}]"
         if self.kind is OutputKind.SIZE:
-            return to_python(self.value)
+            return to_python(self.value, self.names)
         return repr(self.value)
 
     def __str__(self) -> str:
@@ -156,7 +159,8 @@ class TracedProgram:
                 leaves.append(dict(kind=OutputKind.VALUE, shape=None, dtype=None, value=a))
         tree = pytree.tree_unflatten(list(range(len(leaves))), self.out_spec)
         flat, _ = pytree.tree_flatten_with_path(tree)
-        return [Output(path=_path_text(path), **leaves[i]) for path, i in flat]
+        names = data_names(self.env) or None
+        return [Output(path=_path_text(path), **leaves[i], names=names) for path, i in flat]
 
     # -- binding sizes ------------------------------------------------------------------
     def bind_sizes(self, tensors) -> dict[sympy.Symbol, int]:

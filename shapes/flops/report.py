@@ -327,11 +327,31 @@ class FlopReport:
 
             >>> import torch, shapes
             >>> r = shapes.count_flops(torch.nn.Linear(1024, 1024), "x: f32[N, 1024]")
-            >>> f"{r.mfu({'N': 8192}, 0.001, 'a100').mfu:.3f}"
+            >>> f"{r.mfu({'N': 8192}, 0.001, 'a100:bf16').mfu:.3f}"
             '0.055'
         """
         from .mfu import mfu
         return mfu(self, sizes, seconds, peak_flops, count)
+
+    @property
+    def compute_dtype(self):
+        """The dtype of the program's FLOPs: that of its matmuls and convolutions (the first
+        one's output), else of its first floating-point op; None without one.
+
+        >>> import torch, shapes
+        >>> shapes.count_flops(torch.nn.Linear(4, 4), "x: f32[N, 4]").compute_dtype
+        torch.float32
+        """
+        heavy = ("mm", "bmm", "addmm", "baddbmm", "convolution", "_scaled_dot_product", "matmul", "linear")
+        first = None
+        for n in self.traced.graph.nodes:
+            val = n.meta.get("val") if n.op == "call_function" else None
+            if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
+                continue
+            if any(h in str(n.target) for h in heavy):
+                return val.dtype
+            first = first or val.dtype
+        return first
 
     # -- presentation ---------------------------------------------------------------
     def table(self, sizes=None, width: int = 80) -> str:

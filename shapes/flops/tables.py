@@ -20,11 +20,26 @@ def _human(n) -> str:
     return str(n)
 
 
+_GLUE = "\x00"  # a space that is not a place to break a line
+
+
+def wrap_formula(text: str, width: int, **kw) -> list[str]:
+    """``textwrap.wrap`` for formulas: never between the operands of ``//`` or ``%``
+    (``(H //`` then ``2)`` on the next line reads as two formulas).
+
+    >>> wrap_formula("2*(H // 2) + 4*(W // 2)", 12)
+    ['2*(H // 2) +', '4*(W // 2)']
+    """
+    glued = text.replace(" // ", f"{_GLUE}//{_GLUE}").replace(" % ", f"{_GLUE}%{_GLUE}")
+    return [line.replace(_GLUE, " ") for line in textwrap.wrap(glued, width, break_on_hyphens=False,
+                                                                               break_long_words=False, **kw)]
+
+
 def _grid(rows, widths, aligns, sep="  ") -> list[str]:
     """Rows of cells, each cell wrapped to its column; a wrapped row spans lines."""
     lines = []
     for row in rows:
-        cells = [textwrap.wrap(str(c), w, break_on_hyphens=False) or [""] for c, w in zip(row, widths)]
+        cells = [wrap_formula(str(c), w) or [""] for c, w in zip(row, widths)]
         for i in range(max(len(c) for c in cells)):
             parts = []
             for c, w, a in zip(cells, widths, aligns):
@@ -35,8 +50,7 @@ def _grid(rows, widths, aligns, sep="  ") -> list[str]:
 
 
 def _wrapped(label: str, text: str, width: int) -> list[str]:
-    return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label),
-                         break_on_hyphens=False) or [label.rstrip()]
+    return wrap_formula(text, width, initial_indent=label, subsequent_indent=" " * len(label)) or [label.rstrip()]
 
 
 def render_table(r, sizes, width: int) -> str:

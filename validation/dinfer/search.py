@@ -165,7 +165,38 @@ class _Outcome:
     joined: tuple = ()
 
 
+def sizes_that_run(program: Callable, *specs, dims: Optional[Mapping] = None, time_budget: float = 20.0,
+                   trace_timeout: float = 30.0) -> Optional[dict]:
+    """Sizes at which ``program`` runs, found by dinfer's search (stopped at the first class
+    that runs), as close to the default example sizes as that class allows; None when no
+    size in the ranges runs (or none was found in ``time_budget`` seconds).
+
+    For commands that need one trace and whose example sizes fail (a Linear after a
+    convolution fixes the image size).
+
+    Example::
+
+        >>> import torch
+        >>> sizes_that_run(lambda x: x.view(7, -1).sum(0), "x: f32[N]", dims={"N": (1, 64)})
+        {'N': 7}
+    """
+    search = _Search(program, specs, dims, 64, time_budget, False, None, 10.0, trace_timeout, True)
+    search.stop_at_ok = True
+    sp = search.run()
+    ok = next((c for c in sp.classes if c.status is Status.OK), None)
+    if ok is None:
+        return None
+    point = dict(ok.traced_at)
+    for n, v in search.first.items():  # the default example size of each dim, where the class allows it
+        trial = dict(point, **{n: v})
+        if ok.contains({search.symbols[k]: x for k, x in trial.items()}):
+            point = trial
+    return point
+
+
 class _Search:
+    stop_at_ok = False  # sizes_that_run: stop at the first class that runs, no summary
+
     def __init__(self, program, specs, dims, max_classes, time_budget, szo, progress, solver_timeout,
                  trace_timeout, assume_data, device=None, world=None):
         self.program = program
@@ -513,6 +544,8 @@ class _Search:
             c = self._make_class(point, oc)
             if self.progress is not None:
                 self.progress(TraceEvent(sp.traces, dict(point), c, time.monotonic() - t0))
+            if self.stop_at_ok and c.status is Status.OK:
+                return sp
             if time.monotonic() >= self.search_deadline:
                 nxt, unknown = None, "out of time"
             else:
