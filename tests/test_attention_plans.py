@@ -25,6 +25,10 @@ def test_plan_calls_fused_attention_and_materializes_no_scores(case):
     facts = AF.plan_facts(v)
     assert facts == {"sdpa_calls": case.layers, "scores": []}
     assert v.fused_attention == 0  # kept whole by the tracer: nothing to fuse back
+    # Repeated K/V (transformers' repeat_kv) become enable_gqa calls on the CPU: no K/V copies;
+    # every model merges its heads back with a copy that ATen's fused output makes free.
+    gqa = case.layers if case.name in ("llama", "qwen2", "mistral_sw", "gemma") else 0
+    assert v.sdpa_calls == {"gqa": gqa, "merged_heads": case.layers}
     with torch.no_grad():
         for B, T in ((2, 7), (1, 5)) if "T" in " ".join(case.specs) else ((2, 0), (3, 0)):
             ins = case.inputs({"B": B, "T": T})
