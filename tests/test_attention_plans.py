@@ -35,6 +35,23 @@ def test_plan_calls_fused_attention_and_materializes_no_scores(case):
             torch.testing.assert_close(AM.last_hidden(f(*ins)), AM.last_hidden(m(*ins)), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("case", AM.CASES, ids=lambda c: c.name)
+def test_eager_attention_is_fused_back_into_sdpa(case):
+    # attn_implementation="eager": matmul, scale, additive float mask (or none), fp32 softmax,
+    # matmul; GQA through repeat_kv.  The compiler rewrites each into one SDPA call.
+    m = case.module()
+    for mod in m.modules():
+        if hasattr(mod, "config"):
+            mod.config._attn_implementation = "eager"
+    f = compiler.compile(m, *case.specs, dims=case.dims, target="cpp")
+    (v,) = f.variants
+    assert v.fused_attention == case.layers
+    assert AF.plan_facts(v) == {"sdpa_calls": case.layers, "scores": []}
+    with torch.no_grad():
+        ins = case.inputs({"B": 2, "T": 7})
+        torch.testing.assert_close(AM.last_hidden(f(*ins)), AM.last_hidden(m(*ins)), atol=1e-5, rtol=1e-5)
+
+
 def test_the_check_sees_materialized_scores():
     # A control: hand-written attention with an anti-causal mask is not rewritten, so its plan
     # allocates scores (B, H, T, T); plan_facts must report them.

@@ -170,3 +170,31 @@ def test_sdpa_with_other_biases_is_not_rewritten():
         x = torch.randn(2, 9, 32)
         with torch.no_grad():
             torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
+
+
+def test_upcast_softmax_with_an_additive_mask_becomes_sdpa_in_half():
+    # softmax(q @ k^T * s + bias, dtype=float32).to(half) @ v, with a float bias from the caller:
+    # one SDPA call with attn_mask=bias (fp16 inputs, fp32 mask); no scores buffer.
+    def prog(q, k, v, bias):
+        att = (q @ k.transpose(-2, -1)) * 0.25 + bias
+        return torch.softmax(att.float(), dim=-1).to(q.dtype) @ v
+
+    f = compiler.compile(prog, "q: f16[B, 4, T, 16]", "k: f16[B, 4, T, 16]", "v: f16[B, 4, T, 16]",
+                         "bias: f16[B, 1, T, T]")
+    v = f.variants[0]
+    assert v.fused_attention == 1 and n_sdpa(v.tp) == 1
+    assert not any(n.target is torch.ops.aten.bmm.default for n in v.tp.graph.nodes)
+    for B, T in [(2, 5), (1, 1), (3, 13)]:
+        q, k, vv = (torch.randn(B, 4, T, 16, dtype=torch.float16) for _ in range(3))
+        bias = torch.randn(B, 1, T, T, dtype=torch.float16)
+        bias[..., 1:][torch.rand(B, 1, T, T - 1) > 0.6] = float("-inf")
+        torch.testing.assert_close(f(q, k, vv, bias), prog(q, k, vv, bias), atol=4e-3, rtol=4e-3)
+
+
+def test_a_bias_that_widens_the_scores_is_not_rewritten():
+    # The bias has more heads than the scores broadcast to: SDPA's mask may not widen them.
+    def prog(q, k, v, bias):
+        return torch.softmax(q @ k.transpose(-2, -1) + bias, dim=-1) @ v
+
+    tp = shapes.trace(prog, "q: f32[B, 1, T, 8]", "k: f32[B, 1, T, 8]", "v: f32[B, 1, T, 8]", "bias: f32[B, 3, T, T]")
+    assert fuse_causal_attention(tp) == 0
