@@ -19,6 +19,7 @@ Usage::
 
     python bench/cpu_models.py --threads 2                 # every model, 2 points each
     python bench/cpu_models.py --threads 2 --only llama --reps 20
+    python bench/cpu_models.py --threads 2 --modes eager,ind_static,compile --points "4,128"   # quick
 """
 from __future__ import annotations
 
@@ -168,13 +169,24 @@ def run_model(case, points, reps, modes):
     return ms, errs, notes
 
 
+def _print_row(row, modes):
+    name, pt, ms, errs = row
+    nan = float("nan")
+    c = ms.get("compile", nan)
+    print(f"{name:<16} {pt:<6} " + " ".join(f"{ms[m]:>13.3f}" for m in modes)
+          + f" {ms.get('ind_static', nan) / c:>9.2f}x {ms.get('ind_dyn', nan) / c:>7.2f}x"
+          + f" {ms.get('ind_dyn', nan) / ms.get('backend', nan):>6.2f}x"
+          + f" {errs.get('compile', nan):>8.1e} {errs.get('ind_static', nan):>8.1e}", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=10)
-    ap.add_argument("--only", default=None, help="models whose name contains this")
+    ap.add_argument("--only", default=None, help="models whose name contains one of these (comma-separated)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--small", action="store_true", help="the tests' d = 32 configs (quick)")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--points", default=None, help='"B,T;B,T": the points of every model (T ignored without T)')
     a = ap.parse_args(argv)
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -183,25 +195,24 @@ def main(argv=None):
     print(f"torch={torch.__version__} threads={torch.get_num_threads()} fp32 reps={a.reps} "
           f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     rows = []
-    with torch.no_grad():
-        for case, points in cases(a.small):
-            if a.only and a.only not in case.name:
-                continue
-            ms, errs, notes = run_model(case, points, a.reps, modes)
-            for i, (B, T) in enumerate(points):
-                rows.append((case.name, f"{B},{T}" if T else f"{B}", {m: ms[m][i] for m in modes},
-                             {m: errs[m][i] for m in modes}))
-            print(f"  {case.name}: " + "; ".join(notes), flush=True)
     hdr = f"{'model':<16} {'B,T':<6} " + " ".join(f"{m + ' ms':>13}" for m in modes) + \
         f" {'cmp/static':>10} {'cmp/dyn':>8} {'bk/dyn':>7} {'cmp err':>8} {'ind err':>8}"
     print(hdr)
-    print("-" * len(hdr))
-    for name, pt, ms, errs in rows:
-        c = ms.get("compile", float("nan"))
-        print(f"{name:<16} {pt:<6} " + " ".join(f"{ms[m]:>13.3f}" for m in modes)
-              + f" {ms.get('ind_static', float('nan')) / c:>9.2f}x {ms.get('ind_dyn', float('nan')) / c:>7.2f}x"
-              + f" {ms.get('ind_dyn', float('nan')) / ms.get('backend', float('nan')):>6.2f}x"
-              + f" {errs.get('compile', float('nan')):>8.1e} {errs.get('ind_static', float('nan')):>8.1e}")
+    print("-" * len(hdr), flush=True)
+    with torch.no_grad():
+        for case, points in cases(a.small):
+            if a.only and not any(o in case.name for o in a.only.split(",")):
+                continue
+            if a.points:
+                pts = [tuple(int(v) for v in p.split(",")) for p in a.points.split(";")]
+                points = [(B, T if any(p[1] for p in points) else 0) for B, T in pts]
+            ms, errs, notes = run_model(case, points, a.reps, modes)
+            for i, (B, T) in enumerate(points):
+                row = (case.name, f"{B},{T}" if T else f"{B}", {m: ms[m][i] for m in modes},
+                       {m: errs[m][i] for m in modes})
+                rows.append(row)
+                _print_row(row, modes)
+            print(f"  {case.name}: " + "; ".join(notes), flush=True)
 
     def gm(num, den):
         return geomean([r[2].get(num, float("nan")) / r[2].get(den, float("nan")) for r in rows])
