@@ -1,18 +1,26 @@
-"""Hand-written causal attention in a traced graph, replaced by one fused SDPA call.
+"""Hand-written attention in a traced graph, replaced by one fused SDPA call.
 
-``softmax(Q @ K^T * s  masked where j > i) @ V`` materializes a (B*H, T, T)
-score tensor and runs five kernels; ``scaled_dot_product_attention(Q, K, V,
-is_causal=True, scale=s)`` computes the same function in one fused kernel
-(ATen's flash/efficient attention on CUDA).  The rewrite applies only where it
-is proved equivalent for every size the trace serves: the mask's kept entries
-are exactly ``j <= i`` over the score's last two dims (read by
-:class:`shapes.flops.masks.MaskAnalysis` from how the graph builds the mask),
-the fill is ``-inf``, the scale is a positive constant, the softmax runs over
-the last dim, and no intermediate (scores, probabilities) is used elsewhere.
+``softmax(Q @ K^T * s + mask) @ V`` materializes a (B*H, T, S) score tensor and runs
+five kernels; ``scaled_dot_product_attention`` computes the same function in one fused
+kernel.  The rewrite applies only where it is proved equivalent for every size the trace
+serves, recognized structurally (the forms transformers' ``eager`` attention and
+hand-written models use):
 
-The same shape covers ATen's own math decomposition of ``scaled_dot_product_attention``
-(what tracing SDPA on meta tensors records): Q and K^T each scaled by ``sqrt(s)``,
-and the causal mask added as a bias ``where(tril(ones(L, S)), 0, -inf)``.
+* the mask: none; causal, with kept entries exactly ``j <= i`` over the score's last two
+  dims (read by :class:`shapes.flops.masks.MaskAnalysis`), applied as a ``-inf`` fill or a
+  ``where(tril, 0, -inf)`` bias (-> ``is_causal=True``); or any additive float tensor that
+  broadcasts into the scores without widening them (-> ``attn_mask=bias``, SDPA's float
+  mask is that addition);
+* the scale: positive constants on the scores, Q or K (-> ``scale``);
+* the softmax over the last dim, its input possibly upcast to fp32 and its output cast
+  back (SDPA's kernels accumulate in fp32 too);
+* Q, K, V flattened into the two ``bmm`` calls through views, expands and copies; K/V
+  repeated per head (GQA's ``repeat_kv``) are taken as repeated here, and
+  :mod:`compiler.sdpa_calls` turns them into ``enable_gqa``;
+* no intermediate (scores, probabilities) used elsewhere.
+
+``F.scaled_dot_product_attention`` itself never needs this: the tracer keeps it whole
+(:mod:`shapes.eager_checks.attention`).
 
 Example::
 
@@ -35,6 +43,8 @@ import torch
 import torch.fx
 
 from shapes.flops.masks import Band, MaskAnalysis
+
+from .sdpa_calls import contiguous_heads
 
 aten = torch.ops.aten
 SDPA = aten.scaled_dot_product_attention.default
@@ -65,11 +75,13 @@ def _only_user(n) -> Optional[torch.fx.Node]:
     return next(iter(n.users)) if len(n.users) == 1 else None
 
 
-def _unflatten(n):
+def _unflatten(n, batch=None):
     """The tensor a bmm operand was flattened from: ``(X, batch dims)`` where the operand
-    is X's values with X's leading dims merged row-major and its last two dims kept."""
+    is X's values with X's leading dims merged row-major and its last two dims kept.
+    With ``batch``, the earliest such X whose batch dims are ``batch`` (a repeat before it,
+    as in GQA's ``repeat_kv``, has other batch dims)."""
     shape = _shape(n)
-    x = n
+    x, best = n, None
     while isinstance(x, torch.fx.Node) and x.op == "call_function" and x.target in _FLATTEN:
         src = x.args[0]
         s, ss = _shape(x), _shape(src)
@@ -80,6 +92,10 @@ def _unflatten(n):
         if not _same((_numel(s[:-2]),), (_numel(ss[:-2]),)):
             break
         x = src
+        if batch is not None and len(ss) >= 3 and _same(ss[:-2], batch):
+            best = x
+    if batch is not None and best is not None:
+        x = best
     xs = _shape(x)
     if xs is None or len(xs) < 3 or not _same(xs[-2:], shape[-2:]):
         return None
@@ -119,8 +135,24 @@ def _transposed_last2(n):
 class _Match:
     """One recognized attention: the nodes to replace and the SDPA arguments."""
 
-    def __init__(self, q, k, v, scale, out):
-        self.q, self.k, self.v, self.scale, self.out = q, k, v, scale, out
+    def __init__(self, q, k, v, scale, out, mask=None, causal=True):
+        self.q, self.k, self.v, self.scale, self.out, self.mask, self.causal = q, k, v, scale, out, mask, causal
+
+
+def _additive_bias(bias, scores, total) -> bool:
+    """Whether ``scores + bias`` adds a float tensor that broadcasts into ``scores`` without
+    widening it: SDPA's float ``attn_mask`` is exactly that addition."""
+    bv, sv = (n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in (bias, scores))
+    bs, ss = _shape(bias), _shape(scores)
+    return (isinstance(bv, torch.Tensor) and isinstance(sv, torch.Tensor) and bv.dtype.is_floating_point
+            and bv.dtype == sv.dtype and bs is not None and ss is not None and len(bs) <= len(ss)
+            and _same(_shape(total), ss))
+
+
+def _cast_only(n) -> bool:
+    """A dtype conversion and nothing else (``x.float()``, softmax's ``dtype=``, ``.to(q.dtype)``)."""
+    return (isinstance(n, torch.fx.Node) and n.op == "call_function" and n.target is aten._to_copy.default
+            and set(n.kwargs) <= {"dtype"} and len(n.args) == 1)
 
 
 def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
@@ -132,8 +164,8 @@ def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
     chain = _score_chain(args[0], masks)
     if chain is None:
         return None
-    x, scale, causal = chain
-    if not causal or x.target is not aten.bmm.default or len(x.users) != 1:
+    x, scale, causal, mask = chain
+    if x.target is not aten.bmm.default or len(x.users) != 1:
         return None
     qf, kf = _unflatten(x.args[0]), _unflatten(x.args[1])
     if qf is None or kf is None:
@@ -153,7 +185,7 @@ def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
             return None
         if u.target is aten.bmm.default:
             break
-        if u.target not in _FLATTEN:
+        if u.target not in _FLATTEN and not _cast_only(u):
             return None
         p = u
     else:
@@ -161,7 +193,7 @@ def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
     pv = u
     if pv.args[0] is not p or len(pv.users) < 1:
         return None
-    vf = _unflatten(pv.args[1])
+    vf = _unflatten(pv.args[1], batch)
     if vf is None or not _same(vf[1], batch):
         return None
     v = vf[0]
@@ -175,18 +207,21 @@ def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
         out = u
     if _shape(q)[-1] != _shape(k)[-1] or not _same(_shape(k)[-2:-1], _shape(v)[-2:-1]):
         return None
-    return _Match(q, k, v, float(scale), out)
+    if not (q.meta["val"].dtype == k.meta["val"].dtype == v.meta["val"].dtype == out.meta["val"].dtype):
+        return None
+    return _Match(q, k, v, float(scale), out, mask, causal)
 
 
 def _score_chain(x, masks: MaskAnalysis):
-    """From the softmax's input down through the causal mask and the scale: ``(the Q @ K^T
-    bmm node, the scale, whether a causal mask was found)``, or None for another chain."""
-    scale, causal = 1.0, False
+    """From the softmax's input down through the mask, an fp32 upcast and the scale:
+    ``(the Q @ K^T bmm node, the scale, whether a causal mask was found, an additive
+    float mask or None)``, or None for another chain."""
+    scale, causal, mask = 1.0, False, None
     for _ in range(16):
         if not isinstance(x, torch.fx.Node) or x.op != "call_function" or len(x.users) != 1:
             return None
         a = x.args
-        if x.target in (aten.masked_fill.Scalar, aten.masked_fill.Tensor) and not causal:
+        if x.target in (aten.masked_fill.Scalar, aten.masked_fill.Tensor) and not causal and mask is None:
             fill = masks.scalar(a[2])
             dropped = masks.pred(a[1])
             ms, xs = _shape(a[1]), _shape(x)
@@ -195,17 +230,24 @@ def _score_chain(x, masks: MaskAnalysis):
             if dropped != Band(lo=1):  # masked exactly where j >= i + 1: keeps j <= i
                 return None
             causal, x = True, a[0]
-        elif x.target is aten.where.self and not causal:
+        elif x.target is aten.where.self and not causal and mask is None:
             kept, fill = masks.pred(a[0]), masks.scalar(a[2])
             ms, xs = _shape(a[0]), _shape(x)
             if fill != -math.inf or kept != _CAUSAL or ms is None or len(ms) < 2 or not _same(ms[-2:], xs[-2:]):
                 return None
             causal, x = True, a[1]
-        elif x.target is aten.add.Tensor and not causal and len(a) == 2 and not x.kwargs:
+        elif x.target is aten.add.Tensor and not causal and mask is None and len(a) == 2 and not x.kwargs:
             scores = next((s for s, b in ((a[0], a[1]), (a[1], a[0])) if _causal_bias(b, s, x, masks)), None)
-            if scores is None:
+            if scores is not None:
+                causal, x = True, scores
+                continue
+            # Any other additive float mask (transformers' eager attention): SDPA's float attn_mask.
+            pair = next(((s, b) for s, b in ((a[0], a[1]), (a[1], a[0])) if _additive_bias(b, s, x)), None)
+            if pair is None:
                 return None
-            causal, x = True, scores
+            x, mask = pair
+        elif _cast_only(x) and x.kwargs.get("dtype") == torch.float32:
+            x = a[0]  # scores upcast before the softmax: SDPA's kernels accumulate in fp32 too
         elif x.target in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar) and \
                 isinstance(a[1], (int, float)) and not isinstance(a[1], bool) and a[1] > 0:
             scale = scale * a[1] if x.target in (aten.mul.Tensor, aten.mul.Scalar) else scale / a[1]
@@ -218,28 +260,7 @@ def _score_chain(x, masks: MaskAnalysis):
             return None
     else:
         return None
-    return x, scale, causal
-
-
-def _contiguous_heads(sdpa) -> None:
-    """``clone(sdpa(...).transpose(1, 2))`` (the heads merged back) as ``.contiguous()``.
-
-    ATen's flash and efficient kernels write their output as (B, T, H, D) and return the
-    (B, H, T, D) view of it, so the transposed result is already contiguous and the clone
-    a pure copy; ``contiguous`` gives the same values in the same layout, copying only
-    where another SDPA kernel ran.  Only where nothing else sees the SDPA output or the
-    transposed view (so nothing can observe that the result may alias them).
-    """
-    t = _only_user(sdpa)
-    if t is None or t.op != "call_function" or t.target is not aten.transpose.int or \
-            sorted(d % 4 for d in t.args[1:3]) != [1, 2]:
-        return
-    c = _only_user(t)
-    if c is None or c.op != "call_function" or c.target is not aten.clone.default or \
-            c.kwargs.get("memory_format", torch.contiguous_format) is not torch.contiguous_format or len(c.args) != 1:
-        return
-    c.target = aten.contiguous.default
-    c.kwargs = {}
+    return x, scale, causal, mask
 
 
 def fuse_causal_attention(tp) -> int:
@@ -259,10 +280,13 @@ def fuse_causal_attention(tp) -> int:
         if m is None:
             continue
         with g.inserting_before(m.out):
-            new = g.call_function(SDPA, (m.q, m.k, m.v), {"is_causal": True, "scale": m.scale})
+            if m.mask is None:
+                new = g.call_function(SDPA, (m.q, m.k, m.v), {"is_causal": m.causal, "scale": m.scale})
+            else:
+                new = g.call_function(SDPA, (m.q, m.k, m.v, m.mask), {"scale": m.scale})
         new.meta = dict(m.out.meta)
         m.out.replace_all_uses_with(new)
-        _contiguous_heads(new)
+        contiguous_heads(new)
         done += 1
     if done:
         g.eliminate_dead_code()

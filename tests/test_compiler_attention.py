@@ -127,8 +127,7 @@ def test_probabilities_used_twice_are_not_rewritten():
 
 
 class Sdpa(torch.nn.Module):
-    """Attention through F.scaled_dot_product_attention: tracing on meta records ATen's math
-    decomposition (Q and K^T each scaled by sqrt(s), the mask added as a where(tril, 0, -inf) bias)."""
+    """Attention through F.scaled_dot_product_attention, with an optional mask built from T."""
 
     def __init__(self, d=32, h=4, causal=True, bias=None):
         super().__init__()
@@ -142,13 +141,12 @@ class Sdpa(torch.nn.Module):
         return y.transpose(1, 2).reshape(B, T, C)
 
 
-def test_sdpa_math_decomposition_becomes_one_sdpa_again():
+def test_sdpa_is_traced_as_one_node():
     m = Sdpa().eval()
     tp = shapes.trace(m, "x: f32[B, T, 32]")
-    assert not any(n.target is SDPA for n in tp.graph.nodes)  # the trace holds the decomposition
-    assert fuse_causal_attention(tp) == 1
-    (node,) = [n for n in tp.graph.nodes if n.target is SDPA]
-    assert node.kwargs["is_causal"] and math.isclose(node.kwargs["scale"], 1 / math.sqrt(8), rel_tol=1e-12)
+    (node,) = [n for n in tp.graph.nodes if n.target is SDPA]  # kept whole: no math decomposition
+    assert node.args[5] is True and tp.guards == [] and tp.runtime_asserts == []
+    assert fuse_causal_attention(tp) == 0
     assert not any(n.target in (torch.ops.aten.tril.default, torch.ops.aten.bmm.default) for n in tp.graph.nodes)
     f = compiler.compile(m, "x: f32[B, T, 32]")
     for T in (1, 2, 5, 17):
@@ -172,3 +170,31 @@ def test_sdpa_with_other_biases_is_not_rewritten():
         x = torch.randn(2, 9, 32)
         with torch.no_grad():
             torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
+
+
+def test_upcast_softmax_with_an_additive_mask_becomes_sdpa_in_half():
+    # softmax(q @ k^T * s + bias, dtype=float32).to(half) @ v, with a float bias from the caller:
+    # one SDPA call with attn_mask=bias (fp16 inputs, fp32 mask); no scores buffer.
+    def prog(q, k, v, bias):
+        att = (q @ k.transpose(-2, -1)) * 0.25 + bias
+        return torch.softmax(att.float(), dim=-1).to(q.dtype) @ v
+
+    f = compiler.compile(prog, "q: f16[B, 4, T, 16]", "k: f16[B, 4, T, 16]", "v: f16[B, 4, T, 16]",
+                         "bias: f16[B, 1, T, T]")
+    v = f.variants[0]
+    assert v.fused_attention == 1 and n_sdpa(v.tp) == 1
+    assert not any(n.target is torch.ops.aten.bmm.default for n in v.tp.graph.nodes)
+    for B, T in [(2, 5), (1, 1), (3, 13)]:
+        q, k, vv = (torch.randn(B, 4, T, 16, dtype=torch.float16) for _ in range(3))
+        bias = torch.randn(B, 1, T, T, dtype=torch.float16)
+        bias[..., 1:][torch.rand(B, 1, T, T - 1) > 0.6] = float("-inf")
+        torch.testing.assert_close(f(q, k, vv, bias), prog(q, k, vv, bias), atol=4e-3, rtol=4e-3)
+
+
+def test_a_bias_that_widens_the_scores_is_not_rewritten():
+    # The bias has more heads than the scores broadcast to: SDPA's mask may not widen them.
+    def prog(q, k, v, bias):
+        return torch.softmax(q @ k.transpose(-2, -1) + bias, dim=-1) @ v
+
+    tp = shapes.trace(prog, "q: f32[B, 1, T, 8]", "k: f32[B, 1, T, 8]", "v: f32[B, 1, T, 8]", "bias: f32[B, 3, T, T]")
+    assert fuse_causal_attention(tp) == 0

@@ -89,6 +89,31 @@ def _where(node) -> str:
     return node.name
 
 
+def _sdpa_band(an, args):
+    """(Band kept, how) for a fused attention call: its ``is_causal`` flag, or the
+    ``attn_mask`` it is given (bool: kept where true; float: an additive bias);
+    (None, why) when the mask is not recognized, (None, "") when nothing is masked."""
+    if args.get("is_causal"):
+        return Band(hi=0), "is_causal=True"
+    mask = args.get("attn_mask")
+    if not isinstance(mask, torch.fx.Node):
+        return None, ""
+    val = mask.meta.get("val")
+    if val is not None and val.dtype == torch.bool:
+        band = an.pred(mask)
+    else:
+        b = an.bias(mask)
+        band = b[0] if b is not None else None
+    if band is None:
+        why = an._data_reason(mask) or "attention mask not recognized as triangular (not in a form symshape follows)"
+        return None, why
+    if band.lo is None and band.hi is None and not band.empty:
+        return None, ""
+    source = mask_source(mask)
+    at = f"{source.target._overloadpacket} at {_where(source)}" if source is not None else mask.name
+    return band, f"attn_mask from {at}"
+
+
 def analyze(report) -> None:
     """Set ``report.useful``, ``report.useful_by_op``, ``report.masked_attention``
     and ``report.useful_notes``."""
@@ -115,7 +140,7 @@ def analyze(report) -> None:
             continue
         p = getattr(n.target, "_overloadpacket", None)
         if p in ff.SDPA_CAUSAL_ARG and n in report.node_flops:
-            ma, note = _causal_sdpa(an, n, p)
+            ma, note = _causal_sdpa(an, n, p, with_backward)
         elif p in SOFTMAX:
             ma, note = _masked_softmax(an, n, with_backward, report.node_flops)
         else:
@@ -139,19 +164,21 @@ def analyze(report) -> None:
     report.useful_notes = notes
 
 
-def _causal_sdpa(an, n, p):
-    """``(MaskedAttention or None, note or None)`` for an attention op called with ``is_causal``."""
+def _causal_sdpa(an, n, p, with_backward):
+    """``(MaskedAttention or None, note or None)`` for a fused attention op: its ``is_causal``
+    flag, or the triangular ``attn_mask`` it is given (:func:`_sdpa_band`)."""
     args = ff.bind(n.target, n.args, n.kwargs)
-    if not args.get("is_causal"):
-        return None, None
+    band, how = _sdpa_band(an, args)
+    if band is None:
+        return None, (f"{_where(n)}: {how}: counted in full" if how else None)
     q, k = an.shape(args["query"]), an.shape(args["key"])
     T, S = q[-2], k[-2]
     if p in ff.BSHD_KERNELS:
         T, S = q[1], k[1]
-    kept, why = an.kept(Band(hi=0), T, S)
+    kept, why = an.kept(band, T, S)
     if kept is None:
-        return None, f"{_where(n)}: is_causal attention counted in full: {why}"
-    return MaskedAttention(_where(n), Band(hi=0).describe(), f"{p} with is_causal=True", kept, T * S, [n]), None
+        return None, f"{_where(n)}: {how} counted in full: {why}"
+    return MaskedAttention(_where(n), band.describe(), f"{p} with {how}", kept, T * S, with_backward([n])), None
 
 
 def _masked_softmax(an, n, with_backward, node_flops):
