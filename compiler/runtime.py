@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import operator
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -44,7 +45,7 @@ from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, 
                       straight_line)
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
-STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0}
+STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0, "warmed": 0, "warm_s": 0.0}
 
 
 def _attr_reader(target: str):
@@ -108,6 +109,11 @@ class Variant:
         self.kernels = [s for s in self.steps if isinstance(s, Kernel)]
         STATS["kernels"] += len(self.kernels)
         self.launchers = TARGETS[target].make_launchers(self.lp, self.steps)
+        # Every size class of every kernel is built now, in parallel: a later call at a new
+        # size finds its kernels compiled (no stall at the first call of a size).
+        t0 = time.perf_counter()
+        STATS["warmed"] += TARGETS[target].warm(self.launchers)
+        STATS["warm_s"] += time.perf_counter() - t0
         self._plan()
 
     # -- planning: everything symbolic is turned into index lookups once --------------
