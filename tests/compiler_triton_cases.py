@@ -204,6 +204,20 @@ def case_every_size_class_is_known_at_the_first_call():
         assert built >= sum(len(ln.classes()) for _, ln in f.variants[0].launchers.values()), built
 
 
+def case_size_ratio_as_a_real_value():
+    # interpolate to a fixed size scales indexes by H / 5: a real value, not an int64 (was all row 0)
+    import compiler
+    import torch.nn.functional as F
+
+    def prog(x):
+        return F.interpolate(x, size=(5, 5), mode="bilinear", align_corners=False)
+
+    f = compiler.compile(prog, "x: f32[B, C, H, W]", target="triton")
+    for shape in [(2, 2, 4, 4), (2, 3, 7, 9)]:
+        x = torch.randn(*shape, device=DEVICE)
+        _close(f(x), prog(x), atol=1e-5, rtol=1e-4)
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 
