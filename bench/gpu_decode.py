@@ -145,8 +145,8 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
         row["cuda_graphs"] = inductor_graphs()
     elif method == "symshape_graphs":
         gps = graphed_programs()
-        row["cuda_graphs"] = sum(len(gp.graphs) for gp in gps)
-        row["graph_mib"] = sum(e.bytes + e.pool_growth for gp in gps for e in gp.graphs.values()) / 2 ** 20
+        row["cuda_graphs"] = sum(gp.graph_count() for gp in gps)
+        row["graph_mib"] = sum(gp.graph_bytes() for gp in gps) / 2 ** 20
         if profile_dir:
             with open(os.path.join(profile_dir, "decode_symshape_graphs_report.txt"), "w") as f:
                 f.write("\n".join(gp.report() for gp in gps))

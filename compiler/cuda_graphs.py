@@ -41,6 +41,7 @@ from .graph_capture import GraphRecorder
 from .lowered import Unsupported
 from .lowering import lower
 from .padding import PaddingReport, analyze_padding, padding_verdict
+from .piecewise import PiecewiseRun
 from . import runtime
 from .runtime import CompiledProgram
 
@@ -69,6 +70,7 @@ class Route:
     views: list = field(default_factory=list)
     slices: list = field(default_factory=list)
     single: bool = False
+    piecewise: Any = None
 
 
 @dataclass
@@ -106,7 +108,8 @@ class GraphedProgram:
 
     def __init__(self, compiled: CompiledProgram, buckets: Optional[dict] = None,
                  memory_budget: Optional[int] = None, max_graphs: int = 64, capture: Optional[bool] = None,
-                 clone_outputs: bool = True, kernels: str = "compiled", largest_first: bool = True):
+                 clone_outputs: bool = True, kernels: str = "compiled", largest_first: bool = True,
+                 piecewise: bool = True):
         if kernels not in ("compiled", "aten"):
             raise ValueError(f"kernels must be 'compiled' (symshape's kernels) or 'aten' (the traced graph's "
                              f"ATen ops), got {kernels!r}")
@@ -123,6 +126,8 @@ class GraphedProgram:
         self.plans: dict = {}
         self.recorder = GraphRecorder()
         self.largest_first = largest_first
+        self.piecewise = piecewise
+        self.pieces: dict = {}  # id(variant) -> PiecewiseRun
         self.stats = {"calls": 0, "replays": 0, "padded_calls": 0, "graphs": 0, "ungraphed_calls": 0}
 
     # -- planning --------------------------------------------------------------------------
@@ -175,6 +180,8 @@ class GraphedProgram:
             route = self._route(tensors)
             self._routes[sig] = route
         entry = route.entry
+        if route.piecewise is not None:
+            return route.piecewise(tensors, route.values)
         if entry is None:
             self.stats["ungraphed_calls"] += 1
             return self._run(route.variant, tensors, route.values)
@@ -221,6 +228,18 @@ class GraphedProgram:
         values = c.bind(tensors)
         variant = c.variant_for(values)
         plan = self.plan(variant)
+        if plan.exact and self.piecewise and self.kernels == "compiled" and not variant.eager:
+            # A dim that cannot pad: graphs of the steps that never see it, the others run as
+            # they are (compiler.piecewise) -- a few graphs for every size, not one per size.
+            # Where most steps see the dim, little is left to graph: a graph per size, as below.
+            if id(variant) not in self.pieces:
+                split = {variant.tp.env.symbols[n] for n in plan.exact} & set(variant.lp.symbols)
+                pw = PiecewiseRun(variant, split, self.recorder, self.capture) if split else None
+                self.pieces[id(variant)] = pw if pw is not None and pw.worth_it() else None
+            pw = self.pieces[id(variant)]
+            if pw is not None:
+                variant.check_asserts(values)
+                return Route(variant, values, None, piecewise=pw)
         key = values
         if plan.pads:
             key = tuple(bucket_for(v, plan.choice.buckets[n]) if n in plan.pads and bucket_for(
@@ -299,6 +318,16 @@ class GraphedProgram:
                           if isinstance(t, torch.Tensor))
 
     # -- reporting -------------------------------------------------------------------------
+    def graph_count(self) -> int:
+        """CUDA graphs recorded: one per bucket, plus the piecewise runs' segment graphs."""
+        return sum(e.graph is not None for e in self.graphs.values()) + sum(
+            len(pw.graphs) for pw in self.pieces.values() if pw is not None)
+
+    def graph_bytes(self) -> int:
+        """GPU memory the graphs hold: buffers, what their recording kept, the pool they grew."""
+        return sum(e.bytes + e.pool_growth for e in self.graphs.values()) + sum(
+            r.bytes for pw in self.pieces.values() if pw is not None for r in pw.graphs.values())
+
     def report(self) -> str:
         """Which dims pad, which cannot and why, the buckets, and the graphs recorded with their memory."""
         lines = []
@@ -329,6 +358,9 @@ class GraphedProgram:
                          f"{' (padded bucket)' if e.padded else ''}, recorded #{order[(v, key)]}")
         for (_, key), why in self.failed.items():
             lines.append(f"  no graph at {key}: {why}")
+        for pw in self.pieces.values():
+            if pw is not None:
+                lines.append(pw.report().rstrip())
         return "\n".join(lines) + "\n"
 
 

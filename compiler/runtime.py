@@ -148,14 +148,16 @@ class Variant:
                 allocs = [Alloc(b.name, tuple(slot(x) for x in b.shape), tuple(slot(x) for x in b.strides), b.dtype)
                           for b in writes]
                 contig = tuple(lp.buffers[n].kind != "kernel" for n in names)
-                plan.append(KernelStep(self.launchers[s.name][1], tuple(names), tuple(allocs), contig))
+                plan.append(KernelStep(self.launchers[s.name][1], tuple(names), tuple(allocs), contig, kernel=s))
             else:
                 out = s.out.name if hasattr(s.out, "name") else s.out.value
                 target = TARGETS[self.target].extern_call(s.target, getattr(s.out, "dtype", None))
                 plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         self.plan = plan = linear_calls(plan, self.outputs)
-        self.size_fn = compile_exprs(list(exprs), lp.symbols)
+        #: The size slots' expressions (slot i is ``size_exprs[i]``), and their compiled function.
+        self.size_exprs = list(exprs)
+        self.size_fn = compile_exprs(self.size_exprs, lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
         self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
                                              self.outputs)
@@ -163,6 +165,10 @@ class Variant:
         # read from the module on every call, so updates and moves are seen.
         self.const_getters = [(self.tp.constants.get(t), _attr_reader(t)) for _, t in lp.consts]
         self.const_cache: dict = {}
+
+    def consts(self, device) -> list:
+        """The program's constants and parameters on ``device``, in the lowered program's order."""
+        return self._consts(device)
 
     def _consts(self, device):
         fixed = self.const_cache.get(device)
@@ -183,8 +189,8 @@ class Variant:
             bad = self.tp.failing_guards(dict(zip(self.symbols, values)))
             return not [g for g in bad if g.kind is not GuardKind.RUNTIME_ASSERT]
 
-    def run(self, tensors, values: tuple):
-        """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
+    def check_asserts(self, values: tuple):
+        """Raise :class:`GuardViolation` where a runtime assert fails at ``values``."""
         for g, ok in self.asserts:
             try:
                 held = ok(*values)
@@ -195,6 +201,10 @@ class Variant:
             if not held:
                 at = dict(zip(self.symbols, values))
                 raise GuardViolation(violation_message(g, at), guard=g, values=at)
+
+    def run(self, tensors, values: tuple):
+        """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
+        self.check_asserts(values)
         if self.eager:
             return self.tp.run(*tensors)
         return self.run_bound(tensors, *self.bind_sizes(values))
