@@ -36,6 +36,8 @@ import torch.fx
 
 from shapes.flops.masks import Band, MaskAnalysis
 
+from .sdpa_calls import contiguous_heads
+
 aten = torch.ops.aten
 SDPA = aten.scaled_dot_product_attention.default
 _SOFTMAX = {aten._softmax.default, aten._safe_softmax.default, aten.softmax.int}
@@ -211,27 +213,6 @@ def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
     return _Match(q, k, v, float(scale), out)
 
 
-def _contiguous_heads(sdpa) -> None:
-    """``clone(sdpa(...).transpose(1, 2))`` (the heads merged back) as ``.contiguous()``.
-
-    ATen's flash and efficient kernels write their output as (B, T, H, D) and return the
-    (B, H, T, D) view of it, so the transposed result is already contiguous and the clone
-    a pure copy; ``contiguous`` gives the same values in the same layout, copying only
-    where another SDPA kernel ran.  Only where nothing else sees the SDPA output or the
-    transposed view (so nothing can observe that the result may alias them).
-    """
-    t = _only_user(sdpa)
-    if t is None or t.op != "call_function" or t.target is not aten.transpose.int or \
-            sorted(d % 4 for d in t.args[1:3]) != [1, 2]:
-        return
-    c = _only_user(t)
-    if c is None or c.op != "call_function" or c.target is not aten.clone.default or \
-            c.kwargs.get("memory_format", torch.contiguous_format) is not torch.contiguous_format or len(c.args) != 1:
-        return
-    c.target = aten.contiguous.default
-    c.kwargs = {}
-
-
 def fuse_causal_attention(tp) -> int:
     """Replace each proved-causal hand-written attention in ``tp.graph`` by one
     ``scaled_dot_product_attention(..., is_causal=True)`` node; returns how many.
@@ -252,7 +233,7 @@ def fuse_causal_attention(tp) -> int:
             new = g.call_function(SDPA, (m.q, m.k, m.v), {"is_causal": True, "scale": m.scale})
         new.meta = dict(m.out.meta)
         m.out.replace_all_uses_with(new)
-        _contiguous_heads(new)
+        contiguous_heads(new)
         done += 1
     if done:
         g.eliminate_dead_code()

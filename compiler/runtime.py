@@ -35,6 +35,7 @@ from shapes.program import violation_message
 from shapes.spec import Dim, DimExpr, parse_dims, parse_spec
 
 from .attention import fuse_causal_attention
+from .sdpa_calls import tune_calls
 from .codegen import TARGETS
 from .exprs import compile_exprs
 from .ir import Kernel
@@ -97,6 +98,7 @@ class Variant:
         self.asserts = [(g, _guard_fn([g.expr], self.symbols)) for g in asserts]
         self.eager = False
         self.fused_attention = fuse_causal_attention(tp)
+        self.sdpa_calls = tune_calls(tp, target)
         try:
             self.lp = lower(tp)
             self.steps = schedule(self.lp)

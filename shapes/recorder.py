@@ -72,6 +72,8 @@ class Recorder(TorchDispatchMode):
         self.count = 0
         self.ops = OpStack()
         env.ops = self.ops
+        # Composite ops the dispatcher hands to this mode whole (eager_checks.dispatch).
+        self.keeps_whole = eager_checks.KEEP_WHOLE
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}

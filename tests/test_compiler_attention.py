@@ -127,8 +127,7 @@ def test_probabilities_used_twice_are_not_rewritten():
 
 
 class Sdpa(torch.nn.Module):
-    """Attention through F.scaled_dot_product_attention: tracing on meta records ATen's math
-    decomposition (Q and K^T each scaled by sqrt(s), the mask added as a where(tril, 0, -inf) bias)."""
+    """Attention through F.scaled_dot_product_attention, with an optional mask built from T."""
 
     def __init__(self, d=32, h=4, causal=True, bias=None):
         super().__init__()
@@ -142,13 +141,12 @@ class Sdpa(torch.nn.Module):
         return y.transpose(1, 2).reshape(B, T, C)
 
 
-def test_sdpa_math_decomposition_becomes_one_sdpa_again():
+def test_sdpa_is_traced_as_one_node():
     m = Sdpa().eval()
     tp = shapes.trace(m, "x: f32[B, T, 32]")
-    assert not any(n.target is SDPA for n in tp.graph.nodes)  # the trace holds the decomposition
-    assert fuse_causal_attention(tp) == 1
-    (node,) = [n for n in tp.graph.nodes if n.target is SDPA]
-    assert node.kwargs["is_causal"] and math.isclose(node.kwargs["scale"], 1 / math.sqrt(8), rel_tol=1e-12)
+    (node,) = [n for n in tp.graph.nodes if n.target is SDPA]  # kept whole: no math decomposition
+    assert node.args[5] is True and tp.guards == [] and tp.runtime_asserts == []
+    assert fuse_causal_attention(tp) == 0
     assert not any(n.target in (torch.ops.aten.tril.default, torch.ops.aten.bmm.default) for n in tp.graph.nodes)
     f = compiler.compile(m, "x: f32[B, T, 32]")
     for T in (1, 2, 5, 17):

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import torch
 
-from . import conv, losses, norms, scatter
-from .dispatch import METADATA, eager_decomposition, eager_kernels, run_meta  # noqa: F401
+from . import attention, conv, losses, norms, scatter
+from .dispatch import KEEP_WHOLE, METADATA, eager_decomposition, eager_kernels, run_meta  # noqa: F401
 
 aten = torch.ops.aten
 
@@ -50,6 +50,7 @@ _CHECKS = {
     aten.as_strided.default: lambda args, kwargs: scatter.as_strided_checks(*args, **kwargs),
     aten.as_strided_copy.default: lambda args, kwargs: scatter.as_strided_checks(*args, **kwargs),
     aten.ormqr.default: lambda args, kwargs: scatter.ormqr_checks(*args, **kwargs),
+    aten.scaled_dot_product_attention.default: attention.checks,
 }
 
 

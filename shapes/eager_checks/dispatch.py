@@ -34,6 +34,7 @@ import torch
 from torch._C import DispatchKey
 from torch.utils import _pytree as pytree
 
+from . import attention
 from .memory_format import adaptive_avg_pool2d
 
 aten = torch.ops.aten
@@ -62,6 +63,9 @@ def run_meta(func, args, kwargs):
     specialization, as torch records for these ops); an op that changes its
     inputs (``resize_as_``) raises :class:`~shapes.errors.UnsupportedOpError`.
     """
+    own = OWN_META.get(func)
+    if own is not None:
+        return own(args, kwargs)
     try:
         return func(*args, **kwargs)
     except RuntimeError as e:
@@ -102,6 +106,28 @@ IMPLEMENTATIONS = {
 
 _MISSING = object()
 
+
+def _needs_grad(args, kwargs) -> bool:
+    return torch.is_grad_enabled() and any(
+        t.requires_grad for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+
+
+def _whole_to_tracer(op):
+    """A Python kernel for a composite op in :data:`KEEP_WHOLE`: under a tracer's mode
+    (one with ``keeps_whole``) the op goes to the mode as one op, before the composite
+    kernel decomposes it; anywhere else (no mode, another mode, autograd needed) the
+    composite kernel runs as without symshape.  A dispatcher-level hook, so it holds
+    however the program reached the op (``F.scaled_dot_product_attention`` imported
+    early, ``torch.ops.aten...`` called directly)."""
+    def kernel(*args, **kwargs):
+        from torch.utils._python_dispatch import _get_current_dispatch_mode, _pop_mode_temporarily
+        mode = _get_current_dispatch_mode()
+        if op in getattr(mode, "keeps_whole", ()) and not _needs_grad(args, kwargs):
+            with _pop_mode_temporarily() as m:
+                return m.__torch_dispatch__(op, (), args, kwargs)
+        return op._op_dk(DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
+    return kernel
+
 # Python kernels torch registers in front of the tracer (they run under the Python
 # dispatcher before any dispatch mode sees the op), replaced while tracing:
 # None removes one, so the op reaches the tracer whole, as eager runs it.
@@ -114,6 +140,9 @@ PY_KERNELS = {
     # Eager's C++ kernel asks suggest_memory_format through c10's SymInt operators, where a
     # layout-only `size > 1` cannot be told from a semantic one (see eager_checks.memory_format).
     aten.adaptive_avg_pool2d.default: {DispatchKey.CompositeImplicitAutograd: adaptive_avg_pool2d},
+    # Kept whole (see KEEP_WHOLE): the tracer records it as one op.
+    aten.scaled_dot_product_attention.default: {
+        DispatchKey.CompositeImplicitAutograd: _whole_to_tracer(aten.scaled_dot_product_attention.default)},
 }
 
 
@@ -160,6 +189,9 @@ def _decomposes_in_eager(func) -> bool:
 #: devices (flash attention for CPU and CUDA), while their decomposition on meta tensors
 #: is the unfused math path; FLOP counting and the compiler need the op itself.
 KEEP_WHOLE = frozenset({aten.scaled_dot_product_attention.default})
+
+#: The output of an op kept whole, computed without its decomposition's size questions.
+OWN_META = {aten.scaled_dot_product_attention.default: attention.output}
 
 
 def eager_decomposition(func):

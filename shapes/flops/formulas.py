@@ -261,6 +261,18 @@ def _sdpa(args, out):
     return sdpa_bhsd_flops(args["query"], args["key"], args["value"])
 
 
+@_register(aten.scaled_dot_product_attention)
+def _sdpa_whole(args, out):
+    # The op as the tracer keeps it (any rank, broadcast batch dims, GQA): the two
+    # matmuls of its math form, which FlopCounterMode counts where it decomposes it,
+    # over the output's batch dims (GQA heads are the query's).
+    q, k, o = _shape(args["query"]), _shape(args["key"]), _shape(out)
+    batch = sympy.Integer(1)
+    for d in o[:-2]:
+        batch = batch * d
+    return 2 * batch * o[-2] * k[-2] * q[-1] + 2 * batch * o[-2] * k[-2] * o[-1]
+
+
 @_register(_op("_scaled_dot_product_efficient_attention_backward"),
            _op("_scaled_dot_product_flash_attention_backward"),
            _op("_scaled_dot_product_cudnn_attention_backward"),
@@ -333,6 +345,7 @@ BEYOND_TORCH = frozenset(p for p in (
 
 #: SDPA kernels with an ``is_causal`` argument (forward and backward).
 SDPA_CAUSAL_ARG = frozenset(p for p in (
+    aten.scaled_dot_product_attention,
     _op("_scaled_dot_product_efficient_attention"), _op("_scaled_dot_product_flash_attention"),
     _op("_scaled_dot_product_cudnn_attention"), _op("_scaled_dot_product_flash_attention_for_cpu"),
     _op("_scaled_dot_product_fused_attention_overrideable"),

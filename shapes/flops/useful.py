@@ -89,6 +89,31 @@ def _where(node) -> str:
     return node.name
 
 
+def _sdpa_band(an, args):
+    """(Band kept, how) for a fused attention call: its ``is_causal`` flag, or the
+    ``attn_mask`` it is given (bool: kept where true; float: an additive bias);
+    (None, why) when the mask is not recognized, (None, "") when nothing is masked."""
+    if args.get("is_causal"):
+        return Band(hi=0), "is_causal=True"
+    mask = args.get("attn_mask")
+    if not isinstance(mask, torch.fx.Node):
+        return None, ""
+    val = mask.meta.get("val")
+    if val is not None and val.dtype == torch.bool:
+        band = an.pred(mask)
+    else:
+        b = an.bias(mask)
+        band = b[0] if b is not None else None
+    if band is None:
+        why = an._data_reason(mask) or "attention mask not recognized as triangular (not in a form symshape follows)"
+        return None, why
+    if band.lo is None and band.hi is None and not band.empty:
+        return None, ""
+    source = mask_source(mask)
+    at = f"{source.target._overloadpacket} at {_where(source)}" if source is not None else mask.name
+    return band, f"attn_mask from {at}"
+
+
 def analyze(report) -> None:
     """Set ``report.useful``, ``report.useful_by_op``, ``report.masked_attention``
     and ``report.useful_notes``."""
@@ -116,18 +141,23 @@ def analyze(report) -> None:
         p = getattr(n.target, "_overloadpacket", None)
         if p in ff.SDPA_CAUSAL_ARG and n in report.node_flops:
             args = ff.bind(n.target, n.args, n.kwargs)
-            if args.get("is_causal"):
-                q, k = an.shape(args["query"]), an.shape(args["key"])
-                T, S = q[-2], k[-2]
-                if p in ff.BSHD_KERNELS:
-                    T, S = q[1], k[1]
-                kept, why = an.kept(Band(hi=0), T, S)
-                if kept is None:
-                    notes.append(f"{_where(n)}: is_causal attention counted in full: {why}")
-                    continue
-                ma = MaskedAttention(_where(n), Band(hi=0).describe(), f"{p} with is_causal=True", kept, T * S, [n])
-                found.append(ma)
-                fraction[n] = ma.fraction
+            band, how = _sdpa_band(an, args)
+            if band is None:
+                if how:
+                    notes.append(f"{_where(n)}: {how}: counted in full")
+                continue
+            q, k = an.shape(args["query"]), an.shape(args["key"])
+            T, S = q[-2], k[-2]
+            if p in ff.BSHD_KERNELS:
+                T, S = q[1], k[1]
+            kept, why = an.kept(band, T, S)
+            if kept is None:
+                notes.append(f"{_where(n)}: {how} counted in full: {why}")
+                continue
+            ma = MaskedAttention(_where(n), band.describe(), f"{p} with {how}", kept, T * S, with_backward([n]))
+            found.append(ma)
+            for m in ma.nodes:
+                fraction[m] = ma.fraction
             continue
         if p not in SOFTMAX:
             continue

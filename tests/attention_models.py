@@ -1,0 +1,68 @@
+"""Real transformers models whose compiled plans must call fused attention.
+
+Tiny configs built as tests/zoo_models.py builds them (no download), plus the forms
+the zoo lacks: Mistral with a sliding window, the Whisper encoder alone.  Shared by
+tests/test_attention_plans.py and bench/cpu_models.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tests import zoo_models as Z
+
+
+@dataclass
+class PlanCase:
+    """A model, its input specs, the dims to trace at and how many attention calls it makes."""
+
+    name: str
+    build: object
+    specs: tuple
+    layers: int = 2
+    dims: dict = None
+
+    def module(self):
+        return Z.Wrapped(self.build().eval(), [s.split(":")[0].strip() for s in self.specs],
+                         {"use_cache": False} if self.decoder else {})
+
+    @property
+    def decoder(self):
+        return self.name.split("+")[0] in ("llama", "qwen2", "mistral_sw", "gemma", "gpt2")
+
+    def inputs(self, sizes, seed=0):
+        return Z.ZooCase(self.name, self.build, self.specs).inputs(sizes, seed)
+
+
+def mistral_sliding_window():
+    t = Z._t()
+    return t.MistralModel(t.MistralConfig(**Z._DEC, num_key_value_heads=2, sliding_window=4))
+
+
+def whisper_encoder():
+    return Z.whisper().get_encoder()
+
+
+_IDS_MASK = ("input_ids: i64[B, T]", "attention_mask: i64[B, T] in 0..1")
+
+CASES = [
+    PlanCase("llama", Z.llama, _IDS_MASK),
+    PlanCase("qwen2", Z.qwen2, _IDS_MASK),
+    PlanCase("mistral_sw", mistral_sliding_window, _IDS_MASK),
+    PlanCase("gemma", Z.gemma, _IDS_MASK),
+    PlanCase("gpt2", Z.gpt2, Z.IDS),
+    PlanCase("bert+mask", Z.bert, _IDS_MASK),
+    PlanCase("vit", Z.vit, ("pixel_values: f32[B, 3, 32, 32]",)),
+    PlanCase("whisper_encoder", whisper_encoder, ("input_features: f32[B, 8, 32]",)),
+]
+BY_NAME = {c.name: c for c in CASES}
+
+
+def last_hidden(out):
+    """The tensor a model returns first (``last_hidden_state`` of a ModelOutput)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if hasattr(out, "last_hidden_state"):
+        return out.last_hidden_state
+    return out[0]
