@@ -23,16 +23,18 @@ Example::
 
     >>> import torch, compiler
     >>> from compiler.piecewise import PiecewiseRun
-    >>> f = compiler.compile(lambda x, c: (torch.cat([c, x * 2], 0), (x + 1).sum()), "x: f32[1, 8]",
-    ...                      "c: f32[S, 8]")
+    >>> def step(x, c):
+    ...     h = torch.relu(x @ x.T) @ x
+    ...     return torch.cat([c, h], 0), torch.tanh(h @ h.T) @ h
+    >>> f = compiler.compile(step, "x: f32[1, 8]", "c: f32[S, 8]")
     >>> v = f.variants[0]
     >>> pw = PiecewiseRun(v, {v.tp.env.symbols["S"]}, capture=False)
-    >>> [s.graphed for s in pw.segments]  # x * 2; the cat onto c; (x + 1).sum(): one launch each
-    [False, False, False]
+    >>> [s.graphed for s in pw.segments]  # the cat onto c alone sees S
+    [True, False, True]
     >>> x, c = torch.ones(1, 8), torch.zeros(3, 8)
     >>> out = pw((x, c), f.bind((x, c)))
-    >>> out[0].shape, float(out[1])
-    (torch.Size([4, 8]), 16.0)
+    >>> out[0].shape, out[1].shape
+    (torch.Size([4, 8]), torch.Size([1, 8]))
 """
 from __future__ import annotations
 
@@ -177,10 +179,16 @@ class PiecewiseRun:
                 segments[-1].kernel_index.append(k)
                 k += 1
         # A graph of views, or of one launch, saves nothing over running it as it is.
+        merged: list = []
         for s in segments:
             if s.graphed and sum(_launches_work(st) for st in s.steps) < 2:
                 s.graphed = False
-        self.segments = segments
+            if merged and not s.graphed and not merged[-1].graphed:  # one function call, not several
+                merged[-1].steps += s.steps
+                merged[-1].kernel_index += s.kernel_index
+            else:
+                merged.append(s)
+        self.segments = segments = merged
         later_reads: set = set()
         out_names = template_buffers(list(v.outputs), set())
         for s in reversed(segments):

@@ -145,14 +145,22 @@ def warm(launchers, workers: int = 0) -> int:
         from triton.runtime._async_compile import AsyncCompileMode
     except ImportError:  # an older Triton: compile in threads, each one warm-up
         AsyncCompileMode = None
-    with ThreadPoolExecutor(workers) as ex:
-        if AsyncCompileMode is not None:
-            with AsyncCompileMode(ex):
-                for job in jobs:
-                    job()
-        else:
-            list(ex.map(lambda job: job(), jobs))
+    try:
+        with ThreadPoolExecutor(workers) as ex:
+            if AsyncCompileMode is not None:
+                with AsyncCompileMode(ex):
+                    for job in jobs:
+                        job()
+            else:
+                list(ex.map(lambda job: job(), jobs))
+    except Exception as e:  # noqa: BLE001 - warming is only ahead of time: a launch still compiles what it needs
+        WARM_ERRORS.append(f"{type(e).__name__}: {e}"[:500])
+        return 0
     return len(jobs)
+
+
+#: Why warm-ups failed (Triton's own message), newest last; their kernels compile at first launch instead.
+WARM_ERRORS: list = []
 
 
 __all__ = ["SizeClass", "GENERIC", "PERSISTENT_MAX", "pow2_block", "alignment_symbols", "reachable_classes",
