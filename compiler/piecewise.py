@@ -116,7 +116,6 @@ class Segment:
     reads: list = field(default_factory=list)   # buffer names made before the segment
     writes: list = field(default_factory=list)  # buffer names later segments or the outputs read
     fn: Any = None
-    kernel_index: list = field(default_factory=list)  # the segment's kernel steps' indexes in the whole plan
 
 
 @dataclass
@@ -129,6 +128,13 @@ class Recorded:
     ptrs: list          # per in-place input: the data_ptr it was recorded at
     outputs: list
     bytes: int = 0      # memory it holds: its own input copies, its outputs, the pool it grew
+
+    def holds(self, ins) -> bool:
+        """Whether every input read in place is still where it was recorded."""
+        for t, copy, p in zip(ins, self.copied, self.ptrs):
+            if not copy and t.data_ptr() != p:
+                return False
+        return True
 
 
 class PiecewiseRun:
@@ -169,15 +175,11 @@ class PiecewiseRun:
         size_exprs = [sympy.sympify(e) for e in v.size_exprs]
         memo: dict = {}
         segments: list = []
-        k = 0
         for step in v.plan:
             dep = self._depends(step, lp, size_exprs, memo)
             if not segments or segments[-1].graphed == dep:
                 segments.append(Segment([], not dep))
             segments[-1].steps.append(step)
-            if isinstance(step, KernelStep):
-                segments[-1].kernel_index.append(k)
-                k += 1
         # A graph of views, or of one launch, saves nothing over running it as it is.
         merged: list = []
         for s in segments:
@@ -185,7 +187,6 @@ class PiecewiseRun:
                 s.graphed = False
             if merged and not s.graphed and not merged[-1].graphed:  # one function call, not several
                 merged[-1].steps += s.steps
-                merged[-1].kernel_index += s.kernel_index
             else:
                 merged.append(s)
         self.segments = segments = merged
@@ -222,7 +223,6 @@ class PiecewiseRun:
         self.stats["calls"] += 1
         kvals = tuple(values[i] for i in v.sym_index)
         sizes = v.size_fn(*kvals)
-        launches = bind_launches(v.plan, kvals)
         device = tensors[0].device if tensors else torch.device("cpu")
         env = dict(zip(self.input_names, tensors))
         env.update(zip(self.const_names, v.consts(device)))
@@ -231,10 +231,13 @@ class PiecewiseRun:
         graph_storage: set = set()
         for n, seg in enumerate(self.segments):
             ins = [env[r] for r in seg.reads]
-            seg_launches = tuple(launches[i] for i in seg.kernel_index)
-            rec = self._graph(n, seg, key, ins, sizes, seg_launches, device) if seg.graphed and capture else None
+            # Launches are bound to this call's sizes only where they run outside a replay.
+            rec = self.graphs.get((n, key)) if seg.graphed and capture else None
+            if rec is None or not rec.holds(ins):
+                launches = bind_launches(seg.steps, kvals)
+                rec = self._graph(n, seg, key, ins, sizes, launches, device) if seg.graphed and capture else None
             if rec is None:
-                outs = seg.fn(ins, sizes, seg_launches, [], device)
+                outs = seg.fn(ins, sizes, launches, [], device)
                 if seg.graphed:
                     self.stats["eager_segments"] += 1
             else:
