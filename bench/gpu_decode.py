@@ -27,7 +27,7 @@ Usage::
 Example::
 
     >>> _kv_bytes(layers=4, kv_heads=4, head_dim=64, length=2048, itemsize=2) / 2**20
-    16.0
+    8.0
 """
 from __future__ import annotations
 
@@ -104,6 +104,7 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
     from bench.gpu_compare import _dynamo_graphs
     import compiler
     from compiler.backend import graphed_programs
+    compiler.register()
     model, conf, dtype = make_model(smoke, device)
     cuda = device == "cuda"
     if cuda:

@@ -131,3 +131,23 @@ def test_piecewise_run_directly():
         out = pw((x, c), f.bind((x, c)))
         torch.testing.assert_close(out[0], torch.cat([c, x * 2], 0))
         torch.testing.assert_close(out[1], (x + 1).sum())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="profiles CUDA kernels")
+def test_attention_over_a_growing_cache_runs_no_cudnn_kernel():
+    # cuDNN's SDPA plans per shape (ms of host time at every new KV length): compiled programs avoid it.
+    from torch.profiler import ProfilerActivity, profile
+
+    def attend(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    f = compiler.compile(attend, "q: f16[1, 8, 1, 64]", "k: f16[1, 8, S, 64]", "v: f16[1, 8, S, 64]",
+                         target="triton")
+    q = torch.randn(1, 8, 1, 64, device="cuda", dtype=torch.float16)
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for S in range(100, 110):
+            k = torch.randn(1, 8, S, 64, device="cuda", dtype=torch.float16)
+            torch.testing.assert_close(f(q, k, k), attend(q, k, k), atol=2e-3, rtol=2e-3)
+        torch.cuda.synchronize()
+    names = [e.key for e in p.key_averages()]
+    assert not [n for n in names if "cudnn" in n.lower() and "attention" in n.lower()], names

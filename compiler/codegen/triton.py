@@ -125,7 +125,9 @@ class TritonTarget(Target):
 
     def extern_call(self, op, dtype):
         """mm/addmm of a dtype the skinny kernel wins for choose it or cuBLAS per call
-        (:mod:`compiler.skinny_matmul`)."""
+        (:mod:`compiler.skinny_matmul`); SDPA without cuDNN (:func:`sdpa_without_cudnn`)."""
+        if op is torch.ops.aten.scaled_dot_product_attention.default:
+            return sdpa_without_cudnn
         return skinny_matmul.extern_calls(dtype).get(op, op)
 
     def declare(self, name, code, dtype) -> str:
@@ -454,6 +456,31 @@ class SizeClassLauncher:
         else:
             block = self.block
         return fn, (n,), args, block, _warps(block)
+
+
+_cudnn_sdp_enabled = torch.backends.cuda.cudnn_sdp_enabled
+_enable_cudnn_sdp = torch.backends.cuda.enable_cudnn_sdp
+_sdpa = torch.nn.functional.scaled_dot_product_attention
+
+
+def sdpa_without_cudnn(*args, **kwargs):
+    """``scaled_dot_product_attention`` choosing among ATen's flash, memory-efficient and math
+    kernels, never cuDNN's: cuDNN builds an execution plan per new shape (measured 8.7 ms of
+    host time per call on an H200 with torch 2.11 when the KV length grows by one each decode
+    step, 35 ms per token for 4 layers), which a dynamic-shape program meets at every size.
+
+    >>> q = torch.randn(1, 2, 3, 8)
+    >>> torch.allclose(sdpa_without_cudnn(q, q, q, is_causal=True), _sdpa(q, q, q, is_causal=True))
+    True
+    """
+    was = _cudnn_sdp_enabled()
+    if not was:
+        return _sdpa(*args, **kwargs)
+    _enable_cudnn_sdp(False)
+    try:
+        return _sdpa(*args, **kwargs)
+    finally:
+        _enable_cudnn_sdp(True)
 
 
 def _no_launch(tensors):
