@@ -10,7 +10,9 @@ own process (a crash is a row, not the end of the bench; memory starts clean):
 * ``inductor_ro``: ``mode="reduce-overhead"`` with ``DynamicCache``; ``inductor_ro_static``: with
   ``StaticCache`` (failures recorded);
 * ``symshape``: ``torch.compile(model, backend="symshape", dynamic=True)``;
-* ``symshape_graphs``: the same with ``options={"cuda_graphs": True}``.
+* ``symshape_graphs``: the same with ``options={"cuda_graphs": True}``;
+* ``..._nocudnn``: with cuDNN's SDPA disabled in that process (it plans per shape: ms of host
+  time at every new cache length on torch 2.11; symshape's programs never call it).
 
 Per S: the median ms per token over the timed steps (synchronized each step,
 as ``generate`` is).  Per way: dynamo graphs (recompiles), CUDA graphs
@@ -43,7 +45,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-METHODS = ["eager", "inductor_dyn", "inductor_ro", "inductor_ro_static", "symshape", "symshape_graphs"]
+METHODS = ["eager", "eager_nocudnn", "symshape", "symshape_graphs", "inductor_dyn_nocudnn", "inductor_dyn",
+           "inductor_ro", "inductor_ro_static"]
 
 
 def _kv_bytes(layers, kv_heads, head_dim, length, itemsize) -> int:
@@ -105,6 +108,9 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
     import compiler
     from compiler.backend import graphed_programs
     compiler.register()
+    if method.endswith("_nocudnn"):
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        method = method[:-len("_nocudnn")]
     model, conf, dtype = make_model(smoke, device)
     cuda = device == "cuda"
     if cuda:
@@ -113,7 +119,8 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
         base = torch.cuda.memory_allocated()
     g0 = _dynamo_graphs()
     fn = _fn(method, model, device)
-    row = {"method": method, "ms": {}, "tokens": {}, "first_s": {}}
+    row = {"method": method + ("_nocudnn" if not torch.backends.cuda.cudnn_sdp_enabled() else ""), "ms": {},
+           "tokens": {}, "first_s": {}}
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for S in lengths:
@@ -184,8 +191,9 @@ def print_table(rows, lengths, device):
           f"timed steps start from")
     eager = next((r for r in rows if r.get("method") == "eager" and "ms" in r), None)
     dyn = next((r for r in rows if r.get("method") == "inductor_dyn" and "ms" in r), None)
+    dyn_nc = next((r for r in rows if r.get("method") == "inductor_dyn_nocudnn" and "ms" in r), None)
     head = f"{'method':<20}" + "".join(f"{'S=' + str(s):>10}" for s in lengths) + \
-        f"{'/ind_dyn':>10}{'graphs':>8}{'dyn gr':>7}{'peak MiB':>10}{'held MiB':>10}{'graph MiB':>10}" \
+        f"{'/ind_dyn':>10}{'/dyn_nc':>9}{'graphs':>8}{'dyn gr':>7}{'peak MiB':>10}{'held MiB':>10}{'graph MiB':>10}" \
         f"{'KV MiB':>8}{'1st s':>7}  tokens = eager"
     print(head)
     print("-" * len(head))
@@ -195,12 +203,13 @@ def print_table(rows, lengths, device):
             continue
         ms = [r["ms"].get(s, float("nan")) for s in lengths]
         rel = max(m / dyn["ms"][s] for m, s in zip(ms, lengths)) if dyn else float("nan")
+        rel_nc = max(m / dyn_nc["ms"][s] for m, s in zip(ms, lengths)) if dyn_nc else float("nan")
         same = "-"
         if eager:
             agree = [sum(a == b for a, b in zip(r["tokens"][s], eager["tokens"][s])) for s in lengths]
             same = " ".join(f"{a}/{len(eager['tokens'][s])}" for a, s in zip(agree, lengths))
         firsts = max(r["first_s"].values()) if r["first_s"] else float("nan")
-        print(f"{r['method']:<20}" + "".join(f"{m:>10.3f}" for m in ms) + f"{rel:>9.2f}x"
+        print(f"{r['method']:<20}" + "".join(f"{m:>10.3f}" for m in ms) + f"{rel:>9.2f}x{rel_nc:>8.2f}x"
               f"{str(r.get('cuda_graphs', '-')):>8}{r.get('dynamo_graphs', 0):>7}{r.get('peak_mib', float('nan')):>10.0f}"
               f"{r.get('held_mib', float('nan')):>10.0f}{r.get('graph_mib', float('nan')):>10.1f}"
               f"{r['kv_mib']:>8.1f}{firsts:>7.1f}  {same}")

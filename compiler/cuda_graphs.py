@@ -174,7 +174,9 @@ class GraphedProgram:
     # -- calls -----------------------------------------------------------------------------
     def __call__(self, *tensors):
         self.stats["calls"] += 1
-        sig = tuple([(t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in tensors])
+        keyed = self.compiled.key_inputs  # the others are checked by the caller (dynamo's guards)
+        sig = tuple([(t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in (
+            tensors if keyed is None else [tensors[i] for i in keyed])])
         route = self._routes.get(sig)
         if route is None:
             route = self._route(tensors)

@@ -285,7 +285,11 @@ class CompiledProgram:
             raise SpecError(f"expected {len(self.specs)} input(s), got {len(tensors)}")
         vals = [None] * len(self.names)
         derived = []
-        for t, s, bind in zip(tensors, self.specs, self._bind):
+        keyed = self.key_inputs
+        # Inputs outside key_inputs were checked by the caller (dynamo's guards) and hold no dim.
+        pairs = zip(tensors, self.specs, self._bind) if keyed is None else (
+            (tensors[i], self.specs[i], self._bind[i]) for i in keyed)
+        for t, s, bind in pairs:
             if not isinstance(t, torch.Tensor) or t.dim() != len(bind) or t.dtype != s.dtype:
                 raise SpecError(f"input {s.name} does not match the spec `{s}` "
                                 f"(got {getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))})")
