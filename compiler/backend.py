@@ -163,7 +163,9 @@ def _compile(gm, example_inputs, options):
     compiled.key_inputs = [i for i, s in enumerate(specs) if any(not isinstance(d, int) for d in s.dims)]
     runner = compiled
     if options.get("cuda_graphs"):
-        runner = GraphedProgram(compiled, buckets=options.get("buckets"), memory_budget=options.get("memory_budget"))
+        extra = {k: options[k] for k in ("max_graph_bytes", "piecewise") if k in options}
+        runner = GraphedProgram(compiled, buckets=options.get("buckets"), memory_budget=options.get("memory_budget"),
+                                **extra)
         _GRAPHED.add(runner)
     tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
 

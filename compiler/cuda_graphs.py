@@ -103,13 +103,16 @@ class GraphedProgram:
     record symshape's compiled kernels (``"compiled"``) or the traced graph's
     ATen ops (``"aten"``: inside a graph their launch cost is gone too);
     ``largest_first``: before the first graph of a bounded padded dim, record its
-    largest bucket, whose freed intermediates the smaller graphs then reuse.
+    largest bucket, whose freed intermediates the smaller graphs then reuse;
+    ``piecewise``: where a dim cannot pad, graph the steps that never see it
+    (:mod:`compiler.piecewise`); ``max_graph_bytes``: sizes whose buffers are estimated
+    larger run without a graph (``None``: no limit).
     """
 
     def __init__(self, compiled: CompiledProgram, buckets: Optional[dict] = None,
                  memory_budget: Optional[int] = None, max_graphs: int = 64, capture: Optional[bool] = None,
                  clone_outputs: bool = True, kernels: str = "compiled", largest_first: bool = True,
-                 piecewise: bool = True):
+                 piecewise: bool = True, max_graph_bytes: Optional[int] = 64 * 2 ** 20):
         if kernels not in ("compiled", "aten"):
             raise ValueError(f"kernels must be 'compiled' (symshape's kernels) or 'aten' (the traced graph's "
                              f"ATen ops), got {kernels!r}")
@@ -127,6 +130,7 @@ class GraphedProgram:
         self.recorder = GraphRecorder()
         self.largest_first = largest_first
         self.piecewise = piecewise
+        self.max_graph_bytes = max_graph_bytes
         self.pieces: dict = {}  # id(variant) -> PiecewiseRun
         self.stats = {"calls": 0, "replays": 0, "padded_calls": 0, "graphs": 0, "ungraphed_calls": 0}
 
@@ -249,9 +253,10 @@ class GraphedProgram:
             if key != values and not (variant.holds(*key) and all(ok(*key) for _, ok in variant.asserts)):
                 key = values  # the bucket size takes another path through the program: no padding
         entry = self.graphs.get((id(variant), key))
-        if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs:
+        if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs \
+                and self._small(variant, key):
             largest = self._largest_key(variant, plan, key) if key != values else None
-            if largest is not None and self._capturing(tensors):
+            if largest is not None and self._capturing(tensors) and self._small(variant, largest):
                 self._record(variant, largest, tensors, True)
             entry = self._record(variant, key, tensors, key != values)
         if entry is None:
@@ -270,6 +275,16 @@ class GraphedProgram:
             slices.append(tuple(idx))
         return Route(variant, values, entry, key != values, views, slices,
                      single=pytree.tree_structure(0) == variant.tp.out_spec)
+
+    def _small(self, variant, key) -> bool:
+        """Whether a graph at ``key`` is estimated within ``max_graph_bytes`` (every buffer at that
+        size): a call that large is long on the GPU, so a graph saves little and holds much memory
+        (a prefill's logits at every bucket)."""
+        if self.max_graph_bytes is None:
+            return True
+        env_syms = variant.tp.env.symbols
+        est = buffer_bytes(variant, {env_syms[n]: v for n, v in zip(self.compiled.names, key) if n in env_syms})
+        return est is None or est <= self.max_graph_bytes
 
     def _largest_key(self, variant, plan, key) -> Optional[tuple]:
         """``key`` with every bounded padded dim at its largest bucket, where no graph of this

@@ -222,6 +222,7 @@ CASES = [n for n in dir() if n.startswith("case_")]
 
 
 def run_all(names=CASES):
+    __import__("compiler").register()  # backend="symshape" from a source tree, installed or not
     results = {}
     for n in names:
         try:
