@@ -151,3 +151,13 @@ def test_attention_over_a_growing_cache_runs_no_cudnn_kernel():
         torch.cuda.synchronize()
     names = [e.key for e in p.key_averages()]
     assert not [n for n in names if "cudnn" in n.lower() and "attention" in n.lower()], names
+
+
+def test_sizes_over_the_graph_memory_cap_run_without_a_graph():
+    from compiler.cuda_graphs import GraphedProgram
+    c = compiler.compile(lambda x: torch.relu(x) * 2, "x: f32[B, T]", target="cpp")
+    f = GraphedProgram(c, capture=False, max_graph_bytes=48 * 1024, buckets={"T": [8, 4096]})
+    small, big = torch.randn(2, 5), torch.randn(2, 3000)  # input + output: 64 KiB at T=4096, over 48
+    torch.testing.assert_close(f(small), torch.relu(small) * 2)
+    torch.testing.assert_close(f(big), torch.relu(big) * 2)
+    assert [k for _, k in f.graphs] == [(2, 8)] and f.stats["ungraphed_calls"] == 1
