@@ -121,6 +121,15 @@ def _logical(lw, node, a, b):
     return _pointwise(lw, node, [a, b], _op(nm), compute=torch.bool)
 
 
+@register(aten.bitwise_and.Tensor, aten.bitwise_or.Tensor)
+def _bitwise(lw, node, a, b):
+    # On bools (masks built with `&` and `|`) bitwise and logical ops agree.
+    if _dt(node) != torch.bool or any(isinstance(x, TensorBox) and x.dtype != torch.bool for x in (a, b)):
+        raise Unsupported("bitwise ops on integers")
+    nm = "and" if node.target == aten.bitwise_and.Tensor else "or"
+    return _pointwise(lw, node, [a, b], _op(nm), compute=torch.bool)
+
+
 @register(aten.gelu.default)
 def _gelu(lw, node, a, approximate="none"):
     def f(x):
@@ -236,6 +245,11 @@ def _full(lw, node, size, value, dtype=None, layout=None, device=None, pin_memor
 @register(aten.scalar_tensor.default)
 def _scalar_tensor(lw, node, value, dtype=None, layout=None, device=None, pin_memory=None):
     return _full(lw, node, (), value)
+
+
+@register(aten.new_zeros.default, aten.new_ones.default)
+def _new_zeros(lw, node, self, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return _full(lw, node, size, 0 if node.target == aten.new_zeros.default else 1)
 
 
 @register(aten.zeros.default, aten.ones.default)
@@ -366,6 +380,52 @@ def _select(lw, node, src, dim, index):
             raise Unsupported("negative index on a symbolic dim")
         index += int(src.shape[dim])
     return _view_box(lw, node, src, lambda idx: tuple(idx[:dim]) + (sympy.Integer(index),) + tuple(idx[dim:]))
+
+
+@register(aten.cat.default)
+def _cat(lw, node, tensors, dim=0):
+    """``cat`` as one value per output element: a ``where`` over which input holds it.
+
+    Every input is read at an index clamped into its own range along ``dim`` (both sides of a
+    ``where`` are computed), so no read leaves any input; the clamp needs each input's length
+    to be at least 1, proved from the trace's facts (else the op stays an extern).  Inputs of
+    static size 0 are skipped (eager skips them too, legacy 1-D empties included).
+    """
+    shape = tuple(node.meta["shape"])
+    n = len(shape)
+    if not all(isinstance(t, TensorBox) for t in tensors) or n == 0:
+        raise Unsupported("cat of non-tensors")
+    dim = dim % n
+    boxes = [t for t in tensors if not any(sympy.sympify(d) == 0 for d in t.shape)]
+    if not boxes or any(len(b.shape) != n for b in boxes):
+        raise Unsupported("cat of empty or mixed-rank inputs")
+    env = lw.tp.env
+    sizes = [sympy.sympify(b.shape[dim]) for b in boxes]
+    if any(env.static_bool(sympy.Ge(sz, 1), log=False) is not True for sz in sizes):
+        raise Unsupported("cat input that may be empty")
+    offs = [sympy.Integer(0)]
+    for sz in sizes[:-1]:
+        offs.append(offs[-1] + sz)
+    dt = _dt(node)
+
+    def fn(idx):
+        i = idx[dim]
+        val = None
+        last = len(boxes) - 1
+        for k, b, off, sz in reversed(list(zip(range(len(boxes)), boxes, offs, sizes))):
+            j = i - off
+            if k != last:
+                j = sympy.Min(j, sz - 1)
+            if k != 0:
+                j = sympy.Max(j, 0)
+            v = cast(b(tuple(idx[:dim]) + (j,) + tuple(idx[dim + 1:])), dt)
+            if val is None:
+                val = v
+            else:
+                below = Op("lt", (SizeVal(i, torch.int64), SizeVal(off + sz, torch.int64)), torch.bool)
+                val = Op("where", (below, v, val), dt)
+        return val
+    return lw.out_box(node, fn)
 
 
 # -- reductions ----------------------------------------------------------------------------------

@@ -218,6 +218,25 @@ def case_size_ratio_as_a_real_value():
         _close(f(x), prog(x), atol=1e-5, rtol=1e-4)
 
 
+def case_cat_rotary_and_masks():
+    # cat (rotary's rotate_half, three inputs) and bool masks fused into kernels, sizes 1 and primes.
+    import compiler
+    from tests.test_decoder_fusion import masks, rotary, three_way
+    f = compiler.compile(rotary, "x: f32[B, 4, T, 8]", "cos: f32[T, 8]", "sin: f32[T, 8]", target="triton")
+    g = compiler.compile(three_way, "a: f32[B, T]", "b: f32[B, S]", target="triton")
+    h = compiler.compile(masks, "x: f32[B, T, T]", target="triton")
+    for B, T, S in [(1, 1, 1), (2, 5, 3), (3, 13, 17)]:
+        x, c, s = (torch.randn(B, 4, T, 8, device=DEVICE), torch.randn(T, 8, device=DEVICE),
+                   torch.randn(T, 8, device=DEVICE))
+        _close(f(x, c, s), rotary(x, c, s))
+        a, b = torch.randn(B, T, device=DEVICE), torch.randn(B, S, device=DEVICE)
+        _close(g(a, b), three_way(a, b))
+        m = torch.randn(B, T, T, device=DEVICE)
+        _close(h(m), masks(m))
+    externs = {str(st.target) for fn in (f, g, h) for v in fn.variants for st in v.lp.items if hasattr(st, "target")}
+    assert "aten.cat.default" not in externs and "aten.bitwise_and.Tensor" not in externs, externs
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 
