@@ -262,7 +262,7 @@ def main(argv=None):
         rows.append(row)
         print(f"[{m} done in {time.perf_counter() - t0:.0f}s]" + (f" {row['fail']}" if "fail" in row else ""),
               flush=True)
-    print_table(rows, lengths, a.device)
+        print_table(rows, lengths, a.device)  # after every method: a run cut short keeps its rows
 
 
 if __name__ == "__main__":

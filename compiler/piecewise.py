@@ -29,8 +29,8 @@ Example::
     >>> f = compiler.compile(step, "x: f32[1, 8]", "c: f32[S, 8]")
     >>> v = f.variants[0]
     >>> pw = PiecewiseRun(v, {v.tp.env.symbols["S"]}, capture=False)
-    >>> [s.graphed for s in pw.segments]  # the cat onto c alone sees S
-    [True, False, True]
+    >>> [s.graphed for s in pw.segments]  # the matmuls in one graph; the cat onto c (a kernel) sees S
+    [True, False]
     >>> x, c = torch.ones(1, 8), torch.zeros(3, 8)
     >>> out = pw((x, c), f.bind((x, c)))
     >>> out[0].shape, out[1].shape
@@ -308,8 +308,10 @@ class PiecewiseRun:
 
     def report(self) -> str:
         """Segments (graphed or not, with their steps) and the graphs recorded."""
+        held = sum(r.bytes for r in self.graphs.values()) / 2 ** 20
         lines = [f"piecewise graphs over {sorted(map(str, self.dims))}: {len(self.segments)} segments, "
-                 f"{sum(s.graphed for s in self.segments)} graphed; {len(self.graphs)} graphs recorded"]
+                 f"{sum(s.graphed for s in self.segments)} graphed; {len(self.graphs)} graphs recorded, "
+                 f"holding {held:.1f} MiB"]
         for n, s in enumerate(self.segments):
             names = [getattr(st.target, "__name__", str(st.target)) if isinstance(st, ExternStep) else "kernel"
                      for st in s.steps]
