@@ -92,10 +92,11 @@ def test_hf_llama_greedy_decode_through_the_backend_equals_eager():
                 out = fn(input_ids=torch.tensor([[got[-1]]]), past_key_values=cache, use_cache=True)
                 got.append(int(out.logits[:, -1].argmax(-1)))
             toks[name] = got
-    assert toks["symshape"] == toks["eager"]
     from compiler.backend import graphed_programs
+    reports = "\n".join(gp.report() for gp in graphed_programs())
+    assert toks["symshape"] == toks["eager"], (toks, reports)
     pieces = [p for gp in graphed_programs() for p in gp.pieces.values() if p is not None]
-    assert pieces and all(p.stats["calls"] >= 1 for p in pieces)
+    assert pieces and all(p.stats["calls"] >= 1 for p in pieces), reports
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs")
