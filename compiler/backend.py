@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import time
+import weakref
 
 import torch
 
@@ -33,6 +34,18 @@ from .runtime import CompiledProgram
 #: backend itself (trace, lowering, code generation) and in compiled graphs' first calls
 #: (kernel builds): what a first call costs beyond dynamo's own capture.
 BACKEND_STATS = {"graphs": 0, "eager_graphs": 0, "compile_s": 0.0, "first_call_s": 0.0}
+
+#: The CUDA-graphed programs the backend made that are still alive (for reports: graphs, memory).
+_GRAPHED: "weakref.WeakSet[GraphedProgram]" = weakref.WeakSet()
+
+
+def graphed_programs() -> list:
+    """The live :class:`~compiler.cuda_graphs.GraphedProgram` s that ``options={"cuda_graphs": True}`` made.
+
+    >>> isinstance(graphed_programs(), list)
+    True
+    """
+    return list(_GRAPHED)
 
 
 def _hint(s) -> int:
@@ -160,7 +173,10 @@ def _compile(gm, example_inputs, options):
     compiled.key_inputs = [i for i, s in enumerate(specs) if any(not isinstance(d, int) for d in s.dims)]
     runner = compiled
     if options.get("cuda_graphs"):
-        runner = GraphedProgram(compiled, buckets=options.get("buckets"), memory_budget=options.get("memory_budget"))
+        extra = {k: options[k] for k in ("max_graph_bytes", "piecewise") if k in options}
+        runner = GraphedProgram(compiled, buckets=options.get("buckets"), memory_budget=options.get("memory_budget"),
+                                **extra)
+        _GRAPHED.add(runner)
     tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
 
     first = [True]

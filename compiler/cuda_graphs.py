@@ -41,6 +41,7 @@ from .graph_capture import GraphRecorder
 from .lowered import Unsupported
 from .lowering import lower
 from .padding import PaddingReport, analyze_padding, padding_verdict
+from .piecewise import PiecewiseRun
 from . import runtime
 from .runtime import CompiledProgram
 
@@ -69,6 +70,7 @@ class Route:
     views: list = field(default_factory=list)
     slices: list = field(default_factory=list)
     single: bool = False
+    piecewise: Any = None
 
 
 @dataclass
@@ -101,12 +103,16 @@ class GraphedProgram:
     record symshape's compiled kernels (``"compiled"``) or the traced graph's
     ATen ops (``"aten"``: inside a graph their launch cost is gone too);
     ``largest_first``: before the first graph of a bounded padded dim, record its
-    largest bucket, whose freed intermediates the smaller graphs then reuse.
+    largest bucket, whose freed intermediates the smaller graphs then reuse;
+    ``piecewise``: where a dim cannot pad, graph the steps that never see it
+    (:mod:`compiler.piecewise`); ``max_graph_bytes``: sizes whose buffers are estimated
+    larger run without a graph (``None``: no limit).
     """
 
     def __init__(self, compiled: CompiledProgram, buckets: Optional[dict] = None,
                  memory_budget: Optional[int] = None, max_graphs: int = 64, capture: Optional[bool] = None,
-                 clone_outputs: bool = True, kernels: str = "compiled", largest_first: bool = True):
+                 clone_outputs: bool = True, kernels: str = "compiled", largest_first: bool = True,
+                 piecewise: bool = True, max_graph_bytes: Optional[int] = 64 * 2 ** 20):
         if kernels not in ("compiled", "aten"):
             raise ValueError(f"kernels must be 'compiled' (symshape's kernels) or 'aten' (the traced graph's "
                              f"ATen ops), got {kernels!r}")
@@ -123,6 +129,9 @@ class GraphedProgram:
         self.plans: dict = {}
         self.recorder = GraphRecorder()
         self.largest_first = largest_first
+        self.piecewise = piecewise
+        self.max_graph_bytes = max_graph_bytes
+        self.pieces: dict = {}  # id(variant) -> PiecewiseRun
         self.stats = {"calls": 0, "replays": 0, "padded_calls": 0, "graphs": 0, "ungraphed_calls": 0}
 
     # -- planning --------------------------------------------------------------------------
@@ -169,12 +178,16 @@ class GraphedProgram:
     # -- calls -----------------------------------------------------------------------------
     def __call__(self, *tensors):
         self.stats["calls"] += 1
-        sig = tuple([(t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in tensors])
+        keyed = self.compiled.key_inputs  # the others are checked by the caller (dynamo's guards)
+        sig = tuple([(t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in (
+            tensors if keyed is None else [tensors[i] for i in keyed])])
         route = self._routes.get(sig)
         if route is None:
             route = self._route(tensors)
             self._routes[sig] = route
         entry = route.entry
+        if route.piecewise is not None:
+            return route.piecewise(tensors, route.values)
         if entry is None:
             self.stats["ungraphed_calls"] += 1
             return self._run(route.variant, tensors, route.values)
@@ -221,6 +234,18 @@ class GraphedProgram:
         values = c.bind(tensors)
         variant = c.variant_for(values)
         plan = self.plan(variant)
+        if plan.exact and self.piecewise and self.kernels == "compiled" and not variant.eager:
+            # A dim that cannot pad: graphs of the steps that never see it, the others run as
+            # they are (compiler.piecewise) -- a few graphs for every size, not one per size.
+            # Where most steps see the dim, little is left to graph: a graph per size, as below.
+            if id(variant) not in self.pieces:
+                split = {variant.tp.env.symbols[n] for n in plan.exact} & set(variant.lp.symbols)
+                pw = PiecewiseRun(variant, split, self.recorder, self.capture) if split else None
+                self.pieces[id(variant)] = pw if pw is not None and pw.worth_it() else None
+            pw = self.pieces[id(variant)]
+            if pw is not None:
+                variant.check_asserts(values)
+                return Route(variant, values, None, piecewise=pw)
         key = values
         if plan.pads:
             key = tuple(bucket_for(v, plan.choice.buckets[n]) if n in plan.pads and bucket_for(
@@ -228,9 +253,10 @@ class GraphedProgram:
             if key != values and not (variant.holds(*key) and all(ok(*key) for _, ok in variant.asserts)):
                 key = values  # the bucket size takes another path through the program: no padding
         entry = self.graphs.get((id(variant), key))
-        if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs:
+        if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs \
+                and self._small(variant, key):
             largest = self._largest_key(variant, plan, key) if key != values else None
-            if largest is not None and self._capturing(tensors):
+            if largest is not None and self._capturing(tensors) and self._small(variant, largest):
                 self._record(variant, largest, tensors, True)
             entry = self._record(variant, key, tensors, key != values)
         if entry is None:
@@ -249,6 +275,16 @@ class GraphedProgram:
             slices.append(tuple(idx))
         return Route(variant, values, entry, key != values, views, slices,
                      single=pytree.tree_structure(0) == variant.tp.out_spec)
+
+    def _small(self, variant, key) -> bool:
+        """Whether a graph at ``key`` is estimated within ``max_graph_bytes`` (every buffer at that
+        size): a call that large is long on the GPU, so a graph saves little and holds much memory
+        (a prefill's logits at every bucket)."""
+        if self.max_graph_bytes is None:
+            return True
+        env_syms = variant.tp.env.symbols
+        est = buffer_bytes(variant, {env_syms[n]: v for n, v in zip(self.compiled.names, key) if n in env_syms})
+        return est is None or est <= self.max_graph_bytes
 
     def _largest_key(self, variant, plan, key) -> Optional[tuple]:
         """``key`` with every bounded padded dim at its largest bucket, where no graph of this
@@ -299,6 +335,16 @@ class GraphedProgram:
                           if isinstance(t, torch.Tensor))
 
     # -- reporting -------------------------------------------------------------------------
+    def graph_count(self) -> int:
+        """CUDA graphs recorded: one per bucket, plus the piecewise runs' segment graphs."""
+        return sum(e.graph is not None for e in self.graphs.values()) + sum(
+            len(pw.graphs) for pw in self.pieces.values() if pw is not None)
+
+    def graph_bytes(self) -> int:
+        """GPU memory the graphs hold: buffers, what their recording kept, the pool they grew."""
+        return sum(e.bytes + e.pool_growth for e in self.graphs.values()) + sum(
+            r.bytes for pw in self.pieces.values() if pw is not None for r in pw.graphs.values())
+
     def report(self) -> str:
         """Which dims pad, which cannot and why, the buckets, and the graphs recorded with their memory."""
         lines = []
@@ -329,6 +375,9 @@ class GraphedProgram:
                          f"{' (padded bucket)' if e.padded else ''}, recorded #{order[(v, key)]}")
         for (_, key), why in self.failed.items():
             lines.append(f"  no graph at {key}: {why}")
+        for pw in self.pieces.values():
+            if pw is not None:
+                lines.append(pw.report().rstrip())
         return "\n".join(lines) + "\n"
 
 

@@ -210,7 +210,9 @@ class Lowerer:
                         for i in range(k))
             v = a(sub)
         elif isinstance(a, SizeExpr):
-            v = SizeVal(a.expr, torch.int64)
+            # A SymFloat (``H / 5``: interpolate's scale) is a real value: an int64 would truncate it.
+            real = getattr(a.expr, "is_integer", True) is not True
+            v = SizeVal(a.expr, torch.float64 if real else torch.int64)
         elif isinstance(a, bool):
             v = Const(a, torch.bool)
         elif isinstance(a, int):

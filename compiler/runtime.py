@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import operator
+import time
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -45,7 +46,7 @@ from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, 
                       straight_line)
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
-STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0}
+STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0, "warmed": 0, "warm_s": 0.0}
 
 
 def _attr_reader(target: str):
@@ -110,6 +111,11 @@ class Variant:
         self.kernels = [s for s in self.steps if isinstance(s, Kernel)]
         STATS["kernels"] += len(self.kernels)
         self.launchers = TARGETS[target].make_launchers(self.lp, self.steps)
+        # Every size class of every kernel is built now, in parallel: a later call at a new
+        # size finds its kernels compiled (no stall at the first call of a size).
+        t0 = time.perf_counter()
+        STATS["warmed"] += TARGETS[target].warm(self.launchers)
+        STATS["warm_s"] += time.perf_counter() - t0
         self._plan()
 
     # -- planning: everything symbolic is turned into index lookups once --------------
@@ -144,14 +150,16 @@ class Variant:
                 allocs = [Alloc(b.name, tuple(slot(x) for x in b.shape), tuple(slot(x) for x in b.strides), b.dtype)
                           for b in writes]
                 contig = tuple(lp.buffers[n].kind is not BufferKind.KERNEL for n in names)
-                plan.append(KernelStep(self.launchers[s.name][1], tuple(names), tuple(allocs), contig))
+                plan.append(KernelStep(self.launchers[s.name][1], tuple(names), tuple(allocs), contig, kernel=s))
             else:
                 out = s.out.name if hasattr(s.out, "name") else s.out.value
                 target = TARGETS[self.target].extern_call(s.target, getattr(s.out, "dtype", None))
                 plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         self.plan = plan = linear_calls(plan, self.outputs)
-        self.size_fn = compile_exprs(list(exprs), lp.symbols)
+        #: The size slots' expressions (slot i is ``size_exprs[i]``), and their compiled function.
+        self.size_exprs = list(exprs)
+        self.size_fn = compile_exprs(self.size_exprs, lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
         self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
                                              self.outputs)
@@ -159,6 +167,10 @@ class Variant:
         # read from the module on every call, so updates and moves are seen.
         self.const_getters = [(self.tp.constants.get(t), _attr_reader(t)) for _, t in lp.consts]
         self.const_cache: dict = {}
+
+    def consts(self, device) -> list:
+        """The program's constants and parameters on ``device``, in the lowered program's order."""
+        return self._consts(device)
 
     def _consts(self, device):
         fixed = self.const_cache.get(device)
@@ -179,8 +191,8 @@ class Variant:
             bad = self.tp.failing_guards(dict(zip(self.symbols, values)))
             return not [g for g in bad if g.kind is not GuardKind.RUNTIME_ASSERT]
 
-    def run(self, tensors, values: tuple):
-        """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
+    def check_asserts(self, values: tuple):
+        """Raise :class:`GuardViolation` where a runtime assert fails at ``values``."""
         for g, ok in self.asserts:
             try:
                 held = ok(*values)
@@ -191,6 +203,10 @@ class Variant:
             if not held:
                 at = dict(zip(self.symbols, values))
                 raise GuardViolation(violation_message(g, at), guard=g, values=at)
+
+    def run(self, tensors, values: tuple):
+        """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
+        self.check_asserts(values)
         if self.eager:
             return self.tp.run(*tensors)
         return self.run_bound(tensors, *self.bind_sizes(values))
@@ -269,7 +285,11 @@ class CompiledProgram:
             raise SpecError(f"expected {len(self.specs)} input(s), got {len(tensors)}")
         vals = [None] * len(self.names)
         derived = []
-        for t, s, bind in zip(tensors, self.specs, self._bind):
+        keyed = self.key_inputs
+        # Inputs outside key_inputs were checked by the caller (dynamo's guards) and hold no dim.
+        pairs = zip(tensors, self.specs, self._bind) if keyed is None else (
+            (tensors[i], self.specs[i], self._bind[i]) for i in keyed)
+        for t, s, bind in pairs:
             if not isinstance(t, torch.Tensor) or t.dim() != len(bind) or t.dtype != s.dtype:
                 raise SpecError(f"input {s.name} does not match the spec `{s}` "
                                 f"(got {getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))})")

@@ -70,6 +70,8 @@ class KernelStep:
     buffers: tuple
     allocs: tuple
     contiguous: tuple
+    #: The IR kernel it launches (which sizes it reads: :mod:`compiler.piecewise`), where known.
+    kernel: Any = None
 
 
 @dataclass(frozen=True)
@@ -131,10 +133,10 @@ def linear_calls(plan, outputs) -> list:
     aten = torch.ops.aten
     uses: dict = {}
     for step in plan:
-        names = set(step.buffers) if isinstance(step, KernelStep) else _names([step.args, step.kwargs], set())
+        names = set(step.buffers) if isinstance(step, KernelStep) else template_buffers([step.args, step.kwargs], set())
         for n in names:
             uses[n] = uses.get(n, 0) + 1
-    for n in _names(list(outputs), set()):
+    for n in template_buffers(list(outputs), set()):
         uses[n] = uses.get(n, 0) + 2
     transposed = {s.out: s.args[0] for s in plan if isinstance(s, ExternStep) and s.target is aten.t.default
                   and len(s.args) == 1 and not s.kwargs and isinstance(s.args[0], BufSlot)}
@@ -190,16 +192,20 @@ class _Writer:
         return self.obj(a)
 
 
-def _names(a, into: set) -> set:
-    """The buffer names an argument template reads."""
+def template_buffers(a, into: set) -> set:
+    """The buffer names an argument template reads (added to ``into``).
+
+    >>> sorted(template_buffers([BufSlot("x"), {"k": (BufSlot("y"), SizeSlot(0))}], set()))
+    ['x', 'y']
+    """
     if isinstance(a, BufSlot):
         into.add(a.name)
     elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
         for x in a:
-            _names(x, into)
+            template_buffers(x, into)
     elif isinstance(a, dict):
         for x in a.values():
-            _names(x, into)
+            template_buffers(x, into)
     return into
 
 
@@ -210,10 +216,10 @@ def _last_uses(plan, outputs) -> dict:
         if isinstance(step, KernelStep):
             used = set(step.buffers) | {al.name for al in step.allocs}
         else:
-            used = _names(list(step.args) + list(step.kwargs.values()), set()) | {step.out}
+            used = template_buffers(list(step.args) + list(step.kwargs.values()), set()) | {step.out}
         for name in used:
             last[name] = n
-    kept = _names(list(outputs), set())
+    kept = template_buffers(list(outputs), set())
     out: dict = {}
     for name, n in last.items():
         if name not in kept:

@@ -170,6 +170,54 @@ def case_bound_launch_rechecks_alignment_per_call():
     assert f.stats["traces"] == 1 and f.stats["variants"] == 1, f.stats
 
 
+def case_every_size_class_is_known_at_the_first_call():
+    # The classes a kernel can meet are enumerated when the program compiles (and built then,
+    # in parallel, on a GPU): a later size builds no kernel.  Sizes whose divisibility decides
+    # no alignment (B and T of a [B, T, 64] pointwise kernel) make no class of their own.
+    import compiler
+    from compiler.codegen.triton_classes import GENERIC
+
+    def prog(x, bias):
+        return torch.softmax(x * 0.5 + bias, dim=-1) * 2 + x.sum(-1, keepdim=True)
+
+    f = compiler.compile(prog, "x: f32[B, T, N]", "bias: f32[N]", target="triton")
+    point = compiler.compile(lambda x: torch.relu(x) * 3, "x: f32[B, T, 64]", target="triton")
+    sizes = [(2, 3, 16), (3, 5, 17), (2, 16, 100), (4, 7, 1000), (2, 2, 8193), (3, 9, 32)]
+    with torch.no_grad():
+        for B, T, N in sizes:
+            x, b = torch.randn(B, T, N, device=DEVICE), torch.randn(N, device=DEVICE)
+            _close(f(x, b), prog(x, b), atol=1e-5, rtol=1e-4)
+            y = torch.randn(B, T, 64, device=DEVICE)
+            _close(point(y), torch.relu(y) * 3)
+    assert f.stats["traces"] == 1 and point.stats["traces"] == 1
+    for g in (f, point):
+        for _, launcher in g.variants[0].launchers.values():
+            known = {c for c, _ in launcher.classes()}
+            met = set(launcher.variants) - {GENERIC}
+            assert met <= known, (launcher.kernel.name, met - known)
+    (_, only), = point.variants[0].launchers.values()
+    assert only.aligned == [] and len(only.classes()) == 1, (only.aligned, only.classes())
+    soft = [ln for _, ln in f.variants[0].launchers.values() if ln.rowlen is not None]
+    assert soft and any(ln.aligned for ln in soft)  # N is the row: its alignment counts
+    if torch.cuda.is_available():  # built at the first call: later sizes found them all
+        built = compiler.STATS["warmed"]
+        assert built >= sum(len(ln.classes()) for _, ln in f.variants[0].launchers.values()), built
+
+
+def case_size_ratio_as_a_real_value():
+    # interpolate to a fixed size scales indexes by H / 5: a real value, not an int64 (was all row 0)
+    import compiler
+    import torch.nn.functional as F
+
+    def prog(x):
+        return F.interpolate(x, size=(5, 5), mode="bilinear", align_corners=False)
+
+    f = compiler.compile(prog, "x: f32[B, C, H, W]", target="triton")
+    for shape in [(2, 2, 4, 4), (2, 3, 7, 9)]:
+        x = torch.randn(*shape, device=DEVICE)
+        _close(f(x), prog(x), atol=1e-5, rtol=1e-4)
+
+
 def case_cat_rotary_and_masks():
     # cat (rotary's rotate_half, three inputs) and bool masks fused into kernels, sizes 1 and primes.
     import compiler
@@ -193,6 +241,7 @@ CASES = [n for n in dir() if n.startswith("case_")]
 
 
 def run_all(names=CASES):
+    __import__("compiler").register()  # backend="symshape" from a source tree, installed or not
     results = {}
     for n in names:
         try:

@@ -292,6 +292,12 @@ class Target:
         """``launch(tensors, size values)`` for kernel ``name`` of a built module."""
         raise NotImplementedError
 
+    def warm(self, launchers: dict) -> int:
+        """Build every kernel variant a later call may need, now (the launchers of
+        :meth:`make_launchers`); returns how many.  Targets that build all variants
+        up front (C++) have nothing to do."""
+        return 0
+
     # -- the shared driver -------------------------------------------------------------
     def sym_names(self, lp) -> dict:
         return {s: f"ks{i}" for i, s in enumerate(lp.symbols)}

@@ -38,6 +38,8 @@ from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, 
 from .cpp import cache_dir
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
+from .triton_classes import (GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block,
+                             reachable_classes, row_blocks, warm)
 from .triton_launch import bind_launch
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
@@ -70,8 +72,7 @@ class Grid(TextEnum):
     ROWS = "rows"
 
 
-def _pow2(n, cap):
-    return int(min(cap, max(16, 1 << max(0, int(n) - 1).bit_length())))
+_pow2 = pow2_block
 
 
 LITERALS = Literals("True", "False", "_NAN", lambda d: "_INF", lambda d: "", lambda v, d: str(v))
@@ -111,7 +112,9 @@ class TritonTarget(Target):
 
     def extern_call(self, op, dtype):
         """mm/addmm of a dtype the skinny kernel wins for choose it or cuBLAS per call
-        (:mod:`compiler.skinny_matmul`)."""
+        (:mod:`compiler.skinny_matmul`); SDPA without cuDNN (:func:`sdpa_without_cudnn`)."""
+        if op is torch.ops.aten.scaled_dot_product_attention.default:
+            return sdpa_without_cudnn
         return skinny_matmul.extern_calls(dtype).get(op, op)
 
     def declare(self, name, code, dtype) -> str:
@@ -130,7 +133,8 @@ class TritonTarget(Target):
         e = sympy.sympify(v.expr)
         if e.is_Integer:
             return _const(int(e), v.dtype)
-        return declare(f"({gen.expr(e)}).to({TL[v.dtype]})")
+        # Printed directly, not through gen.expr: a size used as a value says nothing about alignment.
+        return declare(f"({self.print_expr(e, gen.sym_names, gen.facts.nonneg)}).to({TL[v.dtype]})")
 
     def print_expr(self, e, names, nonneg) -> str:
         return to_triton(e, names, nonneg)
@@ -140,7 +144,8 @@ class TritonTarget(Target):
         k = g.kernel
         out, rem = [], row
         for i in reversed(range(len(k.outer))):
-            size = g.expr(k.outer[i])
+            # Not through g.expr: row numbers are scalars, the sizes dividing them decide no alignment.
+            size = self.print_expr(k.outer[i], g.sym_names, g.facts.nonneg)
             if i == 0:
                 out.append(f"{ind}x{i} = {rem}")
             else:
@@ -307,35 +312,19 @@ class TritonTarget(Target):
             return {}
         module = self.build(src)
         kernels = {s.name: s for s in steps if isinstance(s, Kernel)}
-        return {name: (args, SizeClassLauncher(self, module, kernels[name], lp, *m))
+        return {name: (args, SizeClassLauncher(self, module, kernels[name], lp, *m,
+                                               dtypes=[lp.buffers[a].dtype for a in args]))
                 for name, (args, m) in meta.items()}
+
+    def warm(self, launchers: dict) -> int:
+        """Compile every size class of every kernel in parallel (:func:`.triton_classes.warm`)."""
+        return warm([launch for _, launch in launchers.values()])
 
     def variant_source(self, kernel, lp, variant) -> str:
         """A module holding one size-class variant of ``kernel``."""
         g = KernelGen(self, kernel, lp, self.sym_names(lp))
         src, _ = self.kernel_source(g, variant)
         return self.module_source([src])
-
-
-@dataclass(frozen=True)
-class SizeClass:
-    """A kernel variant's size class: which sizes are multiples of 16, and whether the
-    row fits one block (a persistent reduction).  ``suffix`` names the kernel."""
-
-    div16: frozenset = frozenset()
-    persistent: bool = False
-
-    @property
-    def suffix(self) -> str:
-        if not self.div16 and not self.persistent:
-            return ""
-        return "_" + ("p" if self.persistent else "l") + "".join(sorted(self.div16))
-
-
-GENERIC = SizeClass()
-
-#: Rows up to this length run as persistent reductions (the row in registers).
-PERSISTENT_MAX = 8192
 
 
 def _row_length(k):
@@ -348,28 +337,76 @@ def _warps(block) -> int:
     return 4 if block <= 1024 else 8 if block <= 4096 else 16
 
 
+class _Recording(KernelGen):
+    """A kernel generator that keeps every size and index expression it prints."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.seen: list = []
+
+    def expr(self, e) -> str:
+        self.seen.append(e)
+        return super().expr(e)
+
+    def index(self, e) -> str:
+        self.seen.append(e)
+        return super().index(e)
+
+
 class SizeClassLauncher:
     """``launch(tensors, sizes)`` for one kernel: a compiled check on the sizes picks the
     kernel variant of their size class (built once per class, cached on disk by content),
     never a retrace.  ``variants`` maps each size class seen to its compiled kernel.
 
-    The classes: each size symbol's divisibility by 16, and for reductions whose row
+    The classes (:mod:`.triton_classes`): the divisibility by 16 of each size symbol that
+    decides some alignment of the kernel (``aligned``), and for reductions whose row
     length is one expression, persistent (row <= PERSISTENT_MAX, block = the next power
-    of two) or looped."""
+    of two) or looped.  :meth:`warm_jobs` compiles every class the kernel can meet."""
 
-    def __init__(self, target, module, kernel, lp, kind, work, block, rowlen):
+    def __init__(self, target, module, kernel, lp, kind, work, block, rowlen, dtypes=()):
         self.target, self.kernel, self.lp, self.kind, self.block = target, kernel, lp, kind, block
-        self.names = [target.sym_names(lp)[s] for s in lp.symbols]
+        sym_names = target.sym_names(lp)
+        self.names = [sym_names[s] for s in lp.symbols]
         exprs = list(work) + ([rowlen] if rowlen is not None and kind is Grid.ROWS else [])
         self.work_fn = compile_exprs(exprs, lp.symbols)
         self.nwork = len(work)
+        self.dtypes = list(dtypes)
         self.variants = {GENERIC: getattr(module, kernel.name)}
         self.plans: dict = {}
         self.bound: dict = {}
+        g = _Recording(target, kernel, lp, sym_names)
+        target.kernel_source(g)
+        aligned = alignment_symbols(g.seen, set(lp.symbols))
+        #: The size names whose divisibility by 16 picks a class (the others never do).
+        self.aligned = [sym_names[s] for s in lp.symbols if s in aligned]
+        self.rowlen = rowlen if kind is Grid.ROWS else None
 
     def size_class(self, sizes, row) -> SizeClass:
-        div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0)
+        div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0 and n in self.aligned)
         return SizeClass(div, row is not None and 0 < row <= PERSISTENT_MAX)
+
+    def classes(self) -> list:
+        """``[(size class, BLOCK)]``: every class (and persistent block) a call can meet."""
+        blocks = row_blocks(self.rowlen, self.lp.symbols)
+        out = []
+        for sc in reachable_classes(self.aligned, blocks):
+            if not sc.persistent and blocks is None and self.rowlen is not None:
+                fixed = int(sympy.sympify(self.rowlen))
+                if 0 < fixed <= PERSISTENT_MAX:
+                    out.append((SizeClass(sc.div16, True), _pow2(fixed, PERSISTENT_MAX)))
+                    continue
+            if sc.persistent:
+                out += [(sc, b) for b in blocks]
+            else:
+                out.append((sc, self.block))
+        return out
+
+    def warm_jobs(self) -> list:
+        """One ``job()`` per class of :meth:`classes`: compile it (a Triton warm-up, no launch)."""
+        def job(sc, block):
+            return lambda: self.kernel_for(sc).warmup(*self.dtypes, *[3] * len(self.names), grid=(1,),
+                                                      BLOCK=block, num_warps=_warps(block))
+        return [job(sc, b) for sc, b in self.classes()]
 
     def kernel_for(self, sc: SizeClass):
         fn = self.variants.get(sc)
@@ -415,6 +452,31 @@ class SizeClassLauncher:
         else:
             block = self.block
         return fn, (n,), args, block, _warps(block)
+
+
+_cudnn_sdp_enabled = torch.backends.cuda.cudnn_sdp_enabled
+_enable_cudnn_sdp = torch.backends.cuda.enable_cudnn_sdp
+_sdpa = torch.nn.functional.scaled_dot_product_attention
+
+
+def sdpa_without_cudnn(*args, **kwargs):
+    """``scaled_dot_product_attention`` choosing among ATen's flash, memory-efficient and math
+    kernels, never cuDNN's: cuDNN builds an execution plan per new shape (measured 8.7 ms of
+    host time per call on an H200 with torch 2.11 when the KV length grows by one each decode
+    step, 35 ms per token for 4 layers), which a dynamic-shape program meets at every size.
+
+    >>> q = torch.randn(1, 2, 3, 8)
+    >>> torch.allclose(sdpa_without_cudnn(q, q, q, is_causal=True), _sdpa(q, q, q, is_causal=True))
+    True
+    """
+    was = _cudnn_sdp_enabled()
+    if not was:
+        return _sdpa(*args, **kwargs)
+    _enable_cudnn_sdp(False)
+    try:
+        return _sdpa(*args, **kwargs)
+    finally:
+        _enable_cudnn_sdp(True)
 
 
 def _no_launch(tensors):

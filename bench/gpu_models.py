@@ -1,0 +1,427 @@
+"""Real transformers models on the GPU: eager, Inductor (dynamic, static), compiler.compile, backend="symshape".
+
+Eight Hugging Face models with tiny-but-realistic configs (d >= 768): Llama,
+Qwen2 (GQA), Mistral (sliding window), Gemma, GPT-2, BERT with an attention
+mask, ViT at symbolic H/W, the Whisper encoder; fp16 and bf16; B x T sweeps up
+to T = 4096 with odd sizes.  Every mode of a model runs in one process on the
+same inputs.  Per point: ms per call (``triton.testing.do_bench`` median on
+CUDA), the first call's ms at that size (compile at the first size; at a later
+size the first-call stall), the error against an fp32 eager reference
+(``max|out - ref| / max|ref|``) and, for language models, the share of
+positions whose argmax equals the reference's.  Per mode: dynamo graphs and
+symshape traces over the sweep (1 trace and 0 recompiles is the target).  Then
+speedups and geomeans.  ``--decode`` adds the decode table of
+:mod:`bench.gpu_decode` (ms per token with a growing KV cache).
+
+Usage::
+
+    python bench/gpu_models.py --quick --decode          # one device call (< 8 min)
+    python bench/gpu_models.py                           # every model, both dtypes, the full sweep
+    python bench/gpu_models.py --only llama,bert --dtypes bf16
+    python bench/gpu_models.py --device cpu --smoke      # tiny configs on the CPU (no Inductor)
+
+Example (the suite)::
+
+    >>> [c.name for c in CASES]
+    ['llama', 'qwen2', 'mistral', 'gemma', 'gpt2', 'bert', 'vit', 'whisper']
+    >>> CASES[5].points(quick=True, smoke=False)
+    [(4, 128), (2, 999)]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import compiler  # noqa: E402
+
+compiler.register()  # backend="symshape" from this source tree, installed or not
+from bench.gpu_compare import _dynamo_graphs, _geo, _rel_err  # noqa: E402
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+MODES = ["eager", "inductor_dyn", "inductor_static", "symshape", "backend"]
+
+
+class LMLogits(nn.Module):
+    """A causal LM's logits from ``input_ids`` (no cache)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, ids):
+        return self.m(input_ids=ids, use_cache=False).logits
+
+
+class MaskedEncoder(nn.Module):
+    """BERT's last hidden state from ``input_ids`` and a 0/1 ``attention_mask``."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, ids, mask):
+        return self.m(input_ids=ids, attention_mask=mask).last_hidden_state
+
+
+class PixelEncoder(nn.Module):
+    """ViT's last hidden state at any image size (position embeddings interpolated)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, px):
+        return self.m(pixel_values=px, interpolate_pos_encoding=True).last_hidden_state
+
+
+class AudioEncoder(nn.Module):
+    """Whisper's encoder: log-mel features -> last hidden state."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, feats):
+        return self.m(input_features=feats).last_hidden_state
+
+
+def _lm(cls_name, conf_name, **kw):
+    def make(small):
+        import transformers
+        conf = getattr(transformers, conf_name)(**kw)
+        if small:
+            conf = getattr(transformers, conf_name)(**{**kw, **_SMALL_LM})
+        conf._attn_implementation = "sdpa"
+        return LMLogits(getattr(transformers, cls_name)(conf))
+    return make
+
+
+_SMALL_LM = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, num_hidden_layers=2)
+_LM = dict(vocab_size=32000, hidden_size=1024, intermediate_size=2816, num_attention_heads=16,
+           num_key_value_heads=4, num_hidden_layers=4, max_position_embeddings=8192)
+
+
+def _gpt2(small):
+    import transformers
+    conf = transformers.GPT2Config(n_embd=64 if small else 768, n_layer=2 if small else 4,
+                                   n_head=4 if small else 12, n_positions=8192, vocab_size=128 if small else 50257)
+    conf._attn_implementation = "sdpa"
+    return LMLogits(transformers.GPT2LMHeadModel(conf))
+
+
+def _bert(small):
+    import transformers
+    conf = transformers.BertConfig(hidden_size=64 if small else 768, num_hidden_layers=2 if small else 4,
+                                   num_attention_heads=4 if small else 12, intermediate_size=128 if small else 3072,
+                                   max_position_embeddings=8192, vocab_size=128 if small else 30522)
+    conf._attn_implementation = "sdpa"
+    return MaskedEncoder(transformers.BertModel(conf, add_pooling_layer=False))
+
+
+def _vit(small):
+    import transformers
+    conf = transformers.ViTConfig(hidden_size=64 if small else 768, num_hidden_layers=2 if small else 4,
+                                  num_attention_heads=4 if small else 12, intermediate_size=128 if small else 3072,
+                                  image_size=32 if small else 224, patch_size=8 if small else 16)
+    conf._attn_implementation = "sdpa"
+    return PixelEncoder(transformers.ViTModel(conf, add_pooling_layer=False))
+
+
+def _whisper(small):
+    import transformers
+    conf = transformers.WhisperConfig(d_model=64 if small else 768, encoder_layers=2 if small else 4,
+                                      encoder_attention_heads=4 if small else 12,
+                                      encoder_ffn_dim=128 if small else 3072, num_mel_bins=80,
+
+                                      max_source_positions=16 if small else 1500)
+    conf._attn_implementation = "sdpa"
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+    return AudioEncoder(WhisperEncoder(conf))
+
+
+def _ids(vocab):
+    return lambda b, t, dev, dt, g: [torch.randint(0, vocab, (b, t), generator=g).to(dev)]
+
+
+def _bert_inputs(vocab):
+    def make(b, t, dev, dt, g):
+        ids = torch.randint(0, vocab, (b, t), generator=g)
+        mask = torch.ones(b, t, dtype=torch.long)
+        mask[b // 2:, (3 * t) // 4:] = 0  # the second half of the batch padded at the end
+        return [ids.to(dev), mask.to(dev)]
+    return make
+
+
+@dataclass
+class Case:
+    """One model: how to build it, its input specs (``{dt}``: the dtype), its sweep, and its inputs."""
+
+    name: str
+    make: Callable  # (small: bool) -> nn.Module
+    specs: tuple
+    full: list  # (B, T) points; T is H = W for ViT, and fixed by the config for Whisper
+    quick: list
+    smoke: list
+    inputs: Callable  # (B, T, device, dtype, generator, small) -> list of tensors
+    lm: bool = True
+    dims: dict = None
+
+    def points(self, quick: bool, smoke: bool) -> list:
+        return self.smoke if smoke else self.quick if quick else self.full
+
+
+_LM_FULL = [(4, 128), (4, 500), (2, 1024), (1, 2047), (1, 4096)]
+_LM_QUICK = [(4, 128), (2, 999)]
+_LM_SMOKE = [(2, 8), (1, 13)]
+
+
+def _lm_case(name, make, vocab, **kw):
+    return Case(name, make, ("ids: i64[B, T]",), _LM_FULL, _LM_QUICK, _LM_SMOKE,
+                lambda b, t, dev, dt, g, small: _ids(128 if small else vocab)(b, t, dev, dt, g), **kw)
+
+
+CASES = [
+    _lm_case("llama", _lm("LlamaForCausalLM", "LlamaConfig", **_LM), 32000),
+    _lm_case("qwen2", _lm("Qwen2ForCausalLM", "Qwen2Config", **{**_LM, "num_key_value_heads": 2}), 32000),
+    _lm_case("mistral", _lm("MistralForCausalLM", "MistralConfig", **{**_LM, "sliding_window": 512}), 32000),
+    _lm_case("gemma", _lm("GemmaForCausalLM", "GemmaConfig", **{**_LM, "num_attention_heads": 8, "head_dim": 128,
+                                                                  "num_key_value_heads": 1,
+                                                                  "intermediate_size": 4096}), 32000),
+    _lm_case("gpt2", _gpt2, 50257),
+    Case("bert", _bert, ("ids: i64[B, T]", "mask: i64[B, T] in 0..1"), [(4, 128), (4, 500), (2, 999), (1, 4096)],
+         [(4, 128), (2, 999)], [(2, 8), (3, 13)],
+         lambda b, t, dev, dt, g, small: _bert_inputs(128 if small else 30522)(b, t, dev, dt, g), lm=False),
+    Case("vit", _vit, ("px: {dt}[B, 3, H, W]",), [(8, 224), (4, 320), (2, 479), (1, 640)], [(4, 224), (2, 333)],
+         [(2, 32), (1, 45)], lambda b, t, dev, dt, g, small: [torch.randn(b, 3, t, t, generator=g).to(dev, dt)],
+         lm=False),
+    Case("whisper", _whisper, ("feats: {dt}[B, 80, F]",), [(1, 3000), (4, 3000), (7, 3000)], [(1, 3000), (3, 3000)],
+         [(1, 32), (2, 32)], lambda b, t, dev, dt, g, small: [torch.randn(b, 80, t, generator=g).to(dev, dt)],
+         lm=False),
+]
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def bench_ms(fn, args, device) -> float:
+    """Median ms per call: ``triton.testing.do_bench`` on CUDA, wall-clock medians on the CPU."""
+    if device == "cuda":
+        import triton.testing
+        return triton.testing.do_bench(lambda: fn(*args), warmup=25, rep=100, return_mode="median")
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        fn(*args)
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+class Mode:
+    """One way to run a model; the first call at each size is timed (compile or first-call stall)."""
+
+    def __init__(self, mode, prog, specs, device):
+        self.mode, self.prog, self.specs, self.device = mode, prog, specs, device
+        t0 = time.perf_counter()
+        self.traces0, self.graphs0 = compiler.STATS["traces"], _dynamo_graphs()
+        target = "triton" if device == "cuda" else "cpp"
+        if mode == "eager":
+            self.fn = prog
+        elif mode == "inductor_dyn":
+            self.fn = torch.compile(prog, dynamic=True)
+        elif mode == "inductor_static":
+            self.fn = torch.compile(prog, dynamic=False)
+        elif mode == "symshape":
+            self.fn = compiler.compile(prog, *specs, target=target)
+        else:
+            self.fn = torch.compile(prog, backend="symshape", dynamic=True, options={"target": target})
+        #: Seconds before the first call (compiler.compile traces and builds here; torch.compile at its call).
+        self.setup_ms = (time.perf_counter() - t0) * 1e3
+
+    def first_call(self, args):
+        """(output, ms of this call, synchronized)."""
+        _sync(self.device)
+        t0 = time.perf_counter()
+        out = self.fn(*args)
+        _sync(self.device)
+        return out, (time.perf_counter() - t0) * 1e3
+
+    def counts(self):
+        """(dynamo graphs compiled, symshape traces) since this mode was made."""
+        return _dynamo_graphs() - self.graphs0, compiler.STATS["traces"] - self.traces0
+
+
+def _argmax_agree(out, ref) -> float:
+    return (out.float().argmax(-1) == ref.argmax(-1)).float().mean().item()
+
+
+def run_case(case: Case, dtype, points, device, modes, small, log) -> dict:
+    """Every mode at every point of one model: ``{mode: {point: record}}`` plus per-mode counts."""
+    torch.manual_seed(0)
+    base = case.make(small).eval()
+    prog = copy.deepcopy(base).to(device, dtype)
+    ref_prog = base.to(device, torch.float32)
+    short = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}[dtype]
+    specs = tuple(s.replace("{dt}", short) for s in case.specs)
+    g = torch.Generator().manual_seed(1)
+    inputs = {p: case.inputs(*p, device, dtype, g, small) for p in points}
+    res: dict = {}
+    with torch.no_grad():
+        refs = {p: ref_prog(*[t.float() if t.is_floating_point() else t for t in inputs[p]]).float()
+                for p in points}
+        del ref_prog
+        for m in modes:
+            torch._dynamo.reset()
+            rec = res[m] = {"points": {}}
+            try:
+                run = Mode(m, prog, specs, device)
+            except Exception as e:  # noqa: BLE001 - a mode that cannot start is reported, not fatal
+                rec["fail"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+                continue
+            for p in points:
+                pt = rec["points"][p] = {}
+                try:
+                    out, pt["first_ms"] = run.first_call(inputs[p])
+                    if p == points[0]:
+                        pt["first_ms"] += run.setup_ms
+                    pt["err"] = _rel_err(out, refs[p])
+                    pt["agree"] = _argmax_agree(out, refs[p]) if case.lm else float("nan")
+                    pt["ms"] = bench_ms(run.fn, inputs[p], device)
+                except Exception as e:  # noqa: BLE001 - reported per point
+                    rec["fail"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+                    pt.setdefault("ms", float("nan"))
+                print(f"  {case.name:<8} {short:<4} {m:<16} B,T={p} first={pt.get('first_ms', float('nan')):9.1f}ms "
+                      f"ms={pt.get('ms', float('nan')):8.3f} err={pt.get('err', float('nan')):.1e}"
+                      + (f" FAIL {rec['fail']}" if "fail" in rec and "err" not in pt else ""), file=log, flush=True)
+            rec["graphs"], rec["traces"] = run.counts()
+            del run
+    return res
+
+
+def _fmt(x, spec):
+    return format(x, spec) if x == x else "-"
+
+
+def report(results: dict, modes) -> str:
+    """The tables: ms per point, speedups, first calls, errors, counts, geomeans, acceptance."""
+    L = []
+    has = set(modes)
+    L.append("ms per call (median); x = speedup over eager; first = the first call at that size in ms "
+             "(at the first point: compile included, compiler.compile's trace and build too)")
+    for (name, dname), res in results.items():
+        L.append(f"\n{name} {dname}")
+        hdr = f"  {'B,T':<12}" + "".join(f"{m:>17}" for m in modes)
+        L.append(hdr)
+        pts = list(res["eager"]["points"]) if "eager" in res else []
+        for p in pts:
+            ms = {m: res[m]["points"].get(p, {}).get("ms", float("nan")) for m in modes}
+            eager = ms.get("eager", float("nan"))
+            cells = [f"{_fmt(ms[m], '.3f')}" + (f" {eager / ms[m]:.2f}x" if m != "eager" and ms[m] == ms[m]
+                                                 else "") for m in modes]
+            L.append(f"  {str(p):<12}" + "".join(f"{c:>17}" for c in cells))
+            first = [_fmt(res[m]["points"].get(p, {}).get("first_ms", float("nan")), '.0f') for m in modes]
+            L.append(f"  {'  first ms':<12}" + "".join(f"{c:>17}" for c in first))
+            err = [_fmt(res[m]["points"].get(p, {}).get("err", float("nan")), '.1e') + "/" +
+                   _fmt(res[m]["points"].get(p, {}).get("agree", float("nan")), '.3f') for m in modes]
+            L.append(f"  {'  err/argmax':<12}" + "".join(f"{c:>17}" for c in err))
+        L.append("  graphs/traces " + "  ".join(f"{m}={res[m].get('graphs', '-')}/{res[m].get('traces', '-')}"
+                                               for m in modes if m != "eager"))
+        for m in modes:
+            if "fail" in res.get(m, {}):
+                L.append(f"  {m} FAILED: {res[m]['fail']}")
+    L.append("\ngeomean speedups over all points (ratio of ms)")
+    pairs = [("symshape", "inductor_static"), ("symshape", "inductor_dyn"), ("backend", "inductor_dyn"),
+             ("backend", "inductor_static"), ("symshape", "eager"), ("backend", "eager"),
+             ("inductor_dyn", "eager"), ("inductor_static", "eager")]
+    for a, b in pairs:
+        if {a, b} <= has:
+            xs = [r[b]["points"][p].get("ms", float("nan")) / r[a]["points"][p].get("ms", float("nan"))
+                  for r in results.values() for p in r["eager"]["points"] if p in r[a]["points"]
+                  and p in r[b]["points"]]
+            low = min((x for x in xs if x == x), default=float("nan"))
+            L.append(f"  {a:<16} vs {b:<16} {_geo(xs):6.2f}x  (lowest point {low:.2f}x, {len(xs)} points)")
+    if {"eager", "symshape", "backend"} & has:
+        L.append("\nacceptance (#28)")
+        for m in ("symshape", "backend"):
+            if m not in has or "eager" not in has:
+                continue
+            below = [(n, d, p) for (n, d), r in results.items() for p, pt in r[m]["points"].items()
+                     if not (pt.get("ms", math.inf) <= r["eager"]["points"][p].get("ms", 0) / 0.95)]
+            firsts = [pt.get("first_ms", math.inf) for r in results.values() for p, pt in
+                      list(r[m]["points"].items())[1:]]
+            recomp = [(n, d, r[m].get("traces"), r[m].get("graphs")) for (n, d), r in results.items()
+                      if r[m].get("traces", 0) > 1 or (m == "backend" and r[m].get("graphs", 0) > 1)]
+            L.append(f"  {m}: points below 0.95x eager: {len(below)} {below[:6]}")
+            L.append(f"  {m}: first call at a later size: max {_fmt(max(firsts, default=float('nan')), '.0f')} ms "
+                     f"(target <= 50)")
+            L.append(f"  {m}: models with >1 trace or graph: {recomp}")
+    return "\n".join(L)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true", help="2 points per model, one dtype each (one device call)")
+    ap.add_argument("--smoke", action="store_true", help="tiny configs and sizes (CPU development)")
+    ap.add_argument("--only", default="", help="comma-separated model names")
+    ap.add_argument("--dtypes", default="", help="fp16,bf16 (default: both; --quick alternates per model)")
+    ap.add_argument("--modes", default="", help=f"comma-separated, of {','.join(MODES)}")
+    ap.add_argument("--budget-s", type=float, default=0, help="start no new model after this many seconds")
+    ap.add_argument("--decode", action="store_true", help="then the decode table (bench/gpu_decode.py)")
+    ap.add_argument("--log", default="", help="per-point progress log (default stderr)")
+    a = ap.parse_args(argv)
+    device = a.device
+    small = a.smoke
+    modes = a.modes.split(",") if a.modes else (MODES if device == "cuda" else ["eager", "symshape", "backend"])
+    log = open(a.log, "a") if a.log else sys.stderr
+    name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    import transformers
+    print(f"{name} torch={torch.__version__} transformers={transformers.__version__} "
+          f"{'smoke (tiny configs)' if small else 'quick' if a.quick else 'full'}", flush=True)
+    t_start = time.perf_counter()
+    results, skipped = {}, []
+    chosen = [c for c in CASES if not a.only or c.name in a.only.split(",")]
+    for k, case in enumerate(chosen):
+        if a.dtypes:
+            dts = a.dtypes.split(",")
+        elif small:
+            dts = ["fp32"] if device == "cpu" else ["fp16"]
+        else:
+            dts = [("fp16", "bf16")[k % 2]] if a.quick else ["fp16", "bf16"]
+        for dn in dts:
+            if a.budget_s and time.perf_counter() - t_start > a.budget_s:
+                skipped.append(f"{case.name} {dn} (time budget)")
+                continue
+            t0 = time.perf_counter()
+            try:
+                results[(case.name, dn)] = run_case(case, DTYPES[dn], case.points(a.quick, small), device, modes,
+                                                    small, log)
+            except Exception as e:  # noqa: BLE001 - a model that cannot be built or run is reported, not fatal
+                skipped.append(f"{case.name} {dn} failed: {type(e).__name__}: {str(e)[:160]}")
+            print(f"[{case.name} {dn} done in {time.perf_counter() - t0:.0f}s]", flush=True)
+    print(report(results, modes))
+    from compiler.codegen.triton_classes import WARM_ERRORS
+    print(f"\nkernel variants compiled ahead at first calls: {compiler.STATS['warmed']} in "
+          f"{compiler.STATS['warm_s']:.1f} s" + (f"; warm-up errors: {WARM_ERRORS[-3:]}" if WARM_ERRORS else ""))
+    if skipped:
+        print("\nnot run: " + "; ".join(skipped))
+    if a.decode:
+        from bench import gpu_decode
+        gpu_decode.main(["--device", device] + (["--smoke"] if small else []))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""Size classes of Triton kernels: which sizes get their own binary, and building all of them at once.
+
+A Triton kernel is compiled per *size class* (:class:`SizeClass`): the size
+symbols that are multiples of 16 (passed divided by 16, so that Triton's
+alignment analysis knows it) and, for a reduction whose row length is one
+expression, persistent (the row in one block of the next power of two) or
+looped.  Without care a new size class at a later call means a new compile
+there (seconds), which users feel as a stall at a new size.  Two things
+prevent it:
+
+- only the symbols whose divisibility changes what Triton can prove about
+  the kernel's indexes count (:func:`alignment_symbols`): ``B*T*1024`` is a
+  multiple of 16 whatever ``B`` and ``T`` are, so a kernel indexing
+  ``[B, T, 1024]`` has one class where it had four;
+- every class a kernel can meet is enumerated (:func:`reachable_classes`) and
+  compiled at the first call, in parallel (:func:`warm`), found in Triton's
+  on-disk cache in later processes.
+
+Example::
+
+    >>> import sympy
+    >>> B, T, x0 = sympy.symbols("B T x0", integer=True)
+    >>> sorted(map(str, alignment_symbols([B * T * 1024, x0 * T * 64 + 5], {B, T})))
+    []
+    >>> sorted(map(str, alignment_symbols([x0 * T + 3, B * 1024], {B, T})))
+    ['T']
+    >>> [c.suffix for c in reachable_classes(["ks1"], None)]
+    ['', '_lks1']
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import sympy
+
+
+@dataclass(frozen=True)
+class SizeClass:
+    """A kernel variant's size class: which sizes are multiples of 16, and whether the
+    row fits one block (a persistent reduction).  ``suffix`` names the kernel."""
+
+    div16: frozenset = frozenset()
+    persistent: bool = False
+
+    @property
+    def suffix(self) -> str:
+        if not self.div16 and not self.persistent:
+            return ""
+        return "_" + ("p" if self.persistent else "l") + "".join(sorted(self.div16))
+
+
+GENERIC = SizeClass()
+
+#: Rows up to this length run as persistent reductions (the row in registers).
+PERSISTENT_MAX = 8192
+
+
+def pow2_block(n, cap) -> int:
+    """The persistent block for a row of ``n``: the next power of two, at least 16, at most ``cap``.
+
+    >>> pow2_block(100, 8192), pow2_block(3, 8192)
+    (128, 16)
+    """
+    return int(min(cap, max(16, 1 << max(0, int(n) - 1).bit_length())))
+
+
+def alignment_symbols(exprs, size_symbols) -> frozenset:
+    """The size symbols whose divisibility by 16 changes the divisibility of some of ``exprs``.
+
+    An expression that is a polynomial with integer coefficients depends on it
+    only through its terms whose coefficient is not a multiple of 16; anything
+    else (floor division, modulo) counts every size symbol in it.
+    """
+    size_symbols = set(size_symbols)
+    out: set = set()
+    for e in exprs:
+        e = sympy.sympify(e)
+        sizes = e.free_symbols & size_symbols
+        if not sizes or sizes <= out:
+            continue
+        try:
+            p = sympy.Poly(sympy.expand(e), *sorted(e.free_symbols, key=str))
+            if not p.domain.is_ZZ:
+                raise sympy.PolynomialError("non-integer coefficients")
+        except (sympy.PolynomialError, sympy.GeneratorsNeeded, ValueError, TypeError):
+            out |= sizes
+            continue
+        for monom, coeff in p.terms():
+            if int(coeff) % 16:
+                out |= {g for g, k in zip(p.gens, monom) if k and g in size_symbols}
+    return frozenset(out)
+
+
+def reachable_classes(names, row_blocks) -> list:
+    """Every class over the aligned symbol ``names``: each subset of them divisible by 16, times
+    ``row_blocks`` (the persistent blocks a symbolic row length can take; ``None``: the row
+    length is fixed, or there is none, and so is the class's persistence)."""
+    subsets = [frozenset()]
+    for n in names:
+        subsets += [s | {n} for s in subsets]
+    persist = [False] if row_blocks is None else [False, True]
+    return [SizeClass(s, p) for s in subsets for p in persist]
+
+
+def row_blocks(rowlen, symbols):
+    """The persistent blocks a symbolic row length reaches (sizes 0 and 1 get their own trace,
+    so every symbol is at least 2); ``None`` for a fixed or missing row length."""
+    if rowlen is None:
+        return None
+    e = sympy.sympify(rowlen)
+    if e.is_Integer:
+        return None
+    try:
+        low = int(e.xreplace({s: 2 for s in e.free_symbols}))
+    except (TypeError, ValueError):
+        low = 1
+    low = max(1, low)
+    if low > PERSISTENT_MAX:
+        return None
+    out, b = [], pow2_block(low, PERSISTENT_MAX)
+    while b <= PERSISTENT_MAX:
+        out.append(b)
+        b *= 2
+    return out
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def warm(launchers, workers: int = 0) -> int:
+    """Compile every reachable class of every launcher (``launcher.warm_jobs()``), in parallel
+    threads (Triton's asynchronous compile where it has one, else one warm-up per thread);
+    returns the number of kernel variants warmed.  Does nothing under the interpreter or
+    without a GPU: there the first launch of a class builds it."""
+    import torch
+    jobs = [j for launcher in launchers for j in launcher.warm_jobs()]
+    if not jobs or _interpreting() or not torch.cuda.is_available() or os.environ.get(
+            "SYMSHAPE_WARM_CLASSES", "1") == "0":
+        return 0
+    workers = workers or min(32, max(4, os.cpu_count() or 4))
+    try:
+        from triton.runtime._async_compile import AsyncCompileMode
+    except ImportError:  # an older Triton: compile in threads, each one warm-up
+        AsyncCompileMode = None
+    try:
+        with ThreadPoolExecutor(workers) as ex:
+            if AsyncCompileMode is not None:
+                with AsyncCompileMode(ex):
+                    for job in jobs:
+                        job()
+            else:
+                list(ex.map(lambda job: job(), jobs))
+    except Exception as e:  # noqa: BLE001 - warming is only ahead of time: a launch still compiles what it needs
+        WARM_ERRORS.append(f"{type(e).__name__}: {e}"[:500])
+        return 0
+    return len(jobs)
+
+
+#: Why warm-ups failed (Triton's own message), newest last; their kernels compile at first launch instead.
+WARM_ERRORS: list = []
+
+
+__all__ = ["SizeClass", "GENERIC", "PERSISTENT_MAX", "pow2_block", "alignment_symbols", "reachable_classes",
+           "row_blocks", "warm"]

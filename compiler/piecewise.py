@@ -1,0 +1,325 @@
+"""CUDA graphs between the steps that depend on a dim that cannot pad: a few graphs serve every size.
+
+A decoder step with a growing KV cache cannot pad its cache length ``S`` (the
+new entry is concatenated after the old ones; positions are ``S`` as a value),
+so a graph per bucket would be wrong and a graph per size is a graph per token.
+But most of the step never sees ``S``: the projections, norms, MLPs and the
+LM head work on ``[B, 1, d]``.  A :class:`PiecewiseRun` splits a compiled
+variant's straight-line plan into *segments*: runs of steps none of whose
+sizes, buffers or kernel expressions involve the dims in ``dims`` are recorded
+once as CUDA graphs; the steps that do (``cat`` onto the cache, attention over
+it, positions) run as they are, in between.  The graph count is the number of
+segments (about one per layer), whatever ``S`` reaches.
+
+A segment's inputs made outside it are read by its graph from fixed buffers:
+tensors whose storage did not move between the first two calls (a module's
+weights) are read in place (checked at every call: if one moves the call runs
+without graphs and the graphs are recorded again); the others are copied into
+buffers the graph owns.  Outputs of the program that a graph wrote are cloned
+(the next replay overwrites them).  Without CUDA the same segments run without
+recording (``capture=False``), so the split is tested on the CPU.
+
+Example::
+
+    >>> import torch, compiler
+    >>> from compiler.piecewise import PiecewiseRun
+    >>> def step(x, c):
+    ...     h = torch.relu(x @ x.T) @ x
+    ...     return torch.cat([c, h], 0), torch.tanh(h @ h.T) @ h
+    >>> f = compiler.compile(step, "x: f32[1, 8]", "c: f32[S, 8]")
+    >>> v = f.variants[0]
+    >>> pw = PiecewiseRun(v, {v.tp.env.symbols["S"]}, capture=False)
+    >>> [s.graphed for s in pw.segments]  # the matmuls in one graph; the cat onto c (a kernel) sees S
+    [True, False]
+    >>> x, c = torch.ones(1, 8), torch.zeros(3, 8)
+    >>> out = pw((x, c), f.bind((x, c)))
+    >>> out[0].shape, out[1].shape
+    (torch.Size([4, 8]), torch.Size([1, 8]))
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import sympy
+import torch
+from torch.utils import _pytree as pytree
+
+from .graph_capture import GraphRecorder
+from .wrapper import BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, straight_line, template_buffers
+
+#: ATen ops that launch no GPU work (views): a segment of only these is not worth a graph.
+_VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
+          "reshape", "alias", "as_strided", "getitem", "detach", "split", "split_with_sizes", "unbind"}
+
+
+def _symbols(obj, memo: dict) -> frozenset:
+    """Every sympy symbol reachable from an IR value (dataclasses, lists, expressions); ``memo``
+    is keyed by ``id``: only for objects that outlive the walk (a kernel and its values)."""
+    key = id(obj)
+    got = memo.get(key)
+    if got is not None:
+        return got
+    memo[key] = frozenset()  # a cycle contributes nothing more
+    if isinstance(obj, sympy.Basic):
+        out = frozenset(obj.free_symbols)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = frozenset().union(*[_symbols(getattr(obj, f.name), memo) for f in dataclasses.fields(obj)])
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        out = frozenset().union(*[_symbols(x, memo) for x in obj]) if obj else frozenset()
+    elif isinstance(obj, dict):
+        out = frozenset().union(*[_symbols(x, memo) for x in obj.values()]) if obj else frozenset()
+    else:
+        out = frozenset()
+    memo[key] = out
+    return out
+
+
+def _slots(a, into: set) -> set:
+    if isinstance(a, SizeSlot):
+        into.add(a.index)
+    elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
+        for x in a:
+            _slots(x, into)
+    elif isinstance(a, dict):
+        for x in a.values():
+            _slots(x, into)
+    return into
+
+
+def _reads(step) -> set:
+    if isinstance(step, KernelStep):
+        return set(step.buffers) - {al.name for al in step.allocs}
+    return template_buffers([step.args, step.kwargs], set())
+
+
+def _writes(step) -> set:
+    if isinstance(step, KernelStep):
+        return {al.name for al in step.allocs}
+    return {step.out}
+
+
+def _launches_work(step) -> bool:
+    if isinstance(step, KernelStep):
+        return True
+    name = getattr(step.target, "__name__", "") or str(step.target)
+    return name.split(".")[0] not in _VIEWS
+
+
+@dataclass
+class Segment:
+    """Consecutive plan steps: ``graphed`` ones never see the split dims."""
+
+    steps: list
+    graphed: bool
+    reads: list = field(default_factory=list)   # buffer names made before the segment
+    writes: list = field(default_factory=list)  # buffer names later segments or the outputs read
+    fn: Any = None
+
+
+@dataclass
+class Recorded:
+    """One graph of a segment at one key: where its inputs live and what it wrote."""
+
+    graph: Any
+    inputs: list        # the tensors the graph reads, in the segment's read order
+    copied: list        # per input: copy into it at each call (False: read in place)
+    ptrs: list          # per in-place input: the data_ptr it was recorded at
+    outputs: list
+    bytes: int = 0      # memory it holds: its own input copies, its outputs, the pool it grew
+
+    def holds(self, ins) -> bool:
+        """Whether every input read in place is still where it was recorded."""
+        for t, copy, p in zip(ins, self.copied, self.ptrs):
+            if not copy and t.data_ptr() != p:
+                return False
+        return True
+
+
+class PiecewiseRun:
+    """A compiled variant run as graphs of the segments that never see ``dims``; see the module docstring."""
+
+    def __init__(self, variant, dims, recorder: Optional[GraphRecorder] = None, capture: Optional[bool] = None):
+        self.v = variant
+        self.dims = frozenset(dims)
+        self.recorder = recorder or GraphRecorder()
+        self.capture = capture
+        self.graphs: dict = {}      # (segment index, key) -> Recorded
+        self.failed: dict = {}
+        self.seen_ptrs: dict = {}   # (segment, key) -> data_ptrs of its inputs at the last ungraphed call
+        self.force_copy: dict = {}  # (segment, key) -> input positions that moved once: always copied
+        self.stats = {"calls": 0, "replays": 0, "eager_segments": 0, "rerecords": 0}
+        self._split()
+
+    # -- planning ------------------------------------------------------------------------
+    def _depends(self, step, lp, size_exprs, memo) -> bool:
+        syms = set()
+        for i in _slots([getattr(step, "args", ()), getattr(step, "kwargs", {})], set()):
+            syms |= size_exprs[i].free_symbols
+        names = set(step.buffers) if isinstance(step, KernelStep) else _reads(step) | _writes(step)
+        for n in names:
+            b = lp.buffers.get(n)
+            if b is not None:
+                for d in tuple(b.shape) + tuple(b.strides):
+                    syms |= getattr(d, "free_symbols", set())
+        if isinstance(step, KernelStep):
+            for al in step.allocs:
+                for i in al.shape + al.strides:
+                    syms |= size_exprs[i].free_symbols
+            syms |= _symbols(step.kernel, memo) if step.kernel is not None else set(lp.symbols)
+        return bool(syms & self.dims)
+
+    def _split(self):
+        v, lp = self.v, self.v.lp
+        size_exprs = [sympy.sympify(e) for e in v.size_exprs]
+        memo: dict = {}
+        segments: list = []
+        for step in v.plan:
+            dep = self._depends(step, lp, size_exprs, memo)
+            if not segments or segments[-1].graphed == dep:
+                segments.append(Segment([], not dep))
+            segments[-1].steps.append(step)
+        # A graph of views, or of one launch, saves nothing over running it as it is.
+        merged: list = []
+        for s in segments:
+            if s.graphed and sum(_launches_work(st) for st in s.steps) < 2:
+                s.graphed = False
+            if merged and not s.graphed and not merged[-1].graphed:  # one function call, not several
+                merged[-1].steps += s.steps
+            else:
+                merged.append(s)
+        self.segments = segments = merged
+        later_reads: set = set()
+        out_names = template_buffers(list(v.outputs), set())
+        for s in reversed(segments):
+            made = set().union(*[_writes(st) for st in s.steps])
+            read = set().union(*[_reads(st) for st in s.steps])
+            s.writes = sorted(made & (later_reads | out_names))
+            s.reads = sorted(read - made)
+            later_reads |= set(s.reads)
+        for s in segments:
+            s.fn = straight_line(s.steps, s.reads, [], [BufSlot(n) for n in s.writes])[1]
+        self.input_names = [b.name for b in lp.inputs]
+        self.const_names = [b.name for b, _ in lp.consts]
+        self.in_place = set(self.input_names) | set(self.const_names)
+
+    def worth_it(self) -> bool:
+        """Whether the graphs hold most of the work: at least as many launches as run
+        outside them (else a graph per size, which holds all of it, serves better); and
+        something does run outside (else the dims never matter: one graph serves them all)."""
+        inside = sum(_launches_work(st) for s in self.segments if s.graphed for st in s.steps)
+        outside = sum(_launches_work(st) for s in self.segments if not s.graphed for st in s.steps)
+        return inside > 0 and outside > 0 and inside >= outside
+
+    # -- calls ---------------------------------------------------------------------------
+    def _capturing(self, tensors) -> bool:
+        return self.capture is not False and torch.cuda.is_available() and any(
+            isinstance(t, torch.Tensor) and t.is_cuda for t in tensors)
+
+    def __call__(self, tensors, values):
+        """Run at dim ``values`` (in the variant's symbol order)."""
+        v = self.v
+        self.stats["calls"] += 1
+        kvals = tuple(values[i] for i in v.sym_index)
+        sizes = v.size_fn(*kvals)
+        device = tensors[0].device if tensors else torch.device("cpu")
+        env = dict(zip(self.input_names, tensors))
+        env.update(zip(self.const_names, v.consts(device)))
+        key = tuple(x for x, s in zip(kvals, v.lp.symbols) if s not in self.dims)
+        capture = self._capturing(tensors)
+        graph_storage: set = set()
+        for n, seg in enumerate(self.segments):
+            ins = [env[r] for r in seg.reads]
+            # Launches are bound to this call's sizes only where they run outside a replay.
+            rec = self.graphs.get((n, key)) if seg.graphed and capture else None
+            if rec is None or not rec.holds(ins):
+                launches = bind_launches(seg.steps, kvals)
+                rec = self._graph(n, seg, key, ins, sizes, launches, device) if seg.graphed and capture else None
+            if rec is None:
+                outs = seg.fn(ins, sizes, launches, [], device)
+                if seg.graphed:
+                    self.stats["eager_segments"] += 1
+            else:
+                for buf, t, copy in zip(rec.inputs, ins, rec.copied):
+                    if copy:
+                        buf.copy_(t)
+                rec.graph.replay()
+                self.stats["replays"] += 1
+                outs = rec.outputs
+                graph_storage.update(t.untyped_storage().data_ptr() for t in rec.outputs + rec.inputs
+                                     if isinstance(t, torch.Tensor))
+            env.update(zip(seg.writes, outs))
+        leaves = []
+        for o in v.outputs:
+            if isinstance(o, BufSlot):
+                t = env[o.name]
+                # A graph's buffers (or a view of them) are overwritten by its next replay: copied out.
+                own = isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() in graph_storage
+                leaves.append(t.clone() if own else t)
+            elif isinstance(o, SizeSlot):
+                leaves.append(sizes[o.index])
+            else:
+                leaves.append(o)
+        return pytree.tree_unflatten(leaves, v.tp.out_spec)
+
+    def _graph(self, n, seg, key, ins, sizes, seg_launches, device) -> Optional[Recorded]:
+        """The recorded graph of segment ``n`` at ``key`` (recorded at its second call), or None
+        to run it without a graph this call."""
+        if (n, key) in self.failed:
+            return None
+        rec = self.graphs.get((n, key))
+        if rec is not None:
+            moved = [i for i, (t, copy, p) in enumerate(zip(ins, rec.copied, rec.ptrs))
+                     if not copy and t.data_ptr() != p]
+            if not moved:
+                return rec
+            # An input read in place moved (a weight replaced, or a caller's tensor that only
+            # happened to come back at one address): copy it from now on, record again.
+            self.force_copy.setdefault((n, key), set()).update(moved)
+            del self.graphs[(n, key)]
+            self.stats["rerecords"] += 1
+        seen = self.seen_ptrs.get((n, key))
+        self.seen_ptrs[(n, key)] = [t.data_ptr() for t in ins]
+        if seen is None or rec is not None:  # first call (or just moved): note where inputs live
+            return None
+        force = self.force_copy.get((n, key), set())
+        # Only the program's own inputs and constants may be read in place; what an earlier
+        # segment made in this call lives wherever the allocator put it.
+        copied = [i in force or r not in self.in_place or t.data_ptr() != p
+                  for i, (r, t, p) in enumerate(zip(seg.reads, ins, seen))]
+        statics = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) if c else t
+                   for t, c in zip(ins, copied)]
+        for st, t, c in zip(statics, ins, copied):
+            if c:
+                st.copy_(t)
+        try:
+            graph, outs, cost = self.recorder.record(lambda: seg.fn(statics, sizes, seg_launches, [], device),
+                                                     device)
+        except Exception as e:  # noqa: BLE001 - a step that cannot be recorded: this segment runs without a graph
+            self.failed[(n, key)] = f"{type(e).__name__}: {e}"
+            torch.cuda.synchronize()
+            return None
+        held = sum(t.numel() * t.element_size() for t, c in zip(statics, copied) if c)
+        rec = Recorded(graph, statics, copied, [t.data_ptr() for t in statics], outs,
+                       held + cost.kept + cost.pool_growth)
+        self.graphs[(n, key)] = rec
+        return rec
+
+    def report(self) -> str:
+        """Segments (graphed or not, with their steps) and the graphs recorded."""
+        held = sum(r.bytes for r in self.graphs.values()) / 2 ** 20
+        lines = [f"piecewise graphs over {sorted(map(str, self.dims))}: {len(self.segments)} segments, "
+                 f"{sum(s.graphed for s in self.segments)} graphed; {len(self.graphs)} graphs recorded, "
+                 f"holding {held:.1f} MiB"]
+        for n, s in enumerate(self.segments):
+            names = [getattr(st.target, "__name__", str(st.target)) if isinstance(st, ExternStep) else "kernel"
+                     for st in s.steps]
+            lines.append(f"  {n}: {'graph' if s.graphed else 'eager'} {len(s.steps)} steps "
+                         f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''})")
+        for k, why in self.failed.items():
+            lines.append(f"  no graph for segment {k}: {why}")
+        return "\n".join(lines) + "\n"
+
+
+__all__ = ["PiecewiseRun", "Segment", "Recorded"]

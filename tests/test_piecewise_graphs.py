@@ -1,0 +1,164 @@
+"""Piecewise CUDA graphs: the steps that never see an unpaddable dim run as graphs, the others as they are.
+
+On the CPU the segments run without recording (the split, the inputs and the
+outputs are what is tested); on CUDA graphs are recorded and replayed.
+"""
+import pytest
+import torch
+import torch.nn as nn
+
+import compiler
+from compiler.piecewise import PiecewiseRun
+
+
+class CacheStep(nn.Module):
+    """A decoder-like step: project, append to a cache of length S, attend over it, an MLP."""
+
+    def __init__(self, d=32):
+        super().__init__()
+        self.q, self.k = nn.Linear(d, d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x, cache):
+        h = self.norm(x)
+        cache = torch.cat([cache, self.k(h)], dim=1)
+        att = torch.softmax(self.q(h) @ cache.transpose(1, 2), dim=-1) @ cache
+        y = x + att
+        return y + self.mlp(self.norm(y)), cache
+
+
+def _run(device, capture):
+    torch.manual_seed(0)
+    m = CacheStep().to(device).eval()
+    target = "triton" if device == "cuda" else "cpp"
+    f = compiler.compile(m, "x: f32[1, 1, 32]", "cache: f32[1, S, 32]", dims={"S": (2, 4096)}, target=target,
+                         cuda_graphs=True)
+    f.capture = capture
+    x = torch.randn(1, 1, 32, device=device)
+    cache = torch.randn(1, 2, 32, device=device)
+    with torch.no_grad():
+        for _ in range(40):  # S grows by one each call, as a KV cache does
+            want, want_cache = m(x, cache)
+            got, got_cache = f(x, cache)
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(got_cache, want_cache)
+            x, cache = got[:, -1:].clone(), got_cache
+    return f
+
+
+def test_segments_split_where_the_cache_length_is_seen():
+    f = _run("cpu", capture=False)
+    (pw,) = [p for p in f.pieces.values() if p is not None]
+    graphed = [s for s in pw.segments if s.graphed]
+    eager = [s for s in pw.segments if not s.graphed]
+    assert graphed and eager and pw.worth_it()
+    S = f.compiled.variants[0].tp.env.symbols["S"]
+    assert pw.dims == {S}
+    # No graphed step touches a buffer whose shape involves S.
+    lp = f.compiled.variants[0].lp
+    for seg in graphed:
+        for name in seg.reads + seg.writes:
+            assert S not in lp.buffers[name].shape and all(S not in getattr(d, "free_symbols", ()) for d in
+                                                           lp.buffers[name].shape), name
+    assert f.stats["calls"] == 40 and len(f.graphs) == 0
+    assert "piecewise graphs over ['S']" in f.report()
+
+
+def test_a_program_that_needs_the_dim_everywhere_keeps_a_graph_per_size():
+    f = compiler.compile(lambda x: x.mean(1) * 2, "x: f32[B, T, 8]", cuda_graphs=True)
+    for T in (2, 3, 5):
+        f(torch.randn(2, T, 8))
+    assert not [p for p in f.pieces.values() if p is not None] and len(f.graphs) == 3
+
+
+def test_hf_llama_greedy_decode_through_the_backend_equals_eager():
+    transformers = pytest.importorskip("transformers")
+    conf = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(conf).eval()
+    torch._dynamo.reset()
+    opt = torch.compile(model, backend="symshape", dynamic=True, options={"cuda_graphs": True})
+    prompt = torch.randint(0, 128, (1, 9), generator=torch.Generator().manual_seed(1))
+    toks = {}
+    with torch.no_grad():
+        for name, fn in (("eager", model), ("symshape", opt)):
+            cache = transformers.DynamicCache()
+            out = fn(input_ids=prompt, past_key_values=cache, use_cache=True)
+            got = [int(out.logits[:, -1].argmax(-1))]
+            for _ in range(12):
+                out = fn(input_ids=torch.tensor([[got[-1]]]), past_key_values=cache, use_cache=True)
+                got.append(int(out.logits[:, -1].argmax(-1)))
+            toks[name] = got
+    from compiler.backend import graphed_programs
+    reports = "\n".join(gp.report() for gp in graphed_programs())
+    assert toks["symshape"] == toks["eager"], (toks, reports)
+    pieces = [p for gp in graphed_programs() for p in gp.pieces.values() if p is not None]
+    assert pieces and all(p.stats["calls"] >= 1 for p in pieces), reports
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs")
+def test_cuda_graphs_recorded_once_for_every_cache_length():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    f = _run("cuda", capture=None)
+    (pw,) = [p for p in f.pieces.values() if p is not None]
+    assert len(pw.graphs) == sum(s.graphed for s in pw.segments) and not pw.failed, pw.report()
+    assert pw.stats["replays"] >= 30 * len(pw.graphs) and pw.stats["rerecords"] == 0
+    assert f.graph_count() == len(pw.graphs) <= 8
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs")
+def test_moved_weights_are_seen():
+    torch.manual_seed(0)
+    m = CacheStep().cuda().eval()
+    f = compiler.compile(m, "x: f32[1, 1, 32]", "cache: f32[1, S, 32]", target="triton", cuda_graphs=True)
+    x, cache = torch.randn(1, 1, 32, device="cuda"), torch.randn(1, 3, 32, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            f(x, cache)
+        m.mlp[0].weight.data = m.mlp[0].weight.data * 2  # a new tensor: graphs must not read the old one
+        for _ in range(3):
+            torch.testing.assert_close(f(x, cache)[0], m(x, cache)[0], atol=1e-4, rtol=1e-4)
+
+
+def test_piecewise_run_directly():
+    f = compiler.compile(lambda x, c: (torch.cat([c, x * 2], 0), (x + 1).sum()), "x: f32[1, 8]", "c: f32[S, 8]")
+    v = f.variants[0]
+    pw = PiecewiseRun(v, {v.tp.env.symbols["S"]}, capture=False)
+    for S in (2, 5, 9):
+        x, c = torch.randn(1, 8), torch.randn(S, 8)
+        out = pw((x, c), f.bind((x, c)))
+        torch.testing.assert_close(out[0], torch.cat([c, x * 2], 0))
+        torch.testing.assert_close(out[1], (x + 1).sum())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="profiles CUDA kernels")
+def test_attention_over_a_growing_cache_runs_no_cudnn_kernel():
+    # cuDNN's SDPA plans per shape (ms of host time at every new KV length): compiled programs avoid it.
+    from torch.profiler import ProfilerActivity, profile
+
+    def attend(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    f = compiler.compile(attend, "q: f16[1, 8, 1, 64]", "k: f16[1, 8, S, 64]", "v: f16[1, 8, S, 64]",
+                         target="triton")
+    q = torch.randn(1, 8, 1, 64, device="cuda", dtype=torch.float16)
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for S in range(100, 110):
+            k = torch.randn(1, 8, S, 64, device="cuda", dtype=torch.float16)
+            torch.testing.assert_close(f(q, k, k), attend(q, k, k), atol=2e-3, rtol=2e-3)
+        torch.cuda.synchronize()
+    names = [e.key for e in p.key_averages()]
+    assert not [n for n in names if "cudnn" in n.lower() and "attention" in n.lower()], names
+
+
+def test_sizes_over_the_graph_memory_cap_run_without_a_graph():
+    from compiler.cuda_graphs import GraphedProgram
+    c = compiler.compile(lambda x: torch.relu(x) * 2, "x: f32[B, T]", target="cpp")
+    f = GraphedProgram(c, capture=False, max_graph_bytes=48 * 1024, buckets={"T": [8, 4096]})
+    small, big = torch.randn(2, 5), torch.randn(2, 3000)  # input + output: 64 KiB at T=4096, over 48
+    torch.testing.assert_close(f(small), torch.relu(small) * 2)
+    torch.testing.assert_close(f(big), torch.relu(big) * 2)
+    assert [k for _, k in f.graphs] == [(2, 8)] and f.stats["ungraphed_calls"] == 1
