@@ -327,11 +327,13 @@ class WorldScope:
         if name is None:
             return None
         sw = SymbolicWorld(env, builder, name, dim, hint, rank_hint)
+        applied = False
         try:
             _patch_world(self._patches, sw)
-        except BaseException:  # a half-applied patch set must not outlive the trace: undo, re-raise
-            self._patches.restore()
-            raise
+            applied = True
+        finally:
+            if not applied:  # a half-applied patch set must not outlive the trace
+                self._patches.restore()
         self.world = sw.world
         return self.world
 
