@@ -30,6 +30,7 @@ from torch.utils import _pytree as pytree
 
 import shapes
 from shapes.errors import GuardViolation, SpecError
+from shapes.devices import DeviceMismatch
 from shapes.guard import GuardKind
 from shapes.program import violation_message
 from shapes.spec import Dim, DimExpr, parse_dims, parse_spec
@@ -273,6 +274,18 @@ class CompiledProgram:
         self.stats["variants"] += 1
         return v
 
+    def _check_devices(self, tensors) -> None:
+        """C++ kernels read host memory: a CUDA (or meta) tensor handed to them would be read
+        through a device pointer, so the call is refused with a typed error instead."""
+        if self.target != "cpp":
+            return
+        for t, spec in zip(tensors, self.specs):
+            if isinstance(t, torch.Tensor) and t.device.type != "cpu":
+                raise DeviceMismatch(
+                    f"input {spec.name} is on {t.device}, but this program was compiled for target 'cpp', "
+                    f"whose kernels run on CPU tensors: pass CPU tensors, or compile with target='triton' "
+                    f"for {t.device.type} tensors")
+
     def bind(self, tensors) -> tuple:
         """The dim values of a call, in ``self.names`` order; expression dims checked or solved.
 
@@ -283,6 +296,7 @@ class CompiledProgram:
         """
         if len(tensors) != len(self.specs):
             raise SpecError(f"expected {len(self.specs)} input(s), got {len(tensors)}")
+        self._check_devices(tensors)
         vals = [None] * len(self.names)
         derived = []
         keyed = self.key_inputs
@@ -325,8 +339,9 @@ class CompiledProgram:
         STATS["calls"] += 1
         try:
             keyed = self.key_inputs
-            key = tuple([(t.shape, t.dtype) for t in tensors] if keyed is None else
-                        [(tensors[i].shape, tensors[i].dtype) for i in keyed])
+            # The device is part of the key: a binding checked for CPU tensors never serves CUDA ones.
+            key = tuple([(t.shape, t.dtype, t.device) for t in tensors] if keyed is None else
+                        [(tensors[i].shape, tensors[i].dtype, tensors[i].device) for i in keyed])
         except (AttributeError, IndexError):
             key = None  # not all tensors: bind() says what is wrong
         hit = self._bound.get(key)

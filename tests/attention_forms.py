@@ -40,9 +40,10 @@ class Form:
         return (f"q: {dt}[B, {hq}, T, 8]", f"k: {dt}[B, {hk}, {s}, 8]", f"v: {dt}[B, {hk}, {s}, 8]",
                 *(e.format(dt=dt, s=s) for e in self.extra))
 
-    def inputs(self, B, T, S, dtype, gen):
+    def inputs(self, B, T, S, dtype, gen, device=None):
+        device = device or DEVICE
         hq, hk = self.heads
-        mk = lambda *shape: torch.randn(*shape, generator=gen).to(dtype).to(DEVICE)  # noqa: E731
+        mk = lambda *shape: torch.randn(*shape, generator=gen).to(dtype).to(device)  # noqa: E731
         out = [mk(B, hq, T, 8), mk(B, hk, S, 8), mk(B, hk, S, 8)]
         for e in self.extra:
             e = e.format(dt="f32", s="S" if self.cross else "T")
@@ -51,12 +52,12 @@ class Form:
             if e.split(":")[1].strip().startswith("bool"):
                 m = torch.rand(*shape, generator=gen) > 0.3
                 m[..., 0] = True  # every row keeps an entry (no NaN rows in eager either)
-                out.append(m.to(DEVICE))
+                out.append(m.to(device))
             else:
                 m = torch.randn(*shape, generator=gen).to(dtype)
                 m[torch.rand(*shape, generator=gen) > 0.7] = float("-inf")
                 m[..., 0] = 0.0
-                out.append(m.to(DEVICE))
+                out.append(m.to(device))
         return out
 
 
@@ -98,7 +99,7 @@ def check(form: Form, target: str, dt: str):
     atol, rtol = TOL[dt]
     with torch.no_grad():
         for B, T, S in form.sizes:
-            ins = form.inputs(B, T, S, dtype, gen)
+            ins = form.inputs(B, T, S, dtype, gen, device="cpu" if target == "cpp" else None)
             out, ref = f(*ins), form.fn(*ins)
             assert out.shape == ref.shape and out.dtype == ref.dtype, (out.shape, ref.shape, out.dtype, ref.dtype)
             assert torch.allclose(out.float(), ref.float(), atol=atol, rtol=rtol, equal_nan=True), (

@@ -171,3 +171,16 @@ def test_sizes_zero_and_one_run_like_eager():
         x = torch.randn(B, T, 32)
         with torch.no_grad():
             _close(f(x), m(x))
+
+
+def test_cpp_program_refuses_tensors_off_the_cpu():
+    """C++ kernels read host memory: a tensor on another device is refused with a typed error
+    naming the input (on a CUDA machine a CUDA tensor crashed the process before), also after
+    the same shape was bound for CPU tensors."""
+    from shapes.devices import DeviceMismatch
+    f = compiler.compile(lambda x: x * 2.0 + 1.0, "x: f32[B, 8]", target="cpp")
+    x = torch.randn(3, 8)
+    assert torch.equal(f(x), x * 2.0 + 1.0)
+    other = torch.device("cuda") if torch.cuda.is_available() else torch.device("meta")
+    with pytest.raises(DeviceMismatch, match=r"input x is on .*target='triton'"):
+        f(torch.empty(3, 8, device=other))

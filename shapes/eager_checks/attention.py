@@ -59,21 +59,21 @@ def _bind(args, kwargs):
 def _validate(q, k, v, attn_mask, enable_gqa):
     """Raise eager's error for a dtype or rank it rejects before any size question."""
     if not (q.dtype == k.dtype == v.dtype):
-        raise program_error(RuntimeError(
+        raise program_error(RuntimeError, 
             f"Expected query, key, and value to have the same dtype, but got query.dtype: {q.dtype} key.dtype: "
-            f"{k.dtype} and value.dtype: {v.dtype} instead."))
+            f"{k.dtype} and value.dtype: {v.dtype} instead.")
     if min(q.dim(), k.dim(), v.dim()) < 2:
-        raise program_error(RuntimeError(
+        raise program_error(RuntimeError, 
             f"Expected query, key, and value to all be  at least 2 dimensional, but got query.dim: {q.dim()} "
-            f"key.dim: {k.dim()} and value.dim: {v.dim()} instead."))
+            f"key.dim: {k.dim()} and value.dim: {v.dim()} instead.")
     if attn_mask is not None:
         if attn_mask.dtype not in (torch.bool, torch.float32, q.dtype):
-            raise program_error(RuntimeError(_MASK_MSG.format(attn_mask.dtype, q.dtype)))
+            raise program_error(RuntimeError, _MASK_MSG.format(attn_mask.dtype, q.dtype))
         if attn_mask.dim() < 2:
-            raise program_error(IndexError(
-                f"Dimension out of range (expected to be in range of [-1, 0], but got -2)"))
+            raise program_error(IndexError, 
+                f"Dimension out of range (expected to be in range of [-1, 0], but got -2)")
     if enable_gqa and min(q.dim(), k.dim(), v.dim()) < 3:
-        raise program_error(IndexError("Dimension out of range (expected to be in range of [-2, 1], but got -3)"))
+        raise program_error(IndexError, "Dimension out of range (expected to be in range of [-2, 1], but got -3)")
 
 
 def sdpa_checks(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
