@@ -71,6 +71,18 @@ def _attr_reader(target: str):
     return read
 
 
+def view_as_traced(x, size):
+    """ATen's ``view`` as a compiled program's extern: a view where the layout allows one,
+    else a copy in that shape.  The trace takes layouts from torch's meta kernels; an
+    eager kernel may return another (``native_batch_norm_backward`` keeps its input's
+    strides), where ``view`` would fail on values the trace shows it can reshape.
+
+    >>> view_as_traced(torch.arange(6).reshape(2, 3).t(), [6]).tolist()
+    [0, 3, 1, 4, 2, 5]
+    """
+    return x.reshape(size)
+
+
 def _guard_fn(exprs, symbols):
     if not exprs:
         return lambda *a: True
@@ -146,6 +158,8 @@ class Variant:
             else:
                 out = s.out.name if hasattr(s.out, "name") else s.out.value
                 target = TARGETS[self.target].extern_call(s.target, getattr(s.out, "dtype", None))
+                if target is torch.ops.aten.view.default:
+                    target = view_as_traced
                 plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         self.plan = plan = linear_calls(plan, self.outputs)
