@@ -107,14 +107,17 @@ class Variant:
         self.holds = _guard_fn(guards, self.symbols)
         self.asserts = [(g, _guard_fn([g.expr], self.symbols)) for g in asserts]
         self.eager = False
+        #: Why this variant runs its graph with ATen rather than compiled kernels (None: it does not).
+        self.eager_reason = None
         self.fused_attention = fuse_causal_attention(tp)
         try:
             self.lp = lower(tp)
             self.steps = schedule(self.lp)
-        except (Unsupported, ZeroDivisionError):
+        except (Unsupported, ZeroDivisionError) as e:
             # Data-dependent sizes, or a variant specialized to size 0 whose index remaps
             # divide by that 0 (nothing to compute): run the graph with ATen (still correct).
             self.eager = True
+            self.eager_reason = f"{type(e).__name__}: {e}"
             STATS["eager_variants"] += 1
             return
         self.kernels = [s for s in self.steps if isinstance(s, Kernel)]

@@ -297,6 +297,10 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     except Exception as e:  # noqa: BLE001 -- the compiler boundary: the step runs as the ATen graph, and says why
         warn_fallback(stats, graph=graph, kind=FallbackKind.COMPILE, reason=f"{type(e).__name__}: {e}")
         return make_boxed_func(gm)
+    if compiled.variants[0].eager:
+        warn_fallback(stats, graph=graph, kind=FallbackKind.COMPILE,
+                      reason=f"lowering: {compiled.variants[0].eager_reason}")
+        return make_boxed_func(gm)
     compiled.key_inputs = [i for i, s in enumerate(plan.specs) if any(not isinstance(d, int) for d in s.dims)]
     sym_outs = [e for kind, e in outs if kind == "expr"]
     tensor_pos = plan.tensor_pos

@@ -97,6 +97,15 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
             f"program; call the op outside the traced part, or at fixed sizes.")
         err.env = env
         return err
+    if isinstance(e, RuntimeError) and meta_device_mismatch(e):
+        # A real tensor reached the trace where autograd meets it with a meta gradient (or
+        # a meta tensor with a real one): the trace's doing, never eager's.
+        err = UnsupportedOpError(
+            f"a real tensor met the trace's meta tensors at {prov.filename}:{prov.lineno} (`{prov.code}`) "
+            f"({first_line(e)}). This is a limitation of symshape, not an error of the program: pass the module "
+            f"as the program, or report it with this line.")
+        err.env = env
+        return err
     engine = engine_frame_of(e)
     if engine is not None:
         return EngineFailure(
@@ -108,6 +117,19 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
         f"the program raised {type(e).__name__} at {prov.filename}:{prov.lineno} (`{prov.code}`) "
         f"when traced at {at or 'the given sizes'}: {first_line(e)}",
         exc=e, provenance=prov, path=env.guards, env=env)
+
+
+def meta_device_mismatch(e: BaseException) -> bool:
+    """Is ``e`` torch's complaint that a meta tensor and a real one met (which eager never sees)?
+
+    >>> meta_device_mismatch(RuntimeError("returned an invalid gradient at index 1 - expected device cpu but got meta"))
+    True
+    >>> meta_device_mismatch(RuntimeError("expected device cuda:0 but got cpu"))
+    False
+    """
+    s = str(e)
+    return bool(re.search(r"expected device \S+ but got meta|expected device meta but got", s)) or (
+        "meta" in s and "invalid gradient" in s)
 
 
 def symbolic_type_error(e: BaseException) -> bool:

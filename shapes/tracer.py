@@ -22,7 +22,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from . import eager_checks, index_bounds, library_tracing
-from .binding import by_keyword, module_state
+from .binding import CapturedState, by_keyword, captured_modules, module_state
 from .creation import CreationMode
 from .env import DataDependentError, ShapeEnv
 from .errors import SpecError, SymshapeError, TracerLimitation, UnsupportedOpError
@@ -95,6 +95,16 @@ class _GraphBuilder:
         self._set_shape_meta(node, t)
         self.tensor_nodes[id(t)] = (t, node)
         return node
+
+    def adopt_as(self, x: torch.Tensor, m: torch.Tensor) -> None:
+        """The real tensor ``x`` is a graph constant that the trace sees as the meta tensor ``m``."""
+        name = f"_const_{len(self.constants)}"
+        self.constants[name] = x
+        self.add_attr(name, m)
+        vb = index_bounds.constant_range(x)
+        if vb is not None:
+            self.value_bounds[id(m)] = vb
+        self.determined.add(id(m))
 
     def adopt(self, x):
         """Real tensors the program closes over become graph constants (meta while tracing)."""
@@ -398,6 +408,10 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         inputs.append(t)
 
     state = module_state(program, builder.add_attr, trainable=backward is not None)
+    # Modules the program closes over: meta tensors while it runs (their gradients are meta too).
+    # Only for a training step: inference adopts their real tensors as constants (with known values).
+    captured = (CapturedState(captured_modules(program), builder.adopt_as, trainable=True)
+                if backward is not None else contextlib.nullcontext())
     if isinstance(program, torch.nn.Module):
         def call(*a, **kw):
             return torch.func.functional_call(program, state, a, kw, strict=False, tie_weights=False)
@@ -418,7 +432,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         grad_mode.enter_context(composite_autograd_on_meta())
     with grad_mode, enable_python_dispatcher(), library_tracing.as_exporting(), eager_checks.eager_kernels(), \
             ModuleScope(program, builder), Recorder(builder, env, progress), CreationMode(builder), \
-            decided_bool_flags():
+            decided_bool_flags(), captured:
         try:
             if keyword:
                 out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs)

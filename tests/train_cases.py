@@ -142,13 +142,13 @@ class LMHead(nn.Module):
 
 def _gpt2():
     t = _t()
-    return t.GPT2Model(t.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+    return t.GPT2Model(t.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=1, n_head=4, n_positions=64,
                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
 
 
 def _llama():
     t = _t()
-    return t.LlamaModel(t.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+    return t.LlamaModel(t.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
 
 
@@ -156,7 +156,7 @@ class _Bert(nn.Module):
     def __init__(self):
         super().__init__()
         t = _t()
-        self.m = t.BertModel(t.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        self.m = t.BertModel(t.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
                                           intermediate_size=64, max_position_embeddings=64,
                                           hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
 
@@ -175,7 +175,7 @@ class _ViT(nn.Module):
     def __init__(self):
         super().__init__()
         t = _t()
-        self.m = t.ViTModel(t.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2,
+        self.m = t.ViTModel(t.ViTConfig(image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=1,
                                         num_attention_heads=4, intermediate_size=64, hidden_dropout_prob=0.0,
                                         attention_probs_dropout_prob=0.0))
 
