@@ -140,11 +140,10 @@ class GraphPlan:
 
     ``layout``: per argument, ``("tensor", k)`` (the k-th tensor input),
     ``("expr", e)`` (a SymInt: its expression of the dims) or ``("const", v)``.
+    ``where``: each dim symbol -> (tensor input, axis) that carries it.
 
-    >>> import torch
     >>> plan_graph([torch.randn(2, 3), 4]).layout
     [('tensor', 0), ('const', 4)]
-    ``where``: each dim symbol -> (tensor input, axis) that carries it.
     """
 
     specs: list

@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from tests import train_cases as cases
 
@@ -111,3 +112,15 @@ def test_a_step_symshape_cannot_compile_says_why_and_runs_eager():
     assert compiler.BACKEND_STATS["eager_train_graphs"] > before
     assert FALLBACKS[-1].reason and "\n" not in FALLBACKS[-1].reason
     torch.testing.assert_close(w.grad, x[:, :1].sum().reshape(1) * int((x > 0).sum()))
+
+
+@pytest.mark.parametrize("target", ["cpp"])
+def test_interpolate_scale_is_a_float_in_kernels(target):
+    """``interpolate(size=N)`` scales by the SymFloat ``4 / N``: kernels compute it as a float
+    (it was an integer division, 0, which made ViT's interpolated positions wrong)."""
+    import compiler
+    up = lambda p, q: F.interpolate(p, size=(q.shape[0], q.shape[0]), mode="bicubic", align_corners=False)  # noqa: E731
+    f = compiler.compile(up, "p: f32[1, 2, 4, 4]", "q: f32[N]", target=target)
+    p = torch.randn(1, 2, 4, 4)
+    for n in (3, 5, 7, 8):
+        torch.testing.assert_close(f(p, torch.empty(n)), up(p, torch.empty(n)), atol=1e-5, rtol=1e-5)
