@@ -33,7 +33,6 @@ import sympy
 
 from shapes.env import ShapeEnv
 from shapes.printers import to_guard_python
-from shapes.simplify import rewrite
 
 
 class IndexFacts:
@@ -74,7 +73,7 @@ class IndexFacts:
             expanded = sympy.expand(e)
             if expanded != e:
                 self.env.log_step("rewrite", e, expanded, "expand")
-            got = rewrite(self.env, expanded)
+            got = self.env.rewrite(expanded)
             self._simplified[e] = got
         return got
 

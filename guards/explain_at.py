@@ -67,6 +67,41 @@ def evaluate_at(traced, ex, at) -> AtResult:
         >>> evaluate_at(tp, guards.explain(tp), "N=3").verdict
         'recompile'
     """
+    point = _point(traced, at)
+    at_text = ", ".join(f"{k}={v}" for k, v in point.items())
+    failed = check_sizes(traced, point)
+    # Input constraints (the 0/1 policy's B >= 2, ranges given with --dim) are
+    # what the trace assumed before the program ran: not records of the program
+    # (index < 0), reported as dims out of range.
+    failing = sorted(f.guard.index for f in failed if f.guard.index >= 0)
+    env = traced.env
+    given = {env.symbols[k] for k in point}
+    undecided = [g.index for g in env.records if not g.expr.free_symbols <= given]
+
+    out_of_range = _out_of_range(failed, point)
+    reasons = [f"this call would recompile because {o['reason']}" for o in out_of_range]
+    recompile, runtime = bool(out_of_range), False
+    by_index = {e.index: e for e in ex.entries}
+    for i in failing:
+        e = by_index[i]
+        reasons.append(_failing_reason(e, at_text))
+        if e.kind == GuardKind.RUNTIME_ASSERT.value:
+            runtime = True
+        else:
+            recompile = True
+    verdict = "recompile" if recompile else "runtime_error" if runtime else "ok"
+    if verdict == "ok":
+        reasons.append(f"this call reuses the trace: every guard and check over input dims holds at "
+                       f"{at_text}")
+    if undecided:
+        reasons.append("not decidable from sizes alone (they depend on data, checked at run time): "
+                       + ", ".join(f"#{i}" for i in undecided))
+    return AtResult(point=point, failing=failing, undecided=undecided, out_of_range=out_of_range,
+                    verdict=verdict, reasons=reasons)
+
+
+def _point(traced, at) -> dict:
+    """``at`` as ``{dim name: size}`` in the program's dim order, every dim given once."""
     point = parse_at(at) if isinstance(at, str) else {
         (k if isinstance(k, str) else k.name): v for k, v in dict(at).items()}
     dims = list(traced.hints)
@@ -81,20 +116,12 @@ def evaluate_at(traced, ex, at) -> AtResult:
     for k, v in point.items():
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise ExplainError(f"--at {k}={v!r}: sizes are non-negative integers")
-    point = {k: point[k] for k in dims}
-    at_text = ", ".join(f"{k}={v}" for k, v in point.items())
-    failed = check_sizes(traced, point)
-    # Input constraints (the 0/1 policy's B >= 2, ranges given with --dim) are
-    # what the trace assumed before the program ran: not records of the program
-    # (index < 0), reported as dims out of range.
-    failing = sorted(f.guard.index for f in failed if f.guard.index >= 0)
-    env = traced.env
-    given = {env.symbols[k] for k in point}
-    undecided = [g.index for g in env.records if not g.expr.free_symbols <= given]
+    return {k: point[k] for k in dims}
 
-    reasons = []
-    recompile = runtime = False
-    out_of_range = []
+
+def _out_of_range(failed, point) -> list:
+    """The dims outside the ranges the trace assumed (failed input constraints), each with why."""
+    out = []
     for f in failed:
         g = f.guard
         if g.index >= 0:
@@ -107,38 +134,25 @@ def evaluate_at(traced, ex, at) -> AtResult:
                        f"and 1, so a call with {name}={v} gets its own trace")
             else:
                 why = f"{name}={v} is outside the range the trace assumes for {name} ({f.in_dims})"
-            out_of_range.append({"dim": name, "value": v, "reason": why})
-            recompile = True
-            reasons.append(f"this call would recompile because {why}")
+            out.append({"dim": name, "value": v, "reason": why})
+    return out
 
-    by_index = {e.index: e for e in ex.entries}
-    for i in failing:
-        e = by_index[i]
-        if e.origin == INPUT_SPEC:
-            where = f"{e.kind} #{e.index} from the example size ({e.decision_text})"
-        else:
-            where = f"{e.kind} #{e.index} from {short_path(e.file)}:{e.line}"
-        if e.code and e.origin != INPUT_SPEC:
-            where += f" `{e.code}`"
-        if e.op:
-            where += f" (in {e.op})"
-        if e.kind == GuardKind.RUNTIME_ASSERT.value:
-            runtime = True
-            reasons.append(f"this call would fail at run time because {e.user_expr} is false at "
-                           f"{at_text} ({e.expr}); {where}")
-        else:
-            recompile = True
-            what = "the trace specialized it" if e.kind == GuardKind.SPECIALIZATION.value else \
-                "the trace took the path where it holds"
-            reasons.append(f"this call would recompile because {e.user_expr} is false at {at_text} "
-                           f"({e.expr}; {what}); {where}")
-    verdict = "recompile" if recompile else "runtime_error" if runtime else "ok"
-    if verdict == "ok":
-        reasons.append(f"this call reuses the trace: every guard and check over input dims holds at "
-                       f"{at_text}")
-    if undecided:
-        reasons.append("not decidable from sizes alone (they depend on data, checked at run time): "
-                       + ", ".join(f"#{i}" for i in undecided))
-    return AtResult(point=point, failing=failing, undecided=undecided, out_of_range=out_of_range,
-                    verdict=verdict, reasons=reasons)
+
+def _failing_reason(e, at_text: str) -> str:
+    """Why the record explained as ``e`` fails at the point: a recompile or a run-time error, and where."""
+    if e.origin == INPUT_SPEC:
+        where = f"{e.kind} #{e.index} from the example size ({e.decision_text})"
+    else:
+        where = f"{e.kind} #{e.index} from {short_path(e.file)}:{e.line}"
+    if e.code and e.origin != INPUT_SPEC:
+        where += f" `{e.code}`"
+    if e.op:
+        where += f" (in {e.op})"
+    if e.kind == GuardKind.RUNTIME_ASSERT.value:
+        return (f"this call would fail at run time because {e.user_expr} is false at "
+                f"{at_text} ({e.expr}); {where}")
+    what = "the trace specialized it" if e.kind == GuardKind.SPECIALIZATION.value else \
+        "the trace took the path where it holds"
+    return f"this call would recompile because {e.user_expr} is false at {at_text} ({e.expr}; {what}); {where}"
+
 

@@ -16,7 +16,7 @@ Example::
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 import sympy
 
@@ -34,11 +34,12 @@ class DataDependentError(SymshapeError, RuntimeError):
     make the trace go through (``torch._check``).
     """
 
-    def __init__(self, expr, provenance: Provenance, unbacked: Iterable[sympy.Symbol], env):
+    def __init__(self, expr, provenance: Provenance, unbacked: Iterable[sympy.Symbol], *,
+                 describe: Callable[[sympy.Symbol], str]):
         self.expr = expr
         self.provenance = provenance
         self.unbacked = tuple(unbacked)
-        origins = "; ".join(f"{u} = {env.describe_symbol(u)}" for u in self.unbacked)
+        origins = "; ".join(f"{u} = {describe(u)}" for u in self.unbacked)
         op = f" (asked by {provenance.op})" if provenance.op else ""
         super().__init__(
             f"data-dependent condition {expr} at {provenance.filename}:{provenance.lineno}"
@@ -48,6 +49,3 @@ class DataDependentError(SymshapeError, RuntimeError):
             f"torch._check({to_python(sympy.Not(expr))}); the check is asserted at run time and "
             f"assumed while tracing."
         )
-        # torch's C++ may catch it on the way out and raise its text as a RuntimeError
-        # ("unflatten got an unexpected error: ..."); the tracer finds it here again.
-        env.last_data_dependent = self

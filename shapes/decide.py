@@ -20,7 +20,7 @@ Example::
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import TYPE_CHECKING, Optional
+from typing import Callable, Optional
 
 import sympy
 
@@ -37,9 +37,6 @@ from .provenance import Provenance, capture
 from .symbols import SymbolTable
 from .value_ranges import INF, ValueRange, bound
 
-if TYPE_CHECKING:
-    from .env import ShapeEnv
-
 #: ``evaluate(..., fallback=NO_FALLBACK)``: raise on a data-dependent question.
 NO_FALLBACK = object()
 
@@ -50,20 +47,36 @@ class DecisionProcedure:
     ``records`` are guards, specializations and runtime asserts the program
     raised; ``constraints`` the input-range assumptions (checked when the
     traced program runs, but not raised by it); ``limits`` the size limits
-    eager enforces.  ``observers`` are called with each log entry and the env.
+    eager enforces.
+
+    It needs no ShapeEnv: ``specialize_zero_one`` is the 0/1 policy,
+    ``current_op`` names the ATen op being traced (for provenance) and
+    ``on_step`` is told of each log entry.  It is the
+    :class:`~shapes.reasoner.Reasoner` the rewrite rules and the size-1
+    policy decide through.
+
+    >>> from shapes.symbols import SymbolTable
+    >>> table = SymbolTable(); facts = FactStore(table)
+    >>> d = DecisionProcedure(table, facts)
+    >>> N = table.add_backed("N", 8); facts.ranges[N] = ValueRange(2, 64)
+    >>> d.static_bool(N > 1), d.static_bool(N > 2)
+    (True, None)
     """
 
-    def __init__(self, env: "ShapeEnv", table: SymbolTable, facts: FactStore):
-        self.env = env  # what rewrite rules and observers are handed
+    def __init__(self, table: SymbolTable, facts: FactStore, *, specialize_zero_one: bool = True,
+                 current_op: Callable[[], Optional[str]] = lambda: None,
+                 on_step: Optional[Callable[[LogEntry], None]] = None):
         self.table = table
         self.facts = facts
+        self.specialize_zero_one = specialize_zero_one
+        self.current_op = current_op
+        self.on_step = on_step
         self.records: list[Guard] = []
         self.constraints: list[Guard] = []
         # One limit per allocation would drown the program's own asserts: kept apart.
         self.limits: list[Guard] = []
         self.limit_seen: set = set()
         self.log: list[LogEntry] = []
-        self.observers: list = []
         self.simplify_cache: dict = {}
         self.static_cache: dict = {}
         # The size-1 policy (see shapes.size_oblivious): layout predicates handed to
@@ -74,6 +87,7 @@ class DecisionProcedure:
         # Log indices of layout-only answers that differ from the question's value at the
         # example sizes: an error raised after one may be symshape's, not eager's.
         self.hint_departures: list[int] = []
+        self.last_data_dependent: Optional[DataDependentError] = None
 
     # ------------------------------------------------------------------ the log and facts
 
@@ -81,8 +95,8 @@ class DecisionProcedure:
         """Append one decision to the log and tell the observers."""
         entry = LogEntry(kind, before, after, rule, len(self.facts.facts))
         self.log.append(entry)
-        for obs in self.observers:
-            obs(entry, self.env)
+        if self.on_step is not None:
+            self.on_step(entry)
 
     def add_axiom(self, expr, what: str) -> None:
         """Assume ``expr`` (a range, an op's semantics): logged, never a guard."""
@@ -123,14 +137,14 @@ class DecisionProcedure:
         e = self.facts.apply_replacements(expr)
         if e is not expr and e != expr:
             self.log_step(StepKind.REWRITE, expr, e, "replacement")
-        e2 = rules.rewrite(self.env, e)
+        e2 = rules.rewrite(self, e)
         for _ in range(4):
             # The rules may bring an atom into the form whose value a fact fixed.
             e3 = self.facts.apply_replacements(e2) if self.facts.atom_replacements else e2
             if e3 is e2 or e3 == e2:
                 break
             self.log_step(StepKind.REWRITE, e2, e3, "replacement")
-            e2 = rules.rewrite(self.env, e3)
+            e2 = rules.rewrite(self, e3)
         self.simplify_cache[expr] = e2
         return e2
 
@@ -159,12 +173,22 @@ class DecisionProcedure:
         Used to answer a question at a hypothetical point (the size-1 policy's
         generic sizes); the caller logs the answer it keeps.
         """
-        saved = (self.facts.ranges, self.simplify_cache, self.static_cache, self.log, self.observers)
-        self.facts.ranges, self.simplify_cache, self.static_cache, self.log, self.observers = ranges, {}, {}, [], []
+        saved = (self.facts.ranges, self.simplify_cache, self.static_cache, self.log, self.on_step)
+        self.facts.ranges, self.simplify_cache, self.static_cache, self.log, self.on_step = ranges, {}, {}, [], None
         try:
             return self.decide(expr, False)
         finally:
-            self.facts.ranges, self.simplify_cache, self.static_cache, self.log, self.observers = saved
+            self.facts.ranges, self.simplify_cache, self.static_cache, self.log, self.on_step = saved
+
+    @property
+    def ranges(self) -> dict:
+        """symbol (or compound atom) -> its ValueRange (the fact store's)."""
+        return self.facts.ranges
+
+    @property
+    def divisible(self) -> dict:
+        """expression -> a known divisor (the fact store's)."""
+        return self.facts.divisible
 
     def decide(self, e, size_oblivious: bool) -> Optional[bool]:
         """True/False when the facts decide ``e``, else None; neither logged nor cached."""
@@ -201,7 +225,7 @@ class DecisionProcedure:
             # x // k with k | x known is exactly x/k: bound the exact form.
             exact = {f: f.args[0] / f.args[1] for f in e.atoms(FloorDiv)
                      if f.args[1].is_Integer and f.args[1] > 0
-                     and rules.divides(self.env, int(f.args[1]), f.args[0])}
+                     and rules.divides(self, int(f.args[1]), f.args[0])}
             if exact:
                 ex = e.xreplace(exact)
                 if isinstance(ex, sympy.Rel):
@@ -298,7 +322,7 @@ class DecisionProcedure:
             v = self.static_bool(s)
             if v is None and size_oblivious and has_unbacked(s):
                 v = self.static_bool(s, size_oblivious=True)
-            if v is None and not self.env.specialize_zero_one and not has_unbacked(s):
+            if v is None and not self.specialize_zero_one and not has_unbacked(s):
                 v = self._layout_only(expr, s, size_oblivious, cpp_site)
             if v is not None:
                 return v
@@ -308,13 +332,11 @@ class DecisionProcedure:
             if fallback is not NO_FALLBACK:
                 self.log_step(StepKind.FALLBACK, s, sympy.sympify(fallback), "guard_or")
                 return fallback
-            prov = provenance or capture(self.env.current_op())
-            raise DataDependentError(s, prov, sorted((x for x in s.free_symbols if x in self.table.unbacked),
-                                                     key=str), self.env)
+            raise self.data_dependent(s, provenance or capture(self.current_op()))
         hint = self.hint_of(s)
         if hint is None:
             raise TracerLimitation(f"cannot evaluate {to_python(s)}: it has no example value")
-        prov = provenance or capture(self.env.current_op())
+        prov = provenance or capture(self.current_op())
         if is_bool:
             cond = s if hint else sympy.Not(s)
             kind = GuardKind.GUARD
@@ -328,13 +350,22 @@ class DecisionProcedure:
                     message=f"the size {to_python(s)} was converted to the int {hint}", original=sympy.Eq(expr, hint))
         return hint
 
+    def data_dependent(self, expr, prov: Provenance) -> DataDependentError:
+        """The error for a decision on ``expr`` that needs data, kept as :attr:`last_data_dependent`."""
+        unbacked = sorted((x for x in expr.free_symbols if x in self.table.unbacked), key=str)
+        err = DataDependentError(expr, prov, unbacked, describe=self.table.describe)
+        # torch's C++ may catch it on the way out and raise its text as a RuntimeError
+        # ("unflatten got an unexpected error: ..."); the tracer finds it here again.
+        self.last_data_dependent = err
+        return err
+
     def _layout_only(self, expr, s, size_oblivious: bool, cpp_site=None) -> Optional[bool]:
         """A layout-only question answered as at the generic point, with no guard
         (see :mod:`shapes.size_oblivious`); None for a semantic question."""
-        site = oblivious.site_of(self.env, expr, size_oblivious, cpp_site)
+        site = oblivious.site_of(self, expr, size_oblivious, cpp_site)
         if site is None:
             return None
-        got = oblivious.decide_generic(self.env, s)
+        got = oblivious.decide_generic(self, s)
         if got is None:
             return None
         v, atoms = got
@@ -368,11 +399,11 @@ class DecisionProcedure:
         if not self.table.has_unbacked(s):
             hint = self.hint_of(s)
             if hint is False:
-                prov = provenance or capture(self.env.current_op())
+                prov = provenance or capture(self.current_op())
                 self.record(sympy.Not(s), GuardKind.GUARD, prov, Decision.HINT, original=sympy.Not(expr),
                             message="this check fails at the example sizes")
                 return False
-        prov = provenance or capture(self.env.current_op())
+        prov = provenance or capture(self.current_op())
         self.record(s, GuardKind.RUNTIME_ASSERT, prov, Decision.USER_CHECK, original=expr, message=message)
         return True
 

@@ -30,6 +30,7 @@ from typing import Optional
 
 import sympy
 
+from . import simplify as rules
 from .decide import NO_FALLBACK, DecisionProcedure
 from .data_dependent_error import DataDependentError
 from .facts import FactStore, integer_valued
@@ -58,13 +59,12 @@ class ShapeEnv:
     """
 
     def __init__(self, *, specialize_zero_one: bool = True):
-        self.specialize_zero_one = specialize_zero_one
         self.table = SymbolTable()
         self.facts_store = FactStore(self.table)
-        self.decisions = DecisionProcedure(self, self.table, self.facts_store)
+        self.observers: list = []  # callables(entry, env) told of each log step
+        self.decisions = DecisionProcedure(self.table, self.facts_store, specialize_zero_one=specialize_zero_one,
+                                           current_op=self.current_op, on_step=self._tell_observers)
         self.ops = None
-        # The last DataDependentError raised (torch's C++ may re-raise its text as a RuntimeError).
-        self.last_data_dependent = None
         # Index lookups whose index values the sizes determine but the engine cannot bound:
         # (provenance, message).  Nothing states where eager's index check passes there.
         self.unchecked_indices: list = []
@@ -85,10 +85,20 @@ class ShapeEnv:
     constraints = property(lambda self: self.decisions.constraints, doc="input-range assumptions")
     limits = property(lambda self: self.decisions.limits, doc="size limits eager enforces")
     log = property(lambda self: self.decisions.log, doc="every decision, replayable by validation")
-    observers = property(lambda self: self.decisions.observers, doc="callables(entry, env) told of each step")
     layout_exprs = property(lambda self: self.decisions.layout_exprs)
     oblivious_atoms = property(lambda self: self.decisions.oblivious_atoms)
     layout_answers = property(lambda self: self.decisions.layout_answers)
+    last_data_dependent = property(lambda self: self.decisions.last_data_dependent,
+                                   doc="the last DataDependentError raised (torch's C++ may re-raise its text)")
+
+    @property
+    def specialize_zero_one(self) -> bool:
+        """PyTorch's 0/1 policy (see the class docstring); the decision procedure applies it."""
+        return self.decisions.specialize_zero_one
+
+    @specialize_zero_one.setter
+    def specialize_zero_one(self, value: bool) -> None:
+        self.decisions.specialize_zero_one = value
 
     @property
     def ranges(self) -> dict:
@@ -182,6 +192,10 @@ class ShapeEnv:
 
     # ------------------------------------------------------------------ decisions
 
+    def _tell_observers(self, entry) -> None:
+        for obs in self.observers:
+            obs(entry, self)
+
     def log_step(self, kind: StepKind, before, after, rule: str) -> None:
         """Append one decision to the log (see :class:`~shapes.guard.LogEntry`)."""
         self.decisions.log_step(kind, before, after, rule)
@@ -189,6 +203,24 @@ class ShapeEnv:
     def simplify(self, expr):
         """Apply replacements and the rewrite rules; every step is logged."""
         return self.decisions.simplify(expr)
+
+    def rewrite(self, expr):
+        """``expr`` rewritten by the engine's rules alone (no replacements); every step is logged."""
+        return rules.rewrite(self.decisions, expr)
+
+    def note_layout(self, expr) -> None:
+        """Remember ``expr`` as a layout predicate built for torch's C++ contiguity flags
+        (see :mod:`shapes.size_oblivious`)."""
+        self.decisions.layout_exprs.add(expr)
+
+    def data_dependent_error(self, expr, provenance: Provenance) -> DataDependentError:
+        """The error for a decision on ``expr`` that needs data (kept as :attr:`last_data_dependent`)."""
+        return self.decisions.data_dependent(expr, provenance)
+
+    def departure_since(self, log_index: int):
+        """The first layout-only answer logged at or after ``log_index`` that differs from its
+        value at the example sizes (a log entry), or None."""
+        return self.decisions.departure_since(log_index)
 
     def static_bool(self, expr, *, log: bool = True, size_oblivious: bool = False) -> Optional[bool]:
         """The value of a boolean expression if the known facts decide it, else None.

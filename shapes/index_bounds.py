@@ -241,30 +241,11 @@ def output_bounds(func, args, kwargs, bounds_of, nonempty=lambda t: False, out_d
 
 def _output_bounds(func, args, kwargs, bounds_of, nonempty, is_free) -> Optional[IndexRange]:
     if func in (aten.arange.default, aten.arange.start, aten.arange.start_step):
-        dtype = kwargs.get("dtype")
-        if dtype is not None and dtype.is_floating_point:
-            return None
-        if func is aten.arange.default:
-            start, end, step = sympy.Integer(0), _e(args[0]), sympy.Integer(1)
-        else:
-            start, end = _e(args[0]), _e(args[1])
-            step = _e(args[2]) if len(args) > 2 else _e(kwargs.get("step", 1))
-        if start is None or end is None or step is None or not (step.is_Integer and step > 0):
-            return None
-        # The last value is the largest start + k*step below end.
-        from .functions import FloorDiv
-        hi = end - 1 if step == 1 else start + step * FloorDiv(end - start - 1, step)
-        return IndexRange(start, hi, True)
+        return _arange(func, args, kwargs)
     if func in _FILLS:
         return _fill(func, args, kwargs)
     if func is aten.cat.default:
-        ts = [t for t in args[0] if isinstance(t, torch.Tensor)]
-        bs = [bounds_of(t) for t in ts]
-        if not ts or any(b is None for b in bs):
-            return None
-        exact = all(b.exact and b.source is None for b in bs) and all(nonempty(t) for t in ts)
-        bits = min([b.bits for b in bs if b.bits is not None], default=None)
-        return IndexRange(sympy.Min(*[b.lo for b in bs]), sympy.Max(*[b.hi for b in bs]), exact, bits=bits)
+        return _cat(args, bounds_of, nonempty)
     if not args or not isinstance(args[0], torch.Tensor):
         return None
     if func in _DATA_TESTS and is_free(args[0]) and _holds_value(args[0].dtype, _e(args[1])):
@@ -288,22 +269,7 @@ def _output_bounds(func, args, kwargs, bounds_of, nonempty, is_free) -> Optional
     if func is aten.cumsum.default:
         return _cumsum(args, b0)
     if func in (aten.add.Tensor, aten.sub.Tensor) and len(args) >= 2:
-        b = args[1]
-        alpha = kwargs.get("alpha", 1)
-        if alpha != 1:
-            return None
-        if isinstance(b, torch.Tensor):
-            bb = bounds_of(b)
-            if bb is None:
-                return None
-            if func is aten.add.Tensor:
-                return _combine(b0, bb, b0.lo + bb.lo, b0.hi + bb.hi, nonempty(args[0]) and nonempty(b))
-            return _loosen(b0, b0.lo - bb.hi, b0.hi - bb.lo)
-        c = _e(b)
-        if c is None:
-            return None
-        return IndexRange(b0.lo + c, b0.hi + c, b0.exact, b0.uniform, b0.source, b0.bits) \
-            if func is aten.add.Tensor else IndexRange(b0.lo - c, b0.hi - c, b0.exact, b0.uniform, b0.source, b0.bits)
+        return _add_sub(func, args, kwargs, b0, bounds_of, nonempty)
     if func is aten.rsub.Scalar and len(args) >= 2:
         c = _e(args[1])
         if c is None or kwargs.get("alpha", 1) != 1:
@@ -313,38 +279,92 @@ def _output_bounds(func, args, kwargs, bounds_of, nonempty, is_free) -> Optional
     if func is aten.neg.default:
         return IndexRange(-b0.hi, -b0.lo, b0.exact and b0.source is None, b0.uniform, None, b0.bits)
     if func is aten.mul.Tensor and len(args) >= 2:
-        if isinstance(args[1], torch.Tensor):
-            bb = bounds_of(args[1])
-            if bb is None:
-                return None
-            if _nonneg(b0.lo) and _nonneg(bb.lo):
-                return _combine(b0, bb, b0.lo * bb.lo, b0.hi * bb.hi, nonempty(args[0]) and nonempty(args[1]))
-            return None
-        c = _e(args[1])
-        if c is None or not c.is_Integer:
-            return None
-        if c >= 0:
-            return IndexRange(c * b0.lo, c * b0.hi, b0.exact, b0.uniform, b0.source, b0.bits)
-        return IndexRange(c * b0.hi, c * b0.lo, b0.exact and b0.source is None, b0.uniform, None, b0.bits)
+        return _mul(args, b0, bounds_of, nonempty)
     if func in (aten.clamp.default, aten.clamp_min.default, aten.clamp_max.default):
-        if func is aten.clamp.default:
-            mn = args[1] if len(args) > 1 else kwargs.get("min")
-            mx = args[2] if len(args) > 2 else kwargs.get("max")
-        elif func is aten.clamp_min.default:
-            mn, mx = args[1], None
-        else:
-            mn, mx = None, args[1]
-        lo, hi = b0.lo, b0.hi
-        for v, f in ((mn, sympy.Max), (mx, sympy.Min)):
-            if v is None:
-                continue
-            c = _e(v)
-            if c is None:
-                return None
-            lo, hi = f(lo, c), f(hi, c)
-        # Clamping maps the smallest value to the smallest: ends stay attained.
-        return IndexRange(lo, hi, b0.exact, b0.uniform, b0.source, b0.bits)
+        return _clamp(func, args, kwargs, b0)
     return None
+
+
+def _arange(func, args, kwargs) -> Optional[IndexRange]:
+    dtype = kwargs.get("dtype")
+    if dtype is not None and dtype.is_floating_point:
+        return None
+    if func is aten.arange.default:
+        start, end, step = sympy.Integer(0), _e(args[0]), sympy.Integer(1)
+    else:
+        start, end = _e(args[0]), _e(args[1])
+        step = _e(args[2]) if len(args) > 2 else _e(kwargs.get("step", 1))
+    if start is None or end is None or step is None or not (step.is_Integer and step > 0):
+        return None
+    # The last value is the largest start + k*step below end.
+    from .functions import FloorDiv
+    hi = end - 1 if step == 1 else start + step * FloorDiv(end - start - 1, step)
+    return IndexRange(start, hi, True)
+
+
+def _cat(args, bounds_of, nonempty) -> Optional[IndexRange]:
+    ts = [t for t in args[0] if isinstance(t, torch.Tensor)]
+    bs = [bounds_of(t) for t in ts]
+    if not ts or any(b is None for b in bs):
+        return None
+    exact = all(b.exact and b.source is None for b in bs) and all(nonempty(t) for t in ts)
+    bits = min([b.bits for b in bs if b.bits is not None], default=None)
+    return IndexRange(sympy.Min(*[b.lo for b in bs]), sympy.Max(*[b.hi for b in bs]), exact, bits=bits)
+
+
+def _add_sub(func, args, kwargs, b0, bounds_of, nonempty) -> Optional[IndexRange]:
+    b = args[1]
+    alpha = kwargs.get("alpha", 1)
+    if alpha != 1:
+        return None
+    if isinstance(b, torch.Tensor):
+        bb = bounds_of(b)
+        if bb is None:
+            return None
+        if func is aten.add.Tensor:
+            return _combine(b0, bb, b0.lo + bb.lo, b0.hi + bb.hi, nonempty(args[0]) and nonempty(b))
+        return _loosen(b0, b0.lo - bb.hi, b0.hi - bb.lo)
+    c = _e(b)
+    if c is None:
+        return None
+    return IndexRange(b0.lo + c, b0.hi + c, b0.exact, b0.uniform, b0.source, b0.bits) \
+        if func is aten.add.Tensor else IndexRange(b0.lo - c, b0.hi - c, b0.exact, b0.uniform, b0.source, b0.bits)
+
+
+def _mul(args, b0, bounds_of, nonempty) -> Optional[IndexRange]:
+    if isinstance(args[1], torch.Tensor):
+        bb = bounds_of(args[1])
+        if bb is None:
+            return None
+        if _nonneg(b0.lo) and _nonneg(bb.lo):
+            return _combine(b0, bb, b0.lo * bb.lo, b0.hi * bb.hi, nonempty(args[0]) and nonempty(args[1]))
+        return None
+    c = _e(args[1])
+    if c is None or not c.is_Integer:
+        return None
+    if c >= 0:
+        return IndexRange(c * b0.lo, c * b0.hi, b0.exact, b0.uniform, b0.source, b0.bits)
+    return IndexRange(c * b0.hi, c * b0.lo, b0.exact and b0.source is None, b0.uniform, None, b0.bits)
+
+
+def _clamp(func, args, kwargs, b0) -> Optional[IndexRange]:
+    if func is aten.clamp.default:
+        mn = args[1] if len(args) > 1 else kwargs.get("min")
+        mx = args[2] if len(args) > 2 else kwargs.get("max")
+    elif func is aten.clamp_min.default:
+        mn, mx = args[1], None
+    else:
+        mn, mx = None, args[1]
+    lo, hi = b0.lo, b0.hi
+    for v, f in ((mn, sympy.Max), (mx, sympy.Min)):
+        if v is None:
+            continue
+        c = _e(v)
+        if c is None:
+            return None
+        lo, hi = f(lo, c), f(hi, c)
+    # Clamping maps the smallest value to the smallest: ends stay attained.
+    return IndexRange(lo, hi, b0.exact, b0.uniform, b0.source, b0.bits)
 
 
 def _holds_value(dtype, c) -> bool:

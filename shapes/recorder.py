@@ -13,7 +13,6 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Optional
 
 import sympy
@@ -84,7 +83,7 @@ class Recorder(TorchDispatchMode):
         op = str(func)
         prov = capture(op)
         self.ops.push(op)
-        log_start = len(self.env.decisions.log)
+        log_start = len(self.env.log)
         try:
             for chk in index_bounds.lookup_checks(func, args, b.bounds_of, self._nonempty, b.determines):
                 self._index_check(chk, prov)
@@ -110,7 +109,7 @@ class Recorder(TorchDispatchMode):
                 ) from e
             raise
         except Exception as e:
-            departed = self.env.decisions.departure_since(log_start)
+            departed = self.env.departure_since(log_start)
             if departed is not None and not getattr(e, "symshape_program_error", False):
                 raise self._departure_limitation(e, op, prov, departed) from e
             raise
@@ -235,37 +234,3 @@ class ModuleScope:
 
 def meta_like(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-
-
-@contextlib.contextmanager
-def composite_autograd_on_meta():
-    """Let autograd differentiate composite ops on meta tensors under the Python dispatcher.
-
-    torch registers Python meta kernels for some CompositeImplicitAutograd ops
-    (``nll_loss``, ...).  The Python dispatcher then resolves AutogradMeta to
-    the autograd fallback instead of the composite kernel (it sees a "backend
-    kernel"), so the op gets no backward formula and its gradient is silently
-    lost.  While recording a backward pass those Meta kernels are set aside, so
-    the composite decomposes above autograd as it does in eager mode.
-    """
-    from torch._C import DispatchKey
-    from torch._decomp import global_decomposition_table
-    removed = []
-    ops = {op for table in global_decomposition_table.values() for op in table}
-    for op in ops:
-        if (isinstance(op, torch._ops.OpOverload) and DispatchKey.Meta in op.py_kernels
-                and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")):
-            removed.append((op, op.py_kernels.pop(DispatchKey.Meta)))
-            _clear_dispatch_cache(op)
-    try:
-        yield
-    finally:
-        for op, fn in removed:
-            op.py_kernels[DispatchKey.Meta] = fn
-            _clear_dispatch_cache(op)
-
-
-def _clear_dispatch_cache(op):
-    cache = getattr(op, "_dispatch_cache", None)
-    if cache is not None:
-        cache.clear()

@@ -3,7 +3,8 @@
 Each rule application is appended to the decision log as a ``rewrite``
 entry, so :mod:`validation` can prove ``before == after`` under the facts
 known at that moment.  Rules that depend on facts (divisibility, ranges)
-must only use the facts the env holds; rules that are identities hold
+must only use the facts the engine holds (through a
+:class:`~shapes.reasoner.Reasoner`, never the ShapeEnv); rules that are identities hold
 everywhere.
 
 The rules live in :data:`RULES` keyed by name so tests can swap one out for
@@ -12,29 +13,27 @@ a deliberately wrong version and check that validation catches it.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
 import sympy
 
 from .functions import FloorDiv, PyMod, TrueDiv, TruncToInt, Where
 from .guard import StepKind
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .env import ShapeEnv
+from .reasoner import Reasoner
 
 
-def known_divisor(env: "ShapeEnv", e) -> int:
+def known_divisor(ctx: Reasoner, e) -> int:
     """A positive integer known to divide ``e`` (1 when nothing is known)."""
     if e.is_Integer:
         return abs(int(e)) or 0
-    d = env.divisible.get(e, 1)
+    d = ctx.divisible.get(e, 1)
     if e.is_integer is not True:
         # 2 * (N / 3) is no multiple of 2; only a fact (x % k == 0) makes a real one.
         return d
     if e.is_Mul:
         prod = 1
         for a in e.args:
-            k = known_divisor(env, a)
+            k = known_divisor(ctx, a)
             if k == 0:
                 return 0
             prod *= k
@@ -46,17 +45,17 @@ def known_divisor(env: "ShapeEnv", e) -> int:
                 d = math.lcm(d, abs(int(m.args[1])))
         g = 0
         for a in e.args:
-            g = math.gcd(g, known_divisor(env, a))
+            g = math.gcd(g, known_divisor(ctx, a))
             if g == 1:
                 break
         return math.lcm(d, g) if g else d
     return d
 
 
-def divides(env: "ShapeEnv", k: int, e) -> bool:
-    if e.is_integer is not True and e not in env.divisible:
+def divides(ctx: Reasoner, k: int, e) -> bool:
+    if e.is_integer is not True and e not in ctx.divisible:
         return False  # even k = 1 divides only integers: (N/4) % 1 is not 0
-    d = known_divisor(env, e)
+    d = known_divisor(ctx, e)
     return d == 0 or d % k == 0
 
 
@@ -82,7 +81,7 @@ def _pos_int(x) -> Optional[int]:
     return None
 
 
-# Each rule takes (env, expr) and returns a new expression or None.
+# Each rule takes (ctx, expr) and returns a new expression or None.
 
 
 def _split_by_constant(e, cls):
@@ -96,7 +95,7 @@ def _split_by_constant(e, cls):
     return None if q == 0 else (q, r, k)
 
 
-def rule_floordiv_split(env, e):
+def rule_floordiv_split(ctx, e):
     """(k*q + r) // k  ->  q + r // k   (identity for integer q)."""
     split = _split_by_constant(e, FloorDiv)
     if split is None:
@@ -105,13 +104,13 @@ def rule_floordiv_split(env, e):
     return q + FloorDiv(r, k)
 
 
-def _exact_quotient(env, a, d):
+def _exact_quotient(ctx, a, d):
     """``a / d`` as a polynomial with integer coefficients, if it is one and d != 0."""
     if d.is_number:
         return None
     # x // k with k | x is exactly x/k: lets T // (T // 8) cancel to 8.
     exact = {f: f.args[0] / f.args[1] for f in (a.atoms(FloorDiv) | d.atoms(FloorDiv))
-             if _pos_int(f.args[1]) and divides(env, int(f.args[1]), f.args[0])}
+             if _pos_int(f.args[1]) and divides(ctx, int(f.args[1]), f.args[0])}
     for _ in range(3):  # nested exact quotients ((x // 4 + r) // 4): substitute consistently
         exact = {f: _subst_top(v, exact) for f, v in exact.items()}
     # Substitute only where x // k is a term or factor: inside another floordiv or
@@ -121,7 +120,7 @@ def _exact_quotient(env, a, d):
         return None
     # x // k with k | x is nonzero exactly when x is: ranges alone lose that.
     nz = d.args[0] if isinstance(d, FloorDiv) and d in exact else d
-    if env.static_bool(sympy.Ne(nz, 0), log=False) is not True:
+    if ctx.static_bool(sympy.Ne(nz, 0), log=False) is not True:
         return None
     return q
 
@@ -136,23 +135,23 @@ def _subst_top(e, table):
     return e
 
 
-def rule_floordiv_cancel(env, e):
+def rule_floordiv_cancel(ctx, e):
     """(q*d) // d  ->  q   for a symbolic d != 0 and polynomial q."""
     if not isinstance(e, FloorDiv):
         return None
-    return _exact_quotient(env, *e.args)
+    return _exact_quotient(ctx, *e.args)
 
 
-def rule_mod_cancel(env, e):
+def rule_mod_cancel(ctx, e):
     """(q*d) % d  ->  0   for a symbolic d != 0 and polynomial q."""
     if not isinstance(e, PyMod):
         return None
-    if _exact_quotient(env, *e.args) is None:
+    if _exact_quotient(ctx, *e.args) is None:
         return None
     return sympy.Integer(0)
 
 
-def _common_factor(env, a, b):
+def _common_factor(ctx, a, b):
     """A factor g with a = g*a', b = g*b' and g > 0 known; None if only 1."""
     g = sympy.gcd_terms(sympy.gcd(a, b)) if not (a.is_number and b.is_number) else None
     if g is None or g == 1 or g == -1 or g == 0:
@@ -160,15 +159,15 @@ def _common_factor(env, a, b):
     if g.is_number:
         g = abs(g)
         return g if g.is_Integer and g > 1 else None
-    if env.static_bool(sympy.Gt(g, 0), log=False) is not True:
+    if ctx.static_bool(sympy.Gt(g, 0), log=False) is not True:
         return None
     return g
 
 
-def _cancel_common(env, e):
+def _cancel_common(ctx, e):
     """(g, a/g, b/g) for ``e = f(a, b)`` with a common factor g > 0, else None."""
     a, b = e.args
-    g = _common_factor(env, a, b)
+    g = _common_factor(ctx, a, b)
     if g is None:
         return None
     na, nb = sympy.cancel(a / g), sympy.cancel(b / g)
@@ -177,19 +176,19 @@ def _cancel_common(env, e):
     return g, na, nb
 
 
-def rule_floordiv_gcd(env, e):
+def rule_floordiv_gcd(ctx, e):
     """(g*a) // (g*b)  ->  a // b   for g > 0 (the quotient a/b is unchanged)."""
     if not isinstance(e, FloorDiv):
         return None
-    c = _cancel_common(env, e)
+    c = _cancel_common(ctx, e)
     return None if c is None else FloorDiv(c[1], c[2])
 
 
-def rule_mod_gcd(env, e):
+def rule_mod_gcd(ctx, e):
     """(g*a) % (g*b)  ->  g*(a % b)   for g > 0."""
     if not isinstance(e, PyMod):
         return None
-    c = _cancel_common(env, e)
+    c = _cancel_common(ctx, e)
     return None if c is None else c[0] * PyMod(c[1], c[2])
 
 
@@ -212,7 +211,7 @@ def _is_int_poly(x) -> bool:
     return True
 
 
-def rule_floordiv_nest(env, e):
+def rule_floordiv_nest(ctx, e):
     """(x // m) // n  ->  x // (m*n)   for positive constants m, n."""
     if not isinstance(e, FloorDiv) or not isinstance(e.args[0], FloorDiv):
         return None
@@ -222,17 +221,17 @@ def rule_floordiv_nest(env, e):
     return FloorDiv(e.args[0].args[0], m * n)
 
 
-def rule_floordiv_range(env, e):
+def rule_floordiv_range(ctx, e):
     """a // b  ->  0   when 0 <= a < b by ranges."""
     if not isinstance(e, FloorDiv):
         return None
     a, b = e.args
-    if env.static_bool(sympy.Ge(a, 0), log=False) is True and env.static_bool(sympy.Lt(a, b), log=False) is True:
+    if ctx.static_bool(sympy.Ge(a, 0), log=False) is True and ctx.static_bool(sympy.Lt(a, b), log=False) is True:
         return sympy.Integer(0)
     return None
 
 
-def rule_mul_floordiv_exact(env, e):
+def rule_mul_floordiv_exact(ctx, e):
     """c * y * (a // k)  ->  (c/k) * y * a   when k | a and k | c."""
     if not e.is_Mul:
         return None
@@ -244,24 +243,24 @@ def rule_mul_floordiv_exact(env, e):
         if not isinstance(f, FloorDiv):
             continue
         k = _pos_int(f.args[1])
-        if k is None or int(c) % k != 0 or not divides(env, k, f.args[0]):
+        if k is None or int(c) % k != 0 or not divides(ctx, k, f.args[0]):
             continue
         others = factors[:i] + factors[i + 1:]
         return sympy.Integer(int(c) // k) * f.args[0] * sympy.Mul(*others)
     return None
 
 
-def rule_eq_zero_product(env, e):
+def rule_eq_zero_product(ctx, e):
     """Eq(a*b, 0) -> Eq(a, 0) (likewise Ne) when b != 0 is known."""
     if not isinstance(e, (sympy.Eq, sympy.Ne)) or e.rhs != 0 or not e.lhs.is_Mul:
         return None
-    keep = [f for f in e.lhs.args if not (f.is_number or env.static_bool(sympy.Ne(f, 0), log=False) is True)]
+    keep = [f for f in e.lhs.args if not (f.is_number or ctx.static_bool(sympy.Ne(f, 0), log=False) is True)]
     if len(keep) == len(e.lhs.args):
         return None
     return type(e)(sympy.Mul(*keep), 0)
 
 
-def rule_mod_split(env, e):
+def rule_mod_split(ctx, e):
     """(k*q + r) % k  ->  r % k."""
     split = _split_by_constant(e, PyMod)
     if split is None:
@@ -270,7 +269,7 @@ def rule_mod_split(env, e):
     return PyMod(r, k)
 
 
-def rule_mod_inner_mod(env, e):
+def rule_mod_inner_mod(ctx, e):
     """(c*(a % k) + r) % k  ->  (c*a + r) % k   for integer c (a % k is a mod k).
 
     Padding written as ``(k - a % k) % k`` becomes ``(-a) % k``, whose sum with
@@ -295,7 +294,7 @@ def rule_mod_inner_mod(env, e):
     return PyMod(sympy.Add(*terms), k) if changed else None
 
 
-def rule_pad_multiple(env, e):
+def rule_pad_multiple(ctx, e):
     """a + (-a) % k  ->  k * ((a + k - 1) // k)   for k > 0: padding a up to a multiple of k.
 
     The product form lets ``padded // k`` cancel, also for a symbolic k (a
@@ -310,33 +309,33 @@ def rule_pad_multiple(env, e):
         rest = e - m
         if sympy.expand(rest + x) != 0:
             continue
-        if not (_pos_int(k) or env.static_bool(sympy.Gt(k, 0), log=False) is True):
+        if not (_pos_int(k) or ctx.static_bool(sympy.Gt(k, 0), log=False) is True):
             continue
         return k * FloorDiv(rest + k - 1, k)
     return None
 
 
-def rule_mod_divisible(env, e):
+def rule_mod_divisible(ctx, e):
     """a % k  ->  0   when k | a is known."""
     if not isinstance(e, PyMod):
         return None
     k = _pos_int(e.args[1])
-    if k is None or not divides(env, k, e.args[0]):
+    if k is None or not divides(ctx, k, e.args[0]):
         return None
     return sympy.Integer(0)
 
 
-def rule_mod_range(env, e):
+def rule_mod_range(ctx, e):
     """a % b  ->  a   when 0 <= a < b by ranges."""
     if not isinstance(e, PyMod):
         return None
     a, b = e.args
-    if env.static_bool(sympy.Ge(a, 0), log=False) is True and env.static_bool(sympy.Lt(a, b), log=False) is True:
+    if ctx.static_bool(sympy.Ge(a, 0), log=False) is True and ctx.static_bool(sympy.Lt(a, b), log=False) is True:
         return a
     return None
 
 
-def rule_min_max(env, e):
+def rule_min_max(ctx, e):
     """Min(a, b) -> a when a <= b is known; likewise Max."""
     is_min = isinstance(e, sympy.Min)
     if not (is_min or isinstance(e, sympy.Max)):
@@ -345,22 +344,22 @@ def rule_min_max(env, e):
     for i, a in enumerate(args):
         others = args[:i] + args[i + 1:]
         rel = sympy.Le if is_min else sympy.Ge
-        if all(env.static_bool(rel(a, o), log=False) is True for o in others):
+        if all(ctx.static_bool(rel(a, o), log=False) is True for o in others):
             return a
     return None
 
 
-def rule_where(env, e):
+def rule_where(ctx, e):
     """c ? a : b  ->  a (or b) when c is known."""
     if not isinstance(e, Where):
         return None
-    v = env.static_bool(e.args[0], log=False)
+    v = ctx.static_bool(e.args[0], log=False)
     if v is None:
         return None
     return e.args[1] if v else e.args[2]
 
 
-def rule_floor_truediv(env, e):
+def rule_floor_truediv(ctx, e):
     """floor(a / b) -> a // b and ceil(a / b) -> -((-a) // b) for integers a, b
     (``math.floor(N / 2)``: exact on reals, as sizes stay far below 2**53)."""
     if not isinstance(e, (sympy.floor, sympy.ceiling)) or not isinstance(e.args[0], TrueDiv):
@@ -373,7 +372,7 @@ def rule_floor_truediv(env, e):
     return -FloorDiv(-a, b)
 
 
-def rule_trunc_int(env, e):
+def rule_trunc_int(ctx, e):
     """int(x) -> x for an integer-valued x (int(N // 2) is N // 2)."""
     if isinstance(e, TruncToInt) and e.args[0].is_integer is True:
         return e.args[0]
@@ -391,7 +390,7 @@ def _split_div_mod(t):
     return coeff, fn
 
 
-def rule_div_mod_recombine(env, e):
+def rule_div_mod_recombine(ctx, e):
     """k*b*(a // b) + k*(a % b)  ->  k*a   (Python's a == b*(a // b) + a % b, any b != 0):
     views that split a dim and merge it again index linearly."""
     if not e.is_Add:
@@ -440,18 +439,18 @@ def needs_rules(e) -> bool:
     return e.has(*_RULE_TYPES)
 
 
-def rewrite(env: "ShapeEnv", e):
+def rewrite(ctx: Reasoner, e):
     """Apply :data:`RULES` bottom-up until none fires; logs each step."""
     if e.is_Atom or not needs_rules(e):
         return e
-    args = [rewrite(env, a) for a in e.args]
+    args = [rewrite(ctx, a) for a in e.args]
     if any(a is not b for a, b in zip(args, e.args)):
         e = e.func(*args)
     for _ in range(32):  # rules only shrink expressions; the bound is a safety net
         for name, rule in RULES.items():
-            new = rule(env, e)
+            new = rule(ctx, e)
             if new is not None and new != e:
-                env.log_step(StepKind.REWRITE, e, new, name)
+                ctx.log_step(StepKind.REWRITE, e, new, name)
                 e = new
                 break
         else:
@@ -459,5 +458,5 @@ def rewrite(env: "ShapeEnv", e):
         if e.is_Atom:
             return e
         if any(not a.is_Atom and needs_rules(a) for a in e.args):
-            e = rewrite(env, e)
+            e = rewrite(ctx, e)
     return e

@@ -49,7 +49,6 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
 import sys
 from typing import Optional
 
@@ -57,6 +56,7 @@ import sympy
 import torch
 
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv
+from .reasoner import Reasoner
 from .value_ranges import ValueRange, bound
 
 # Functions in torch whose questions only choose a layout or an equal-valued
@@ -97,11 +97,6 @@ _ENGINE_DIR = __file__.rsplit("/", 1)[0] + "/"
 VIEW_SITES = frozenset({"_reshape_view_helper_core_alg", "_collapse_view_helper", "TensorUtils.cpp"})
 
 
-def note_layout(env, expr) -> None:
-    """Remember ``expr`` as a layout predicate built for torch's C++ contiguity flags."""
-    env.layout_exprs.add(expr)
-
-
 def _expr(x):
     node = getattr(x, "node", None)
     if node is not None and hasattr(node, "expr"):
@@ -111,12 +106,12 @@ def _expr(x):
     return None
 
 
-def _same(env, a, b) -> bool:
+def _same(ctx: Reasoner, a, b) -> bool:
     if a is None or b is None:
         return False
     if a == b:
         return True
-    return env.simplify(a - b) == 0
+    return ctx.simplify(a - b) == 0
 
 
 def _asking_frame():
@@ -152,7 +147,7 @@ def _copy_allowed(frame) -> bool:
     return caller.f_locals.get("allow_copy") is True
 
 
-def site_of(env, expr, size_oblivious: bool = False, cpp_site: Optional[str] = None) -> Optional[str]:
+def site_of(ctx: Reasoner, expr, size_oblivious: bool = False, cpp_site: Optional[str] = None) -> Optional[str]:
     """Why the question ``expr`` being asked now is layout-only, or None (semantic).
 
     Layout-only: torch asked for a size-oblivious answer, the question is a
@@ -170,18 +165,18 @@ def site_of(env, expr, size_oblivious: bool = False, cpp_site: Optional[str] = N
     """
     if size_oblivious:
         return "guard_size_oblivious"
-    if expr in env.layout_exprs:
+    if expr in ctx.layout_exprs:
         return "contiguity flag"
     if cpp_site:
         site = str(cpp_site).replace("\\", "/")
         if site.endswith(_CPP_LAYOUT_FILES):
             name = site.rsplit("/", 1)[-1]
-            if name == "TensorUtils.cpp" and "view" not in (env.current_op() or ""):
+            if name == "TensorUtils.cpp" and "view" not in (ctx.current_op() or ""):
                 return "reshape"  # computeStride under reshape: a view or a copy, equal values
             return name
         # c10's SymInt.h re-asks, through guard_bool, the question a contiguity
         # computation just asked through guard_or_*: the same question, the same answer.
-        if site.endswith("c10/core/SymInt.h") and expr in env.layout_answers:
+        if site.endswith("c10/core/SymInt.h") and expr in ctx.layout_answers:
             return "contiguity flag"
         return None
     frame, fn = _asking_frame()
@@ -201,7 +196,7 @@ def site_of(env, expr, size_oblivious: bool = False, cpp_site: Optional[str] = N
             s, c = _expr(loc["shape"][loc["idx"]]), _expr(loc["common_shape"][loc["idx"]])
         except (KeyError, IndexError, TypeError):
             return None
-        if s is not None and c is not None and (s == 1 or c == 1 or _same(env, s, c)):
+        if s is not None and c is not None and (s == 1 or c == 1 or _same(ctx, s, c)):
             return name
         return None
     if name == "_broadcast_in_dim_meta" and fn.endswith("torch/_prims/__init__.py"):
@@ -210,7 +205,7 @@ def site_of(env, expr, size_oblivious: bool = False, cpp_site: Optional[str] = N
             if idx not in dims:
                 return name
             old = _expr(a.shape[loc["original_idx"]])
-            if old == 1 or _same(env, old, _expr(shape[idx])):
+            if old == 1 or _same(ctx, old, _expr(shape[idx])):
                 return name
         except (KeyError, IndexError, TypeError, AttributeError):
             return None
@@ -252,55 +247,28 @@ def size_atoms(expr, ranges) -> tuple:
     return tuple(out)
 
 
-def decide_generic(env, expr) -> Optional[tuple]:
+def decide_generic(ctx: Reasoner, expr) -> Optional[tuple]:
     """``(value, atoms)``: the value of ``expr`` wherever each of its size atoms
-    is at least 2 (given the env's ranges), or None when that does not decide it.
+    is at least 2 (given ``ctx``'s ranges), or None when that does not decide it.
 
     Each atom stands for a fresh size in ``[max(2, lo), hi]`` (its own bounds):
     a value decided for every such size holds for the atoms' actual values,
     however they are related.  Nothing is logged: the caller logs the
     decision as one claim, with the atoms it assumed.
     """
-    atoms = size_atoms(expr, env.ranges)
+    atoms = size_atoms(expr, ctx.ranges)
     if not atoms:
         return None
-    ranges = dict(env.ranges)
+    ranges = dict(ctx.ranges)
     subs = {}
     for i, a in enumerate(atoms):
-        r = bound(a, env.ranges)
+        r = bound(a, ctx.ranges)
         d = sympy.Dummy(f"size{i}", integer=True)
         subs[a] = d
         ranges[d] = ValueRange(max(2, r.lower), r.upper)
     generic = expr.xreplace(subs)
     try:
-        v = env.decisions.decide_with_ranges(generic, ranges)
+        v = ctx.decide_with_ranges(generic, ranges)
     except Exception:  # noqa: BLE001 - an undecidable question is a guard, never a crash
         v = None
     return None if v is None else (v, atoms)
-
-
-@contextlib.contextmanager
-def decided_bool_flags():
-    """While tracing, a size comparison passed as SDPA's ``is_causal`` becomes a bool.
-
-    ``T > 1 and mask is None`` is a Python bool in eager, but with a symbolic
-    ``T`` that is 1 Python's ``and`` returns the (false) comparison itself, a
-    SymBool, which torch's argument parser rejects.  The comparison was
-    already decided (a guard), so passing its value is what eager does.
-    """
-    F = torch.nn.functional
-    orig = F.scaled_dot_product_attention
-
-    def sdpa(*args, **kwargs):
-        args = list(args)
-        if len(args) > 5 and isinstance(args[5], torch.SymBool):
-            args[5] = bool(args[5])
-        if isinstance(kwargs.get("is_causal"), torch.SymBool):
-            kwargs["is_causal"] = bool(kwargs["is_causal"])
-        return orig(*args, **kwargs)
-
-    F.scaled_dot_product_attention = sdpa
-    try:
-        yield
-    finally:
-        F.scaled_dot_product_attention = orig

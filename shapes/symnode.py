@@ -134,10 +134,7 @@ class SymExprNode:
         return None
 
     def _dd_error(self):
-        from .env import DataDependentError
-        prov = capture(self.env.current_op())
-        unb = sorted((s for s in self.expr.free_symbols if s in self.env.unbacked), key=str)
-        return DataDependentError(self.expr, prov, unb, self.env)
+        return self.env.data_dependent_error(self.expr, capture(self.env.current_op()))
 
     # -- wrapping -------------------------------------------------------------------
     def _make(self, expr, pytype):
@@ -330,8 +327,7 @@ class SymExprNode:
         return self._layout(torch_adapter.dense_expr([s.expr for s in sizes], [s.expr for s in strides]))
 
     def _layout(self, expr):
-        from .size_oblivious import note_layout
-        note_layout(self.env, expr)
+        self.env.note_layout(expr)
         return SymExprNode(self.env, expr, builtins.bool)
 
     # -- decisions -----------------------------------------------------------------------

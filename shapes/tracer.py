@@ -21,7 +21,7 @@ import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
-from . import eager_checks, index_bounds, library_tracing
+from . import index_bounds, torch_patches
 from .binding import CapturedState, by_keyword, captured_modules, module_state
 from .creation import CreationMode
 from .env import DataDependentError, ShapeEnv
@@ -30,10 +30,9 @@ from .expr_graph import FxExprBuilder
 from .failures import trace_failure
 from .program import TracedProgram, UntracedOutput
 from .provenance import Provenance, capture
-from .recorder import ModuleScope, Recorder, composite_autograd_on_meta
+from .recorder import ModuleScope, Recorder
 from .printers import to_python
 from .spec import Dim, DimExpr, default_hints, parse_dims, parse_specs
-from .size_oblivious import decided_bool_flags
 from .symnode import sym_value
 
 SymTypes = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -369,36 +368,62 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     env = ShapeEnv(specialize_zero_one=specialize_zero_one)
     checkers = [c(env) for c in _load_checkers(translation_validation)]
     builder = _GraphBuilder(env)
-    inputs = []
-    dim_symbols = {}
+    inputs, dim_symbols = _make_inputs(builder, parsed, dmap, hints,
+                                       requires_grad=requires_grad if backward is not None else ())
+    args, kw = ((), {**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs}) if keyword else (inputs, kwargs)
+    out = _run_program(program, builder, args, kw, backward=backward, progress=progress,
+                       at=", ".join(f"{n}={hints[n]}" for n in names))
+    output_shapes, out_spec = _record_outputs(builder, out)
+
+    tp = TracedProgram(
+        program=program, specs=parsed, env=env, graph=builder.graph, constants=builder.constants,
+        output_shapes=output_shapes, out_spec=out_spec, hints=hints, dims=dmap,
+        dim_symbols=dim_symbols, by_keyword=keyword,
+    )
+    # How to trace the same program again at other sizes (a FLOP count's other paths).
+    tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad}
+    for c in checkers:
+        c.finish(tp)
+    return tp
+
+
+def _input_size(env, s, i, d, dmap, hints, plain, dim_symbols):
+    """The size of dim ``i`` of input ``s`` from its spec ``d``: a new symbol, an expression of symbols, or an int."""
+    if isinstance(d, str):
+        dd = dmap.get(d, Dim())
+        e = env.create_symbol(d, hints[d], range=(dd.min, dd.max), source=f"{s.name}.shape[{i}]")
+        dim_symbols.setdefault(d, env.symbols[d])
+        return sym_value(env, e)
+    if isinstance(d, DimExpr):
+        vals = {}
+        for n in d.names:
+            dd = dmap.get(n, Dim())
+            src = None if n in plain or n in env.symbols else _derived_source(d, n, f"{s.name}.shape[{i}]")
+            vals[n] = env.create_symbol(n, hints[n], range=(dd.min, dd.max), source=src)
+            dim_symbols.setdefault(n, env.symbols[n])
+        at = d.evaluate(hints)
+        if at < 0:
+            raise SpecError(
+                f"dim {d} of input {s.name} is {at} at the example sizes "
+                f"{', '.join(f'{n}={hints[n]}' for n in d.names)}; give example sizes where it is "
+                f"non-negative (dims={{...}}, --dim on the command line)")
+        return sym_value(env, env.simplify(d.sympy(vals)))
+    return d
+
+
+def _make_inputs(builder, parsed, dmap, hints, requires_grad=()):
+    """Step 1: a meta tensor with symbolic sizes per input spec, each a placeholder of the graph.
+
+    Returns the tensors and the symbol of each dim name.
+    """
+    env = builder.env
+    inputs, dim_symbols = [], {}
     # Dims some spec names plainly: those get their source there, not from an expression.
     plain = {d for s in parsed for d in s.dims if isinstance(d, str)}
     for s in parsed:
-        sizes = []
-        for i, d in enumerate(s.dims):
-            if isinstance(d, str):
-                dd = dmap.get(d, Dim())
-                e = env.create_symbol(d, hints[d], range=(dd.min, dd.max), source=f"{s.name}.shape[{i}]")
-                dim_symbols.setdefault(d, env.symbols[d])
-                sizes.append(sym_value(env, e))
-            elif isinstance(d, DimExpr):
-                vals = {}
-                for n in d.names:
-                    dd = dmap.get(n, Dim())
-                    src = None if n in plain or n in env.symbols else _derived_source(d, n, f"{s.name}.shape[{i}]")
-                    vals[n] = env.create_symbol(n, hints[n], range=(dd.min, dd.max), source=src)
-                    dim_symbols.setdefault(n, env.symbols[n])
-                at = d.evaluate(hints)
-                if at < 0:
-                    raise SpecError(
-                        f"dim {d} of input {s.name} is {at} at the example sizes "
-                        f"{', '.join(f'{n}={hints[n]}' for n in d.names)}; give example sizes where it is "
-                        f"non-negative (dims={{...}}, --dim on the command line)")
-                sizes.append(sym_value(env, env.simplify(d.sympy(vals))))
-            else:
-                sizes.append(d)
+        sizes = [_input_size(env, s, i, d, dmap, hints, plain, dim_symbols) for i, d in enumerate(s.dims)]
         t = torch.empty(sizes, dtype=s.dtype, device="meta")
-        if backward is not None and s.name in requires_grad:
+        if s.name in requires_grad:
             t.requires_grad_()
         builder.add_placeholder(s.name, t)
         if s.values is not None:
@@ -406,18 +431,27 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
             builder.free_values.pop(id(t), None)
             builder.value_bounds[id(t)] = index_bounds.declared_range(*s.values)
         inputs.append(t)
+    return inputs, dim_symbols
 
-    state = module_state(program, builder.add_attr, trainable=backward is not None)
-    # Modules the program closes over: meta tensors while it runs (their gradients are meta too).
-    # Only for a training step: inference adopts their real tensors as constants (with known values).
-    captured = (CapturedState(captured_modules(program), builder.adopt_as, trainable=True)
-                if backward is not None else contextlib.nullcontext())
-    if isinstance(program, torch.nn.Module):
-        def call(*a, **kw):
-            return torch.func.functional_call(program, state, a, kw, strict=False, tie_weights=False)
-    else:
-        call = program
-    params = {n: state[n] for n, _ in program.named_parameters()} if isinstance(program, torch.nn.Module) else {}
+
+def _callable_of(program, builder, trainable: bool):
+    """Step 2: the function to run (a module called with its traced state) and the traced parameters."""
+    state = module_state(program, builder.add_attr, trainable=trainable)
+    if not isinstance(program, torch.nn.Module):
+        return program, {}
+
+    def call(*a, **kw):
+        return torch.func.functional_call(program, state, a, kw, strict=False, tie_weights=False)
+    return call, {n: state[n] for n, _ in program.named_parameters()}
+
+
+def _run_program(program, builder, args, kwargs, *, backward, progress, at: str):
+    """Step 3: run the program (and ``backward``) under the recorder, with torch patched for tracing.
+
+    ``at`` names the example sizes, for the error when the program raises.
+    """
+    env = builder.env
+    call, params = _callable_of(program, builder, trainable=backward is not None)
 
     def phase(name):
         builder.phase = name
@@ -425,19 +459,16 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     if backward is not None:
         builder.track_autograd = True
         phase("forward")
-    grad_mode = contextlib.nullcontext()
-    if backward is not None:
-        grad_mode = contextlib.ExitStack()
-        grad_mode.enter_context(torch.enable_grad())
-        grad_mode.enter_context(composite_autograd_on_meta())
-    with grad_mode, enable_python_dispatcher(), library_tracing.as_exporting(), eager_checks.eager_kernels(), \
+    grad_mode = torch.enable_grad() if backward is not None else contextlib.nullcontext()
+    # Modules the program closes over: meta tensors while it runs (their gradients are meta too).
+    # Only for a training step: inference adopts their real tensors as constants (with known values).
+    captured = (CapturedState(captured_modules(program), builder.adopt_as, trainable=True)
+                if backward is not None else contextlib.nullcontext())
+    with torch_patches.tracing(backward=backward is not None), grad_mode, enable_python_dispatcher(), \
             ModuleScope(program, builder), Recorder(builder, env, progress), CreationMode(builder), \
-            decided_bool_flags(), captured:
+            captured:
         try:
-            if keyword:
-                out = call(**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs)
-            else:
-                out = call(*inputs, **kwargs)
+            out = call(*args, **kwargs)
             if backward is not None:
                 out = backward(out, params, phase)
         except (SymshapeError, DataDependentError) as e:
@@ -447,8 +478,13 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
                 e.env = env
             raise
         except Exception as e:  # the user's program raised: say where, and on which path
-            raise trace_failure(e, env, ", ".join(f"{n}={hints[n]}" for n in names)) from e
+            raise trace_failure(e, env, at) from e
+    return out
 
+
+def _record_outputs(builder, out):
+    """Step 4: the graph's output node from what the program returned; the output shapes and pytree spec."""
+    env = builder.env
     leaves, out_spec = pytree.tree_flatten(out)
     out_nodes = []
     output_shapes = []
@@ -467,14 +503,4 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
             # holds meta tensors): run() returns a marker that says so when used.
             out_nodes.append(UntracedOutput(type(leaf).__qualname__))
     builder.graph.output(tuple(out_nodes))
-
-    tp = TracedProgram(
-        program=program, specs=parsed, env=env, graph=builder.graph, constants=builder.constants,
-        output_shapes=output_shapes, out_spec=out_spec, hints=hints, dims=dmap,
-        dim_symbols=dim_symbols, by_keyword=keyword,
-    )
-    # How to trace the same program again at other sizes (a FLOP count's other paths).
-    tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad}
-    for c in checkers:
-        c.finish(tp)
-    return tp
+    return output_shapes, out_spec

@@ -45,7 +45,8 @@ def _resolve(mod: str, is_pkg: bool, node: ast.ImportFrom) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def import_graph() -> nx.DiGraph:
+def import_graph(typing_only: bool = False) -> nx.DiGraph:
+    """The import graph of the packages; ``typing_only`` adds the imports under ``if TYPE_CHECKING:``."""
     mods = modules()
     g = nx.DiGraph()
     g.add_nodes_from(mods)
@@ -53,7 +54,7 @@ def import_graph() -> nx.DiGraph:
         tree = ast.parse(open(path).read(), path)
         is_pkg = path.endswith("__init__.py")
         for node in ast.walk(tree):
-            if isinstance(node, ast.If) and _is_type_checking(node.test):
+            if not typing_only and isinstance(node, ast.If) and _is_type_checking(node.test):
                 node.body = []  # typing-only imports never run
         for node in ast.walk(tree):
             targets = []
@@ -79,7 +80,7 @@ def _is_type_checking(test) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _module_cycles(g):
+def _without_package_edges(g):
     # A package's __init__ re-exporting its submodules is not a circle of logic:
     # drop the edges from a module to a package that contains it.
     mods = modules()
@@ -87,12 +88,43 @@ def _module_cycles(g):
     for a, b in list(h.edges):
         if mods[b].endswith("__init__.py") and a.startswith(b + "."):
             h.remove_edge(a, b)
-    return list(nx.simple_cycles(h))
+    return h
+
+
+def _module_cycles(g):
+    return list(nx.simple_cycles(_without_package_edges(g)))
 
 
 def test_no_import_circles():
     cycles = _module_cycles(import_graph())
     assert not cycles, "import circles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:10])
+
+
+#: The engine's layers below the ShapeEnv face: they never see it, not even for typing.
+BELOW_THE_FACE = ["shapes.decide", "shapes.simplify", "shapes.size_oblivious", "shapes.reasoner", "shapes.facts",
+                  "shapes.symbols", "shapes.value_ranges", "shapes.conditions"]
+
+
+def test_engine_layers_below_the_shapeenv_never_import_it():
+    g = _without_package_edges(import_graph(typing_only=True))
+    bad = [m for m in BELOW_THE_FACE if "shapes.env" in nx.descendants(g, m)]
+    assert not bad, f"reach the ShapeEnv (shapes.env): {bad}"
+
+
+def test_nothing_reaches_around_the_shapeenv():
+    """Code outside the engine's core uses the face: no ``env.decisions``/``env.table``/``env.facts_store``."""
+    core = {"shapes/env.py"}
+    pat = re.compile(r"\benv\.(decisions|table|facts_store)\b")
+    bad = []
+    for path in modules().values():
+        rel = os.path.relpath(path, ROOT).replace(os.sep, "/")
+        if rel in core:
+            continue
+        for i, line in enumerate(open(path), 1):
+            code = line.split("#", 1)[0]
+            if pat.search(code) and ">>>" not in code:
+                bad.append(f"{rel}:{i}: {line.strip()}")
+    assert not bad, "\n".join(bad)
 
 
 def test_imports_follow_the_data_flow():

@@ -259,6 +259,37 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
     app.state.pool, app.state.cache, app.state.roots = pool, cache, roots
     started = time.time()
 
+    _install_guards(app, token)
+    answer = _answerer(pool, cache, roots)
+
+    @app.get("/api/health", summary="Server status: workers, cache, roots")
+    def health():
+        return {"ok": True, "version": _version(), "roots": roots, "uptime_s": round(time.time() - started, 1),
+                "workers": pool.size, "worker_stats": dict(pool.stats),
+                "cache": {"entries": len(cache.data), "hits": cache.hits, "misses": cache.misses}}
+
+    @app.get("/api/examples", summary="Programs and specs from the contract files in the roots (for the page)")
+    def examples():
+        return {"examples": _presets(roots)}
+
+    for kind, (model, summary) in QUESTIONS.items():
+        app.post(f"/api/{kind}", summary=summary)(_question(answer, kind, model))
+
+    @app.get("/", include_in_schema=False)
+    def page():
+        return FileResponse(os.path.join(STATIC, "index.html"), media_type="text/html")
+
+    @app.get("/static/{name}", include_in_schema=False)
+    def static(name: str):
+        if not re.match(r"^[A-Za-z0-9_-]+\.(js|css|html)$", name) or not os.path.isfile(os.path.join(STATIC, name)):
+            return _error(404, "not_found", f"no static file {name!r}")
+        return FileResponse(os.path.join(STATIC, name))
+
+    return app
+
+
+def _install_guards(app, token: Optional[str]) -> None:
+    """Size and token checks before any handler; errors as the API's JSON error replies."""
     @app.middleware("http")
     async def _guard(request: Request, call_next):
         n = request.headers.get("content-length")
@@ -287,6 +318,9 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
     async def _unexpected(request, exc):
         return _error(500, "internal", f"symshape server error: {type(exc).__name__}: {exc}")
 
+
+def _answerer(pool, cache, roots):
+    """The handler body every question shares: resolve the program, answer from the cache or a worker."""
     def answer(kind: str, q: BaseModel, extra: dict = None):
         d = q.model_dump()
         try:
@@ -319,31 +353,7 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
                "time_s": round(time.perf_counter() - t0, 4)}
         cache.put(key, out)
         return dict(out, cached=False)
-
-    @app.get("/api/health", summary="Server status: workers, cache, roots")
-    def health():
-        return {"ok": True, "version": _version(), "roots": roots, "uptime_s": round(time.time() - started, 1),
-                "workers": pool.size, "worker_stats": dict(pool.stats),
-                "cache": {"entries": len(cache.data), "hits": cache.hits, "misses": cache.misses}}
-
-    @app.get("/api/examples", summary="Programs and specs from the contract files in the roots (for the page)")
-    def examples():
-        return {"examples": _presets(roots)}
-
-    for kind, (model, summary) in QUESTIONS.items():
-        app.post(f"/api/{kind}", summary=summary)(_question(answer, kind, model))
-
-    @app.get("/", include_in_schema=False)
-    def page():
-        return FileResponse(os.path.join(STATIC, "index.html"), media_type="text/html")
-
-    @app.get("/static/{name}", include_in_schema=False)
-    def static(name: str):
-        if not re.match(r"^[A-Za-z0-9_-]+\.(js|css|html)$", name) or not os.path.isfile(os.path.join(STATIC, name)):
-            return _error(404, "not_found", f"no static file {name!r}")
-        return FileResponse(os.path.join(STATIC, name))
-
-    return app
+    return answer
 
 
 def _version() -> str:

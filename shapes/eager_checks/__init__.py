@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from . import conv, losses, norms, scatter
-from .dispatch import METADATA, eager_decomposition, eager_kernels, run_meta  # noqa: F401
+from .dispatch import METADATA, eager_decomposition, run_meta  # noqa: F401
 
 aten = torch.ops.aten
 

@@ -27,7 +27,6 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import torch
@@ -100,11 +99,10 @@ IMPLEMENTATIONS = {
     aten.narrow.Tensor: _narrow_tensor,
 }
 
-_MISSING = object()
-
 # Python kernels torch registers in front of the tracer (they run under the Python
 # dispatcher before any dispatch mode sees the op), replaced while tracing:
-# None removes one, so the op reaches the tracer whole, as eager runs it.
+# None removes one, so the op reaches the tracer whole, as eager runs it
+# (applied by shapes.torch_patches.eager_kernels).
 PY_KERNELS = {
     # The decomposition checks that the index tensor is on the CPU: a meta tensor stands for one.
     aten.tensor_split.tensor_indices_or_sections: {DispatchKey.CompositeImplicitAutograd: _tensor_split_tensor},
@@ -115,36 +113,6 @@ PY_KERNELS = {
     # layout-only `size > 1` cannot be told from a semantic one (see eager_checks.memory_format).
     aten.adaptive_avg_pool2d.default: {DispatchKey.CompositeImplicitAutograd: adaptive_avg_pool2d},
 }
-
-
-@contextlib.contextmanager
-def eager_kernels():
-    """While tracing, the Python kernels of :data:`PY_KERNELS` are eager's.
-
-    >>> import torch
-    >>> op = torch.ops.aten.native_batch_norm.default
-    >>> with eager_kernels():
-    ...     torch._C.DispatchKey.Autograd in op.py_kernels
-    False
-    """
-    saved = []
-    try:
-        for op, table in PY_KERNELS.items():
-            for key, fn in table.items():
-                saved.append((op, key, op.py_kernels.get(key, _MISSING)))
-                if fn is None:
-                    op.py_kernels.pop(key, None)
-                else:
-                    op.py_kernels[key] = fn
-            op._dispatch_cache.clear()
-        yield
-    finally:
-        for op, key, fn in reversed(saved):
-            if fn is _MISSING:
-                op.py_kernels.pop(key, None)
-            else:
-                op.py_kernels[key] = fn
-            op._dispatch_cache.clear()
 
 
 @functools.lru_cache(maxsize=None)

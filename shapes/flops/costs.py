@@ -150,67 +150,98 @@ def count_graph(traced) -> GraphCosts:
         >>> c.total, sorted(c.by_op)
         (24*B, ['aten.addmm'])
     """
-    c = GraphCosts()
-    env = traced.env
-    repl = env.replacements
+    counter = _Counter(traced)
+    for node in traced.graph.nodes:
+        if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+            counter.add(node)
+    return counter.finish()
 
-    def fix(e):
+
+class _Counter:
+    """The running sums of :func:`count_graph`, one op node at a time."""
+
+    def __init__(self, traced):
+        self.c = GraphCosts()
+        self.repl = traced.env.replacements
+        self.counted_by_torch = ff.torch_counted()
+        self.op_terms: dict[str, list] = defaultdict(list)
+        self.byte_terms: dict[str, list] = defaultdict(list)
+        self.mod_terms: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+        self.mod_bytes: dict[str, list] = defaultdict(list)
+        self.mod_cls: dict[str, str] = {}
+        self.mod_depth: dict[str, int] = {}
+        self.is_module = isinstance(traced.program, torch.nn.Module)
+        self.phase_flops: dict[str, list] = defaultdict(list)
+        self.phase_bytes: dict[str, list] = defaultdict(list)
+
+    def fix(self, e):
         e = sympy.sympify(e)
-        return e.xreplace(repl) if repl else e
+        return e.xreplace(self.repl) if self.repl else e
 
-    def value(a):
+    def value(self, a):
         if isinstance(a, torch.fx.Node):
             v = a.meta.get("val")
             if isinstance(v, torch.Tensor):
-                return ff.TensorArg(tuple(fix(expr_of(s)) for s in v.shape), v.dtype)
+                return ff.TensorArg(tuple(self.fix(expr_of(s)) for s in v.shape), v.dtype)
             if "expr" in a.meta:
-                return fix(a.meta["expr"])
+                return self.fix(a.meta["expr"])
             if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-                return fix(v.node.expr)
+                return self.fix(v.node.expr)
             return v
         return a
 
-    def out_value(v):
+    def out_value(self, v):
         if isinstance(v, torch.Tensor):
-            return ff.TensorArg(tuple(fix(expr_of(s)) for s in v.shape), v.dtype)
+            return ff.TensorArg(tuple(self.fix(expr_of(s)) for s in v.shape), v.dtype)
         if isinstance(v, (tuple, list)):
-            return type(v)(out_value(x) for x in v)
+            return type(v)(self.out_value(x) for x in v)
         return v
 
-    counted_by_torch = ff.torch_counted()
-    op_terms: dict[str, list] = defaultdict(list)
-    byte_terms: dict[str, list] = defaultdict(list)
-    mod_terms: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    mod_bytes: dict[str, list] = defaultdict(list)
-    mod_cls: dict[str, str] = {}
-    mod_depth: dict[str, int] = {}
-    is_module = isinstance(traced.program, torch.nn.Module)
-    phase_flops: dict[str, list] = defaultdict(list)
-    phase_bytes: dict[str, list] = defaultdict(list)
-
-    for node in traced.graph.nodes:
-        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
-            continue
+    def add(self, node) -> None:
+        """Count one op node: its FLOPs by formula, its bytes, its module and phase."""
         func = node.target
         packet = func._overloadpacket
         if packet in _SCALAR_OPS:
-            continue
-        args = torch.fx.node.map_aggregate(node.args, value)
-        kwargs = torch.fx.node.map_aggregate(node.kwargs, value)
-        out = out_value(node.meta.get("val"))
+            return
+        args = torch.fx.node.map_aggregate(node.args, self.value)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, self.value)
+        out = self.out_value(node.meta.get("val"))
         ins = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, ff.TensorArg)]
         outs = [x for x in pytree.tree_leaves(out) if isinstance(x, ff.TensorArg)]
         if not ins and not outs:
-            continue
+            return
         name = str(packet)
-        cost = c.ops.get(name)
+        cost = self.c.ops.get(name)
         if cost is None:
-            cost = c.ops[name] = OpCost(name)
+            cost = self.c.ops[name] = OpCost(name)
         cost.calls += 1
+        flops = self._flops(cost, func, args, kwargs, out)
+        if is_view(func) or packet in _ALLOCATIONS:
+            nbytes = sympy.Integer(0)
+        else:
+            nbytes = sympy.Add(*[t.nbytes for t in ins], *[t.nbytes for t in outs])
+        if flops != 0:
+            self.op_terms[name].append(flops)
+            self.c.node_flops[node] = flops
+        self.byte_terms[name].append(nbytes)
+        ph = node.meta.get("phase") or "forward"
+        self.phase_flops[ph].append(flops)
+        self.phase_bytes[ph].append(nbytes)
+        if self.is_module:
+            # A module on the stack twice (recursion) counts once, as in
+            # torch's ModuleTracker.
+            for depth, (qual, cls) in enumerate(dict.fromkeys(node.meta.get("module_path", ()))):
+                self.mod_cls.setdefault(qual, cls)
+                self.mod_depth[qual] = min(depth, self.mod_depth.get(qual, depth))
+                if flops != 0:
+                    self.mod_terms[qual][name].append(flops)
+                self.mod_bytes[qual].append(nbytes)
 
+    def _flops(self, cost, func, args, kwargs, out):
+        """The op's FLOPs by its formula (0 without one), with ``cost.kind`` set to how it was counted."""
+        c, name, packet = self.c, cost.op, func._overloadpacket
         flops = sympy.Integer(0)
         formula = ff.formula_for(packet)
-        view = is_view(func)
         if formula is not None:
             try:
                 flops = sympy.sympify(formula(ff.bind(func, args, kwargs), out))
@@ -221,54 +252,36 @@ def count_graph(traced) -> GraphCosts:
                 c.uncounted[name] = c.uncounted.get(name, 0) + 1
             if packet in ff.BEYOND_TORCH:
                 c.beyond_torch[name] = c.beyond_torch.get(name, 0) + 1
-        elif packet in counted_by_torch:
+        elif packet in self.counted_by_torch:
             cost.kind = CostKind.UNCOUNTED
             c.uncounted[name] = c.uncounted.get(name, 0) + 1
-        elif view:
+        elif is_view(func):
             cost.kind = CostKind.VIEW
         else:
             cost.kind = CostKind.ZERO
             c.zero_by_convention[name] = c.zero_by_convention.get(name, 0) + 1
             if packet in ff.MATMUL_LIKE_UNCOUNTED:
                 c.matmul_like_uncounted[name] = c.matmul_like_uncounted.get(name, 0) + 1
+        return flops
 
-        if view or packet in _ALLOCATIONS:
-            nbytes = sympy.Integer(0)
-        else:
-            nbytes = sympy.Add(*[t.nbytes for t in ins], *[t.nbytes for t in outs])
-        if flops != 0:
-            op_terms[name].append(flops)
-            c.node_flops[node] = flops
-        byte_terms[name].append(nbytes)
-        ph = node.meta.get("phase") or "forward"
-        phase_flops[ph].append(flops)
-        phase_bytes[ph].append(nbytes)
-
-        if is_module:
-            # A module on the stack twice (recursion) counts once, as in
-            # torch's ModuleTracker.
-            for depth, (qual, cls) in enumerate(dict.fromkeys(node.meta.get("module_path", ()))):
-                mod_cls.setdefault(qual, cls)
-                mod_depth[qual] = min(depth, mod_depth.get(qual, depth))
-                if flops != 0:
-                    mod_terms[qual][name].append(flops)
-                mod_bytes[qual].append(nbytes)
-
-    for name, cost in c.ops.items():
-        cost.flops = sum_exprs(op_terms.get(name, ()))
-        cost.bytes = sum_exprs(byte_terms.get(name, ()))
-    c.total = nice(sum_exprs(c.flops for c in c.ops.values()))
-    c.total_bytes = nice(sum_exprs(c.bytes for c in c.ops.values()))
-    for cost in c.ops.values():
-        cost.flops, cost.bytes = nice(cost.flops), nice(cost.bytes)
-    c.by_op = {n: c.flops for n, c in c.ops.items() if c.flops != 0}
-    for ph in PHASES:
-        if ph in phase_bytes:
-            c.phase_totals[ph] = nice(sum_exprs(phase_flops[ph]))
-            c.phase_bytes[ph] = nice(sum_exprs(phase_bytes[ph]))
-    # First-run order: parents before children, in execution order.
-    for qual in mod_cls:
-        by_op = {n: sum_exprs(ts) for n, ts in mod_terms[qual].items()}
-        c.by_module[qual] = ModuleCost(qual, mod_cls[qual], sum_exprs(by_op.values()), sum_exprs(mod_bytes[qual]),
-                                          by_op, mod_depth[qual])
-    return c
+    def finish(self) -> GraphCosts:
+        """The totals: per op, overall, per phase and per module, in their nicest closed forms."""
+        c = self.c
+        for name, cost in c.ops.items():
+            cost.flops = sum_exprs(self.op_terms.get(name, ()))
+            cost.bytes = sum_exprs(self.byte_terms.get(name, ()))
+        c.total = nice(sum_exprs(c.flops for c in c.ops.values()))
+        c.total_bytes = nice(sum_exprs(c.bytes for c in c.ops.values()))
+        for cost in c.ops.values():
+            cost.flops, cost.bytes = nice(cost.flops), nice(cost.bytes)
+        c.by_op = {n: c.flops for n, c in c.ops.items() if c.flops != 0}
+        for ph in PHASES:
+            if ph in self.phase_bytes:
+                c.phase_totals[ph] = nice(sum_exprs(self.phase_flops[ph]))
+                c.phase_bytes[ph] = nice(sum_exprs(self.phase_bytes[ph]))
+        # First-run order: parents before children, in execution order.
+        for qual in self.mod_cls:
+            by_op = {n: sum_exprs(ts) for n, ts in self.mod_terms[qual].items()}
+            c.by_module[qual] = ModuleCost(qual, self.mod_cls[qual], sum_exprs(by_op.values()),
+                                           sum_exprs(self.mod_bytes[qual]), by_op, self.mod_depth[qual])
+        return c

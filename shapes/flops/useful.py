@@ -115,54 +115,17 @@ def analyze(report) -> None:
             continue
         p = getattr(n.target, "_overloadpacket", None)
         if p in ff.SDPA_CAUSAL_ARG and n in report.node_flops:
-            args = ff.bind(n.target, n.args, n.kwargs)
-            if args.get("is_causal"):
-                q, k = an.shape(args["query"]), an.shape(args["key"])
-                T, S = q[-2], k[-2]
-                if p in ff.BSHD_KERNELS:
-                    T, S = q[1], k[1]
-                kept, why = an.kept(Band(hi=0), T, S)
-                if kept is None:
-                    notes.append(f"{_where(n)}: is_causal attention counted in full: {why}")
-                    continue
-                ma = MaskedAttention(_where(n), Band(hi=0).describe(), f"{p} with is_causal=True", kept, T * S, [n])
-                found.append(ma)
-                fraction[n] = ma.fraction
+            ma, note = _causal_sdpa(an, n, p)
+        elif p in SOFTMAX:
+            ma, note = _masked_softmax(an, n, with_backward, report.node_flops)
+        else:
             continue
-        if p not in SOFTMAX:
-            continue
-        res = an.scores(n)
-        if res is None:
-            continue
-        if res[0] == "unrecognized":
-            why = res[2] if len(res) > 2 and res[2] else (
-                "attention mask not recognized as triangular (not in a form symshape follows)")
-            notes.append(f"{_where(res[1])}: {why}: counted in full")
-            continue
-        score, band, origin, masked = res
-        if not masked or band is None or (band.lo is None and band.hi is None and not band.empty):
-            if masked and band is None:
-                notes.append(f"{_where(score)}: could not combine the attention masks: counted in full")
-            continue
-        out = an.shape(score)
-        T, S = out[-2], out[-1]
-        kept, why = an.kept(band, T, S)
-        if kept is None:
-            notes.append(f"{_where(score)}: mask keeps {band.describe()}, counted in full: {why}")
-            continue
-        value = an.value_matmul(n)
-        nodes = [score] + ([value] if value is not None else [])
-        nodes = with_backward(nodes)
-        source = mask_source(origin) if isinstance(origin, torch.fx.Node) else None
-        origin_at = f"{source.target._overloadpacket} at {_where(source)}" if source is not None else "the program"
-        how = (f"score matmul {score.target._overloadpacket}"
-               + (f" and value matmul {value.target._overloadpacket}" if value is not None else "")
-               + f", mask from {origin_at}")
-        ma = MaskedAttention(_where(score), band.describe(), how, kept, T * S, [m for m in nodes
-                                                                                if m in report.node_flops])
-        found.append(ma)
-        for m in ma.nodes:
-            fraction[m] = ma.fraction
+        if note is not None:
+            notes.append(note)
+        if ma is not None:
+            found.append(ma)
+            for m in ma.nodes:
+                fraction[m] = ma.fraction
 
     by_op: dict = {}
     terms = []
@@ -174,3 +137,48 @@ def analyze(report) -> None:
     report.useful_by_op = {k: nice(sum_exprs(v)) for k, v in by_op.items()}
     report.masked_attention = found
     report.useful_notes = notes
+
+
+def _causal_sdpa(an, n, p):
+    """``(MaskedAttention or None, note or None)`` for an attention op called with ``is_causal``."""
+    args = ff.bind(n.target, n.args, n.kwargs)
+    if not args.get("is_causal"):
+        return None, None
+    q, k = an.shape(args["query"]), an.shape(args["key"])
+    T, S = q[-2], k[-2]
+    if p in ff.BSHD_KERNELS:
+        T, S = q[1], k[1]
+    kept, why = an.kept(Band(hi=0), T, S)
+    if kept is None:
+        return None, f"{_where(n)}: is_causal attention counted in full: {why}"
+    return MaskedAttention(_where(n), Band(hi=0).describe(), f"{p} with is_causal=True", kept, T * S, [n]), None
+
+
+def _masked_softmax(an, n, with_backward, node_flops):
+    """``(MaskedAttention or None, note or None)`` for a softmax over masked attention scores."""
+    res = an.scores(n)
+    if res is None:
+        return None, None
+    if res[0] == "unrecognized":
+        why = res[2] if len(res) > 2 and res[2] else (
+            "attention mask not recognized as triangular (not in a form symshape follows)")
+        return None, f"{_where(res[1])}: {why}: counted in full"
+    score, band, origin, masked = res
+    if not masked or band is None or (band.lo is None and band.hi is None and not band.empty):
+        if masked and band is None:
+            return None, f"{_where(score)}: could not combine the attention masks: counted in full"
+        return None, None
+    out = an.shape(score)
+    T, S = out[-2], out[-1]
+    kept, why = an.kept(band, T, S)
+    if kept is None:
+        return None, f"{_where(score)}: mask keeps {band.describe()}, counted in full: {why}"
+    value = an.value_matmul(n)
+    nodes = with_backward([score] + ([value] if value is not None else []))
+    source = mask_source(origin) if isinstance(origin, torch.fx.Node) else None
+    origin_at = f"{source.target._overloadpacket} at {_where(source)}" if source is not None else "the program"
+    how = (f"score matmul {score.target._overloadpacket}"
+           + (f" and value matmul {value.target._overloadpacket}" if value is not None else "")
+           + f", mask from {origin_at}")
+    return MaskedAttention(_where(score), band.describe(), how, kept, T * S,
+                           [m for m in nodes if m in node_flops]), None

@@ -1,0 +1,240 @@
+"""Every process-wide change symshape makes to torch while it traces, entered by one context manager.
+
+A trace runs inside thread-local torch machinery (the Python dispatcher, the
+recorder's dispatch mode, the creation mode): that needs no patch.  What
+follows is *process-wide*: module flags, kernel tables and function
+bindings every thread of the process sees.  :func:`tracing` applies all of
+them, and only under :data:`LOCK`, a re-entrant process-wide lock, so two
+traces in two threads run one after the other (each correct) and a trace
+started inside a trace (same thread) just nests.  Code running eagerly in
+*another* thread during a trace sees the patches too (they are
+process-wide): is_compiling() is True there, for example.
+
+| patch | why | since torch | undone by |
+| --- | --- | --- | --- |
+| ``torch.compiler._is_compiling_flag``, ``_is_exporting_flag`` (:func:`as_exporting`) | libraries take their trace-safe path (no ``.item()`` fast paths, ``torch._check`` rather than ``raise``) when ``is_compiling()``/``is_exporting()`` is True, as torch.export sets them | 2.11 | restoring the flags |
+| ``OpOverload.py_kernels`` of the ops in ``eager_checks.dispatch.PY_KERNELS`` (:func:`eager_kernels`) | the Python kernels torch registers in front of the tracer differ from eager's kernel (shapes, checks); eager's take their place | 2.11 | restoring each entry, clearing the dispatch cache |
+| Meta ``py_kernels`` of composite ops with a decomposition, backward traces only (:func:`composite_autograd_on_meta`) | autograd must see the composite's decomposition, not a Meta kernel with no derivative | 2.11 | restoring them |
+| the builtin ``scaled_dot_product_attention`` wherever a module bound it (``torch.nn.functional``, ``from torch.nn.functional import ...``) (:func:`sdpa_bool_flags`) | a decided size comparison passed as ``is_causal`` is a SymBool where eager has a bool; torch's argument parser rejects it *before* any TorchFunctionMode or dispatch mode sees the call, so only a Python wrapper bound where the program looks the name up can pass its value | 2.11 | rebinding the builtin |
+| global ``nn.Module`` forward hooks (``recorder.ModuleScope``, entered by the tracer inside :func:`tracing`) | which module emitted each node | 2.11 | removing the hooks |
+
+Example::
+
+    >>> import torch
+    >>> from shapes.torch_patches import tracing
+    >>> with tracing():
+    ...     torch.compiler.is_compiling()
+    True
+    >>> torch.compiler.is_compiling(), torch.nn.functional.scaled_dot_product_attention is SDPA
+    (False, True)
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import types
+
+import torch
+import torch.compiler
+from torch._C import DispatchKey
+
+from .eager_checks.dispatch import PY_KERNELS
+
+#: Held for the whole of every trace (re-entrant: a trace inside a trace nests).
+LOCK = threading.RLock()
+
+#: torch's builtin, whatever name a program bound it to.
+SDPA = torch._C._nn.scaled_dot_product_attention
+
+# The flags torch.export sets (torch >= 2.11 has both; older names are skipped).
+_FLAGS = ("_is_compiling_flag", "_is_exporting_flag")
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def tracing(*, backward: bool = False):
+    """Apply every patch of the table above (with ``backward``, the backward-only one too), under :data:`LOCK`.
+
+    >>> with tracing():
+    ...     with tracing():          # re-entrant in one thread
+    ...         torch.compiler.is_exporting()
+    True
+    """
+    with LOCK, contextlib.ExitStack() as stack:
+        stack.enter_context(as_exporting())
+        stack.enter_context(eager_kernels())
+        stack.enter_context(sdpa_bool_flags())
+        if backward:
+            stack.enter_context(composite_autograd_on_meta())
+        yield
+
+
+@contextlib.contextmanager
+def as_exporting():
+    """Answer torch's "am I being compiled/exported?" predicates with True.
+
+    Libraries ask whether they are being traced and then take a trace-safe path
+    (no ``.all()`` on a mask, no ``.item()`` for a fast path, ``torch._check``
+    instead of ``if ...: raise``).  transformers' ``is_tracing`` /
+    ``is_torchdynamo_compiling``, diffusers, and torch itself
+    (``torch._dynamo.is_compiling``, ``torch._utils.is_compiling``) all end in
+    ``torch.compiler.is_compiling()`` and ``torch.compiler.is_exporting()``,
+    which read two module flags.  ``torch.export`` sets exactly those flags for
+    the duration of a trace (``torch/_export/utils.py``,
+    ``_compiling_state_context``); so does symshape, and restores them after.
+    It does not claim ``torch.jit.is_tracing()`` or FX proxies: code behind
+    those checks expects a TorchScript tracer or ``torch.fx.Proxy`` objects,
+    which torch.export does not provide either.
+
+    >>> with as_exporting():
+    ...     torch.compiler.is_compiling(), torch.compiler.is_exporting()
+    (True, True)
+    >>> torch.compiler.is_compiling()
+    False
+    """
+    mod = torch.compiler
+    saved = {f: getattr(mod, f) for f in _FLAGS if hasattr(mod, f)}
+    try:
+        for f in saved:
+            setattr(mod, f, True)
+        yield
+    finally:
+        for f, v in saved.items():
+            setattr(mod, f, v)
+
+
+@contextlib.contextmanager
+def eager_kernels():
+    """While tracing, the Python kernels of :data:`~shapes.eager_checks.dispatch.PY_KERNELS` are eager's.
+
+    >>> op = torch.ops.aten.native_batch_norm.default
+    >>> with eager_kernels():
+    ...     DispatchKey.Autograd in op.py_kernels
+    False
+    """
+    saved = []
+    try:
+        for op, table in PY_KERNELS.items():
+            for key, fn in table.items():
+                saved.append((op, key, op.py_kernels.get(key, _MISSING)))
+                if fn is None:
+                    op.py_kernels.pop(key, None)
+                else:
+                    op.py_kernels[key] = fn
+            op._dispatch_cache.clear()
+        yield
+    finally:
+        for op, key, fn in reversed(saved):
+            if fn is _MISSING:
+                op.py_kernels.pop(key, None)
+            else:
+                op.py_kernels[key] = fn
+            op._dispatch_cache.clear()
+
+
+@contextlib.contextmanager
+def composite_autograd_on_meta():
+    """Let autograd differentiate composite ops on meta tensors under the Python dispatcher.
+
+    torch registers Python meta kernels for some CompositeImplicitAutograd ops
+    (``nll_loss``, ...).  The Python dispatcher then resolves AutogradMeta to
+    the autograd fallback instead of the composite kernel (it sees a "backend
+    kernel"), so the op gets no backward formula and its gradient is silently
+    lost.  While recording a backward pass those Meta kernels are set aside, so
+    the composite decomposes above autograd as it does in eager mode.
+
+    >>> op = torch.ops.aten.nll_loss.default
+    >>> with composite_autograd_on_meta():
+    ...     DispatchKey.Meta in op.py_kernels
+    False
+    >>> DispatchKey.Meta in op.py_kernels
+    True
+    """
+    from torch._decomp import global_decomposition_table
+    removed = []
+    ops = {op for table in global_decomposition_table.values() for op in table}
+    for op in ops:
+        if (isinstance(op, torch._ops.OpOverload) and DispatchKey.Meta in op.py_kernels
+                and torch._C._dispatch_has_kernel_for_dispatch_key(op.name(), "CompositeImplicitAutograd")):
+            removed.append((op, op.py_kernels.pop(DispatchKey.Meta)))
+            _clear_dispatch_cache(op)
+    try:
+        yield
+    finally:
+        for op, fn in removed:
+            op.py_kernels[DispatchKey.Meta] = fn
+            _clear_dispatch_cache(op)
+
+
+def _clear_dispatch_cache(op):
+    cache = getattr(op, "_dispatch_cache", None)
+    if cache is not None:
+        cache.clear()
+
+
+def sdpa_with_bool_flags(*args, **kwargs):
+    """``scaled_dot_product_attention`` with a decided size comparison as ``is_causal`` passed as its bool.
+
+    ``T > 1 and mask is None`` is a Python bool in eager, but with a symbolic
+    ``T`` that is 1 Python's ``and`` returns the (false) comparison itself, a
+    SymBool, which torch's argument parser rejects.  The comparison was
+    already decided (a guard), so passing its value is what eager does.
+    With other arguments it is the builtin itself.
+    """
+    if len(args) > 5 and isinstance(args[5], torch.SymBool):
+        args = (*args[:5], bool(args[5]), *args[6:])
+    if isinstance(kwargs.get("is_causal"), torch.SymBool):
+        kwargs["is_causal"] = bool(kwargs["is_causal"])
+    return SDPA(*args, **kwargs)
+
+
+class _Bindings:
+    """Where modules bound the builtin :data:`SDPA` (``from torch.nn.functional import
+    scaled_dot_product_attention``), found by an incremental scan of ``sys.modules``:
+    modules bind names at import, so each module is scanned once (the first scan of a
+    process with transformers loaded takes ~10 ms)."""
+
+    def __init__(self):
+        self.scanned: set[str] = set()
+        self.found: list[tuple[dict, str]] = []
+
+    def update(self) -> list[tuple[dict, str]]:
+        for name, mod in list(sys.modules.items()):
+            if name in self.scanned:
+                continue
+            self.scanned.add(name)
+            if not isinstance(mod, types.ModuleType) or name.startswith("torch._C") or name == __name__:
+                continue  # torch._C._nn and this module hold the builtin the wrapper calls
+            d = vars(mod)
+            self.found.extend((d, k) for k, v in list(d.items()) if v is SDPA)
+        return self.found
+
+
+_BINDINGS = _Bindings()
+
+
+@contextlib.contextmanager
+def sdpa_bool_flags():
+    """While tracing, every module-level binding of the SDPA builtin is :func:`sdpa_with_bool_flags`.
+
+    A TorchFunctionMode cannot do this: the builtin's argument parser raises
+    on a SymBool ``is_causal`` before torch looks for modes.  A binding the
+    scan cannot see (a local alias, an attribute of an object) still fails
+    with an :class:`~shapes.errors.UnsupportedOpError`, never a wrong result.
+
+    >>> with sdpa_bool_flags():
+    ...     torch.nn.functional.scaled_dot_product_attention is sdpa_with_bool_flags
+    True
+    """
+    rebound = []
+    try:
+        for d, k in _BINDINGS.update():
+            if d.get(k) is SDPA:
+                d[k] = sdpa_with_bool_flags
+                rebound.append((d, k))
+        yield
+    finally:
+        for d, k in rebound:
+            if d.get(k) is sdpa_with_bool_flags:
+                d[k] = SDPA

@@ -1,0 +1,107 @@
+"""The process-wide torch patches of a trace (shapes.torch_patches): early-bound names, threads, restoration."""
+import threading
+
+import torch
+import torch.nn.functional as F
+# Bound before any trace, as a program's module does: the builtin itself, not the module attribute.
+from torch.nn.functional import scaled_dot_product_attention as sdpa_bound_early
+
+import shapes
+from shapes import torch_patches
+
+
+def causal_if_long(q):
+    """``is_causal`` is a size comparison: a SymBool while tracing, which torch's parser rejects."""
+    T = q.shape[2]
+    return sdpa_bound_early(q, q, q, is_causal=T > 1)
+
+
+def causal_if_long_positional(q):
+    T = q.shape[2]
+    return sdpa_bound_early(q, q, q, None, 0.0, T > 1)
+
+
+def is_compiling_branch(x):
+    # Libraries take their trace-safe path when torch says it is compiling.
+    return x * 2 if torch.compiler.is_compiling() else x * 3
+
+
+class BatchNormEval(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = torch.nn.BatchNorm1d(4).eval()
+
+    def forward(self, x):
+        return self.bn(x)
+
+
+def test_sdpa_bound_before_the_trace_gets_is_causal_as_bool():
+    for program in (causal_if_long, causal_if_long_positional):
+        tp = shapes.trace(program, "q: f32[B, H, T, 8]", dims={"T": 5})
+        B, H, T = (tp.env.symbols[n] for n in "BHT")
+        assert tp.output_shapes == [(B, H, T, 8)]
+        assert [str(g.expr) for g in tp.guards] == ["T > 1"]
+        q = torch.randn(2, 3, 5, 8)
+        torch.testing.assert_close(tp.run(q), F.scaled_dot_product_attention(q, q, q, is_causal=True))
+    # Nothing stays patched: the early binding is torch's builtin again.
+    assert sdpa_bound_early is torch._C._nn.scaled_dot_product_attention
+    assert F.scaled_dot_product_attention is torch._C._nn.scaled_dot_product_attention
+
+
+def _signature(tp):
+    return (tp.output_shapes, [str(g.expr) for g in tp.guards], len(tp.graph.nodes))
+
+
+CASES = [
+    (causal_if_long, "q: f32[B, H, T, 8]"),
+    (is_compiling_branch, "x: f32[B, 4]"),
+    (BatchNormEval(), "x: f32[B, 4]"),
+]
+
+
+def test_two_traces_in_two_threads_are_each_correct():
+    expected = [_signature(shapes.trace(p, spec)) for p, spec in CASES]
+    results: dict = {}
+    errors: list = []
+    start = threading.Barrier(2)
+
+    def worker(k):
+        try:
+            start.wait()
+            for _ in range(3):
+                for i, (p, spec) in enumerate(CASES):
+                    results.setdefault((k, i), []).append(_signature(shapes.trace(p, spec)))
+        except BaseException as e:  # noqa: BLE001 - the test thread reports any failure to the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for (k, i), sigs in results.items():
+        assert sigs == [expected[i]] * 3, (k, i)
+    # The traces in the threads took the trace-safe branch, and the process is unpatched after.
+    tp = shapes.trace(is_compiling_branch, "x: f32[B, 4]")
+    assert [n.target for n in tp.graph.nodes if n.op == "call_function"] == [torch.ops.aten.mul.Tensor]
+    assert torch.compiler.is_compiling() is False
+    x = torch.ones(2, 4)
+    assert torch.equal(tp.run(x), x * 2)
+    assert torch.equal(is_compiling_branch(x), x * 3)
+
+
+def test_the_lock_is_held_for_a_whole_trace():
+    seen = []
+
+    def probe(x):
+        # Another thread cannot take the lock while this trace runs; this thread can (re-entrant).
+        other = threading.Thread(target=lambda: seen.append(torch_patches.LOCK.acquire(blocking=False)))
+        other.start()
+        other.join()
+        seen.append(torch_patches.LOCK.acquire(blocking=False))
+        torch_patches.LOCK.release()
+        return x + 1
+
+    shapes.trace(probe, "x: f32[B]")
+    assert seen == [False, True]
