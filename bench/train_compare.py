@@ -72,21 +72,25 @@ def build(name, device, max_len):
     if name == "gpt2":
         m = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=vocab, n_embd=d, n_layer=n, n_head=h, n_positions=max_len,
                                              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        m.config.loss_type = m.loss_type = "ForCausalLM"  # else transformers logs once per call: a graph break in every mode
     elif name == "llama":
         m = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=vocab, hidden_size=d, intermediate_size=inter,
                                                num_hidden_layers=n, num_attention_heads=h,
                                                num_key_value_heads=max(1, h // 2), max_position_embeddings=max_len))
+        m.config.loss_type = m.loss_type = "ForCausalLM"
     elif name == "bert":
         m = tf.BertForMaskedLM(tf.BertConfig(vocab_size=vocab, hidden_size=d, num_hidden_layers=n,
                                              num_attention_heads=h, intermediate_size=inter,
                                              max_position_embeddings=max_len, hidden_dropout_prob=0.0,
                                              attention_probs_dropout_prob=0.0))
+        m.config.loss_type = m.loss_type = "ForMaskedLM"
     elif name == "vit":
         m = tf.ViTForImageClassification(tf.ViTConfig(image_size=224, patch_size=16, hidden_size=d,
                                                       num_hidden_layers=n, num_attention_heads=h,
                                                       intermediate_size=inter, num_labels=10,
                                                       hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                                                       problem_type="single_label_classification"))
+        m.config.loss_type = m.loss_type = "ForImageClassification"
     else:
         raise ValueError(name)
     m = m.to(device).train()

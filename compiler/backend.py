@@ -128,15 +128,16 @@ def _compile(gm, example_inputs, options):
     BACKEND_STATS["graphs"] += 1
     eager_gm = gm
     gm, scalars = _specialize_scalars(gm, example_inputs)
+    cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
+    target = options.get("target") or os.environ.get("SYMSHAPE_TARGET") or ("triton" if cuda else "cpp")
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        # AOTAutograd plans its own graphs' inputs (sizes passed as SymInts included).
+        return _compile_training(eager_gm, gm, scalars, example_inputs, target)
     planned = _plan_inputs(gm, example_inputs)
     if planned is None:
         BACKEND_STATS["eager_graphs"] += 1
         return eager_gm.forward
     specs, dims, layout = planned
-    cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
-    target = options.get("target") or os.environ.get("SYMSHAPE_TARGET") or ("triton" if cuda else "cpp")
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
-        return _compile_training(eager_gm, gm, scalars, example_inputs, target)
 
     def program(*tensors):
         args = []
