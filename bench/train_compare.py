@@ -170,6 +170,7 @@ def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
         res["err"] = grad_error(model, fn, check, dtype, device)
         first_s = time.perf_counter() - t0
         first_graphs = _graphs() - g0
+        traces0 = compiler.STATS["traces"]
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
         times, compiles = [], []
@@ -192,6 +193,7 @@ def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
         res["compile_s"] = first_s + sum(c - (med if med == med else 0) for c in compiles)
         res["recompiles"] = _graphs() - g0 - first_graphs
         res["first_graphs"] = first_graphs
+        res["retraces"] = compiler.STATS["traces"] - traces0  # symshape variants traced after the first step
         res["fallbacks"] = compiler.BACKEND_STATS.get("eager_train_graphs", 0) - fb0
         if device == "cuda":
             res["peak_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
@@ -218,7 +220,8 @@ def report(rows, modes, device, n_lens) -> str:
         vs_eager.append(a)
         vs_dyn.append(b)
         lines.append(f"{name:<7}{dt:<9}" + "".join(f"{ms[m]:>12.2f}" for m in modes) + f"   {a:>8.2f}x  {b:>9.2f}x")
-    lines += ["", "per mode: compile s, recompiles after the first step (graphs at first step), fallbacks, "
+    lines += ["", "per mode: compile s, recompiles after the first step (graphs at first step), symshape retraces "
+              "after the first step, fallbacks, "
               "peak MiB, max grad err vs fp32 eager"]
     for (name, dt), res in rows.items():
         for m in modes:
@@ -227,7 +230,7 @@ def report(rows, modes, device, n_lens) -> str:
                 continue
             r = res[m]
             lines.append(f"  {name:<6} {dt:<8} {m:<10} compile {r['compile_s']:>7.1f}s  recompiles {r['recompiles']:>3} "
-                         f"({r.get('first_graphs', 0)})  fallbacks {r['fallbacks']}  peak {r['peak_mib']:>8.0f}  "
+                         f"({r.get('first_graphs', 0)})  retraces {r.get('retraces', 0)}  fallbacks {r['fallbacks']}  peak {r['peak_mib']:>8.0f}  "
                          f"err {r['err']:.1e}" + (f"  FAIL {r['fail']}" if "fail" in r else ""))
     ge, gd = _geo(vs_eager), _geo(vs_dyn)
     lines += ["", f"geomean symshape speedup: vs eager {ge:.2f}x, vs Inductor dynamic {gd:.2f}x"]
@@ -259,6 +262,7 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=float("inf"), help="seconds; no new row starts after it")
     ap.add_argument("--static-steps", type=int, default=None,
                     help="steps Inductor static runs (each new length compiles; default all, --quick 3)")
+    ap.add_argument("--static-models", default=None, help="models Inductor static runs for (default: all)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     # Compiled steps are cheap on a GPU: 50 lengths there even with --quick (Inductor static,
@@ -281,6 +285,8 @@ def main(argv=None):
                 continue
             rows[(name, dt)] = res = {}
             for m in modes:
+                if m == "ind_static" and a.static_models is not None and name not in a.static_models.split(","):
+                    continue
                 try:
                     run_lens = lens[:static_steps] if m == "ind_static" else lens
                     res[m] = run_mode(m, name, dtypes[dt], a.device, run_lens, 127, sys.stdout)
