@@ -61,6 +61,11 @@ def run(args) -> int:
         if args.at is not None and not point:
             raise CliError(f"--at {args.at!r} names no sizes; give NAME=INT pairs, e.g. --at B=1,T=7")
         _, tp = trace_target(args, status, [point] if point else [])
+        if not args.cuda_graphs:
+            status.phase("tracing the paths sizes 1 take")
+            from shapes.paths import join_size_one
+
+            tp = join_size_one(tp)
         if args.cuda_graphs:
             if fmt != "text":
                 raise CliError("--cuda-graphs writes a text report; leave out --format or use a .txt output")
@@ -84,7 +89,12 @@ def run(args) -> int:
                 out = ex.html()
             else:
                 out = ex.text(width=args.width)
-    return _write(args, fmt, out)
+    rc = _write(args, fmt, out)
+    if not args.cuda_graphs and point and ex.at is not None and ex.at.verdict == "runtime_error":
+        import sys
+        print(f"symshape explain: a call at {args.at} fails at run time (see the report)", file=sys.stderr)
+        return 1  # scripts can tell a size that fails from one that runs
+    return rc
 
 
 def _write(args, fmt, out) -> int:

@@ -36,11 +36,22 @@ def run(args) -> int:
     return 0
 
 
+def device_line(tp, short_path) -> str:
+    """What the trace assumes about the device: ``device: cpu (assumed: read at 3 lines, first at f.py:4)``."""
+    if not tp.device_reads:
+        return f"device: {tp.device} (never read by the program: the graph runs on any device)"
+    first = tp.device_reads[0].provenance
+    return (f"device: {tp.device} (assumed: the program read it at {len(tp.device_reads)} place(s), first "
+            f"at {short_path(first.filename)}:{first.lineno}; run() refuses inputs on another device)")
+
+
 def _print(args, tp) -> None:
     import json
 
     from guards.explain import short_path
     from guards.render import render_guard, to_python
+    from shapes.data_names import data_names
+    from shapes.program import OutputKind
 
     outputs = tp.outputs()
     if args.json:
@@ -48,15 +59,18 @@ def _print(args, tp) -> None:
             "inputs": [str(s) for s in tp.specs],
             "arguments": {k: v for k, v in args.arg.items()},
             "example_sizes": tp.hints,
-            "outputs": [{"path": o.path, "kind": o.kind, "text": o.text(),
-                         **({"shape": [to_python(e) for e in o.shape], "dtype": str(o.dtype).replace("torch.", "")}
-                            if o.kind == "tensor" else {})} for o in outputs],
-            "output_shapes": [[to_python(e) for e in s] for s in tp.output_shapes],
+            "outputs": [{"path": o.path, "kind": o.kind.value, "text": o.text(),
+                         **({"shape": [to_python(e, o.names) for e in o.shape], "dtype": str(o.dtype).replace("torch.", "")}
+                            if o.kind is OutputKind.TENSOR else {})} for o in outputs],
+            "output_shapes": [[to_python(e, data_names(tp.env)) for e in s] for s in tp.output_shapes],
             "guards": [{"kind": g.kind.value, "expr": render_guard(g, tp.env, user_terms=False),
                         "user_terms": render_guard(g, tp.env), "file": g.filename, "line": g.lineno,
                         "code": g.code, "op": g.op} for g in tp.records],
             "unchecked_indices": [{"file": p.filename, "line": p.lineno, "message": m}
                                   for p, m in tp.unchecked_indices],
+            "device": str(tp.device),
+            "device_reads": [{"what": r.what, "file": r.provenance.filename, "line": r.provenance.lineno,
+                              "code": r.provenance.code} for r in tp.device_reads],
         }, indent=2, default=repr))
         return
     print(f"traced {args.target} at " + ", ".join(f"{k}={v}" for k, v in tp.hints.items()))
@@ -64,9 +78,12 @@ def _print(args, tp) -> None:
         print(f"  {o}")
     print(f"{len(tp.guards)} guard(s), {len(tp.runtime_asserts)} runtime assert(s)")
     for g in tp.records:
-        print(f"  [{g.kind.value}] {render_guard(g, tp.env, user_terms=False)}   "
-              f"({render_guard(g, tp.env)})  at {short_path(g.filename)}:{g.lineno}")
+        dims, user = render_guard(g, tp.env, user_terms=False), render_guard(g, tp.env)
+        print(f"  [{g.kind.value}] {dims}" + (f"   ({user})" if user != dims else "")
+              + f"  at {short_path(g.filename)}:{g.lineno}")
     for p, m in tp.unchecked_indices:
         print(f"  [unchecked index] {m}  at {short_path(p.filename)}:{p.lineno}")
+    if tp.device_reads or tp.device.type != "cpu":
+        print(device_line(tp, short_path))
     if args.graph:
         print(tp.graph)

@@ -67,6 +67,14 @@ class FallbackKind(enum.Enum):
     AOT = "aot"  # AOTAutograd itself could not trace the joint graph
 
 
+class ArgKind(enum.Enum):
+    """What one argument or output of an ATen graph is, for symshape's compiled program."""
+
+    TENSOR = "tensor"
+    EXPR = "expr"  # a SymInt: an expression of the dims
+    CONST = "const"
+
+
 class TrainingFallback(UserWarning):
     """A training graph runs uncompiled (eager ATen); the message says why, in one line."""
 
@@ -138,11 +146,11 @@ def _hint(s) -> int:
 class GraphPlan:
     """How one ATen graph's arguments map to symshape's tensor inputs and dims.
 
-    ``layout``: per argument, ``("tensor", k)`` (the k-th tensor input),
-    ``("expr", e)`` (a SymInt: its expression of the dims) or ``("const", v)``.
+    ``layout``: per argument, ``(ArgKind.TENSOR, k)`` (the k-th tensor input),
+    ``(ArgKind.EXPR, e)`` (a SymInt: its expression of the dims) or ``(ArgKind.CONST, v)``.
     ``where``: each dim symbol -> (tensor input, axis) that carries it.
 
-    >>> plan_graph([torch.randn(2, 3), 4]).layout
+    >>> [(k.value, v) for k, v in plan_graph([torch.randn(2, 3), 4]).layout]
     [('tensor', 0), ('const', 4)]
     """
 
@@ -210,18 +218,18 @@ def plan_graph(example_inputs) -> Optional[GraphPlan]:
     counter = 0
     for ex in example_inputs:
         if isinstance(ex, torch.Tensor):
-            layout.append(("tensor", counter))
+            layout.append((ArgKind.TENSOR, counter))
             counter += 1
         elif isinstance(ex, torch.SymInt):
             e = ex.node.expr
             if e.is_Integer:
-                layout.append(("const", int(e)))
+                layout.append((ArgKind.CONST, int(e)))
             elif e.free_symbols <= set(where):
-                layout.append(("expr", e))
+                layout.append((ArgKind.EXPR, e))
             else:
                 return None
         elif ex is None or isinstance(ex, (int, float, bool)):
-            layout.append(("const", ex))
+            layout.append((ArgKind.CONST, ex))
         else:
             return None
     return GraphPlan(specs=specs, dims=dims, layout=layout, where=where, tensor_pos=tensor_pos,
@@ -229,23 +237,28 @@ def plan_graph(example_inputs) -> Optional[GraphPlan]:
 
 
 def _outputs(gm) -> list:
-    """Per output of ``gm``: ``("tensor", None)``, ``("expr", e)`` for a SymInt, or ``("const", v)``."""
+    """Per output of ``gm``: ``(ArgKind.TENSOR, None)``, ``(ArgKind.EXPR, e)`` for a SymInt, or ``(ArgKind.CONST, v)``."""
     out_node = next(n for n in gm.graph.nodes if n.op == "output")
     res = []
     for a in out_node.args[0]:
         if isinstance(a, torch.fx.Node):
             v = a.meta.get("val")
             if isinstance(v, torch.Tensor):
-                res.append(("tensor", None))
+                res.append((ArgKind.TENSOR, None))
             elif isinstance(v, torch.SymInt) and not v.node.expr.is_Integer:
-                res.append(("expr", v.node.expr))
+                res.append((ArgKind.EXPR, v.node.expr))
             elif isinstance(v, (int, torch.SymInt)):
-                res.append(("const", int(v)))
+                res.append((ArgKind.CONST, int(v)))
             else:
                 return None
         else:
-            res.append(("const", a))
+            res.append((ArgKind.CONST, a))
     return res
+
+
+#: What lowering, code generation and kernel builds raise when they fail (gcc and Triton included).
+_COMPILE_ERRORS = (RuntimeError, ValueError, TypeError, KeyError, AttributeError, IndexError, AssertionError,
+                   NotImplementedError, OSError, ArithmeticError, ImportError)
 
 
 def compile_aten_graph(gm, example_inputs, *, target: str, graph: str, stats: dict):
@@ -274,14 +287,14 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     def program(*tensors):
         args = []
         for kind, v in layout:
-            if kind == "tensor":
+            if kind is ArgKind.TENSOR:
                 args.append(tensors[v])
-            elif kind == "expr":
+            elif kind is ArgKind.EXPR:
                 args.append(eval_size(v, {s: tensors[k].shape[d] for s, (k, d) in plan.where.items()}))
             else:
                 args.append(v)
         res = gm(*args)
-        return tuple(r for r, (kind, _) in zip(res, outs) if kind == "tensor")
+        return tuple(r for r, (kind, _) in zip(res, outs) if kind is ArgKind.TENSOR)
 
     program.__signature__ = None  # takes *tensors; keeps the tracer's arity check quiet
     try:
@@ -293,7 +306,7 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     except SymshapeError as e:
         warn_fallback(stats, graph=graph, kind=FallbackKind.TRACE, reason=f"{type(e).__name__}: {e}")
         return make_boxed_func(gm)
-    except Exception as e:  # noqa: BLE001 -- the compiler boundary: the step runs as the ATen graph, and says why
+    except _COMPILE_ERRORS as e:  # lowering, code generation, a kernel build: the ATen graph runs, and says why
         warn_fallback(stats, graph=graph, kind=FallbackKind.COMPILE, reason=f"{type(e).__name__}: {e}")
         return make_boxed_func(gm)
     if compiled.variants[0].eager:
@@ -301,9 +314,9 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
                       reason=f"lowering: {compiled.variants[0].eager_reason}")
         return make_boxed_func(gm)
     compiled.key_inputs = [i for i, s in enumerate(plan.specs) if any(not isinstance(d, int) for d in s.dims)]
-    sym_outs = [e for kind, e in outs if kind == "expr"]
+    sym_outs = [e for kind, e in outs if kind is ArgKind.EXPR]
     tensor_pos = plan.tensor_pos
-    simple = not sym_outs and all(kind == "tensor" for kind, _ in outs)
+    simple = not sym_outs and all(kind is ArgKind.TENSOR for kind, _ in outs)
 
     def run(*args):
         tensors = [args[i] for i in tensor_pos]
@@ -313,7 +326,7 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
             return list(got)
         ints = iter(plan.eval_exprs(sym_outs, tensors)) if sym_outs else iter(())
         it = iter(got)
-        return [next(it) if kind == "tensor" else next(ints) if kind == "expr" else v for kind, v in outs]
+        return [next(it) if kind is ArgKind.TENSOR else next(ints) if kind is ArgKind.EXPR else v for kind, v in outs]
 
     run.compiled = compiled
     return _boxed(run)
@@ -356,4 +369,4 @@ def decompositions() -> dict:
 
 
 __all__ = ["train_backend", "compile_aten_graph", "plan_graph", "GraphPlan", "TrainingFallback", "FallbackKind",
-           "Fallback", "FALLBACKS", "warn_fallback", "decompositions"]
+           "Fallback", "FALLBACKS", "ArgKind", "warn_fallback", "decompositions"]

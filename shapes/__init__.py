@@ -16,10 +16,12 @@ from .program import TracedProgram
 from .provenance import Provenance
 from .spec import Dim, InputSpec, parse_spec
 from .tracer import trace
+from .paths import TracedPaths, trace_paths
 from .value_ranges import ValueRange, bound
 
 __all__ = [
     "trace", "ShapeEnv", "TracedProgram", "Guard", "GuardKind", "Decision", "LogEntry", "StepKind", "Provenance",
     "Dim", "InputSpec", "parse_spec", "ValueRange", "bound", "DataDependentError", "GuardViolation",
     "SpecError", "SymshapeError", "TraceError", "TracerLimitation", "UnsupportedOpError", "count_flops", "FlopReport",
+    "trace_paths", "TracedPaths",
 ]

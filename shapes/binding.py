@@ -192,15 +192,15 @@ class CapturedState:
         metas: dict = {}
         for root in self.modules:
             for mod in root.modules():
-                for kind in ("_parameters", "_buffers"):
-                    store = mod.__dict__.get(kind) or {}
+                for is_param, store in ((True, mod.__dict__.get("_parameters") or {}),
+                                        (False, mod.__dict__.get("_buffers") or {})):
                     for name, t in list(store.items()):
                         if t is None or t.device.type == "meta":
                             continue
                         m = metas.get(id(t))
                         if m is None:
                             m = meta_like(t)
-                            if kind == "_parameters":
+                            if is_param:
                                 m = torch.nn.Parameter(m, requires_grad=self.trainable and t.requires_grad)
                             metas[id(t)] = m
                             self.constant(t, m)

@@ -26,6 +26,7 @@ import sympy
 import torch
 from torch.overrides import TorchFunctionMode
 
+from .devices import is_trace_device, real_device
 from .errors import program_error
 from .index_bounds import IndexRange
 
@@ -60,7 +61,13 @@ def _infer_dtype(leaves):
 
 
 def _is_meta(device) -> bool:
-    return device is not None and torch.device(device).type == "meta"
+    """Whether ``device`` is where the trace's tensors live (meta, or the device they report)."""
+    return is_trace_device(device)
+
+
+def _in_trace(t) -> bool:
+    """Whether ``t`` is one of the trace's tensors (meta, whatever device it reports)."""
+    return isinstance(t, torch.Tensor) and real_device(t).type == "meta"
 
 
 class CreationMode(TorchFunctionMode):
@@ -80,18 +87,14 @@ class CreationMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        try:
-            h = self._handlers.get(func)
-            if h is not None:
-                out = h(func, args, kwargs)
-                if out is not NotImplemented:
-                    return out
-            return func(*args, **kwargs)
-        except Exception as e:
-            tb = e.__traceback__
-            if tb is not None and tb.tb_next is None:
-                program_error(e)  # torch's C++ raised it for the program, not this frame
-            raise
+        h = self._handlers.get(func)
+        if h is not None:
+            out = h(func, args, kwargs)
+            if out is not NotImplemented:
+                return out
+        # An exception raised right here is torch's C++ raising for the program, not this
+        # frame's (shapes.failures.engine_frame_of reads it so: see torch_call_frame).
+        return func(*args, **kwargs)
 
     # -- building -------------------------------------------------------------------------
     def from_data(self, data, dtype=None, device=None):
@@ -141,16 +144,17 @@ class CreationMode(TorchFunctionMode):
         self_t, data = args[0], (args[1] if len(args) > 1 else kwargs.get("data"))
         if isinstance(data, torch.Tensor) or not _is_data(data) or kwargs.get("requires_grad"):
             return NotImplemented
-        device = kwargs.get("device") or self_t.device
+        device = kwargs.get("device")
         dtype = kwargs.get("dtype") or self_t.dtype
-        if not _is_meta(device):
+        if not (_is_meta(device) if device is not None else _in_trace(self_t)):
             return NotImplemented
-        return self.from_data(data, dtype, device)
+        return self.from_data(data, dtype, "meta")
 
-    def _index(self, idx, device):
-        """Lists in an index become index tensors the graph knows (torch makes them on ``device``)."""
-        if not _is_meta(device):
+    def _index(self, idx, x):
+        """Lists in an index of ``x`` become index tensors the graph knows (torch makes them on ``x``'s device)."""
+        if not _in_trace(x):
             return idx
+        device = "meta"
 
         def conv(i):
             if isinstance(i, list) and i and _is_data(i) and not all(isinstance(v, bool) for v in _leaves(i, [])):
@@ -166,17 +170,22 @@ class CreationMode(TorchFunctionMode):
 
     def _getitem(self, func, args, kwargs):
         x, idx = args[0], args[1]
-        new = self._index(idx, x.device)
+        new = self._index(idx, x)
         if new is idx:
             return NotImplemented
         return func(x, new)
 
     def _setitem(self, func, args, kwargs):
         x, idx, value = args[0], args[1], args[2]
-        new = self._index(idx, x.device)
-        if isinstance(value, (list, tuple)) and _is_data(value) and _is_meta(x.device):
-            value = self.from_data(value, x.dtype, x.device)
+        new = self._index(idx, x)
+        if isinstance(value, (list, tuple)) and _is_data(value) and _in_trace(x):
+            value = self.from_data(value, x.dtype, "meta")
         elif new is idx:
             return NotImplemented
         return func(x, new, value)
 
+
+def torch_call_frame(frame) -> bool:
+    """Whether ``frame`` (a ``traceback.FrameSummary``) is :class:`CreationMode` calling torch:
+    an exception whose innermost frame it is was raised by torch's C++ for the program."""
+    return frame.filename == __file__ and frame.name == "__torch_function__"

@@ -23,7 +23,8 @@ from typing import Optional
 
 import torch
 
-from .errors import EngineFailure, TraceError, UnsupportedOpError
+from .creation import torch_call_frame
+from .errors import EngineFailure, RaisedForProgram, TraceError, UnsupportedOpError
 from .provenance import Provenance, is_engine_file, is_library_file
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -52,10 +53,11 @@ def engine_frame_of(exc: BaseException) -> Optional[str]:
     """Where symshape's own code raised ``exc`` ("file:line"), or None when the
     exception is the program's (raised by torch, a library, the user's code, or
     by the engine on purpose for the program)."""
-    if getattr(exc, "symshape_program_error", False):
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, RaisedForProgram) or (frames and torch_call_frame(frames[-1])):
         return None
     last = None
-    for fs in traceback.extract_tb(exc.__traceback__):
+    for fs in frames:
         fn = fs.filename
         if is_engine_file(fn) or not (is_library_file(fn) and not fn.startswith(_TORCH_DIR)):
             # sympy and the standard library are the engine's helpers: the frame
@@ -64,6 +66,60 @@ def engine_frame_of(exc: BaseException) -> Optional[str]:
     if last is not None and is_engine_file(last.filename):
         return f"{os.path.basename(last.filename)}:{last.lineno}"
     return None
+
+
+# torch's own symbolic-shape machinery, which runs only because symshape traces with
+# symbolic sizes: an exception raised there is never one eager raises.
+_TORCH_SYMBOLIC = tuple(os.path.join(_TORCH_DIR, p) for p in (
+    os.path.join("fx", "experimental", "sym_node.py"), os.path.join("fx", "experimental", "symbolic_shapes.py"),
+    os.path.join("fx", "experimental", "_sym_dispatch_mode.py"), "_sympy" + os.sep))
+
+
+def torch_call_of(exc: BaseException) -> Optional[str]:
+    """The torch function the program's innermost line called when ``exc`` was raised
+    (``torch.nn.functional.interpolate``), or None.
+
+    >>> torch_call_of(ValueError("plain")) is None
+    True
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [i for i, fs in enumerate(frames) if not is_engine_file(fs.filename) and not is_library_file(fs.filename)]
+    start = user[-1] + 1 if user else 0
+    for fs in frames[start:]:
+        if fs.filename.startswith(_TORCH_DIR):
+            rel = os.path.relpath(fs.filename, _TORCH_DIR)[:-3].replace(os.sep, ".").replace(".__init__", "")
+            return f"torch.{rel}.{fs.name}" if rel != "__init__" else f"torch.{fs.name}"
+    return None
+
+
+def torch_symbolic_frame_of(exc: BaseException) -> Optional[str]:
+    """Where torch's symbolic-shape code raised ``exc`` ("torch/.../sym_node.py:1849"), when its
+    innermost frame is there (None otherwise).
+
+    >>> torch_symbolic_frame_of(ValueError("plain")) is None
+    True
+    """
+    if isinstance(exc, RaisedForProgram):
+        return None
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames and frames[-1].filename.startswith(_TORCH_SYMBOLIC):
+        return f"torch/{os.path.relpath(frames[-1].filename, _TORCH_DIR)}:{frames[-1].lineno}"
+    return None
+
+
+_META_WORDS = re.compile(r"\b(got|on|device) meta\b|device='meta'|\bmeta device\b|\bMeta\b backend")
+
+
+def _meta_leak(exc: BaseException) -> bool:
+    """An error about the ``meta`` device: the trace's tensors live there, eager's never do.
+
+    >>> _meta_leak(RuntimeError("Function AddmmBackward0 returned an invalid gradient at index 2 - "
+    ...                         "expected device cpu but got meta"))
+    True
+    >>> _meta_leak(RuntimeError("shape '[-1, 4]' is invalid for input of size 6"))
+    False
+    """
+    return bool(_META_WORDS.search(str(exc)))
 
 
 def trace_failure(e: Exception, env, at: str) -> Exception:
@@ -75,13 +131,15 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
     anything else is the program's :class:`TraceError`, with the path (guards)
     that led there.
     """
-    if symbolic_type_error(e):
+    if symbolic_type_error(e) or (not isinstance(e, TypeError) and _SYMBOLIC_TYPE.search(str(e))
+                                   and not isinstance(e, RaisedForProgram)):
         # Not the program's error: eager passes a plain value where the trace has a symbolic one.
         what = ("a size comparison (SymBool) reached a torch function that takes a bool"
                 if "not SymBool" in str(e) else "a symbolic size reached torch code that wants a plain value")
-        err = UnsupportedOpError(f"{what} ({first_line(e)}); please report it")
-        err.env = env
-        return err
+        prov, op = user_frame_of(e), torch_call_of(e)
+        return UnsupportedOpError(f"{what} at {prov.filename}:{prov.lineno} (`{prov.code}`"
+                                  f"{f', in {op}' if op else ''}): {type(e).__name__}: {first_line(e)}. This is a "
+                                  f"limitation of symshape, not an error of the program; please report it").in_trace(env)
     dde = getattr(env, "last_data_dependent", None)
     if dde is not None and str(dde) in str(e):
         # Our DataDependentError, re-raised by torch's C++ as its own RuntimeError.
@@ -90,46 +148,25 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
     if isinstance(e, RuntimeError) and _SYMBOLIC_READ in str(e):
         # A C++ kernel read a size as an int (TensorImpl::throw_cannot_call_with_symbolic):
         # torch's limit on symbolic tensors, which eager never meets.
-        err = UnsupportedOpError(
+        return UnsupportedOpError(
             f"a torch kernel called at {prov.filename}:{prov.lineno} (`{prov.code}`) reads "
             f"the sizes of a tensor as integers ({first_line(e)}), which symbolic tracing cannot give "
             f"it. This is a limitation of symshape (torch.export stops there too), not an error of the "
-            f"program; call the op outside the traced part, or at fixed sizes.")
-        err.env = env
-        return err
-    if isinstance(e, RuntimeError) and meta_device_mismatch(e):
-        # A real tensor reached the trace where autograd meets it with a meta gradient (or
-        # a meta tensor with a real one): the trace's doing, never eager's.
-        err = UnsupportedOpError(
-            f"a real tensor met the trace's meta tensors at {prov.filename}:{prov.lineno} (`{prov.code}`) "
-            f"({first_line(e)}). This is a limitation of symshape, not an error of the program: pass the module "
-            f"as the program, or report it with this line.")
-        err.env = env
-        return err
-    engine = engine_frame_of(e)
+            f"program; call the op outside the traced part, or at fixed sizes.").in_trace(env)
+    engine = engine_frame_of(e) or torch_symbolic_frame_of(e)
+    if engine is None and _meta_leak(e):
+        engine = "torch, handed the trace's meta tensors where eager has real ones"
     if engine is not None:
+        op = torch_call_of(e)
         return EngineFailure(
             f"its engine failed ({type(e).__name__} at {engine}) while tracing "
-            f"{prov.filename}:{prov.lineno} (`{prov.code}`) at {at or 'the given sizes'}: "
+            f"{prov.filename}:{prov.lineno} (`{prov.code}`{f', in {op}' if op else ''}) at {at or 'the given sizes'}: "
             f"{first_line(e)}. This is a limitation of symshape, not an error of the program; "
             f"please report it.", exc=e, provenance=prov, env=env)
     return TraceError(
         f"the program raised {type(e).__name__} at {prov.filename}:{prov.lineno} (`{prov.code}`) "
         f"when traced at {at or 'the given sizes'}: {first_line(e)}",
         exc=e, provenance=prov, path=env.guards, env=env)
-
-
-def meta_device_mismatch(e: BaseException) -> bool:
-    """Is ``e`` torch's complaint that a meta tensor and a real one met (which eager never sees)?
-
-    >>> meta_device_mismatch(RuntimeError("returned an invalid gradient at index 1 - expected device cpu but got meta"))
-    True
-    >>> meta_device_mismatch(RuntimeError("expected device cuda:0 but got cpu"))
-    False
-    """
-    s = str(e)
-    return bool(re.search(r"expected device \S+ but got meta|expected device meta but got", s)) or (
-        "meta" in s and "invalid gradient" in s)
 
 
 def symbolic_type_error(e: BaseException) -> bool:

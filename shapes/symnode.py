@@ -81,7 +81,10 @@ class SymExprNode:
         return not self.expr.is_number and self.expr not in (sympy.true, sympy.false)
 
     def is_constant(self):
-        return not self.is_symbolic()
+        # torch's user magic turns a constant result into a Python value only for SymInt and
+        # SymBool (``get_constant`` asserts otherwise): a float stays a SymFloat, as torch's own
+        # nodes do (``H / W`` where the engine knows both sizes is ``SymFloat(0.75)``).
+        return not self.is_symbolic() and self.pytype is not builtins.float
 
     @property
     def hint(self):
@@ -238,7 +241,7 @@ class SymExprNode:
         from .errors import TracerLimitation, program_error
         if self.env.static_bool(sympy.Ge(self.expr, 0)) is not True:
             if not self.env.expect_true(sympy.Ge(self.expr, 0), message="sqrt of a negative size"):
-                raise program_error(ValueError("math domain error"))
+                raise program_error(ValueError, "math domain error")
         if not isinstance(self.expr, sympy.Expr):
             raise TracerLimitation(f"sqrt of {to_python(self.expr)} is not supported")
         return self._make(sympy.Pow(self._as_float(), sympy.Float(0.5)), builtins.float)
@@ -280,8 +283,20 @@ class SymExprNode:
         return self._make(TruncToInt(self.expr), builtins.int)
 
     def round(self, ndigits=None):
+        """Python's ``round(x)``: to the nearest int, ties to even (``round(2.5) == 2``).
+
+        The tie is a decision (is ``x + 1/2`` an integer?), recorded as a guard
+        like any other; then the result is ``2*floor((x + 1/2)/2)`` or ``floor(x + 1/2)``.
+        """
         from .errors import TracerLimitation
-        raise TracerLimitation("round() of a symbolic size is not supported")
+        if ndigits is not None:
+            raise TracerLimitation("round(x, ndigits) of a symbolic size is not supported")
+        if self.pytype is not builtins.float:
+            return self
+        t = sympy.Add(self.expr, sympy.Float(0.5))
+        f = TruncToInt(sympy.floor(t))
+        tie = SymExprNode(self.env, sympy.Eq(t, ToFloat(f)), builtins.bool).guard_bool()
+        return self._make(2 * FloorDiv(f, 2) if tie else f, builtins.int)
 
     def is_integer(self):
         return self.wrap_bool(self.pytype is builtins.int)

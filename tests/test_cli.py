@@ -380,12 +380,12 @@ def test_trace_lists_index_lookups_it_cannot_check(capsys):
 
 
 def test_a_limitation_of_symshape_is_one_line_that_says_so(tmp_path, capsys):
-    # round() of a symbolic size is symshape's limit, not the program's error: the CLI says
+    # round(size, ndigits) is symshape's limit, not the program's error: the CLI says
     # "limitation" (not "error") and names symshape once.
     src = tmp_path / "prog.py"
-    src.write_text("def f(x):\n    return x[: round(x.shape[0] / 3)]\n")
+    src.write_text("def f(x):\n    return x[: int(round(x.shape[0] / 3, 1))]\n")
     rc = main(["trace", f"{src}:f", "-i", "x: f32[N]", "--dim", "N=9"])
     out, err = capsys.readouterr()
     assert rc == 2 and err.count("\n") == 1, err
-    assert err.startswith("symshape: limitation: round() of a symbolic size is not supported"), err
+    assert err.startswith("symshape: limitation: round(x, ndigits) of a symbolic size is not supported"), err
     assert err.count("symshape") == 1, err

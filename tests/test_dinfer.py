@@ -114,7 +114,9 @@ def test_gpt2_boundary_at_max_positions():
     assert bad.ok is False and bad.error.type == "IndexError"
     assert "index out of range" in bad.error.message and "wpe" in bad.error.code
     assert bad.example["T"] == 17
-    assert any(sympy.Le(space.symbols["T"], 16) in c.conditions for c in space.ok_classes)
+    # (an ok class may join the paths sizes 1 take: its conditions are then one `or`)
+    assert any(sympy.Le(space.symbols["T"], 16) in c.conditions or "T <= 16" in c.describe()
+               for c in space.ok_classes)
     for point in [{"B": 1, "T": 1}, {"B": 2, "T": 16}, {"B": 2, "T": 17}, {"B": 1, "T": 40}, {"B": 4, "T": 9}]:
         assert space.classify(point).ok == eager_runs(model, ["ids: i64[B, T]"], point), point
     for b, t in itertools.product(range(1, 5), range(1, 41)):

@@ -89,3 +89,28 @@ def test_dinfer_of_a_loop_reports_a_timeout_at_every_short_limit():
     for limit in (0.01, 0.03, 0.1):
         space = dinfer(loop_forever, "x: f32[N]", dims={"N": (1, 8)}, trace_timeout=limit)
         assert space.timed_out and not space.classes, space.table()
+
+
+def test_an_alarm_inside_a_finalizer_is_neither_lost_nor_reported_as_unraisable():
+    import gc
+    import warnings
+
+    class SlowToDie:
+        def __del__(self):
+            end = time.monotonic() + 0.5
+            while time.monotonic() < end:
+                pass
+
+    caught = []
+    old = sys.unraisablehook
+    sys.unraisablehook = caught.append
+    try:
+        with warnings.catch_warnings(record=True) as w, pytest.raises(TraceTimeout):
+            with time_limit(0.1):
+                SlowToDie()  # dropped at once: the alarm lands in its __del__
+                gc.collect()
+                while True:
+                    sum(range(10))
+    finally:
+        sys.unraisablehook = old
+    assert not caught and not [x for x in w if "Unraisable" in type(x.message).__name__]

@@ -88,8 +88,8 @@ def test_explain_reports_are_python():
 
 
 def rounded_rows(x):
-    """``round()`` of a size: a limitation of symshape (TracerLimitation), not the program's error."""
-    return x[: round(x.shape[0] / 3)]
+    """``round(size, ndigits)``: a limitation of symshape (TracerLimitation), not the program's error."""
+    return x[: int(round(x.shape[0] / 3, 1))]
 
 
 def test_limitation_says_symshape_once():
@@ -98,11 +98,11 @@ def test_limitation_says_symshape_once():
     with pytest.raises(TracerLimitation) as info:
         shapes.trace(rounded_rows, "x: f32[N]")
     e = info.value
-    assert e.detail == "round() of a symbolic size is not supported"
+    assert e.detail == "round(x, ndigits) of a symbolic size is not supported"
     assert str(e) == "symshape: " + e.detail
     space = dinfer(rounded_rows, "x: f32[N]", dims={"N": (1, 20)})
     messages = {c.message for c in space.classes}
-    assert messages == {"unsupported by symshape: round() of a symbolic size is not supported"}, messages
+    assert messages == {"unsupported by symshape: round(x, ndigits) of a symbolic size is not supported"}, messages
 
 
 def test_no_raise_site_writes_the_limitation_prefix():

@@ -134,7 +134,17 @@ def piecewise(report) -> PiecewiseCount:
 
 def path_condition(piece):
     """The guards of a piece's path as one condition, bounds on one dim merged."""
-    env = piece.traced.env
+    return traced_path_condition(piece.traced)
+
+
+def traced_path_condition(traced):
+    """The guards of a traced program's path as one condition, bounds on one dim merged.
+
+    >>> import shapes
+    >>> traced_path_condition(shapes.trace(lambda x: x if x.shape[0] > 1 else x * 2, "x: f32[B]"))
+    B >= 2
+    """
+    env = traced.env
     # Under the declared ranges: env.ranges are already narrowed by these very guards.
     # A dim a guard fixed (B*T == B with B >= 2 fixes T = 1) is stated as such, so that
     # the conjunction reads T == 1 rather than the guard it was learned from.
@@ -158,7 +168,7 @@ def path_condition(piece):
         lo = r.lower if r is not None else 0
         try:
             st = sympy.And(*cs).as_set().intersect(sympy.Interval(lo, sympy.oo))
-        except Exception:  # noqa: BLE001 - keep the guards as they are
+        except NotImplementedError:  # sympy cannot solve it as a set: keep the guards as they are
             parts.extend(cs)
             continue
         parts.append(_interval_condition(s, st, cs))

@@ -127,12 +127,29 @@ def time_limit(seconds: float):
 
         def disarm():
             sys.setprofile(old_profile)
+    # An alarm that lands in a finalizer (``__del__``, a weakref callback) cannot propagate:
+    # Python reports it as "unraisable" and goes on.  That is no error of anyone's: the
+    # next alarm stops the block, so the report is dropped (other reports pass through).
+    old_hook = sys.unraisablehook
+
+    def on_unraisable(unraisable):
+        if isinstance(unraisable.exc_value, TraceTimeout):
+            fired.append(True)
+            return
+        old_hook(unraisable)
+
+    sys.unraisablehook = on_unraisable
+    arm_disarm = disarm
+
+    def disarm():
+        arm_disarm()
+        sys.unraisablehook = old_hook
     try:
         yield
     except TraceTimeout:
         disarm()
         raise
-    except BaseException as e:
+    except BaseException as e:  # whatever torch made of a swallowed alarm is the timeout; else re-raised
         disarm()
         if fired:  # the error is what torch made of a swallowed alarm
             raise timeout() from e
