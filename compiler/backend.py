@@ -29,11 +29,15 @@ from shapes.spec import InputSpec
 
 from .cuda_graphs import GraphedProgram
 from .runtime import CompiledProgram
+from .training import FallbackKind, train_backend, warn_fallback
 
 #: Graphs dynamo handed to the backend, how many of them run eagerly, seconds spent in the
 #: backend itself (trace, lowering, code generation) and in compiled graphs' first calls
 #: (kernel builds): what a first call costs beyond dynamo's own capture.
-BACKEND_STATS = {"graphs": 0, "eager_graphs": 0, "compile_s": 0.0, "first_call_s": 0.0}
+#: ``train_graphs``: forward/backward graphs of training steps given to symshape, of which
+#: ``eager_train_graphs`` run uncompiled (each with a TrainingFallback warning saying why).
+BACKEND_STATS = {"graphs": 0, "eager_graphs": 0, "compile_s": 0.0, "first_call_s": 0.0,
+                 "train_graphs": 0, "eager_train_graphs": 0}
 
 #: The CUDA-graphed programs the backend made that are still alive (for reports: graphs, memory).
 _GRAPHED: "weakref.WeakSet[GraphedProgram]" = weakref.WeakSet()
@@ -147,13 +151,16 @@ def _compile(gm, example_inputs, options):
     BACKEND_STATS["graphs"] += 1
     eager_gm = gm
     gm, scalars = _specialize_scalars(gm, example_inputs)
+    cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
+    target = options.get("target") or os.environ.get("SYMSHAPE_TARGET") or ("triton" if cuda else "cpp")
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        # AOTAutograd plans its own graphs' inputs (sizes passed as SymInts included).
+        return _compile_training(eager_gm, gm, scalars, example_inputs, target)
     planned = _plan_inputs(gm, example_inputs)
     if planned is None:
         BACKEND_STATS["eager_graphs"] += 1
         return eager_gm.forward
     specs, dims, layout = planned
-    cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
-    target = options.get("target") or os.environ.get("SYMSHAPE_TARGET") or ("triton" if cuda else "cpp")
 
     def program(*tensors):
         args = []
@@ -199,6 +206,27 @@ def _compile(gm, example_inputs, options):
 
     run.compiled = compiled
     run.runner = runner
+    return run
+
+
+def _compile_training(eager_gm, gm, scalars, example_inputs, target):
+    """Autograd records this graph (dynamo guards on grad mode and requires_grad): compile
+    its forward and backward (:mod:`compiler.training`)."""
+    try:
+        step = train_backend(gm, example_inputs, target=target, stats=BACKEND_STATS)
+    except torch._dynamo.exc.RestartAnalysis:
+        raise  # dynamo's own control flow (it retraces the frame), not a failure
+    except Exception as e:  # noqa: BLE001 -- the compiler boundary: run dynamo's graph, and say why
+        BACKEND_STATS["eager_graphs"] += 1
+        warn_fallback(BACKEND_STATS, graph="training", kind=FallbackKind.AOT, reason=f"{type(e).__name__}: {e}")
+        return eager_gm.forward
+    if not scalars:
+        return step
+
+    def run(*args):
+        if any(args[i].item() != v for i, v in scalars):
+            return eager_gm(*args)  # a baked-in scalar changed: dynamo's graph as it is
+        return step(*args)
     return run
 
 

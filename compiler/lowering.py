@@ -21,10 +21,11 @@ import operator
 from typing import Any
 
 import sympy
+
 import torch
 import torch.fx
 
-from shapes.functions import FloorDiv, PyMod
+from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt
 
 from . import ops_lowering
 from .ir import KERNEL_DTYPES, Buffer, BufferKind, Const, Load, RedRef, Reduction, SizeVal, contiguous_strides, \
@@ -210,9 +211,8 @@ class Lowerer:
                         for i in range(k))
             v = a(sub)
         elif isinstance(a, SizeExpr):
-            # A SymFloat (``H / 5``: interpolate's scale) is a real value: an int64 would truncate it.
-            real = getattr(a.expr, "is_integer", True) is not True
-            v = SizeVal(a.expr, torch.float64 if real else torch.int64)
+            # A SymFloat (``4 / N``: interpolate's scale) is a float value, not an integer size.
+            v = SizeVal(a.expr, torch.float64 if float_valued(a.expr) else torch.int64)
         elif isinstance(a, bool):
             v = Const(a, torch.bool)
         elif isinstance(a, int):
@@ -282,6 +282,21 @@ def _kernel_dtypes_ok(node) -> bool:
             if isinstance(t, torch.Tensor) and t.dtype not in KERNEL_DTYPES:
                 return False
     return True
+
+
+def float_valued(e) -> bool:
+    """Whether the size expression ``e`` has a float value (a SymFloat): a true division or a
+    conversion to float anywhere outside an integer-valued function.
+
+    >>> N = sympy.Symbol("N", integer=True)
+    >>> float_valued(TrueDiv(4, N) * 2), float_valued(FloorDiv(N, 2) + 1), float_valued(N)
+    (True, False, False)
+    """
+    if isinstance(e, (TrueDiv, ToFloat, sympy.Float)):
+        return True
+    if isinstance(e, (TruncToInt, FloorDiv, PyMod, sympy.Mod)) or not isinstance(e, sympy.Basic) or not e.args:
+        return False
+    return any(float_valued(a) for a in e.args)
 
 
 def lower(tp) -> LoweredProgram:

@@ -74,6 +74,18 @@ def _attr_reader(target: str):
     return read
 
 
+def view_as_traced(x, size):
+    """ATen's ``view`` as a compiled program's extern: a view where the layout allows one,
+    else a copy in that shape.  The trace takes layouts from torch's meta kernels; an
+    eager kernel may return another (``native_batch_norm_backward`` keeps its input's
+    strides), where ``view`` would fail on values the trace shows it can reshape.
+
+    >>> view_as_traced(torch.arange(6).reshape(2, 3).t(), [6]).tolist()
+    [0, 3, 1, 4, 2, 5]
+    """
+    return x.reshape(size)
+
+
 def _guard_fn(exprs, symbols):
     if not exprs:
         return lambda *a: True
@@ -98,15 +110,18 @@ class Variant:
         self.holds = _guard_fn(guards, self.symbols)
         self.asserts = [(g, _guard_fn([g.expr], self.symbols)) for g in asserts]
         self.eager = False
+        #: Why this variant runs its graph with ATen rather than compiled kernels (None: it does not).
+        self.eager_reason = None
         self.fused_attention = fuse_causal_attention(tp)
         self.sdpa_calls = tune_calls(tp, target)
         try:
             self.lp = lower(tp)
             self.steps = schedule(self.lp)
-        except (Unsupported, ZeroDivisionError):
+        except (Unsupported, ZeroDivisionError) as e:
             # Data-dependent sizes, or a variant specialized to size 0 whose index remaps
             # divide by that 0 (nothing to compute): run the graph with ATen (still correct).
             self.eager = True
+            self.eager_reason = f"{type(e).__name__}: {e}"
             STATS["eager_variants"] += 1
             return
         self.kernels = [s for s in self.steps if isinstance(s, Kernel)]
@@ -155,6 +170,8 @@ class Variant:
             else:
                 out = s.out.name if hasattr(s.out, "name") else s.out.value
                 target = TARGETS[self.target].extern_call(s.target, getattr(s.out, "dtype", None))
+                if target is torch.ops.aten.view.default:
+                    target = view_as_traced
                 plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         self.plan = plan = linear_calls(plan, self.outputs)

@@ -95,3 +95,121 @@ def module_state(program, add_attr, *, trainable: bool) -> dict:
             by_id[id(p)] = n
             add_attr(n, state[n])
     return state
+
+
+def captured_modules(program) -> list:
+    """The nn.Modules a function reaches without taking them as inputs: its closure cells and
+    the globals its code names (also inside nested functions it closes over), a bound
+    method's ``self``, a ``functools.partial``'s arguments; lists, tuples and dicts of
+    modules count.  Submodules of a module found are not listed again.
+
+    >>> lin = torch.nn.Linear(2, 2)
+    >>> def loss(x):
+    ...     return lin(x).sum()
+    >>> [type(m).__name__ for m in captured_modules(loss)]
+    ['Linear']
+    """
+    import functools
+    found: list = []
+    seen: set = set()
+
+    def add(v, depth):
+        if id(v) in seen or depth > 3:
+            return
+        seen.add(id(v))
+        if isinstance(v, torch.nn.Module):
+            found.append(v)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                add(x, depth + 1)
+        elif isinstance(v, dict):
+            for x in v.values():
+                add(x, depth + 1)
+        elif isinstance(v, functools.partial):
+            add(v.func, depth + 1)
+            add(v.args, depth + 1)
+            add(dict(v.keywords), depth + 1)
+        elif inspect.ismethod(v):
+            add(v.__self__, depth + 1)
+            add(v.__func__, depth + 1)
+        elif inspect.isfunction(v):
+            for cell in v.__closure__ or ():
+                try:
+                    add(cell.cell_contents, depth + 1)
+                except ValueError:  # an empty cell (a name not yet bound)
+                    pass
+            names = set(_code_names(v.__code__))
+            g = v.__globals__
+            for n in names:
+                if n in g and not inspect.ismodule(g[n]):
+                    add(g[n], depth + 1)
+
+    if isinstance(program, torch.nn.Module):
+        add(program.forward.__func__ if inspect.ismethod(program.forward) else program.forward, 0)
+        found = [m for m in found if m is not program]
+    else:
+        add(program, 0)
+    # A module that is another's submodule is swapped with its parent.
+    inner = {id(s) for m in found for s in m.modules() if s is not m}
+    out = []
+    for m in found:
+        if id(m) not in inner and all(m is not o for o in out):
+            out.append(m)
+    return out
+
+
+def _code_names(code):
+    yield from code.co_names
+    for c in code.co_consts:
+        if inspect.iscode(c):
+            yield from _code_names(c)
+
+
+class CapturedState:
+    """Swap the parameters and buffers of modules a program closes over for meta tensors
+    while it is traced, and back after (a context manager).
+
+    A traced module's own tensors are meta tensors already (:func:`module_state`); a
+    module the program reaches through its closure keeps real tensors, which autograd
+    would then meet next to meta gradients.  Each real tensor becomes a graph constant
+    (``constant(real, meta)`` registers it); parameters that require grad keep requiring it.
+
+    >>> lin = torch.nn.Linear(2, 3)
+    >>> with CapturedState([lin], lambda real, meta: None, trainable=True):
+    ...     lin.weight.device.type, lin.weight.requires_grad
+    ('meta', True)
+    >>> lin.weight.device.type
+    'cpu'
+    """
+
+    def __init__(self, modules, constant, *, trainable: bool):
+        self.modules = list(modules)
+        self.constant = constant
+        self.trainable = trainable
+        self.saved: list = []
+
+    def __enter__(self):
+        metas: dict = {}
+        for root in self.modules:
+            for mod in root.modules():
+                for is_param, store in ((True, mod.__dict__.get("_parameters") or {}),
+                                        (False, mod.__dict__.get("_buffers") or {})):
+                    for name, t in list(store.items()):
+                        if t is None or t.device.type == "meta":
+                            continue
+                        m = metas.get(id(t))
+                        if m is None:
+                            m = meta_like(t)
+                            if is_param:
+                                m = torch.nn.Parameter(m, requires_grad=self.trainable and t.requires_grad)
+                            metas[id(t)] = m
+                            self.constant(t, m)
+                        self.saved.append((store, name, t))
+                        store[name] = m
+        return self
+
+    def __exit__(self, *exc):
+        for store, name, t in reversed(self.saved):
+            store[name] = t
+        self.saved.clear()
+        return False

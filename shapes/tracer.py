@@ -22,7 +22,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from . import devices, distributed, index_bounds, torch_patches
-from .binding import by_keyword, module_state
+from .binding import CapturedState, by_keyword, captured_modules, module_state
 from .creation import CreationMode
 from .env import ShapeEnv
 from .errors import SpecError, SymshapeError, TracerLimitation, UnsupportedOpError
@@ -94,6 +94,16 @@ class _GraphBuilder:
         self._set_shape_meta(node, t)
         self.tensor_nodes[id(t)] = (t, node)
         return node
+
+    def adopt_as(self, x: torch.Tensor, m: torch.Tensor) -> None:
+        """The real tensor ``x`` is a graph constant that the trace sees as the meta tensor ``m``."""
+        name = f"_const_{len(self.constants)}"
+        self.constants[name] = x
+        self.add_attr(name, m)
+        vb = index_bounds.constant_range(x)
+        if vb is not None:
+            self.value_bounds[id(m)] = vb
+        self.determined.add(id(m))
 
     def adopt(self, x):
         """Real tensors the program closes over become graph constants (meta while tracing)."""
@@ -478,13 +488,17 @@ def _run_program(program, builder, args, kwargs, *, backward, progress, at: str,
         builder.track_autograd = True
         phase("forward")
     grad_mode = torch.enable_grad() if backward is not None else contextlib.nullcontext()
+    # Modules the program closes over: meta tensors while it runs (their gradients are meta too).
+    # Only for a training step: inference adopts their real tensors as constants (with known values).
+    captured = (CapturedState(captured_modules(program), builder.adopt_as, trainable=True)
+                if backward is not None else contextlib.nullcontext())
     recorder = Recorder(builder, env, progress)
     # What the program's tensors report as their device (process-wide: entered under tracing()'s lock).
     reported = devices.ReportedDevice(device, recorder)
     device_args = devices.DeviceArgs(device) if device.type != "cpu" else contextlib.nullcontext()
     with torch_patches.tracing(backward=backward is not None), grad_mode, enable_python_dispatcher(), \
             ModuleScope(program, builder), recorder, reported, CreationMode(builder), device_args, \
-            (world_scope if world_scope is not None else contextlib.nullcontext()):
+            (world_scope if world_scope is not None else contextlib.nullcontext()), captured:
         try:
             out = call(*args, **kwargs)
             if backward is not None:

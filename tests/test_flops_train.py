@@ -189,3 +189,45 @@ def test_function_inputs_require_grad_by_default():
     only_a = shapes.count_flops(lambda a, b: (a @ b).sum(), "a: f32[M, K]", "b: f32[K, N]", mode="train",
                                 requires_grad=["a"])
     assert sympy.expand(only_a.total - 4 * M * K * N) == 0
+
+
+def _closure_loss():
+    """A loss function that closes over modules (not passed as the program)."""
+    torch.manual_seed(0)
+    enc = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32))
+    heads = {"out": nn.Linear(32, 8)}
+
+    def loss_fn(x, y):
+        h = enc(x)
+        return F.cross_entropy(heads["out"](h).flatten(0, 1), y.flatten())
+    return loss_fn, enc, heads
+
+
+@pytest.mark.parametrize("B,T", [(1, 1), (1, 7), (3, 13), (4, 32)])
+def test_closure_captured_modules_count_like_flop_counter(B, T):
+    loss_fn, enc, heads = _closure_loss()
+    r = shapes.count_flops(loss_fn, "x: f32[B, T, 16]", "y: i64[B, T]", mode="train", requires_grad=[],
+                           dims={"B": B, "T": T})
+    # The modules keep their real parameters after the trace.
+    assert all(p.device.type == "cpu" for p in enc.parameters()) and heads["out"].weight.device.type == "cpu"
+    x = torch.randn(B, T, 16)
+    y = torch.randint(0, 8, (B, T))
+    with FlopCounterMode(display=False) as counter:
+        loss_fn(x, y).backward()
+    try:
+        ours = r.evaluate({"B": B, "T": T})
+    except GuardViolation:
+        ours = shapes.count_flops(loss_fn, "x: f32[B, T, 16]", "y: i64[B, T]", mode="train", requires_grad=[],
+                                  dims={"B": (1, 1, 1), "T": (T, T, T)}).evaluate({"B": B, "T": T})
+    assert ours == counter.get_total_flops() > 0
+    # The backward pass computed weight gradients: the report has a backward phase.
+    assert r.phase_totals["backward"] != 0
+
+
+def test_a_real_tensor_meeting_meta_gradients_is_symshapes_limitation():
+    from shapes.errors import TracerLimitation
+    from shapes.failures import trace_failure
+    from shapes.env import ShapeEnv
+    e = RuntimeError("Function AddmmBackward0 returned an invalid gradient at index 1 - expected device cpu but "
+                     "got meta")
+    assert isinstance(trace_failure(e, ShapeEnv(), "B=2"), TracerLimitation)

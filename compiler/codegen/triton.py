@@ -79,6 +79,25 @@ LITERALS = Literals("True", "False", "_NAN", lambda d: "_INF", lambda d: "", lam
 _const = LITERALS.spell
 
 
+def _spell_pow(a) -> str:
+    """``a[0] ** a[1]``: products for a small integer literal exponent (RMSNorm's backward
+    cubes its rstd; exact, and cheaper than exp/log), ``sqrt`` for 0.5, ``_pow`` otherwise.
+
+    >>> _spell_pow(["t3", "3.0"]), _spell_pow(["t1", "-2"]), _spell_pow(["x", "y"])
+    ('(t3 * t3 * t3)', '(1.0 / (t1 * t1))', '_pow(x, y)')
+    """
+    try:
+        e = float(a[1])
+    except ValueError:
+        return f"_pow({a[0]}, {a[1]})"
+    if e == 0.5:
+        return f"tl.sqrt({a[0]})"
+    if e == int(e) and 1 <= abs(e) <= 4:
+        prod = " * ".join([a[0]] * int(abs(e)))
+        return f"({prod})" if e > 0 else f"(1.0 / ({prod}))"
+    return f"_pow({a[0]}, {a[1]})"
+
+
 def _minmax(which):
     def spell(a, v, t):
         nan = ", propagate_nan=tl.PropagateNan.ALL" if v.dtype.is_floating_point else ""
@@ -91,7 +110,7 @@ OP_TABLE = {
     OpKind.EXP: call("tl.exp"), OpKind.LOG: call("tl.log"), OpKind.SQRT: call("tl.sqrt"),
     OpKind.RSQRT: call("tl.math.rsqrt"), OpKind.ERF: call("tl.math.erf"),
     OpKind.ABS: call("tl.abs"), OpKind.SIN: call("tl.sin"), OpKind.COS: call("tl.cos"),
-    OpKind.FLOOR: call("tl.floor"), OpKind.CEIL: call("tl.ceil"), OpKind.POW: call("_pow"),
+    OpKind.FLOOR: call("tl.floor"), OpKind.CEIL: call("tl.ceil"), OpKind.POW: lambda a, v, t: _spell_pow(a),
     **templates({OpKind.NEG: "-{0}", OpKind.NOT: "{0} == 0", OpKind.RELU: "tl.where({0} < 0, 0, {0})",
                  OpKind.WHERE: "tl.where({0}, {1}, {2})", OpKind.RECIPROCAL: "1.0 / {0}"}),
     # Core Triton has no log1p, expm1 or tanh: the shared decompositions, precise near 0.

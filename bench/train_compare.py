@@ -1,0 +1,316 @@
+"""Training steps with a new sequence length every step: eager, Inductor, symshape's backend.
+
+GPT-2, Llama, BERT (transformers, built from a config: no download) and a ViT
+(its image side changes with the length: ``L`` tokens are a ``16*k x 16*k``
+image, ``k*k ~ L``) train for ``--steps`` steps, each at a sequence length drawn
+at random from ``--min-len..--max-len`` (fixed seed; every mode sees the same
+lengths and the same initial weights).  A step is forward (the model's own
+loss), backward, and AdamW outside the compiled region; fp32 and bf16 autocast.
+
+Modes: ``eager``; ``ind_dyn`` (``torch.compile(dynamic=True)``); ``ind_static``
+(``dynamic=False``, automatic dynamic shapes off: one compile per length; each of
+its lengths runs twice, the second step timed);
+``symshape`` (``backend="symshape", dynamic=True``).  Per mode: median step ms
+over steps that compiled nothing, compile seconds (the time of steps that
+compiled, less a median step each), dynamo graphs compiled after the first
+step (recompiles), symshape fallbacks, peak CUDA memory, and the largest
+gradient error against fp32 eager at one fixed length before training
+(``max|g - g_ref|`` over the parameters / the largest ``|g_ref|``).  Dropout is 0 so that
+gradients compare exactly.
+
+``--budget S`` stops starting new (model, dtype) rows after S seconds: the
+table then says which did not run.
+
+Usage::
+
+    python bench/train_compare.py --quick            # CUDA if present, else CPU (small models)
+    python bench/train_compare.py --device cpu --quick --out bench/results/train_compare_cpu.txt
+
+Example::
+
+    >>> lengths(3, 64, 1024, seed=0)
+    [928, 458, 840]
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+import os
+import random
+import statistics
+import sys
+import time
+import warnings
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import compiler  # noqa: E402
+
+MODES = ("eager", "ind_dyn", "ind_static", "symshape")
+
+
+def lengths(n, lo, hi, seed=0) -> list:
+    """``n`` sequence lengths drawn uniformly from ``lo..hi`` with a fixed seed."""
+    rng = random.Random(seed)
+    return [rng.randint(lo, hi) for _ in range(n)]
+
+
+def _sizes(device):
+    if device == "cuda":
+        return dict(d=768, layers=2, heads=12, inter=3072, vocab=8192, batch=8)
+    return dict(d=64, layers=2, heads=4, inter=128, vocab=512, batch=1)
+
+
+def build(name, device, max_len):
+    """(model, make_batch(L, generator)) for a model name."""
+    import transformers as tf
+    s = _sizes(device)
+    d, n, h, inter, vocab, B = s["d"], s["layers"], s["heads"], s["inter"], s["vocab"], s["batch"]
+    torch.manual_seed(0)
+    if name == "gpt2":
+        m = tf.GPT2LMHeadModel(tf.GPT2Config(vocab_size=vocab, n_embd=d, n_layer=n, n_head=h, n_positions=max_len,
+                                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        m.config.loss_type = m.loss_type = "ForCausalLM"  # else transformers logs once per call: a graph break in every mode
+    elif name == "llama":
+        m = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=vocab, hidden_size=d, intermediate_size=inter,
+                                               num_hidden_layers=n, num_attention_heads=h,
+                                               num_key_value_heads=max(1, h // 2), max_position_embeddings=max_len))
+        m.config.loss_type = m.loss_type = "ForCausalLM"
+    elif name == "bert":
+        m = tf.BertForMaskedLM(tf.BertConfig(vocab_size=vocab, hidden_size=d, num_hidden_layers=n,
+                                             num_attention_heads=h, intermediate_size=inter,
+                                             max_position_embeddings=max_len, hidden_dropout_prob=0.0,
+                                             attention_probs_dropout_prob=0.0))
+        m.config.loss_type = m.loss_type = "ForMaskedLM"
+    elif name == "vit":
+        m = tf.ViTForImageClassification(tf.ViTConfig(image_size=224, patch_size=16, hidden_size=d,
+                                                      num_hidden_layers=n, num_attention_heads=h,
+                                                      intermediate_size=inter, num_labels=10,
+                                                      hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                                                      problem_type="single_label_classification"))
+        m.config.loss_type = m.loss_type = "ForImageClassification"
+    else:
+        raise ValueError(name)
+    m = m.to(device).train()
+
+    def batch(L, g):
+        if name == "vit":
+            k = max(2, round(math.sqrt(L)))
+            x = torch.randn(B, 3, 16 * k, 16 * k, generator=g).to(device)
+            return dict(pixel_values=x, labels=torch.randint(0, 10, (B,), generator=g).to(device),
+                        interpolate_pos_encoding=True)
+        ids = torch.randint(0, vocab, (B, L), generator=g).to(device)
+        if name == "bert":
+            mask = torch.ones(B, L, dtype=torch.int64)
+            mask[0, : L // 4] = 0
+            return dict(input_ids=ids, attention_mask=mask.to(device), labels=ids)
+        return dict(input_ids=ids, labels=ids)
+    return m, batch
+
+
+def _graphs() -> int:
+    from torch._dynamo.utils import counters
+    return int(counters["stats"]["unique_graphs"])
+
+
+def _sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _compiled(mode, model):
+    torch._dynamo.reset()
+    if mode == "eager":
+        return model
+    if mode == "ind_dyn":
+        return torch.compile(model, dynamic=True)
+    if mode == "ind_static":
+        return torch.compile(model, dynamic=False)
+    compiler.register()  # a source tree that was not pip-installed has no entry point
+    return torch.compile(model, backend="symshape", dynamic=True)
+
+
+def grad_error(model, fn, batch, dtype, device) -> float:
+    """Largest relative gradient error of ``fn`` against fp32 eager on ``model``'s copy."""
+    ref = copy.deepcopy(model).float()
+    ref(**batch).loss.backward()
+    with torch.autocast(device_type=device, dtype=dtype, enabled=dtype != torch.float32):
+        fn(**batch).loss.backward()
+    err = 0.0
+    params = dict(model.named_parameters())
+    # Relative to the largest reference gradient of the model: a parameter whose gradients are
+    # all near 0 (BERT's unused position rows) would make a per-parameter ratio meaningless.
+    scale = max((q.grad.abs().max().item() for q in ref.parameters() if q.grad is not None), default=0.0) or 1.0
+    for n, q in ref.named_parameters():
+        p = params[n]
+        if q.grad is None or p.grad is None:
+            continue
+        err = max(err, (p.grad.float() - q.grad).abs().max().item() / scale)
+    model.zero_grad(set_to_none=True)
+    return err
+
+
+def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
+    """One mode's training run on ``lens``: the row's numbers for :func:`report`."""
+    model, batch = build(name, device, max(lens + [check_len]) + 1)
+    g = torch.Generator().manual_seed(0)
+    check = batch(check_len, g)
+    fn = _compiled(mode, model)
+    res = {"ms": float("nan"), "compile_s": 0.0, "recompiles": 0, "fallbacks": 0, "peak_mib": float("nan"),
+           "err": float("nan"), "steps": 0}
+    cfg = torch._dynamo.config
+    patches = dict(cache_size_limit=256, accumulated_cache_size_limit=1024)
+    if mode == "ind_static":
+        patches["automatic_dynamic_shapes"] = False
+    fb0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
+    with cfg.patch(**patches), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        g0 = _graphs()
+        t0 = time.perf_counter()
+        res["err"] = grad_error(model, fn, check, dtype, device)
+        first_s = time.perf_counter() - t0
+        first_graphs = _graphs() - g0
+        traces0 = compiler.STATS["traces"]
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        times, compiles = [], []
+        for L in lens:
+            b = batch(L, g)
+            # Inductor static compiles at every new length: it runs each length twice, the second timed.
+            for _ in range(2 if mode == "ind_static" else 1):
+                before = _graphs()
+                _sync(device)
+                t = time.perf_counter()
+                with torch.autocast(device_type=device, dtype=dtype, enabled=dtype != torch.float32):
+                    loss = fn(**b).loss
+                loss.backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+                _sync(device)
+                dt = time.perf_counter() - t
+                (compiles if _graphs() != before else times).append(dt)
+            res["steps"] += 1
+        med = statistics.median(times) if times else float("nan")
+        res["ms"] = med * 1e3
+        res["compile_s"] = first_s + sum(c - (med if med == med else 0) for c in compiles)
+        res["recompiles"] = _graphs() - g0 - first_graphs
+        res["first_graphs"] = first_graphs
+        res["retraces"] = compiler.STATS["traces"] - traces0  # symshape variants traced after the first step
+        res["fallbacks"] = compiler.BACKEND_STATS.get("eager_train_graphs", 0) - fb0
+        if device == "cuda":
+            res["peak_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
+    print(f"  {name:<6} {str(dtype)[6:]:<8} {mode:<10} ms={res['ms']:8.2f} compile={res['compile_s']:6.1f}s "
+          f"recompiles={res['recompiles']} fallbacks={res['fallbacks']} peak={res['peak_mib']:.0f}MiB "
+          f"err={res['err']:.1e}", file=log, flush=True)
+    return res
+
+
+def _geo(xs):
+    xs = [x for x in xs if x == x and x > 0 and x != float("inf")]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def report(rows, modes, device, n_lens) -> str:
+    lines = [f"step ms (median over steps that compiled nothing; {n_lens} random lengths)"]
+    hdr = f"{'model':<7}{'dtype':<9}" + "".join(f"{m:>12}" for m in modes) + "   sym/eager  sym/ind_dyn"
+    lines += [hdr, "-" * len(hdr)]
+    vs_eager, vs_dyn = [], []
+    for (name, dt), res in rows.items():
+        ms = {m: res[m]["ms"] if m in res else float("nan") for m in modes}
+        a = ms.get("eager", float("nan")) / ms.get("symshape", float("nan"))
+        b = ms.get("ind_dyn", float("nan")) / ms.get("symshape", float("nan"))
+        vs_eager.append(a)
+        vs_dyn.append(b)
+        lines.append(f"{name:<7}{dt:<9}" + "".join(f"{ms[m]:>12.2f}" for m in modes) + f"   {a:>8.2f}x  {b:>9.2f}x")
+    lines += ["", "per mode: compile s, recompiles after the first step (graphs at first step), symshape retraces "
+              "after the first step, fallbacks, "
+              "peak MiB, max grad err vs fp32 eager"]
+    for (name, dt), res in rows.items():
+        for m in modes:
+            if m not in res:
+                lines.append(f"  {name:<6} {dt:<8} {m:<10} not run")
+                continue
+            r = res[m]
+            lines.append(f"  {name:<6} {dt:<8} {m:<10} compile {r['compile_s']:>7.1f}s  recompiles {r['recompiles']:>3} "
+                         f"({r.get('first_graphs', 0)})  retraces {r.get('retraces', 0)}  fallbacks {r['fallbacks']}  peak {r['peak_mib']:>8.0f}  "
+                         f"err {r['err']:.1e}" + (f"  FAIL {r['fail']}" if "fail" in r else ""))
+    ge, gd = _geo(vs_eager), _geo(vs_dyn)
+    lines += ["", f"geomean symshape speedup: vs eager {ge:.2f}x, vs Inductor dynamic {gd:.2f}x"]
+    want_e, want_d = (1.3, 1.0) if device == "cuda" else (1.0, 0.9)
+    lines.append(f"acceptance ({device}): vs eager >= {want_e} {'MET' if ge >= want_e else 'MISSED'}; "
+                 f"vs Inductor dynamic >= {want_d} {'MET' if gd >= want_d else 'MISSED'}")
+    if device == "cuda":
+        mem = [res["symshape"]["peak_mib"] / res["ind_dyn"]["peak_mib"] for res in rows.values()
+               if "symshape" in res and "ind_dyn" in res]
+        comp = [res["symshape"]["compile_s"] / res["ind_dyn"]["compile_s"] for res in rows.values()
+                if "symshape" in res and "ind_dyn" in res and res["ind_dyn"]["compile_s"] > 0]
+        rec = sum(res["symshape"]["recompiles"] for res in rows.values() if "symshape" in res)
+        lines.append(f"  peak memory / Inductor dynamic: max {max(mem, default=float('nan')):.2f} (target <= 1.10); "
+                     f"compile / Inductor dynamic: max {max(comp, default=float('nan')):.2f} (target <= 0.33); "
+                     f"symshape recompiles {rec} (target 0)")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--min-len", type=int, default=64)
+    ap.add_argument("--max-len", type=int, default=1024)
+    ap.add_argument("--models", default="gpt2,llama,bert,vit")
+    ap.add_argument("--dtypes", default="bf16,fp32")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--budget", type=float, default=float("inf"), help="seconds; no new row starts after it")
+    ap.add_argument("--static-steps", type=int, default=None,
+                    help="steps Inductor static runs (each new length compiles; default all, --quick 3)")
+    ap.add_argument("--static-models", default=None, help="models Inductor static runs for (default: all)")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args(argv)
+    # Compiled steps are cheap on a GPU: 50 lengths there even with --quick (Inductor static,
+    # which compiles per length, runs --static-steps of them).
+    steps = a.steps or (8 if a.quick and a.device == "cpu" else 50)
+    lens = lengths(steps, a.min_len, a.max_len)
+    static_steps = a.static_steps or (3 if a.quick else steps)
+    modes = a.modes.split(",")
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    t_start = time.perf_counter()
+    head = (f"{torch.cuda.get_device_name() if a.device == 'cuda' else 'CPU'} ({os.cpu_count()} cpus) "
+            f"torch={torch.__version__} steps={steps} lengths={lens} sizes={_sizes(a.device)}")
+    print(head, flush=True)
+    rows = {}
+    table = head
+    for dt in a.dtypes.split(","):
+        for name in a.models.split(","):
+            if time.perf_counter() - t_start > a.budget:
+                print(f"[budget] {name} {dt}: not run", flush=True)
+                continue
+            rows[(name, dt)] = res = {}
+            for m in modes:
+                if m == "ind_static" and a.static_models is not None and name not in a.static_models.split(","):
+                    continue
+                try:
+                    run_lens = lens[:static_steps] if m == "ind_static" else lens
+                    res[m] = run_mode(m, name, dtypes[dt], a.device, run_lens, 127, sys.stdout)
+                except Exception as e:  # noqa: BLE001 -- a mode that fails is a row of the table, not the end
+                    res[m] = {"ms": float("nan"), "compile_s": float("nan"), "recompiles": -1, "fallbacks": -1,
+                              "peak_mib": float("nan"), "err": float("nan"),
+                              "fail": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
+                    print(f"  {name} {dt} {m}: FAIL {res[m]['fail']}", flush=True)
+                if a.device == "cuda":
+                    torch.cuda.empty_cache()
+            # The table so far after every row: a run cut short keeps what it measured.
+            table = (head + f"\nInductor static ran the first {static_steps} steps (one compile per length)\n\n"
+                     + report(rows, modes, a.device, steps) + f"\n\nwall {time.perf_counter() - t_start:.0f}s")
+            if a.out:
+                with open(a.out, "w") as f:
+                    f.write(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,372 @@
+"""Training steps under ``torch.compile(backend="symshape")``: forward and backward compiled.
+
+When autograd must record (grad enabled and an input, parameters included,
+requires grad), dynamo's graph goes through AOTAutograd: it traces the joint
+forward/backward ATen graph with dynamo's symbolic sizes, and a min-cut
+partition picks the activations the forward saves (recomputing cheap
+pointwise ones in the backward).  Each of the two ATen graphs is then
+compiled by symshape like an inference graph: every dynamic size becomes a
+named dim (``s0``... from dynamo's symbols, so the forward and the backward
+share their dims), the graph is retraced at the example sizes and lowered to
+fused kernels (C++ or Triton) plus ATen calls; one compiled program serves
+every size within symshape's guards, so a new sequence length recompiles
+nothing.
+
+Sizes the forward saves for the backward (``SymInt`` outputs) are computed
+from the call's dims; mutated buffers (BatchNorm's running stats) are outputs
+of the forward graph that AOTAutograd copies back; dropout stays torch's
+``native_dropout``, so it draws from torch's RNG.
+
+A graph symshape cannot compile runs as AOTAutograd's ATen graph instead (the
+step is still correct), with a :class:`TrainingFallback` warning that says why,
+counted in ``BACKEND_STATS["eager_train_graphs"]``.
+
+Example::
+
+    >>> import torch, compiler
+    >>> torch.manual_seed(0)
+    <torch._C.Generator object at ...>
+    >>> m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 1))
+    >>> f = torch.compile(m, backend="symshape", dynamic=True)
+    >>> x = torch.randn(5, 8)
+    >>> f(x).sum().backward()
+    >>> g = m[0].weight.grad.clone(); m.zero_grad()
+    >>> m(x).sum().backward()
+    >>> torch.allclose(g, m[0].weight.grad, atol=1e-5)
+    True
+"""
+from __future__ import annotations
+
+import enum
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import sympy
+import torch
+
+from shapes.errors import SymshapeError
+from shapes.spec import DimExpr, InputSpec
+
+from torch._functorch.aot_autograd import make_boxed_func
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from .runtime import CompiledProgram
+
+aten = torch.ops.aten
+
+
+class FallbackKind(enum.Enum):
+    """Why a training graph runs as its ATen graph rather than symshape's kernels."""
+
+    INPUTS = "inputs"  # an input symshape cannot name (a size no tensor carries)
+    TRACE = "trace"  # symshape's tracer stopped (a typed limitation or the graph's own error)
+    COMPILE = "compile"  # lowering or code generation failed
+    AOT = "aot"  # AOTAutograd itself could not trace the joint graph
+
+
+class ArgKind(enum.Enum):
+    """What one argument or output of an ATen graph is, for symshape's compiled program."""
+
+    TENSOR = "tensor"
+    EXPR = "expr"  # a SymInt: an expression of the dims
+    CONST = "const"
+
+
+class TrainingFallback(UserWarning):
+    """A training graph runs uncompiled (eager ATen); the message says why, in one line."""
+
+
+@dataclass(kw_only=True)
+class Fallback:
+    """One graph that runs uncompiled: which, and why."""
+
+    graph: str
+    kind: FallbackKind
+    reason: str
+
+
+#: Every fallback so far (the backend's BACKEND_STATS counts them).
+FALLBACKS: list = []
+
+
+def warn_fallback(stats: dict, *, graph: str, kind: FallbackKind, reason: str) -> None:
+    """Record and warn (one line) that ``graph`` runs uncompiled, and why."""
+    reason = " ".join(str(reason).split())[:300]
+    FALLBACKS.append(Fallback(graph=graph, kind=kind, reason=reason))
+    stats["eager_train_graphs"] = stats.get("eager_train_graphs", 0) + 1
+    warnings.warn(f"symshape: the {graph} graph runs uncompiled ({kind.value}): {reason}", TrainingFallback,
+                  stacklevel=3)
+
+
+def eval_size(e, values: dict):
+    """``e`` (a size expression from torch's ShapeEnv) at ``values`` (symbol -> int or SymInt).
+
+    >>> a, b = sympy.symbols("a b", integer=True)
+    >>> eval_size(a * b + 2, {a: 3, b: 5})
+    17
+    """
+    if e.is_Integer:
+        return int(e)
+    if e.is_Symbol:
+        return values[e]
+    args = [eval_size(a, values) for a in e.args]
+    if e.is_Add:
+        out = args[0]
+        for a in args[1:]:
+            out = out + a
+        return out
+    if e.is_Mul:
+        out = args[0]
+        for a in args[1:]:
+            out = out * a
+        return out
+    if e.is_Pow and e.exp.is_Integer and int(e.exp) >= 0:
+        return args[0] ** int(e.exp)
+    name = type(e).__name__
+    if name == "FloorDiv":
+        return args[0] // args[1]
+    if name in ("Mod", "PythonMod"):
+        return args[0] % args[1]
+    raise SymshapeError(f"size expression {e} ({name}) has no evaluation rule in symshape's training backend")
+
+
+def _hint(s) -> int:
+    if isinstance(s, int):
+        return s
+    h = s.node.hint
+    if h is None:
+        h = s.node.shape_env.size_hint(s.node.expr)
+    return int(h)
+
+
+@dataclass(kw_only=True)
+class GraphPlan:
+    """How one ATen graph's arguments map to symshape's tensor inputs and dims.
+
+    ``layout``: per argument, ``(ArgKind.TENSOR, k)`` (the k-th tensor input),
+    ``(ArgKind.EXPR, e)`` (a SymInt: its expression of the dims) or ``(ArgKind.CONST, v)``.
+    ``where``: each dim symbol -> (tensor input, axis) that carries it.
+
+    >>> [(k.value, v) for k, v in plan_graph([torch.randn(2, 3), 4]).layout]
+    [('tensor', 0), ('const', 4)]
+    """
+
+    specs: list
+    dims: dict
+    layout: list
+    where: dict
+    tensor_pos: list
+    symbols: list = field(default_factory=list)
+    _cache: dict = field(default_factory=dict)
+
+    def dim_values(self, tensors) -> tuple:
+        return tuple(int(tensors[k].shape[d]) for k, d in (self.where[s] for s in self.symbols))
+
+    def eval_exprs(self, exprs, tensors) -> list:
+        """Integer values of ``exprs`` (sympy, over the dims) for a call on ``tensors`` (cached per size)."""
+        vals = self.dim_values(tensors)
+        key = (id(exprs), vals)
+        got = self._cache.get(key)
+        if got is None:
+            sub = dict(zip(self.symbols, vals))
+            got = self._cache[key] = [int(eval_size(e, sub)) for e in exprs]
+        return got
+
+
+def plan_graph(example_inputs) -> Optional[GraphPlan]:
+    """A :class:`GraphPlan` for an ATen graph's example inputs (fake tensors, SymInts, numbers).
+
+    Returns None when a SymInt argument is no expression of sizes some tensor input carries.
+    """
+    tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
+    where: dict = {}
+    for k, i in enumerate(tensor_pos):
+        for d, s in enumerate(example_inputs[i].shape):
+            if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
+                where.setdefault(s.node.expr, (k, d))
+    specs, dims = [], {}
+    for k, i in enumerate(tensor_pos):
+        ex = example_inputs[i]
+        spec_dims = []
+        for d, s in enumerate(ex.shape):
+            e = s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(int(s))
+            if e.is_Integer:
+                spec_dims.append(int(e))
+            elif e.is_Symbol:
+                spec_dims.append(str(e))
+                dims[str(e)] = _hint(s)
+            else:
+                # A compound size (s0*s1 of a flattened view): an expression of named dims when
+                # the spec language writes it and every symbol is some tensor's dim; else its own dim.
+                expr = None
+                if e.free_symbols <= set(where):
+                    try:
+                        expr = DimExpr.parse(str(e))
+                    except ValueError:
+                        expr = None
+                if expr is not None and expr.sympy({n: sympy.Symbol(n, integer=True) for n in expr.names}) is not None:
+                    spec_dims.append(expr)
+                else:
+                    name = f"a{k}_{d}"
+                    spec_dims.append(name)
+                    dims[name] = _hint(s)
+        specs.append(InputSpec(f"arg{k}", ex.dtype, tuple(spec_dims)))
+    layout = []
+    counter = 0
+    for ex in example_inputs:
+        if isinstance(ex, torch.Tensor):
+            layout.append((ArgKind.TENSOR, counter))
+            counter += 1
+        elif isinstance(ex, torch.SymInt):
+            e = ex.node.expr
+            if e.is_Integer:
+                layout.append((ArgKind.CONST, int(e)))
+            elif e.free_symbols <= set(where):
+                layout.append((ArgKind.EXPR, e))
+            else:
+                return None
+        elif ex is None or isinstance(ex, (int, float, bool)):
+            layout.append((ArgKind.CONST, ex))
+        else:
+            return None
+    return GraphPlan(specs=specs, dims=dims, layout=layout, where=where, tensor_pos=tensor_pos,
+                     symbols=sorted(where, key=str))
+
+
+def _outputs(gm) -> list:
+    """Per output of ``gm``: ``(ArgKind.TENSOR, None)``, ``(ArgKind.EXPR, e)`` for a SymInt, or ``(ArgKind.CONST, v)``."""
+    out_node = next(n for n in gm.graph.nodes if n.op == "output")
+    res = []
+    for a in out_node.args[0]:
+        if isinstance(a, torch.fx.Node):
+            v = a.meta.get("val")
+            if isinstance(v, torch.Tensor):
+                res.append((ArgKind.TENSOR, None))
+            elif isinstance(v, torch.SymInt) and not v.node.expr.is_Integer:
+                res.append((ArgKind.EXPR, v.node.expr))
+            elif isinstance(v, (int, torch.SymInt)):
+                res.append((ArgKind.CONST, int(v)))
+            else:
+                return None
+        else:
+            res.append((ArgKind.CONST, a))
+    return res
+
+
+#: What lowering, code generation and kernel builds raise when they fail (gcc and Triton included).
+_COMPILE_ERRORS = (RuntimeError, ValueError, TypeError, KeyError, AttributeError, IndexError, AssertionError,
+                   NotImplementedError, OSError, ArithmeticError, ImportError)
+
+
+def compile_aten_graph(gm, example_inputs, *, target: str, graph: str, stats: dict):
+    """Compile one AOTAutograd graph (``graph`` is ``"forward"`` or ``"backward"``) with symshape.
+
+    Returns a callable with the graph's calling convention; on a failure, the
+    graph itself after a :class:`TrainingFallback` warning.
+    """
+    t0 = time.perf_counter()
+    try:
+        return _compile_aten_graph(gm, example_inputs, target=target, graph=graph, stats=stats)
+    finally:
+        stats["compile_s"] += time.perf_counter() - t0
+
+
+def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
+    stats["train_graphs"] = stats.get("train_graphs", 0) + 1
+    plan = plan_graph(list(example_inputs))
+    outs = _outputs(gm)
+    if plan is None or outs is None:
+        warn_fallback(stats, graph=graph, kind=FallbackKind.INPUTS,
+                      reason="a size argument or output is not an expression of input tensors' sizes")
+        return make_boxed_func(gm)
+    layout = plan.layout
+
+    def program(*tensors):
+        args = []
+        for kind, v in layout:
+            if kind is ArgKind.TENSOR:
+                args.append(tensors[v])
+            elif kind is ArgKind.EXPR:
+                args.append(eval_size(v, {s: tensors[k].shape[d] for s, (k, d) in plan.where.items()}))
+            else:
+                args.append(v)
+        res = gm(*args)
+        return tuple(r for r, (kind, _) in zip(res, outs) if kind is ArgKind.TENSOR)
+
+    program.__signature__ = None  # takes *tensors; keeps the tracer's arity check quiet
+    try:
+        # The graph already holds autocast's casts (AOTAutograd traced them): retrace as written.
+        # AOTAutograd calls its compilers with its fake mode (and its tracing context) still
+        # set: symshape's own trace runs outside them, as dynamo's backend call does.
+        with torch._C._DisableAutocast(), unset_fake_temporarily(), torch._guards.tracing(None):
+            compiled = CompiledProgram(program, plan.specs, plan.dims, target)
+    except SymshapeError as e:
+        warn_fallback(stats, graph=graph, kind=FallbackKind.TRACE, reason=f"{type(e).__name__}: {e}")
+        return make_boxed_func(gm)
+    except _COMPILE_ERRORS as e:  # lowering, code generation, a kernel build: the ATen graph runs, and says why
+        warn_fallback(stats, graph=graph, kind=FallbackKind.COMPILE, reason=f"{type(e).__name__}: {e}")
+        return make_boxed_func(gm)
+    if compiled.variants[0].eager:
+        warn_fallback(stats, graph=graph, kind=FallbackKind.COMPILE,
+                      reason=f"lowering: {compiled.variants[0].eager_reason}")
+        return make_boxed_func(gm)
+    compiled.key_inputs = [i for i, s in enumerate(plan.specs) if any(not isinstance(d, int) for d in s.dims)]
+    sym_outs = [e for kind, e in outs if kind is ArgKind.EXPR]
+    tensor_pos = plan.tensor_pos
+    simple = not sym_outs and all(kind is ArgKind.TENSOR for kind, _ in outs)
+
+    def run(*args):
+        tensors = [args[i] for i in tensor_pos]
+        with torch._C._DisableAutocast():
+            got = compiled(*tensors)
+        if simple:
+            return list(got)
+        ints = iter(plan.eval_exprs(sym_outs, tensors)) if sym_outs else iter(())
+        it = iter(got)
+        return [next(it) if kind is ArgKind.TENSOR else next(ints) if kind is ArgKind.EXPR else v for kind, v in outs]
+
+    run.compiled = compiled
+    return _boxed(run)
+
+
+def _boxed(run):
+    def call(args):
+        return run(*args)
+    call._boxed_call = True
+    call.compiled = run.compiled
+    return call
+
+
+def train_backend(gm, example_inputs, *, target: str, stats: dict):
+    """Compile a dynamo graph for training through AOTAutograd; returns the callable dynamo runs."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    def fw(g, ex):
+        return compile_aten_graph(g, ex, target=target, graph="forward", stats=stats)
+
+    def bw(g, ex):
+        return compile_aten_graph(g, ex, target=target, graph="backward", stats=stats)
+
+    backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=min_cut_rematerialization_partition,
+                           decompositions=decompositions())
+    return backend(gm, example_inputs)
+
+
+def decompositions() -> dict:
+    """Backward ops written as pointwise ops and reductions, so symshape fuses them."""
+    from torch._decomp import get_decompositions
+    ops = [aten.gelu_backward, aten.threshold_backward, aten.tanh_backward, aten.sigmoid_backward,
+           aten.silu_backward, aten._softmax_backward_data, aten._log_softmax_backward_data,
+           aten.native_dropout_backward, aten.native_layer_norm_backward, aten.embedding_dense_backward,
+           aten.nll_loss_backward, aten.nll_loss_forward, aten.hardtanh_backward]
+    if os.environ.get("SYMSHAPE_TRAIN_DECOMP", "1") == "0":
+        return {}
+    return get_decompositions(ops)
+
+
+__all__ = ["train_backend", "compile_aten_graph", "plan_graph", "GraphPlan", "TrainingFallback", "FallbackKind",
+           "Fallback", "FALLBACKS", "ArgKind", "warn_fallback", "decompositions"]

@@ -1,0 +1,132 @@
+"""Training steps under ``torch.compile(backend="symshape", dynamic=True)``: gradients equal eager.
+
+Each program of :mod:`tests.train_cases` runs forward, backward and an optimizer
+step outside the compiled region at four sizes (1 and a prime among them), on
+the C++ target here and on the Triton target (under ``TRITON_INTERPRET=1`` in a
+subprocess without CUDA; on the GPU with it).  A fallback to uncompiled graphs
+fails a case, and so does a dynamo recompile at a new size.
+"""
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tests import train_cases as cases
+
+pytest.importorskip("transformers")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NAMES = list(cases.CASES)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_equal_eager_cpp(name):
+    got = cases.check(name, "cpp")
+    assert got["train_graphs"] >= 2  # a forward and a backward reached symshape
+
+
+def test_dropout_follows_torch_rng_cpp():
+    got = cases.case_dropout_stats("cpp")
+    assert 0.25 < got["dropped"] < 0.35
+
+
+@pytest.fixture(scope="module")
+def triton_results():
+    if torch.cuda.is_available():
+        return None  # each test runs its case on the GPU itself
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "train_cases.py")],
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULTS ")]
+    assert line, f"the training cases did not run:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    return json.loads(line[-1][len("RESULTS "):])
+
+
+@pytest.mark.triton
+@pytest.mark.parametrize("name", NAMES + ["dropout_stats"])
+def test_gradients_equal_eager_triton(triton_results, name):
+    if triton_results is None:
+        if name == "dropout_stats":
+            cases.case_dropout_stats("triton", "cuda")
+        else:
+            cases.check(name, "triton", "cuda")
+        return
+    assert triton_results[name] == "ok", triton_results[name]
+
+
+def test_one_compile_serves_every_length():
+    """Ten lengths after the first: dynamo compiles nothing more, symshape traces nothing more."""
+    import compiler
+    torch.manual_seed(0)
+    m = cases.MLP()
+    torch._dynamo.reset()
+    f = torch.compile(m, backend="symshape", dynamic=True, options={"target": "cpp"})
+    f(torch.randn(5, 16)).sum().backward()
+    graphs, traces = compiler.BACKEND_STATS["graphs"], compiler.STATS["traces"]
+    for n in (2, 3, 17, 64, 97, 128, 255, 256, 300, 1023):
+        f(torch.randn(n, 16)).sum().backward()
+    assert compiler.BACKEND_STATS["graphs"] == graphs
+    assert compiler.STATS["traces"] == traces
+
+
+def test_closure_captured_modules_compile():
+    """A loss function that closes over modules: dynamo lifts their parameters; gradients equal eager."""
+    import copy
+    torch.manual_seed(0)
+    enc = cases.MLP()
+    ref = copy.deepcopy(enc)
+
+    def loss_fn(x):
+        return enc(x).pow(2).mean()
+
+    torch._dynamo.reset()
+    f = torch.compile(loss_fn, backend="symshape", dynamic=True, options={"target": "cpp"})
+    for n in (1, 7, 12):
+        x = torch.randn(n, 16)
+        with warnings.catch_warnings():
+            from compiler.training import TrainingFallback
+            warnings.simplefilter("error", TrainingFallback)
+            f(x).backward()
+        ref(x).pow(2).mean().backward()
+        for p, q in zip(enc.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
+            p.grad = q.grad = None
+
+
+def test_a_step_symshape_cannot_compile_says_why_and_runs_eager():
+    """A data-dependent size in the forward: symshape's kernels cannot serve it; the step
+    warns with the typed reason (TrainingFallback), counts it, and still equals eager."""
+    import compiler
+    from compiler.training import FALLBACKS, TrainingFallback
+
+    def step(x, w):
+        n = int((x > 0).sum().item())
+        return (x[:, :1] * w).sum() * n
+
+    torch._dynamo.reset()
+    before = compiler.BACKEND_STATS["eager_train_graphs"]
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        f = torch.compile(step, backend="symshape", dynamic=True, options={"target": "cpp"})
+        x, w = torch.randn(6, 4), torch.randn(1, requires_grad=True)
+        with pytest.warns(TrainingFallback, match=r"symshape: the \w+ graph runs uncompiled \(\w+\): "):
+            y = f(x, w)
+    y.backward()
+    assert compiler.BACKEND_STATS["eager_train_graphs"] > before
+    assert FALLBACKS[-1].reason and "\n" not in FALLBACKS[-1].reason
+    torch.testing.assert_close(w.grad, x[:, :1].sum().reshape(1) * int((x > 0).sum()))
+
+
+@pytest.mark.parametrize("target", ["cpp"])
+def test_interpolate_scale_is_a_float_in_kernels(target):
+    """``interpolate(size=N)`` scales by the SymFloat ``4 / N``: kernels compute it as a float
+    (it was an integer division, 0, which made ViT's interpolated positions wrong)."""
+    import compiler
+    up = lambda p, q: F.interpolate(p, size=(q.shape[0], q.shape[0]), mode="bicubic", align_corners=False)  # noqa: E731
+    f = compiler.compile(up, "p: f32[1, 2, 4, 4]", "q: f32[N]", target=target)
+    p = torch.randn(1, 2, 4, 4)
+    for n in (3, 5, 7, 8):
+        torch.testing.assert_close(f(p, torch.empty(n)), up(p, torch.empty(n)), atol=1e-5, rtol=1e-5)
