@@ -70,7 +70,8 @@ def test_one_row_per_outcome_solved_per_dim(name, valid, others):
     for o in others:
         assert o in texts, texts
     table = sp.table()
-    assert f"--detail lists the {len(sp.classes)} classes" in table
+    n = len(sp.classes)
+    assert f"--detail lists the {n} class{'es' if n != 1 else ''}" in table
     assert sum(1 for line in table.splitlines() if re.match(r"  (ok|RuntimeError) ", line)) == len(s.rows)
     _readable(table, f"{name} table")
     for path, msg in _messages(json.loads(sp.to_json())):
