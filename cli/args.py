@@ -138,6 +138,9 @@ def add_program_arguments(p, example: str = "x: f32[B, T, 768]", dim_help: str =
     p.add_argument("--dim", action=_Merge, parse=parse_dim, default={}, metavar="NAME=LO..HI", help=dim_help)
     p.add_argument("--arg", action=_Merge, parse=parse_arg, default={}, metavar="NAME=VALUE",
                    help="a non-tensor argument passed by keyword (int, float, true/false, none, string)")
+    p.add_argument("--world", type=parse_world, default=None, metavar="NAME=LO..HI",
+                   help="trace torch.distributed against a symbolic world size NAME in LO..HI (one process, "
+                        "no peers; see shapes.distributed)")
     p.add_argument("--device", default=None, metavar="DEVICE",
                    help="the device the program will run on, which its tensors report while traced "
                         "(cpu or cuda; default cpu)")
@@ -163,6 +166,41 @@ def positive_seconds(text: str) -> float:
     if not v > 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return v
+
+
+def parse_world(text: str) -> dict:
+    """argparse type for ``--world W=1..8``: one name and its range (or example size).
+
+    >>> parse_world("W=1..8")
+    {'W': (1, 8)}
+    >>> parse_world("W=1..8,T=4")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --world names one world size, e.g. --world W=1..8
+    """
+    try:
+        d = parse_dim(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--dim", "--world")) from None
+    if len(d) != 1:
+        raise argparse.ArgumentTypeError("--world names one world size, e.g. --world W=1..8")
+    return d
+
+
+def world_options(args) -> tuple:
+    """``(dims, world)``: ``--dim`` with ``--world``'s range added, and the world's name (or None).
+
+    >>> import argparse
+    >>> world_options(argparse.Namespace(dim={"T": 4}, world={"W": (1, 8)}))
+    ({'T': 4, 'W': (1, 8)}, 'W')
+    """
+    world = getattr(args, "world", None)
+    if not world:
+        return args.dim, None
+    (name, rng), = world.items()
+    if name in args.dim:
+        raise argparse.ArgumentTypeError(f"{name} is given by both --dim and --world")
+    return {**args.dim, name: rng}, name
 
 
 def add_progress_arguments(p):

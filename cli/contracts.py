@@ -16,6 +16,14 @@ expectations that ``symshape check`` proves or refutes::
     flops = "1024*B*T*(...)"               # proved equal to the symbolic FLOP count
     output = ["B", "T", 64]                # the output shape (a list of these for several)
 
+A sharded program (one that calls ``torch.distributed``, see :mod:`shapes.distributed`)
+names its world size with ``world = "W"`` (its range in ``dims``, like any dim) and may
+state the bytes each rank sends per collective kind, proved like ``flops``::
+
+    world = "W"
+    dims = { S = "1..64", W = "1..8" }
+    comm = { all_gather = "4*D*S*(W - 1)" } # per rank, ring convention (shapes.flops.comm)
+
 ``output``, ``valid`` and ``flops`` are proved for every class of sizes
 dinfer finds in the ranges (a formula that differs in one class fails with
 a point of that class).  ``no_specialization`` and ``max_guards`` are about
@@ -59,8 +67,8 @@ from shapes.enums import TextEnum
 from .loader import CliError, as_program, load_program
 
 #: The expectations a contract entry may state, in the order they are checked.
-EXPECTATIONS = ("output", "valid", "no_specialization", "max_guards", "flops")
-_KEYS = {"name", "program", "factory", "factory_args", "inputs", "dims", *EXPECTATIONS}
+EXPECTATIONS = ("output", "valid", "no_specialization", "max_guards", "flops", "comm")
+_KEYS = {"name", "program", "factory", "factory_args", "inputs", "dims", "world", *EXPECTATIONS}
 _RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+|inf)?\s*$")
 
 
@@ -78,6 +86,7 @@ class Contract:
     base_dir: str = "."
     source: str = ""      # the contract file
     line: int = 0         # the entry's line in it (its ``name =``)
+    world: Optional[str] = None  # the world size's dim name, for a sharded program
 
     def program_path(self) -> Optional[str]:
         """The absolute path of the program's file (None for a module not found under base_dir)."""
@@ -183,11 +192,16 @@ def load_contracts(path) -> list:
         fargs = e.get("factory_args", {})
         if not isinstance(fargs, dict):
             raise CliError(f"{where}: factory_args must be a table")
+        world = e.get("world")
+        if world is not None and (not isinstance(world, str) or not world.isidentifier()):
+            raise CliError(f"{where}: world must name the world size's dim, like world = \"W\"")
+        if "comm" in exp and world is None:
+            raise CliError(f"{where}: comm needs world = \"W\" (the world size's dim)")
         m = re.search(r'^\s*name\s*=\s*["\']' + re.escape(name) + r'["\']', text, re.M)
         out.append(Contract(name=name, program=prog, inputs=list(inputs), dims=parse_dims(e.get("dims", {}), where),
                             expectations=exp, factory=bool(e.get("factory", False) or fargs), factory_args=fargs,
                             base_dir=os.path.dirname(os.path.abspath(path)), source=path,
-                            line=text.count("\n", 0, m.start()) + 1 if m else 1))
+                            line=text.count("\n", 0, m.start()) + 1 if m else 1, world=world))
     return out
 
 
@@ -205,6 +219,10 @@ def _check_expectations(exp: dict, where: str):
     fl = exp.get("flops")
     if fl is not None and not isinstance(fl, (str, int)):
         raise CliError(f"{where}: flops must be a formula string like \"2*B*T*768\"")
+    cm = exp.get("comm")
+    if cm is not None and (not isinstance(cm, dict) or not all(isinstance(v, (str, int)) for v in cm.values())):
+        raise CliError(f"{where}: comm must be a table of collective kind = formula, like "
+                       f"{{ all_reduce = \"8*N*(W - 1)/W\" }}")
     o = exp.get("output")
     if o is not None:
         shapes = o if o and all(isinstance(s, list) for s in o) else [o]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .args import SPEC_HELP, add_program_arguments, add_progress_arguments, positive_int
+from .args import SPEC_HELP, add_program_arguments, add_progress_arguments, positive_int, world_options
 
 DEFAULT_RANGE_TEXT = "1..4096"  # validation.dinfer.DEFAULT_RANGE, kept here so --help imports nothing heavy
 
@@ -92,9 +92,10 @@ def run(args) -> int:
         status.close()
     progress = _Progress(sys.stderr) if show else None
     try:
-        space = dinfer(prog, *args.input, dims=args.dim, max_classes=args.max_classes,
+        dims, world = world_options(args)
+        space = dinfer(prog, *args.input, dims=dims, max_classes=args.max_classes,
                        time_budget=args.time_budget, specialize_zero_one=args.specialize_zero_one,
-                       progress=progress, trace_timeout=args.trace_timeout, device=args.device)
+                       progress=progress, trace_timeout=args.trace_timeout, device=args.device, world=world)
     finally:
         if progress is not None:
             progress.close()

@@ -19,6 +19,8 @@ from guards.render import short_path
 from shapes.errors import SpecError, SymshapeError
 from shapes.spec import parse_sizes
 
+from .args import world_options
+
 #: Seconds the search for sizes that run may take when the example sizes fail.
 SEARCH_BUDGET_S = 30.0
 
@@ -163,8 +165,11 @@ def trace_target(args, status, points=(), trace_options=None):
     extra = trace_options(prog) if trace_options is not None else {}
     if getattr(args, "device", None) is not None:
         extra = {**extra, "device": args.device}
+    dims, world = world_options(args)
+    if world is not None:
+        extra = {**extra, "world": world}
     with guarded_run(args.target, getattr(args, "trace_timeout", None)):
-        tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops, **extra)
+        tp = trace_for(prog, args.input, dims, points, kwargs=args.arg, progress=status.ops, **extra)
     note = getattr(tp, "searched_note", None)
     if note:
         print(f"note: {note}", file=sys.stderr)

@@ -9,6 +9,9 @@ all: :meth:`TracedPaths.run` takes the path whose guards accept the inputs,
 and :meth:`TracedPaths.failing_guards` is empty wherever one path accepts.
 A path where the program raises is not joined: those sizes stay refused.
 
+Only guards that hold at 2 and fail at 1 split a path off: a threshold
+(``B > 16``) is not a size-1 path, and sizes on its other side recompile.
+
 Example::
 
     >>> import torch, shapes
@@ -83,9 +86,13 @@ class TracedPaths:
 
 
 def _splits_on_one(tp, name: str, point: dict) -> bool:
-    """Whether setting ``name`` to 1 fails only guards of the program (not a range, an assert or a limit)."""
+    """Whether setting ``name`` to 1 fails only guards of the program (not a range, an assert or a limit)
+    that hold at 2: a split between 1 and larger sizes, not a threshold such as ``B > 16``."""
     bad = tp.failing_guards({**point, name: 1})
-    return bool(bad) and all(g.kind is GuardKind.GUARD and g.index >= 0 for g in bad)
+    if not bad or not all(g.kind is GuardKind.GUARD and g.index >= 0 for g in bad):
+        return False
+    at_two = {id(g) for g in tp.failing_guards({**point, name: 2})}
+    return not any(id(g) in at_two for g in bad)
 
 
 def join_size_one(tp) -> TracedPaths:

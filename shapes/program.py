@@ -102,6 +102,8 @@ class TracedProgram:
     #: place it read that device: the trace assumes it there (:mod:`shapes.devices`).
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     device_reads: list = field(default_factory=list)
+    #: the symbolic world (:class:`shapes.distributed.World`) of a trace with ``world=``, else None
+    world: Any = None
 
     @property
     def guards(self) -> list[Guard]:
@@ -200,7 +202,10 @@ class TracedProgram:
                 else:
                     values.setdefault(d, (n, where))
         _bind_derived(derived, values)
-        return {self.env.symbols[k]: v for k, (v, _) in values.items()}
+        out = {self.env.symbols[k]: v for k, (v, _) in values.items()}
+        if self.world is not None:
+            out.update(world_values(self.world))
+        return out
 
     @property
     def input_constraints(self) -> list[Guard]:
@@ -333,6 +338,18 @@ class TracedProgram:
         outs = ", ".join("[" + ", ".join(map(str, s)) + "]" for s in self.output_shapes)
         return (f"<TracedProgram ({ins}) -> ({outs}); {len(self.guards)} guards, "
                 f"{len(self.runtime_asserts)} runtime asserts, {len(self.graph.nodes)} nodes>")
+
+
+def world_values(world) -> dict:
+    """The world symbols' values in the running process group (a traced graph runs on each rank)."""
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        raise SpecError(f"the program was traced with world={world.name!r}: run it on each rank of an "
+                        f"initialized process group")
+    vals = {world.size: dist.get_world_size()} if isinstance(world.size, sympy.Symbol) else {}
+    if isinstance(world.rank, sympy.Symbol):
+        vals[world.rank] = dist.get_rank()
+    return vals
 
 
 def _holds(expr, subs):

@@ -18,6 +18,7 @@ from typing import Optional
 import sympy
 import torch
 from torch.utils import _pytree as pytree
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import data_dependent, eager_checks, index_bounds, limits
@@ -100,9 +101,12 @@ class Recorder(TorchDispatchMode):
             out = eager_checks.eager_output(func, args, kwargs, out)
         except (SymshapeError, DataDependentError):
             raise
-        except NotImplementedError as e:
+        except (NotImplementedError, DynamicOutputShapeException, DataDependentOutputException) as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            if "data-dependent" in msg or "DynamicOutputShape" in type(e).__name__ or "meta" in msg.lower():
+            # torch's types for "the output shape depends on data"; a bare NotImplementedError from a
+            # meta kernel has no type of its own, only its message.
+            typed = isinstance(e, (DynamicOutputShapeException, DataDependentOutputException))
+            if typed or "data-dependent" in msg or "meta" in msg.lower():
                 raise UnsupportedOpError(
                     f"{op} at {prov.filename}:{prov.lineno} (`{prov.code}`) cannot run on meta tensors "
                     f"with symbolic sizes ({msg}); its output shape may depend on data. Please report it."

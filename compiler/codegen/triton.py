@@ -29,12 +29,14 @@ import sympy
 import torch
 
 from shapes.enums import TextEnum
+from shapes.kernel_helpers import TRITON_SOURCE
 from shapes.printers import to_triton
 
 from ..exprs import compile_exprs
 from .. import skinny_matmul
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, flat_index, substitute
 from .cpp import cache_dir
+from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 from .triton_launch import bind_launch
 
@@ -49,13 +51,6 @@ _NAN = tl.constexpr(float("nan"))
 
 
 @triton.jit
-def _pymod(a, b):
-    # Python's % (sign of the divisor) from Triton's truncating %.
-    r = a % b
-    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
-
-
-@triton.jit
 def _max_nan(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
@@ -63,23 +58,7 @@ def _max_nan(a, b):
 @triton.jit
 def _min_nan(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def _floordiv(a, b):
-    return (a - _pymod(a, b)) // b
-
-
-@triton.jit
-def _pow(a, b):
-    # a ** b for real a, b: |a|**b with the sign of an odd integer power; NaN otherwise for a < 0.
-    m = tl.exp(b * tl.log(tl.abs(a)))
-    bi = tl.floor(b)
-    odd = (bi == b) & ((bi - 2.0 * tl.floor(bi * 0.5)) == 1.0)
-    res = tl.where((a < 0) & odd, -m, m)
-    res = tl.where((a < 0) & (bi != b), float("nan"), res)
-    return tl.where(b == 0, 1.0, res)
-'''
+''' + TRITON_SOURCE
 
 BLOCK = 1024
 
@@ -109,14 +88,14 @@ def _minmax(which):
 OP_TABLE = {
     **infix_table({**INFIX, OpKind.AND: "&", OpKind.OR: "|"}),
     OpKind.EXP: call("tl.exp"), OpKind.LOG: call("tl.log"), OpKind.SQRT: call("tl.sqrt"),
-    OpKind.RSQRT: call("tl.math.rsqrt"), OpKind.SIGMOID: call("tl.sigmoid"), OpKind.ERF: call("tl.math.erf"),
+    OpKind.RSQRT: call("tl.math.rsqrt"), OpKind.ERF: call("tl.math.erf"),
     OpKind.ABS: call("tl.abs"), OpKind.SIN: call("tl.sin"), OpKind.COS: call("tl.cos"),
     OpKind.FLOOR: call("tl.floor"), OpKind.CEIL: call("tl.ceil"), OpKind.POW: call("_pow"),
-    # tanh(x) = 2 sigmoid(2x) - 1: no tanh in core Triton
     **templates({OpKind.NEG: "-{0}", OpKind.NOT: "{0} == 0", OpKind.RELU: "tl.where({0} < 0, 0, {0})",
-                 OpKind.WHERE: "tl.where({0}, {1}, {2})", OpKind.RECIPROCAL: "1.0 / {0}",
-                 OpKind.TANH: "2.0 * tl.sigmoid(2.0 * {0}) - 1.0", OpKind.LOG1P: "tl.log(1.0 + {0})",
-                 OpKind.EXPM1: "tl.exp({0}) - 1.0"}),
+                 OpKind.WHERE: "tl.where({0}, {1}, {2})", OpKind.RECIPROCAL: "1.0 / {0}"}),
+    # Core Triton has no log1p, expm1 or tanh: the shared decompositions, precise near 0.
+    **spellings(Primitives(exp="tl.exp", log="tl.log", one="1.0", inf="_INF",
+                           where=lambda c, a, b: f"tl.where({c}, {a}, {b})", sigmoid="tl.sigmoid")),
     # tl.cast, not .to(): the operand may be a Python literal (a constant widened from a half type).
     OpKind.CAST: lambda a, v, t: f"({a[0]} != 0)" if v.dtype == torch.bool else f"tl.cast({a[0]}, {t})",
     OpKind.MAXIMUM: _minmax("maximum"), OpKind.MINIMUM: _minmax("minimum"),
