@@ -79,10 +79,10 @@ def test_one_row_per_outcome_solved_per_dim(name, valid, others):
 
 
 def test_ok_rows_merge_outputs_equal_on_each_class():
-    # [1, 64, 32] where B == 1 and T == 64 is a case of [B, T, 32]: one row, the general formula.
+    # [B, 64, 32] where T == 64 (SDPA's special case) is a case of [B, T, 32]: one row, the general formula.
     (ok,) = [r for r in _space("attention").summary.rows if r.region.kind == "ok"]
     assert ok.output_text() == "[B, T, 32]"
-    assert len(ok.region.classes) >= 4
+    assert len(ok.region.classes) >= 2  # the T == 64 class ([B, 64, 32]) is in the row
 
 
 def test_trace_without_dims_finds_sizes_that_run(capsys):
