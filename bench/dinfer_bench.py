@@ -165,7 +165,7 @@ def main(argv=None) -> int:
         print(f"{name:<{w}}  {ranges:<{wr}}  {ncls:>7}  {ntr:>6}  {str(complete):>8}  {dt:>8.2f}{flag}")
     slow = [r for r in rows if r[5] >= MODEL_TARGETS_S.get(r[0], TARGET_S)]
     print(f"{len(rows)} programs, {sum(r[4] for r in rows)} complete; "
-          f"{'all under' if not slow else f'{len(slow)} over'} the {TARGET_S:g} s target; "
+          f"{'all under' if not slow else f'{len(slow)} over'} their targets ({TARGET_S:g} s; models: {MODEL_TARGETS_S}); "
           f"total {sum(r[5] for r in rows):.2f} s")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if not args.models:

@@ -70,7 +70,8 @@ def test_one_row_per_outcome_solved_per_dim(name, valid, others):
     for o in others:
         assert o in texts, texts
     table = sp.table()
-    assert f"--detail lists the {len(sp.classes)} classes" in table
+    n = len(sp.classes)
+    assert f"--detail lists the {n} class{'es' if n != 1 else ''}" in table
     assert sum(1 for line in table.splitlines() if re.match(r"  (ok|RuntimeError) ", line)) == len(s.rows)
     _readable(table, f"{name} table")
     for path, msg in _messages(json.loads(sp.to_json())):
@@ -78,17 +79,18 @@ def test_one_row_per_outcome_solved_per_dim(name, valid, others):
 
 
 def test_ok_rows_merge_outputs_equal_on_each_class():
-    # [1, 64, 32] where B == 1 and T == 64 is a case of [B, T, 32]: one row, the general formula.
+    # [B, 64, 32] where T == 64 (SDPA's special case) is a case of [B, T, 32]: one row, the general formula.
     (ok,) = [r for r in _space("attention").summary.rows if r.region.kind == "ok"]
     assert ok.output_text() == "[B, T, 32]"
-    assert len(ok.region.classes) >= 4
+    assert len(ok.region.classes) >= 2  # the T == 64 class ([B, 64, 32]) is in the row
 
 
 def test_trace_without_dims_finds_sizes_that_run(capsys):
     assert main(["trace", CNN[0], "-i", CNN[1][0]]) == 0
     out, err = capsys.readouterr()
     m = re.search(r"traced \S+ at B=(\d+), H=(\d+), W=(\d+)", out)
-    assert m and 28 <= int(m.group(2)) <= 31 and 28 <= int(m.group(3)) <= 31, out
+    # Sizes that run: (H // 4)*(W // 4) == 49 (28 <= H <= 31 and 28 <= W <= 31, or H=196, W=4, ...)
+    assert m and (int(m.group(2)) // 4) * (int(m.group(3)) // 4) == 49, out
     assert "out: f32[B, 10]" in out
     assert "the example sizes raise RuntimeError at tests/reading_programs.py:22" in err
     assert "traced at sizes that run" in err and f"H={m.group(2)}" in err
