@@ -138,9 +138,69 @@ def add_program_arguments(p, example: str = "x: f32[B, T, 768]", dim_help: str =
     p.add_argument("--dim", action=_Merge, parse=parse_dim, default={}, metavar="NAME=LO..HI", help=dim_help)
     p.add_argument("--arg", action=_Merge, parse=parse_arg, default={}, metavar="NAME=VALUE",
                    help="a non-tensor argument passed by keyword (int, float, true/false, none, string)")
+    p.add_argument("--world", type=parse_world, default=None, metavar="NAME=LO..HI",
+                   help="trace torch.distributed against a symbolic world size NAME in LO..HI (one process, "
+                        "no peers; see shapes.distributed)")
     p.add_argument("--device", default=None, metavar="DEVICE",
                    help="the device the program will run on, which its tensors report while traced "
                         "(cpu or cuda; default cpu)")
+    p.add_argument("--trace-timeout", type=positive_seconds, default=DEFAULT_TRACE_TIMEOUT, metavar="S",
+                   help=f"stop when one trace runs longer than S seconds, e.g. a program that loops forever "
+                        f"(default {DEFAULT_TRACE_TIMEOUT:g})")
+
+
+#: Seconds one trace of the user's program may run (``--trace-timeout``), on every command that runs one.
+DEFAULT_TRACE_TIMEOUT = 60.0
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a positive number of seconds.
+
+    >>> positive_seconds("2.5")
+    2.5
+    """
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return v
+
+
+def parse_world(text: str) -> dict:
+    """argparse type for ``--world W=1..8``: one name and its range (or example size).
+
+    >>> parse_world("W=1..8")
+    {'W': (1, 8)}
+    >>> parse_world("W=1..8,T=4")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: --world names one world size, e.g. --world W=1..8
+    """
+    try:
+        d = parse_dim(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("--dim", "--world")) from None
+    if len(d) != 1:
+        raise argparse.ArgumentTypeError("--world names one world size, e.g. --world W=1..8")
+    return d
+
+
+def world_options(args) -> tuple:
+    """``(dims, world)``: ``--dim`` with ``--world``'s range added, and the world's name (or None).
+
+    >>> import argparse
+    >>> world_options(argparse.Namespace(dim={"T": 4}, world={"W": (1, 8)}))
+    ({'T': 4, 'W': (1, 8)}, 'W')
+    """
+    world = getattr(args, "world", None)
+    if not world:
+        return args.dim, None
+    (name, rng), = world.items()
+    if name in args.dim:
+        raise argparse.ArgumentTypeError(f"{name} is given by both --dim and --world")
+    return {**args.dim, name: rng}, name
 
 
 def add_progress_arguments(p):
@@ -180,8 +240,17 @@ def output_format(given, path) -> str:
 
     >>> output_format(None, "report.html"), output_format(None, "r.JSON"), output_format("json", None)
     ('html', 'json', 'json')
+    >>> output_format(None, "r.pdf")
+    Traceback (most recent call last):
+    ...
+    ValueError: -o r.pdf: unknown report suffix '.pdf'; use .txt, .json or .html (or --format)
     """
-    implied = SUFFIX_FORMATS.get(os.path.splitext(path)[1].lower()) if path else None
+    suffix = os.path.splitext(path)[1].lower() if path else ""
+    implied = SUFFIX_FORMATS.get(suffix) if path else None
+    if path and not given and implied is None:
+        # r.pdf or a suffix-less name would silently get text: say what is written instead.
+        raise ValueError(f"-o {path}: unknown report suffix {suffix or '(none)'!r}; use .txt, .json or .html "
+                         f"(or --format)")
     if given and implied and given != implied:
         raise ValueError(f"--format {given} but -o {path} has the suffix of a {implied} file; drop --format "
                          f"or give -o a matching suffix")

@@ -3,10 +3,11 @@
 Example::
 
     >>> from cli.contracts import Contract
-    >>> from cli.verify import EntryResult, Finding
+    >>> from cli.verify import FAIL, EntryResult, Finding
     >>> r = EntryResult(Contract("m", "m.py:f", ["x: f32[B]"], {}, {"max_guards": 0}, source="symshape.toml",
     ...                          line=3))
-    >>> r.findings.append(Finding("max_guards", "fail", "1 guards, the contract allows 0", "m.py", 7))
+    >>> r.findings.append(Finding(expectation="max_guards", status=FAIL,
+    ...                           message="1 guards, the contract allows 0", file="m.py", line=7))
     >>> print(github([r]))
     ::error file=m.py,line=7,title=symshape contract m%3A max_guards::1 guards, the contract allows 0
 """

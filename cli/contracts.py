@@ -16,6 +16,14 @@ expectations that ``symshape check`` proves or refutes::
     flops = "1024*B*T*(...)"               # proved equal to the symbolic FLOP count
     output = ["B", "T", 64]                # the output shape (a list of these for several)
 
+A sharded program (one that calls ``torch.distributed``, see :mod:`shapes.distributed`)
+names its world size with ``world = "W"`` (its range in ``dims``, like any dim) and may
+state the bytes each rank sends per collective kind, proved like ``flops``::
+
+    world = "W"
+    dims = { S = "1..64", W = "1..8" }
+    comm = { all_gather = "4*D*S*(W - 1)" } # per rank, ring convention (shapes.flops.comm)
+
 ``output``, ``valid`` and ``flops`` are proved for every class of sizes
 dinfer finds in the ranges (a formula that differs in one class fails with
 a point of that class).  ``no_specialization`` and ``max_guards`` are about
@@ -54,11 +62,13 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Optional
 
+from shapes.enums import TextEnum
+
 from .loader import CliError, as_program, load_program
 
 #: The expectations a contract entry may state, in the order they are checked.
-EXPECTATIONS = ("output", "valid", "no_specialization", "max_guards", "flops")
-_KEYS = {"name", "program", "factory", "factory_args", "inputs", "dims", *EXPECTATIONS}
+EXPECTATIONS = ("output", "valid", "no_specialization", "max_guards", "flops", "comm")
+_KEYS = {"name", "program", "factory", "factory_args", "inputs", "dims", "world", *EXPECTATIONS}
 _RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+|inf)?\s*$")
 
 
@@ -76,6 +86,7 @@ class Contract:
     base_dir: str = "."
     source: str = ""      # the contract file
     line: int = 0         # the entry's line in it (its ``name =``)
+    world: Optional[str] = None  # the world size's dim name, for a sharded program
 
     def program_path(self) -> Optional[str]:
         """The absolute path of the program's file (None for a module not found under base_dir)."""
@@ -181,11 +192,16 @@ def load_contracts(path) -> list:
         fargs = e.get("factory_args", {})
         if not isinstance(fargs, dict):
             raise CliError(f"{where}: factory_args must be a table")
+        world = e.get("world")
+        if world is not None and (not isinstance(world, str) or not world.isidentifier()):
+            raise CliError(f"{where}: world must name the world size's dim, like world = \"W\"")
+        if "comm" in exp and world is None:
+            raise CliError(f"{where}: comm needs world = \"W\" (the world size's dim)")
         m = re.search(r'^\s*name\s*=\s*["\']' + re.escape(name) + r'["\']', text, re.M)
         out.append(Contract(name=name, program=prog, inputs=list(inputs), dims=parse_dims(e.get("dims", {}), where),
                             expectations=exp, factory=bool(e.get("factory", False) or fargs), factory_args=fargs,
                             base_dir=os.path.dirname(os.path.abspath(path)), source=path,
-                            line=text.count("\n", 0, m.start()) + 1 if m else 1))
+                            line=text.count("\n", 0, m.start()) + 1 if m else 1, world=world))
     return out
 
 
@@ -203,6 +219,10 @@ def _check_expectations(exp: dict, where: str):
     fl = exp.get("flops")
     if fl is not None and not isinstance(fl, (str, int)):
         raise CliError(f"{where}: flops must be a formula string like \"2*B*T*768\"")
+    cm = exp.get("comm")
+    if cm is not None and (not isinstance(cm, dict) or not all(isinstance(v, (str, int)) for v in cm.values())):
+        raise CliError(f"{where}: comm must be a table of collective kind = formula, like "
+                       f"{{ all_reduce = \"8*N*(W - 1)/W\" }}")
     o = exp.get("output")
     if o is not None:
         shapes = o if o and all(isinstance(s, list) for s in o) else [o]
@@ -214,10 +234,17 @@ def _check_expectations(exp: dict, where: str):
 # --------------------------------------------------------------------------- programs
 
 
+class TargetKind(TextEnum):
+    """How a program target is named: ``FILE.py:NAME`` or ``module:NAME``."""
+
+    FILE = "file"
+    MODULE = "module"
+
+
 def resolve_target(target: str, roots, restrict: bool = True) -> tuple:
     """``(kind, absolute file, NAME)`` for ``FILE.py:NAME`` or ``module:NAME`` looked up under ``roots``.
 
-    ``kind`` is ``"file"`` or ``"module"``; the file is None when no root holds it.
+    ``kind`` is a :class:`TargetKind`; the file is None when no root holds it.
     With ``restrict`` (the server) paths never leave the roots: ``..`` and
     symlinks are resolved first; without it (the CLI, running the user's own
     contract) a FILE is relative to the first root or absolute.
@@ -240,8 +267,8 @@ def resolve_target(target: str, roots, restrict: bool = True) -> tuple:
         for c in cands:
             real = os.path.realpath(c)
             if (not restrict or os.path.commonpath([real, root]) == root) and os.path.isfile(real):
-                return ("file" if is_file else "module"), real, name
-    return ("file" if is_file else "module"), None, name
+                return (TargetKind.FILE if is_file else TargetKind.MODULE), real, name
+    return (TargetKind.FILE if is_file else TargetKind.MODULE), None, name
 
 
 def load_target(target: str, roots, factory: bool = False, factory_args: Optional[dict] = None,
@@ -250,28 +277,28 @@ def load_target(target: str, roots, factory: bool = False, factory_args: Optiona
     kind, path, name = resolve_target(target, roots, restrict)
     if path is None:
         where = " or ".join(os.path.abspath(r) for r in roots)
-        raise CliError(f"{target}: no such {'file' if kind == 'file' else 'module'} under {where}")
+        raise CliError(f"{target}: no such {kind.value} under {where}")
     if factory:
         make = _import_name(kind, target, path, name, roots)
         if not callable(make):
             raise CliError(f"factory {target} is not callable")
         try:
             obj = make(**(factory_args or {}))
-        except Exception as e:
+        except Exception as e:  # the user's factory raised: their error, said as a CLI error
             raise CliError(f"factory {target}() raised {type(e).__name__}: {e}") from e
         if not callable(obj):
             raise CliError(f"factory {target}() returned a {type(obj).__name__}, not a function or nn.Module")
         if hasattr(obj, "eval") and hasattr(obj, "training"):
             obj.eval()
         return obj
-    if kind == "file":
+    if kind is TargetKind.FILE:
         return load_program(f"{path}:{name}")
     obj = _import_name(kind, target, path, name, roots)
     return _as_program(obj, name, target)
 
 
 def _import_name(kind, target, path, name, roots):
-    if kind == "file":
+    if kind is TargetKind.FILE:
         # A fresh module per load (like the loader), taking NAME as it is (a factory).
         mod_name = f"_symshape_user_{abs(hash(path))}"
         spec = importlib.util.spec_from_file_location(mod_name, path)
@@ -280,7 +307,7 @@ def _import_name(kind, target, path, name, roots):
         sys.path.insert(0, os.path.dirname(path))
         try:
             spec.loader.exec_module(module)
-        except Exception as e:
+        except Exception as e:  # the user's file failed to import
             raise CliError(f"importing {path} raised {type(e).__name__}: {e}") from e
         finally:
             sys.path.pop(0)
@@ -290,7 +317,7 @@ def _import_name(kind, target, path, name, roots):
         sys.path[:0] = added
         try:
             module = importlib.import_module(modname)
-        except Exception as e:
+        except Exception as e:  # the user's module failed to import
             raise CliError(f"importing {modname} raised {type(e).__name__}: {e}") from e
         finally:
             del sys.path[:len(added)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .args import SPEC_HELP, add_program_arguments, add_progress_arguments, positive_int
+from .args import SPEC_HELP, add_program_arguments, add_progress_arguments, positive_int, world_options
 
 DEFAULT_RANGE_TEXT = "1..4096"  # validation.dinfer.DEFAULT_RANGE, kept here so --help imports nothing heavy
 
@@ -42,13 +42,12 @@ def register(sub):
         dim_help=f"range of a dim (NAME=LO..HI, or NAME=LO.. for no upper bound); NAME=N pins the dim to N; "
                  f"dims without one are searched over {DEFAULT_RANGE_TEXT}")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--detail", action="store_true",
+                   help="list every class of sizes (the search's split), not one row per outcome")
     p.add_argument("--max-classes", type=positive_int, default=64, metavar="N",
                    help="stop after N classes (default 64)")
     p.add_argument("--time-budget", type=_positive_float, default=60.0, metavar="S",
                    help="the whole run's time in seconds, traces included (default 60)")
-    p.add_argument("--trace-timeout", type=_positive_float, default=30.0, metavar="S",
-                   help="stop when one trace runs longer than S seconds, e.g. a program that loops "
-                        "forever (default 30)")
     p.add_argument("--specialize-zero-one", action="store_true",
                    help="PyTorch's 0/1 policy: give sizes 0 and 1 classes of their own")
     p.add_argument("--no-specialize-zero-one", action="store_true", help=argparse.SUPPRESS)  # the default now
@@ -93,9 +92,10 @@ def run(args) -> int:
         status.close()
     progress = _Progress(sys.stderr) if show else None
     try:
-        space = dinfer(prog, *args.input, dims=args.dim, max_classes=args.max_classes,
+        dims, world = world_options(args)
+        space = dinfer(prog, *args.input, dims=dims, max_classes=args.max_classes,
                        time_budget=args.time_budget, specialize_zero_one=args.specialize_zero_one,
-                       progress=progress, trace_timeout=args.trace_timeout, device=args.device)
+                       progress=progress, trace_timeout=args.trace_timeout, device=args.device, world=world)
     finally:
         if progress is not None:
             progress.close()
@@ -108,7 +108,7 @@ def run(args) -> int:
     if args.json:
         print(space.to_json(indent=2))
     else:
-        print(space.table())
+        print(space.table(detail=args.detail))
     if space.timed_out:
         print(f"dinfer: {space.reason}", file=sys.stderr)
         return 3

@@ -89,7 +89,12 @@ def run(args) -> int:
                 out = ex.html()
             else:
                 out = ex.text(width=args.width)
-    return _write(args, fmt, out)
+    rc = _write(args, fmt, out)
+    if not args.cuda_graphs and point and ex.at is not None and ex.at.verdict == "runtime_error":
+        import sys
+        print(f"symshape explain: a call at {args.at} fails at run time (see the report)", file=sys.stderr)
+        return 1  # scripts can tell a size that fails from one that runs
+    return rc
 
 
 def _write(args, fmt, out) -> int:

@@ -83,6 +83,7 @@ def run(args) -> int:
         from shapes.errors import SpecError
         from shapes.flops import count_flops
         from shapes.flops.check import parse_consts
+        from shapes.flops.comm import comm_table
 
         from .loader import parse_point, trace_target
 
@@ -114,6 +115,10 @@ def run(args) -> int:
                 d["check"] = {"formula": args.check, "of": args.of, "outcome": checked.outcome,
                               "message": checked.message, "counterexample": checked.counterexample,
                               "values": list(checked.values) if checked.values else None, "region": checked.region}
+            if report.comm.by_kind:
+                d["comm"] = {k: {"bytes_per_rank": str(e), "calls": report.comm.calls[k],
+                                 "at": [str(report.comm.evaluate(pt)[k]) for pt in points]}
+                             for k, e in report.comm.by_kind.items()}
             if mfus:
                 d["mfu"] = [{"sizes": m.sizes, "flops": m.flops, "count": m.count, "seconds": m.seconds,
                              "achieved_flops_per_s": m.achieved, "peak_flops_per_s": m.peak, "peak": m.peak_label,
@@ -130,6 +135,8 @@ def run(args) -> int:
                 tables.append(f"check {args.check}" + (f" (against {args.of})" if args.of != "total" else "")
                               + f"\n  {checked}")
             tables += [f"MFU: {m}" for m in mfus]
+            if report.comm.by_kind:
+                tables.append(comm_table(report.comm, points))
             out = "\n\n".join(tables)
     print(out)
     return 0 if checked is None or checked else 1

@@ -6,15 +6,23 @@ subcommands import it inside ``run`` (see :mod:`cli.main`).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
+import math
 import os
 import sys
 
 import torch
 
-from shapes.errors import SymshapeError
+from guards.render import short_path
+from shapes.errors import SpecError, SymshapeError
 from shapes.spec import parse_sizes
+
+from .args import world_options
+
+#: Seconds the search for sizes that run may take when the example sizes fail.
+SEARCH_BUDGET_S = 30.0
 
 
 class CliError(SymshapeError):
@@ -82,11 +90,15 @@ def parse_point(text: str) -> dict:
     return parse_sizes(text)
 
 
-def trace_for(program, specs, dims, points=(), kwargs=None, progress=None, **trace_kwargs):
+def trace_for(program, specs, dims, points=(), kwargs=None, progress=None, search_sizes: bool = True,
+              **trace_kwargs):
     """Trace at the default example sizes; if the program raises there and the
     user gave concrete points (``--at``), trace at the first point where it runs
-    instead, so a report about those sizes is still possible.  ``trace_kwargs``
-    go to :func:`shapes.trace`."""
+    instead, so a report about those sizes is still possible; else (``search_sizes``)
+    search for sizes that run (dinfer's search) and trace there.  The trace then
+    carries ``searched_note``: which sizes failed and which were used.  A failure
+    everywhere raises the first error, saying that no size that runs was found.
+    ``trace_kwargs`` go to :func:`shapes.trace`."""
     from shapes import TraceError, trace
 
     def trace_at(d):
@@ -96,18 +108,51 @@ def trace_for(program, specs, dims, points=(), kwargs=None, progress=None, **tra
         return trace_at(dims)
     except TraceError as first:
         for pt in points:
-            hinted = dict(dims or {})
-            for name, v in pt.items():
-                cur = hinted.get(name)
-                if isinstance(cur, tuple) and len(cur) >= 2:
-                    hinted[name] = (cur[0], cur[1], v)
-                elif cur is None:
-                    hinted[name] = v
             try:
-                return trace_at(hinted)
+                return trace_at(_hinted(dims, pt))
             except TraceError:
                 continue
-        raise first
+        if not search_sizes or first.exc is None:
+            raise
+        tp = _trace_where_it_runs(program, specs, dims, kwargs, first, trace_at)
+        if tp is None:
+            raise
+        return tp
+
+
+def _hinted(dims, pt) -> dict:
+    """``dims`` with the example size of each dim of ``pt`` set to its value there."""
+    hinted = dict(dims or {})
+    for name, v in pt.items():
+        cur = hinted.get(name)
+        if isinstance(cur, tuple) and len(cur) >= 2:
+            hinted[name] = (cur[0], cur[1], v)
+        elif cur is None or not isinstance(cur, int):
+            hinted[name] = (1, math.inf, v) if cur is None else cur
+    return hinted
+
+
+def _trace_where_it_runs(program, specs, dims, kwargs, first, trace_at):
+    """The trace at sizes dinfer's search finds to run, with a note saying so; None if none is found."""
+    from shapes import TraceError
+    from validation.dinfer import sizes_that_run
+
+    fn = with_arguments(program, kwargs) if kwargs else program
+    try:
+        point = sizes_that_run(fn, *specs, dims=dims, time_budget=SEARCH_BUDGET_S)
+    except (TraceError, SpecError):
+        point = None
+    where = getattr(first, "provenance", None)
+    failed = f"{type(first.exc).__name__}" + (f" at {short_path(where.filename)}:{where.lineno}"
+                                               if where is not None and getattr(where, "filename", None) else "")
+    if point is None:
+        first.args = (f"{first.args[0] if first.args else first}; searching the dim ranges for {SEARCH_BUDGET_S:g} s "
+                      f"found no sizes that run",)
+        return None
+    tp = trace_at(_hinted(dims, point))
+    tp.searched_note = (f"the example sizes raise {failed}; traced at sizes that run, found by searching "
+                        f"the dim ranges: " + ", ".join(f"{k}={v}" for k, v in point.items()))
+    return tp
 
 
 def trace_target(args, status, points=(), trace_options=None):
@@ -120,9 +165,53 @@ def trace_target(args, status, points=(), trace_options=None):
     extra = trace_options(prog) if trace_options is not None else {}
     if getattr(args, "device", None) is not None:
         extra = {**extra, "device": args.device}
-    tp = trace_for(prog, args.input, args.dim, points, kwargs=args.arg, progress=status.ops, **extra)
+    dims, world = world_options(args)
+    if world is not None:
+        extra = {**extra, "world": world}
+    with guarded_run(args.target, getattr(args, "trace_timeout", None)):
+        tp = trace_for(prog, args.input, dims, points, kwargs=args.arg, progress=status.ops, **extra)
+    note = getattr(tp, "searched_note", None)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     report_validation(tp, status)
     return prog, tp
+
+
+@contextlib.contextmanager
+def guarded_run(target: str, seconds):
+    """Run the user's program with ``--trace-timeout`` (a timeout no ``except`` in the program
+    swallows) and with its exits turned into one-line errors: ``sys.exit`` and ``os._exit`` inside
+    the program would otherwise end symshape silently."""
+    from validation.dinfer.limits import TraceTimeout, time_limit
+
+    real_exit = os._exit
+
+    def no_exit(code=0):
+        raise _ProgramExit(code, "os._exit")
+    os._exit = no_exit
+    try:
+        with (time_limit(seconds) if seconds else contextlib.nullcontext()):
+            yield
+    except TraceTimeout:
+        raise CliError(f"{target} ran longer than --trace-timeout {seconds:g} s while traced (a loop that "
+                       f"never ends?); raise --trace-timeout if it is just slow") from None
+    except SystemExit as e:
+        raise CliError(f"{target} called sys.exit({e.code!r}) while traced; symshape needs the program to "
+                       f"return") from None
+    except _ProgramExit as e:
+        raise CliError(f"{target} called {e.how}({e.code!r}) while traced; symshape needs the program to "
+                       f"return") from None
+    finally:
+        os._exit = real_exit
+
+
+class _ProgramExit(BaseException):
+    """The program asked the process to end (``os._exit``): not an ``Exception``, so the
+    program's own handlers do not swallow it."""
+
+    def __init__(self, code, how):
+        super().__init__(code)
+        self.code, self.how = code, how
 
 
 def report_validation(tp, status) -> None:

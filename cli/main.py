@@ -115,7 +115,7 @@ def _run(argv, parser) -> int:
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130
-    except Exception as e:
+    except Exception as e:  # the CLI process's boundary: one line and an exit status, never a traceback
         # symshape's errors are only importable once a command ran (they live with torch).
         errors = sys.modules.get("shapes.errors")
         if errors is not None and isinstance(e, errors.TracerLimitation):

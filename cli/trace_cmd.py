@@ -50,6 +50,8 @@ def _print(args, tp) -> None:
 
     from guards.explain import short_path
     from guards.render import render_guard, to_python
+    from shapes.data_names import data_names
+    from shapes.program import OutputKind
 
     outputs = tp.outputs()
     if args.json:
@@ -57,10 +59,10 @@ def _print(args, tp) -> None:
             "inputs": [str(s) for s in tp.specs],
             "arguments": {k: v for k, v in args.arg.items()},
             "example_sizes": tp.hints,
-            "outputs": [{"path": o.path, "kind": o.kind, "text": o.text(),
-                         **({"shape": [to_python(e) for e in o.shape], "dtype": str(o.dtype).replace("torch.", "")}
-                            if o.kind == "tensor" else {})} for o in outputs],
-            "output_shapes": [[to_python(e) for e in s] for s in tp.output_shapes],
+            "outputs": [{"path": o.path, "kind": o.kind.value, "text": o.text(),
+                         **({"shape": [to_python(e, o.names) for e in o.shape], "dtype": str(o.dtype).replace("torch.", "")}
+                            if o.kind is OutputKind.TENSOR else {})} for o in outputs],
+            "output_shapes": [[to_python(e, data_names(tp.env)) for e in s] for s in tp.output_shapes],
             "guards": [{"kind": g.kind.value, "expr": render_guard(g, tp.env, user_terms=False),
                         "user_terms": render_guard(g, tp.env), "file": g.filename, "line": g.lineno,
                         "code": g.code, "op": g.op} for g in tp.records],
@@ -76,8 +78,9 @@ def _print(args, tp) -> None:
         print(f"  {o}")
     print(f"{len(tp.guards)} guard(s), {len(tp.runtime_asserts)} runtime assert(s)")
     for g in tp.records:
-        print(f"  [{g.kind.value}] {render_guard(g, tp.env, user_terms=False)}   "
-              f"({render_guard(g, tp.env)})  at {short_path(g.filename)}:{g.lineno}")
+        dims, user = render_guard(g, tp.env, user_terms=False), render_guard(g, tp.env)
+        print(f"  [{g.kind.value}] {dims}" + (f"   ({user})" if user != dims else "")
+              + f"  at {short_path(g.filename)}:{g.lineno}")
     for p, m in tp.unchecked_indices:
         print(f"  [unchecked index] {m}  at {short_path(p.filename)}:{p.lineno}")
     if tp.device_reads or tp.device.type != "cpu":

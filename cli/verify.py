@@ -14,7 +14,7 @@ Example::
     ...              {"B": (1, 8), "T": (1, 64)}, {"valid": True})
     >>> r = verify(c, ["."])
     >>> f = r.findings[0]
-    >>> f.status, f.counterexample, f.line > 0
+    >>> str(f.status), f.counterexample, f.line > 0
     ('fail', {'B': 1, 'T': 1}, True)
 """
 from __future__ import annotations
@@ -29,21 +29,35 @@ from typing import Optional
 import sympy
 import z3
 
+from guards.explanation import DimStatus
+from shapes.enums import TextEnum
 from shapes.errors import SymshapeError
+from shapes.guard import GuardKind
+from validation.contracts.pyexpr import ExprError, parse_condition, parse_expr
+from validation.z3_translate import UntranslatableExpression
 
 from .contracts import EXPECTATIONS, Contract, load_target
 from .loader import CliError
-from .pyexpr import ExprError, parse_condition, parse_expr
-
-PASS, FAIL, UNDECIDED, ERROR = "pass", "fail", "undecided", "error"
 
 
-@dataclass
+class Verdict(TextEnum):
+    """The verdict of one :class:`Finding`."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    UNDECIDED = "undecided"
+    ERROR = "error"
+
+
+PASS, FAIL, UNDECIDED, ERROR = Verdict.PASS, Verdict.FAIL, Verdict.UNDECIDED, Verdict.ERROR
+
+
+@dataclass(kw_only=True)
 class Finding:
     """The verdict on one expectation of one entry."""
 
     expectation: str
-    status: str
+    status: Verdict
     message: str
     file: Optional[str] = None
     line: Optional[int] = None
@@ -93,7 +107,8 @@ class _Facts:
     def space(self):
         if self._space is None:
             from validation.dinfer import dinfer
-            self._space = dinfer(self.program, *self.c.inputs, dims=self.c.dims, time_budget=self.time_budget)
+            self._space = dinfer(self.program, *self.c.inputs, dims=self.c.dims, time_budget=self.time_budget,
+                                 world=self.c.world)
         return self._space
 
     @property
@@ -103,14 +118,14 @@ class _Facts:
             from shapes import TraceError, trace
             from shapes.spec import Dim
             try:
-                self._tp = trace(self.program, *self.c.inputs, dims=self.c.dims)
+                self._tp = trace(self.program, *self.c.inputs, dims=self.c.dims, world=self.c.world)
             except TraceError as e:
                 self._trace_error = e
                 for cl in sorted(self.space.ok_classes, key=lambda k: -min(k.traced_at.values(), default=0)):
                     dims = {n: (Dim(v, v, v) if isinstance(v, int) else Dim(v[0], v[1], cl.traced_at[n]))
                             for n, v in self.c.dims.items()}
                     try:
-                        self._tp = trace(self.program, *self.c.inputs, dims=dims)
+                        self._tp = trace(self.program, *self.c.inputs, dims=dims, world=self.c.world)
                         self._trace_error = None
                         break
                     except TraceError:
@@ -170,7 +185,8 @@ def _check_valid(facts: _Facts, want) -> Finding:
     try:
         return _valid(facts, want)
     except _Undecided as e:
-        return Finding("valid", UNDECIDED, f"{e}; whether every size in the region runs is not known")
+        return Finding(expectation="valid", status=UNDECIDED,
+                       message=f"{e}; whether every size in the region runs is not known")
 
 
 def _valid(facts: _Facts, want) -> Finding:
@@ -195,22 +211,28 @@ def _valid(facts: _Facts, want) -> Finding:
         at = ", ".join(f"{k}={v}" for k, v in point.items())
         if c.status is Status.ERROR:
             file, line = _loc(c.error.filename, c.error.lineno)
-            return Finding("valid", FAIL, f"the contract says {region_text} is accepted, but at {at} the program "
-                           f"raises {c.error.type}: {c.error.message}", file, line, c.error.code, point,
-                           _valid_fix(sp, c, want))
+            return Finding(expectation="valid", status=FAIL,
+                           message=f"the contract says {region_text} is accepted, but at {at} the program "
+                           f"raises {c.error.type}: {c.error.message}",
+                           file=file, line=line, code=c.error.code, counterexample=point,
+                           fix=_valid_fix(sp, c, want))
         what = c.message or (c.decision.message if c.decision else "the engine could not trace it")
         d = c.decision or c.error
         file, line = _loc(d.filename, d.lineno) if d else (None, None)
-        return Finding("valid", UNDECIDED, f"at {at} sizes alone do not decide whether the program runs "
-                       f"({c.outcome()}: {what})", file, line, getattr(d, "code", ""), point)
+        return Finding(expectation="valid", status=UNDECIDED,
+                       message=f"at {at} sizes alone do not decide whether the program runs "
+                       f"({c.outcome()}: {what})",
+                       file=file, line=line, code=getattr(d, "code", ""), counterexample=point)
     if not sp.complete:
         rest = z3.And(*[z3.Not(z.conj(c.conditions)) for c in sp.classes], rterm)
         point = _smallest(z.tr, z.domain, rest, sp.symbols)
         if point is not None:
-            return Finding("valid", UNDECIDED, f"dinfer did not classify every size ({sp.reason}); "
+            return Finding(expectation="valid", status=UNDECIDED,
+                           message=f"dinfer did not classify every size ({sp.reason}); "
                            f"for example {point} is unexplored", counterexample=point,
                            fix="raise the time budget (--time-budget) or narrow the dims")
-    return Finding("valid", PASS, f"{region_text} is accepted ({len(sp.ok_classes)} ok class(es), "
+    return Finding(expectation="valid", status=PASS,
+                   message=f"{region_text} is accepted ({len(sp.ok_classes)} ok class(es), "
                    f"proved complete by Z3)")
 
 
@@ -307,12 +329,26 @@ class _Undecided(Exception):
     pass
 
 
+def _output_fix(sp, c) -> str:
+    """The ``output`` the contract could state: the one formula of every ok class (the summary's
+    ok row, e.g. ``[B, T, 32]`` and not ``[1, 1, 32]`` of the smallest class), if there is one."""
+    rows = [r for r in (sp.summary.rows if getattr(sp, "summary", None) is not None else ())
+            if r.ok]
+    if len(rows) == 1 and rows[0].outputs:
+        return f"output = {_toml(_shape_fact(rows[0].outputs))}"
+    if len(rows) > 1:
+        return ("the output shape differs between sizes (" + "; ".join(
+            f"{r.output_text()} where {r.region.text()}" for r in rows) + "): narrow `dims` to one of them")
+    return f"output = {_toml(_shape_fact(c.output_shapes))}"
+
+
 def _check_output(facts: _Facts, want) -> Finding:
     from guards.render import to_python
     wants = want if want and all(isinstance(s, list) for s in want) else [want]
     sp, z, classes = _ok_classes(facts)
     if not classes:
-        return Finding("output", FAIL, "no size in the ranges runs, so there is no output shape",
+        return Finding(expectation="output", status=FAIL,
+                       message="no size in the ranges runs, so there is no output shape",
                        fix="see the `valid` expectation")
     wexprs = [[sympy.Integer(d) if isinstance(d, int) else parse_expr(d, sp.symbols) for d in w] for w in wants]
     try:
@@ -320,27 +356,31 @@ def _check_output(facts: _Facts, want) -> Finding:
             got = [list(s) for s in c.output_shapes]
             got_text = "; ".join("[" + ", ".join(to_python(e) for e in s) + "]" for s in got)
             if len(wants) != len(got):
-                return Finding("output", FAIL, f"the program returns {len(got)} tensor(s) ({got_text}) where "
+                return Finding(expectation="output", status=FAIL,
+                               message=f"the program returns {len(got)} tensor(s) ({got_text}) where "
                                f"{c.describe()}; the contract lists {len(wants)}", counterexample=dict(c.example),
-                               fix=f"output = {_toml(_shape_fact(c.output_shapes))}")
+                               fix=_output_fix(sp, c))
             for i, (w, we, g) in enumerate(zip(wants, wexprs, got)):
                 if len(w) != len(g):
-                    return Finding("output", FAIL, f"output {i} is [{', '.join(map(to_python, g))}] (rank {len(g)}) "
+                    return Finding(expectation="output", status=FAIL,
+                                   message=f"output {i} is [{', '.join(map(to_python, g))}] (rank {len(g)}) "
                                    f"where {c.describe()}; the contract says rank {len(w)}",
-                                   counterexample=dict(c.example), fix=f"output = {_toml(_shape_fact(c.output_shapes))}")
+                                   counterexample=dict(c.example), fix=_output_fix(sp, c))
                 for j, (wd, wx, gd) in enumerate(zip(w, we, g)):
                     pt = _differs(z, sp, term, gd, wx)
                     if pt is not None:
                         at = ", ".join(f"{k}={v}" for k, v in pt.items())
-                        return Finding("output", FAIL, f"output {i} dim {j} is {to_python(gd)} where {c.describe()}, "
+                        return Finding(expectation="output", status=FAIL,
+                                       message=f"output {i} dim {j} is {to_python(gd)} where {c.describe()}, "
                                        f"the contract says {wd} (at {at})", counterexample=pt,
-                                       fix=f"output = {_toml(_shape_fact(c.output_shapes))}")
+                                       fix=_output_fix(sp, c))
     except _Undecided as e:
-        return Finding("output", UNDECIDED, str(e))
+        return Finding(expectation="output", status=UNDECIDED, message=str(e))
     shapes = {"; ".join("[" + ", ".join(to_python(e) for e in s) + "]" for s in c.output_shapes) for c, _ in classes}
     if not sp.complete:
         return _incomplete("output", sp, len(classes))
-    return Finding("output", PASS, f"output shape(s) match the contract in all {len(classes)} ok class(es)"
+    return Finding(expectation="output", status=PASS,
+                   message=f"output shape(s) match the contract in all {len(classes)} ok class(es)"
                    + (f" ({next(iter(shapes))})" if len(shapes) == 1 else ""))
 
 
@@ -368,11 +408,11 @@ def _explained(facts):
 
 def _check_no_specialization(facts: _Facts, want: bool) -> Finding:
     ex = _explained(facts)
-    spec = [d for d in ex.dims if d.status == "specialized"]
+    spec = [d for d in ex.dims if d.status is DimStatus.SPECIALIZED]
     if not want:
-        return Finding("no_specialization", PASS, "not required")
+        return Finding(expectation="no_specialization", status=PASS, message="not required")
     if not spec:
-        return Finding("no_specialization", PASS, "no dim is fixed to a constant")
+        return Finding(expectation="no_specialization", status=PASS, message="no dim is fixed to a constant")
     d = spec[0]
     e = ex.entries[d.record] if d.record is not None and d.record < len(ex.entries) else None
     rng = facts.c.dims.get(d.name)
@@ -381,37 +421,80 @@ def _check_no_specialization(facts: _Facts, want: bool) -> Finding:
         other = rng[0] if rng[0] != d.value else rng[0] + 1
         if other <= rng[1]:
             cex = {d.name: other}
-    return Finding("no_specialization", FAIL, f"{d.name} is specialized to {d.value}: {d.reason}",
-                   *(_loc(e.file, e.line) if e else (None, None)), e.code if e else "", cex,
-                   (e.suggestion if e and e.suggestion else f"keep {d.name} symbolic at that line"))
+    file, line = _loc(e.file, e.line) if e else (None, None)
+    return Finding(expectation="no_specialization", status=FAIL,
+                   message=f"{d.name} is specialized to {d.value}: {d.reason}", file=file, line=line,
+                   code=e.code if e else "", counterexample=cex,
+                   fix=(e.suggestion if e and e.suggestion else f"keep {d.name} symbolic at that line"))
 
 
 def _check_max_guards(facts: _Facts, want: int) -> Finding:
     ex = _explained(facts)
-    guards = [e for e in ex.entries if e.kind == "guard"]
+    guards = [e for e in ex.entries if e.kind is GuardKind.GUARD]
     if len(guards) <= want:
-        return Finding("max_guards", PASS, f"{len(guards)} guard(s), at most {want} allowed")
+        return Finding(expectation="max_guards", status=PASS, message=f"{len(guards)} guard(s), at most {want} allowed")
     extra = guards[want]
-    return Finding("max_guards", FAIL, f"{len(guards)} guards, the contract allows {want}; guard {want + 1}: "
-                   f"{extra.expr} ({extra.user_expr})", *_loc(extra.file, extra.line), extra.code, None,
-                   extra.suggestion or f"raise max_guards to {len(guards)} if these recompiles are intended")
+    file, line = _loc(extra.file, extra.line)
+    return Finding(expectation="max_guards", status=FAIL,
+                   message=f"{len(guards)} guards, the contract allows {want}; guard {want + 1}: "
+                           f"{extra.expr} ({extra.user_expr})", file=file, line=line, code=extra.code,
+                   fix=extra.suggestion or f"raise max_guards to {len(guards)} if these recompiles are intended")
 
 
-def _flops_of_class(facts: _Facts, c):
-    """The symbolic FLOP count of a trace at the class's own point."""
+def _report_of_class(facts: _Facts, c):
+    """The FLOP report of a trace at the class's own point."""
     from shapes import trace
     from shapes.flops import count_flops
     from shapes.spec import Dim
     sp = facts.space
     dims = {n: Dim(lo, hi, c.traced_at[n]) for n, (lo, hi) in sp.dims.items()}
-    return sympy.sympify(count_flops(trace(facts.program, *facts.c.inputs, dims=dims)).total)
+    return count_flops(trace(facts.program, *facts.c.inputs, dims=dims, world=facts.c.world))
+
+
+def _flops_of_class(facts: _Facts, c):
+    """The symbolic FLOP count of a trace at the class's own point."""
+    return sympy.sympify(_report_of_class(facts, c).total)
+
+
+def _check_comm(facts: _Facts, want: dict) -> Finding:
+    """Each collective kind's per-rank bytes equal the contract's formula in every ok class (Z3 where
+    they differ in form); a kind the program uses and the contract omits, or the reverse, fails."""
+    from guards.render import to_python
+    sp, z, classes = _ok_classes(facts)
+    if not classes:
+        return Finding("comm", FAIL, "no size in the ranges runs", fix="see the `valid` expectation")
+    wants = {k: sympy.Integer(v) if isinstance(v, int) else parse_expr(v, sp.symbols) for k, v in want.items()}
+    for c, term in classes:
+        got = {k: _by_name(sympy.sympify(e), sp) for k, e in _report_of_class(facts, c).comm.by_kind.items()}
+        if set(got) != set(wants):
+            return Finding("comm", FAIL, f"the program's collectives are {sorted(got) or 'none'} where "
+                           f"{c.describe()}, the contract states {sorted(wants)}",
+                           fix="comm = { " + ", ".join(f'{k} = "{to_python(e)}"' for k, e in got.items()) + " }")
+        for k, e in got.items():
+            if sympy.simplify(e - wants[k]) == 0:
+                continue
+            try:
+                pt = _differs(z, sp, term, e, wants[k])
+            except _Undecided as err:
+                return Finding("comm", UNDECIDED, str(err))
+            except Exception as err:  # a formula Z3 cannot express: undecided, never a pass
+                return Finding("comm", UNDECIDED, f"cannot compare {to_python(e)} with {want[k]} ({err})")
+            if pt is None:
+                continue
+            return Finding("comm", FAIL, f"{k} sends {to_python(e)} bytes per rank where {c.describe()}, the "
+                           f"contract says {want[k]}", counterexample=pt, fix=f'{k} = "{to_python(e)}"')
+    if not sp.complete:
+        return _incomplete("comm", sp, len(classes))
+    return Finding("comm", PASS, f"bytes per rank of {', '.join(sorted(wants))} proved equal in all "
+                   f"{len(classes)} ok class(es)")
 
 
 def _check_flops(facts: _Facts, want) -> Finding:
     from guards.render import to_python
     sp, z, classes = _ok_classes(facts)
     if not classes:
-        return Finding("flops", FAIL, "no size in the ranges runs", fix="see the `valid` expectation")
+        return Finding(expectation="flops", status=FAIL,
+                       message="no size in the ranges runs", fix="see the `valid` expectation")
     we = sympy.Integer(want) if isinstance(want, int) else parse_expr(want, sp.symbols)
     for c, term in classes:
         total = _by_name(_flops_of_class(facts, c), sp)
@@ -420,30 +503,34 @@ def _check_flops(facts: _Facts, want) -> Finding:
         try:
             pt = _differs(z, sp, term, total, we)
         except _Undecided as e:
-            return Finding("flops", UNDECIDED, str(e))
-        except Exception as e:  # a formula Z3 cannot express: undecided, never a pass
-            return Finding("flops", UNDECIDED, f"cannot compare {to_python(total)} with {want} ({e})")
+            return Finding(expectation="flops", status=UNDECIDED, message=str(e))
+        except (UntranslatableExpression, z3.Z3Exception) as e:  # a formula Z3 cannot express: undecided
+            return Finding(expectation="flops", status=UNDECIDED,
+                           message=f"cannot compare {to_python(total)} with {want} ({e})")
         if pt is None:
             continue
         sub = {sp.symbols[k]: v for k, v in pt.items()}
         at = ", ".join(f"{k}={v}" for k, v in pt.items())
-        return Finding("flops", FAIL, f"FLOPs are {to_python(total)} where {c.describe()}, the contract says "
+        return Finding(expectation="flops", status=FAIL,
+                       message=f"FLOPs are {to_python(total)} where {c.describe()}, the contract says "
                        f"{want} (at {at}: {total.xreplace(sub)} vs {we.xreplace(sub)})", counterexample=pt,
                        fix=f'flops = "{to_python(total)}"')
     if not sp.complete:
         return _incomplete("flops", sp, len(classes))
-    return Finding("flops", PASS, f"FLOPs proved equal to {want} in all {len(classes)} ok class(es)")
+    return Finding(expectation="flops", status=PASS,
+                   message=f"FLOPs proved equal to {want} in all {len(classes)} ok class(es)")
 
 
 def _incomplete(what, sp, n) -> Finding:
     """Holding in the classes found is not holding everywhere: undecided, never a pass."""
-    return Finding(what, UNDECIDED, f"holds in the {n} ok class(es) found, but dinfer did not classify every size "
+    return Finding(expectation=what, status=UNDECIDED,
+                   message=f"holds in the {n} ok class(es) found, but dinfer did not classify every size "
                    f"({sp.reason})", counterexample=sp.unexplored_example,
                    fix="raise --time-budget or narrow the dims")
 
 
 _CHECKS = {"output": _check_output, "valid": _check_valid, "no_specialization": _check_no_specialization,
-           "max_guards": _check_max_guards, "flops": _check_flops}
+           "max_guards": _check_max_guards, "flops": _check_flops, "comm": _check_comm}
 
 
 def verify(contract: Contract, roots=None, time_budget: float = 60.0, facts: bool = False) -> EntryResult:
@@ -460,7 +547,8 @@ def verify(contract: Contract, roots=None, time_budget: float = 60.0, facts: boo
     try:
         f = _Facts(contract, roots, time_budget, restrict)
     except (CliError, SymshapeError) as e:
-        res.findings.append(Finding("program", ERROR, " ".join(str(e).split()), contract.source, contract.line))
+        res.findings.append(Finding(expectation="program", status=ERROR,
+                                    message=" ".join(str(e).split()), file=contract.source, line=contract.line))
         res.elapsed = time.monotonic() - t0
         return res
     for k in EXPECTATIONS:
@@ -470,7 +558,7 @@ def verify(contract: Contract, roots=None, time_budget: float = 60.0, facts: boo
     if facts:
         try:
             res.facts = current_facts(f)
-        except Exception as e:  # facts are best effort; the findings already say what failed
+        except (SymshapeError, CliError, ExprError) as e:  # best effort: the findings say what failed
             res.facts = {"error": f"{type(e).__name__}: {e}"}
     res.elapsed = time.monotonic() - t0
     return res
@@ -481,18 +569,22 @@ def _guarded(k, fn, contract) -> Finding:
     try:
         return fn()
     except (ExprError, CliError) as e:
-        return Finding(k, ERROR, " ".join(str(e).split()), contract.source, contract.line)
+        return Finding(expectation=k, status=ERROR,
+                       message=" ".join(str(e).split()), file=contract.source, line=contract.line)
     except TraceError as e:
         p = e.provenance
         exc = e.exc if e.exc is not None else e
         file, line = _loc(getattr(p, "filename", None), getattr(p, "lineno", None))
-        return Finding(k, FAIL, f"the program raises at every traced point: {type(exc).__name__}: "
-                       f"{str(exc).splitlines()[0] if str(exc) else ''}", file, line, getattr(p, "code", ""))
+        return Finding(expectation=k, status=FAIL,
+                       message=f"the program raises at every traced point: {type(exc).__name__}: "
+                       f"{str(exc).splitlines()[0] if str(exc) else ''}",
+                       file=file, line=line, code=getattr(p, "code", ""))
     except SymshapeError as e:
-        return Finding(k, UNDECIDED, f"symshape could not decide: {' '.join(str(e).split())}")
+        return Finding(expectation=k, status=UNDECIDED,
+                       message=f"symshape could not decide: {' '.join(str(e).split())}")
     except Exception as e:  # a symshape bug must not read as a pass or as the program's error
         tb = traceback.extract_tb(e.__traceback__)[-1]
-        return Finding(k, UNDECIDED, f"symshape failed ({type(e).__name__}: {e} at "
+        return Finding(expectation=k, status=UNDECIDED, message=f"symshape failed ({type(e).__name__}: {e} at "
                        f"{os.path.basename(tb.filename)}:{tb.lineno}); not decided")
 
 
@@ -503,7 +595,7 @@ def current_facts(f: _Facts) -> dict:
     out = {}
     try:
         tp = f.traced
-    except Exception:
+    except SymshapeError:  # the program does not trace: no output fact
         tp = None
     if tp is not None:
         out["output"] = _shape_fact(tp.output_shapes)
@@ -511,7 +603,7 @@ def current_facts(f: _Facts) -> dict:
     out["valid"] = True if region == "True" else region
     if tp is not None:
         ex = _explained(f)
-        out["no_specialization"] = not any(d.status == "specialized" for d in ex.dims)
-        out["max_guards"] = sum(1 for e in ex.entries if e.kind == "guard")
+        out["no_specialization"] = not any(d.status is DimStatus.SPECIALIZED for d in ex.dims)
+        out["max_guards"] = sum(1 for e in ex.entries if e.kind is GuardKind.GUARD)
         out["flops"] = to_python(sympy.sympify(count_flops(tp).total))
     return out

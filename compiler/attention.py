@@ -129,43 +129,10 @@ def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
     if rank < 3 or args[1] % rank != rank - 1 or (len(args) > 2 and args[2]) or softmax.kwargs.get("dtype"):
         return None  # a softmax over another dim, or one that changes the dtype
     # Scores: from the softmax down through the mask and the scale to Q @ K^T.
-    x, scale, causal = args[0], 1.0, False
-    for _ in range(16):
-        if not isinstance(x, torch.fx.Node) or x.op != "call_function" or len(x.users) != 1:
-            return None
-        a = x.args
-        if x.target in (aten.masked_fill.Scalar, aten.masked_fill.Tensor) and not causal:
-            fill = masks.scalar(a[2])
-            dropped = masks.pred(a[1])
-            ms, xs = _shape(a[1]), _shape(x)
-            if fill != -math.inf or dropped is None or ms is None or len(ms) < 2 or not _same(ms[-2:], xs[-2:]):
-                return None
-            if dropped != Band(lo=1):  # masked exactly where j >= i + 1: keeps j <= i
-                return None
-            causal, x = True, a[0]
-        elif x.target is aten.where.self and not causal:
-            kept, fill = masks.pred(a[0]), masks.scalar(a[2])
-            ms, xs = _shape(a[0]), _shape(x)
-            if fill != -math.inf or kept != _CAUSAL or ms is None or len(ms) < 2 or not _same(ms[-2:], xs[-2:]):
-                return None
-            causal, x = True, a[1]
-        elif x.target is aten.add.Tensor and not causal and len(a) == 2 and not x.kwargs:
-            scores = next((s for s, b in ((a[0], a[1]), (a[1], a[0])) if _causal_bias(b, s, x, masks)), None)
-            if scores is None:
-                return None
-            causal, x = True, scores
-        elif x.target in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar) and \
-                isinstance(a[1], (int, float)) and not isinstance(a[1], bool) and a[1] > 0:
-            scale = scale * a[1] if x.target in (aten.mul.Tensor, aten.mul.Scalar) else scale / a[1]
-            x = a[0]
-        elif x.target in (aten.view.default, aten._unsafe_view.default) and x.args[0].target is aten.bmm.default:
-            x = x.args[0]
-        elif x.target is aten.bmm.default:
-            break
-        else:
-            return None
-    else:
+    chain = _score_chain(args[0], masks)
+    if chain is None:
         return None
+    x, scale, causal = chain
     if not causal or x.target is not aten.bmm.default or len(x.users) != 1:
         return None
     qf, kf = _unflatten(x.args[0]), _unflatten(x.args[1])
@@ -209,6 +176,49 @@ def _match(softmax, masks: MaskAnalysis) -> Optional[_Match]:
     if _shape(q)[-1] != _shape(k)[-1] or not _same(_shape(k)[-2:-1], _shape(v)[-2:-1]):
         return None
     return _Match(q, k, v, float(scale), out)
+
+
+def _score_chain(x, masks: MaskAnalysis):
+    """From the softmax's input down through the causal mask and the scale: ``(the Q @ K^T
+    bmm node, the scale, whether a causal mask was found)``, or None for another chain."""
+    scale, causal = 1.0, False
+    for _ in range(16):
+        if not isinstance(x, torch.fx.Node) or x.op != "call_function" or len(x.users) != 1:
+            return None
+        a = x.args
+        if x.target in (aten.masked_fill.Scalar, aten.masked_fill.Tensor) and not causal:
+            fill = masks.scalar(a[2])
+            dropped = masks.pred(a[1])
+            ms, xs = _shape(a[1]), _shape(x)
+            if fill != -math.inf or dropped is None or ms is None or len(ms) < 2 or not _same(ms[-2:], xs[-2:]):
+                return None
+            if dropped != Band(lo=1):  # masked exactly where j >= i + 1: keeps j <= i
+                return None
+            causal, x = True, a[0]
+        elif x.target is aten.where.self and not causal:
+            kept, fill = masks.pred(a[0]), masks.scalar(a[2])
+            ms, xs = _shape(a[0]), _shape(x)
+            if fill != -math.inf or kept != _CAUSAL or ms is None or len(ms) < 2 or not _same(ms[-2:], xs[-2:]):
+                return None
+            causal, x = True, a[1]
+        elif x.target is aten.add.Tensor and not causal and len(a) == 2 and not x.kwargs:
+            scores = next((s for s, b in ((a[0], a[1]), (a[1], a[0])) if _causal_bias(b, s, x, masks)), None)
+            if scores is None:
+                return None
+            causal, x = True, scores
+        elif x.target in (aten.mul.Tensor, aten.mul.Scalar, aten.div.Tensor, aten.div.Scalar) and \
+                isinstance(a[1], (int, float)) and not isinstance(a[1], bool) and a[1] > 0:
+            scale = scale * a[1] if x.target in (aten.mul.Tensor, aten.mul.Scalar) else scale / a[1]
+            x = a[0]
+        elif x.target in (aten.view.default, aten._unsafe_view.default) and x.args[0].target is aten.bmm.default:
+            x = x.args[0]
+        elif x.target is aten.bmm.default:
+            break
+        else:
+            return None
+    else:
+        return None
+    return x, scale, causal
 
 
 def _contiguous_heads(sdpa) -> None:

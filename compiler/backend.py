@@ -23,6 +23,7 @@ import time
 
 import torch
 
+from shapes.enums import TextEnum
 from shapes.spec import InputSpec
 
 from .cuda_graphs import GraphedProgram
@@ -41,6 +42,15 @@ def _hint(s) -> int:
     if h is None:
         h = s.node.shape_env.size_hint(s.node.expr)
     return int(h)
+
+
+class ArgKind(TextEnum):
+    """Where one of dynamo's arguments comes from when the compiled program is called:
+    a tensor input, a size of a tensor input, or a constant."""
+
+    TENSOR = "tensor"
+    SIZE = "size"
+    CONST = "const"
 
 
 def _plan_inputs(gm, example_inputs):
@@ -69,12 +79,12 @@ def _plan_inputs(gm, example_inputs):
     tensors = 0
     for ex in example_inputs:
         if isinstance(ex, torch.Tensor):
-            layout.append(("tensor", tensors))
+            layout.append((ArgKind.TENSOR, tensors))
             tensors += 1
         elif isinstance(ex, torch.SymInt) and ex.node.expr in where:
-            layout.append(("size", where[ex.node.expr]))
+            layout.append((ArgKind.SIZE, where[ex.node.expr]))
         elif isinstance(ex, (int, float, bool)) or (isinstance(ex, torch.SymInt) and ex.node.expr.is_Integer):
-            layout.append(("const", int(ex) if isinstance(ex, torch.SymInt) else ex))
+            layout.append((ArgKind.CONST, int(ex) if isinstance(ex, torch.SymInt) else ex))
         else:
             return None
     return specs, dims, layout
@@ -135,9 +145,9 @@ def _compile(gm, example_inputs, options):
     def program(*tensors):
         args = []
         for kind, v in layout:
-            if kind == "tensor":
+            if kind is ArgKind.TENSOR:
                 args.append(tensors[v])
-            elif kind == "size":
+            elif kind is ArgKind.SIZE:
                 args.append(tensors[v[0]].shape[v[1]])
             else:
                 args.append(v)

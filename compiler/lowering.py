@@ -27,7 +27,7 @@ import torch.fx
 from shapes.functions import FloorDiv, PyMod
 
 from . import ops_lowering
-from .ir import KERNEL_DTYPES, Buffer, Const, Load, RedRef, Reduction, SizeVal, contiguous_strides, \
+from .ir import KERNEL_DTYPES, Buffer, BufferKind, Const, Load, RedRef, Reduction, SizeVal, contiguous_strides, \
     flat_index
 from .lowered import ExternItem, LoweredProgram, Ref, RefKind, SizeExpr, StoreItem, TensorBox, Unsupported, cast
 
@@ -264,7 +264,7 @@ def _replayable(box) -> bool:
     a constant or an ATen result), so that replaying the views eagerly succeeds."""
     for _ in range(64):
         if box.buf is not None:
-            return box.buf.kind in ("input", "const", "extern")
+            return box.buf.kind in (BufferKind.INPUT, BufferKind.CONST, BufferKind.EXTERN)
         if box.view_of is None or box.node is None:
             return False
         box = box.view_of

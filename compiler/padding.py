@@ -38,7 +38,7 @@ import torch.fx
 
 from shapes.flops.masks import MaskAnalysis
 
-from .padding_facts import Fact, Mixing, default_layout, is_padded, kept_prefix
+from .padding_facts import Fact, MixKind, Mixing, default_layout, is_padded, kept_prefix
 from .padding_rules import rule_for
 
 
@@ -89,7 +89,7 @@ class PaddingReport:
             if v.safe:
                 lines.append(f"  {name:<{w}}  pads: kept outputs never read a padded position")
                 continue
-            head = "cannot pad" if any(r.kind == "mixes" for r in v.reasons) else "not proved"
+            head = "cannot pad" if any(r.kind is MixKind.MIXES for r in v.reasons) else "not proved"
             lines.append(f"  {name:<{w}}  {head}:")
             lines += [f"  {'':<{w}}   - {r}" for r in v.reasons]
         alone = [n for n, v in self.by_dim.items() if v.safe]
@@ -156,13 +156,13 @@ class _Context:
             return "?"
         return "*".join(f"{s}" for s, _ in layout)
 
-    def mixed(self, node, why, fix="", kind="mixes") -> Fact:
+    def mixed(self, node, why, fix="", kind=MixKind.MIXES) -> Fact:
         m = Mixing(str(node.target), _where(node), why, fix, kind)
         return Fact(self._defaults(node), mixed=(m,))
 
     def not_proved(self, node) -> Fact:
         return self.mixed(node, "has no padding rule: symshape cannot prove that kept positions ignore the "
-                                "padded ones", "keep the dims it touches unpadded", "not_proved")
+                                "padded ones", "keep the dims it touches unpadded", MixKind.NOT_PROVED)
 
     def _defaults(self, node):
         val = node.meta.get("shape")
@@ -216,7 +216,7 @@ class _Context:
                 if any(lay is None for lay in f.layout):
                     reasons.append(Mixing("input", node.name, f"has a dim {self.shape_text(node)} that involves a "
                                           f"padded dim but is not it: its padded positions are not at its end",
-                                          "give that dim its own name", "not_proved"))
+                                          "give that dim its own name", MixKind.NOT_PROVED))
                 self.facts[node] = f
             elif node.op == "get_attr":
                 if isinstance(node.meta.get("val"), torch.Tensor):
@@ -236,7 +236,7 @@ class _Context:
             if self.tainted(a):
                 reasons.append(Mixing("output", "return", f"returns {self.expr_text(a)}, a size of a padded dim: "
                                       f"at the bucket size it is the padded size", "return sizes from the inputs",
-                                      "mixes"))
+                                      MixKind.MIXES))
             return ()
         if f.mixed:
             reasons.extend(f.mixed)
@@ -274,7 +274,7 @@ class _Context:
                 continue
             if is_padded(l):
                 return self.mixed(node, f"gives dim {d} the size {s} where its padding rule expected "
-                                        f"{_size(l)}", "keep the dims it touches unpadded", "not_proved")
+                                        f"{_size(l)}", "keep the dims it touches unpadded", MixKind.NOT_PROVED)
             lay[d] = default_layout(s, self.padded)
         return f.with_(layout=tuple(lay))
 
@@ -306,7 +306,7 @@ class _Context:
             except (IndexError, KeyError, TypeError, ValueError, AttributeError) as e:
                 # A form of the op the rule does not read (an unusual overload): not proved.
                 f = self.mixed(node, f"has a form its padding rule does not cover ({type(e).__name__})",
-                               "keep the dims it touches unpadded", "not_proved")
+                               "keep the dims it touches unpadded", MixKind.NOT_PROVED)
         if isinstance(val, (tuple, list)) and isinstance(f, Fact):
             f = tuple(f for _ in val) if not f.mixed else f
         f = self.check_sizes(node, f)
@@ -315,7 +315,7 @@ class _Context:
                 shape = self.shape_text(node) if isinstance(val, torch.Tensor) else "its result"
                 return self.mixed(node, f"makes a tensor of shape {shape} with a dim that involves a padded dim "
                                         f"but is not it: its padded positions are not at its end",
-                                  "keep that dim unpadded", "not_proved")
+                                  "keep that dim unpadded", MixKind.NOT_PROVED)
         return f
 
 
@@ -348,7 +348,7 @@ def analyze_padding(tp, dims=None) -> PaddingReport:
         if n in fixed:
             # The trace holds at one size of n only: there is nothing to pad to.
             why = Mixing("trace", "guards", f"fix {n} = {tp.env.replacements[tp.env.symbols[n]]}: this trace "
-                         f"serves that size only", "", "not_proved")
+                         f"serves that size only", "", MixKind.NOT_PROVED)
             report.by_dim[n] = PaddingVerdict((n,), False, (why,))
         else:
             report.by_dim[n] = padding_verdict(tp, [n])

@@ -24,21 +24,30 @@ from typing import Optional
 
 import sympy
 
+from shapes.enums import TextEnum
+
+
+class MixKind(TextEnum):
+    """Whether an op provably reads padded positions into kept ones (``MIXES``), or
+    symshape cannot show it does not (``NOT_PROVED``: an op it has no rule for, a size
+    used as a value)."""
+
+    MIXES = "mixes"
+    NOT_PROVED = "not_proved"
+
 
 @dataclass(frozen=True)
 class Mixing:
     """Where kept positions stop being independent of padded ones.
 
-    ``kind`` is ``"mixes"`` (the op provably reads padded positions into kept
-    ones) or ``"not_proved"`` (symshape cannot show it does not: an op it has no
-    rule for, a size used as a value); ``fix`` says what would make it safe.
+    ``kind`` is a :class:`MixKind`; ``fix`` says what would make it safe.
     """
 
     op: str
     where: str
     why: str
     fix: str = ""
-    kind: str = "mixes"
+    kind: MixKind = MixKind.MIXES
 
     def __str__(self) -> str:
         text = f"{self.where}: {self.op} {self.why}"

@@ -19,7 +19,7 @@ import math
 import sympy
 import torch
 
-from .padding_facts import Fact, default_layout, is_padded, kept_prefix, merge_atoms, view_layout
+from .padding_facts import Fact, MixKind, default_layout, is_padded, kept_prefix, merge_atoms, view_layout
 
 aten = torch.ops.aten
 
@@ -77,7 +77,7 @@ def pointwise(cx, node):
             tensors.append((a, f))
         elif cx.tainted(a):
             return cx.mixed(node, f"uses a size of a padded dim ({cx.expr_text(a)}) as a value",
-                            "take the true size as a separate input, or keep this dim unpadded", "not_proved")
+                            "take the true size as a separate input, or keep this dim unpadded", MixKind.NOT_PROVED)
         else:
             scalars.append(a)
     layout = []
@@ -191,7 +191,7 @@ def create(cx, node):
     for a in values:
         if cx.tainted(a):
             return cx.mixed(node, "fills with a size of a padded dim", "fill with the true size passed separately",
-                            "not_proved")
+                            MixKind.NOT_PROVED)
     shape = cx.shape(node)
     value = _arg(node, 1, "fill_value") if p in (aten.full, aten.full_like) else \
         _arg(node, 2, "fill_value") if p is aten.new_full else None
@@ -210,7 +210,7 @@ def arange(cx, node):
         step = args[2] if len(args) > 2 else node.kwargs.get("step", 1)
     if cx.tainted(start) or cx.tainted(step):
         return cx.mixed(node, "starts or steps at a size of a padded dim, so its values change with the padding",
-                        "pass the offset as a tensor input", "not_proved")
+                        "pass the offset as a tensor input", MixKind.NOT_PROVED)
     return Fact(tuple(default_layout(s, cx.padded) for s in cx.shape(node)))
 
 
@@ -412,7 +412,7 @@ def cat(cx, node):
                               f"padding", "concatenate along a dim that is not padded")
     if is_padded(facts[-1].layout[d]):
         return cx.mixed(node, f"concatenates onto a padded dim {d}: its size {cx.shape(node)[d]} is not a padded "
-                              f"dim the analysis tracks", "concatenate along a dim that is not padded", "not_proved")
+                              f"dim the analysis tracks", "concatenate along a dim that is not padded", MixKind.NOT_PROVED)
     lay = list(facts[0].layout)
     for k in range(r):
         if k != d and len({f.layout[k] for f in facts}) > 1:

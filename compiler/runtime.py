@@ -36,7 +36,7 @@ from shapes.spec import Dim, DimExpr, parse_dims, parse_spec
 from .attention import fuse_causal_attention
 from .codegen import TARGETS
 from .exprs import compile_exprs
-from .ir import Kernel
+from .ir import BufferKind, Kernel
 from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
@@ -141,7 +141,7 @@ class Variant:
                 writes = [b for b, *_ in s.inner_stores + s.row_stores]
                 allocs = [Alloc(b.name, tuple(slot(x) for x in b.shape), tuple(slot(x) for x in b.strides), b.dtype)
                           for b in writes]
-                contig = tuple(lp.buffers[n].kind != "kernel" for n in names)
+                contig = tuple(lp.buffers[n].kind is not BufferKind.KERNEL for n in names)
                 plan.append(KernelStep(self.launchers[s.name][1], tuple(names), tuple(allocs), contig))
             else:
                 out = s.out.name if hasattr(s.out, "name") else s.out.value

@@ -30,127 +30,30 @@ Example::
 from __future__ import annotations
 
 import linecache
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Union
 
 import sympy
+
+from shapes.data_names import data_name, data_names
 
 from shapes.guard import Decision, Guard, GuardKind, StepKind
 from shapes.paths import TracedPaths, path_of
 
 from . import report_html, report_json, report_text
 from .explain_at import AtResult, ExplainError, evaluate_at  # noqa: F401 - ExplainError is part of this API
+from .explanation import (  # noqa: F401 - the records are part of this module's API
+    COST_RECOMPILE, COST_RUNTIME_ERROR, COST_SPECIALIZED, ORIGINS, SNIPPET_CONTEXT, DimInfo, DimStatus, Entry,
+    ExplanationModel)
+from .for_people import people_conjunction, solve_atom, without_unit_mod
 from .render import render_conjunction, short_path, source_names, to_python
-
-# Origins of a record: who asked the question that produced it.
-from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE, suggest  # noqa: E402
-ORIGINS = (USER_CODE, TORCH_OP, TORCH_PYTHON, INPUT_SPEC)
-
-# What violating a record costs.
-COST_RECOMPILE = "recompile"
-COST_RUNTIME_ERROR = "runtime_error"
-COST_SPECIALIZED = "specialized"
-
-SNIPPET_CONTEXT = 3
+from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE, suggest
 
 
 @dataclass
-class DimInfo:
-    """One named input dim and what the trace did to it.
-
-    ``status`` is ``"dynamic"`` (still a free symbol; ``range`` is the sizes
-    this trace covers), ``"specialized"`` (fixed to ``value``) or
-    ``"unified"`` (replaced by ``unified_with``, an expression over other
-    dims, usually just another dim's name).  ``record`` is the index of the
-    record that caused a specialization or unification.
-    """
-
-    name: str
-    sources: list
-    example: int
-    status: str
-    range: tuple
-    value: Optional[int] = None
-    unified_with: Optional[str] = None
-    record: Optional[int] = None
-    reason: str = ""
-
-
-@dataclass
-class Entry:
-    """One guard, specialization or runtime assert, explained.
-
-    ``expr`` is the condition in dim names (``B > 16``), ``user_expr`` in the
-    user's terms (``x.shape[0] > 16``); both are tidied for reading (constants
-    moved to the right: ``T - 1 < 128`` reads ``T <= 128``) and ``raw`` keeps
-    the engine's own form.  ``origin`` is one of :data:`ORIGINS`; ``cost`` is
-    ``"recompile"``, ``"runtime_error"`` or ``"specialized"``.
-    """
-
-    index: int
-    kind: str
-    expr: str
-    user_expr: str
-    raw: str
-    original: str
-    negation: str
-    dims: list
-    data_dependent: list
-    file: str
-    line: int
-    code: str
-    function: str
-    snippet_start: int
-    snippet: list
-    op: Optional[str]
-    origin: str
-    origin_text: str
-    decided_by: str
-    decision_text: str
-    cost: str
-    cost_text: str
-    suggestion: Optional[str]
-    message: str
-    stack: list
-    fails_at_point: Optional[bool] = None
-
-    @property
-    def location(self) -> str:
-        return f"{self.file}:{self.line}"
-
-
-@dataclass
-class Explanation:
+class Explanation(ExplanationModel):
     """What :func:`explain` returns; render it with :meth:`text`, :meth:`to_dict` or :meth:`html`."""
-
-    program: str
-    inputs: list
-    example_sizes: dict
-    dims: list
-    data_dependent: list
-    counts: dict
-    static_decisions: int
-    entries: list
-    at: Optional[AtResult] = None
-    specialize_zero_one: bool = True
-    valid_iff: Optional[str] = None
-    covers: Optional[str] = None
-    #: The device the program was traced for, and where it read it (:mod:`shapes.devices`).
-    device: str = "cpu"
-    device_reads: list = field(default_factory=list)
-    #: The program's joined paths (:class:`shapes.paths.TracedPaths`), each as its guards
-    #: in Python, and which one this report explains (0: the trace at the example sizes).
-    paths: list = field(default_factory=list)
-    path_index: int = 0
-
-    def summary_line(self) -> Optional[str]:
-        """``valid iff ...`` for the sizes this trace covers (None until set, e.g. by
-        :func:`validation.dinfer.summary.trace_summary` in the CLI)."""
-        if self.valid_iff is None:
-            return None
-        where = "" if self.covers in (None, "True") else \
-            f"   (on the sizes this trace covers: {self.covers}; others recompile)"
-        return f"valid iff {self.valid_iff}{where}"
 
     def text(self, width: int = 80) -> str:
         """The plain-text report, every line at most ``width`` columns."""
@@ -166,15 +69,6 @@ class Explanation:
     def html(self) -> str:
         """The HTML report: one self-contained page (inline CSS and JS, no network)."""
         return report_html.render(self)
-
-    def entry(self, index: int) -> Entry:
-        return self.entries[index]
-
-    def dim(self, name: str) -> DimInfo:
-        for d in self.dims:
-            if d.name == name:
-                return d
-        raise KeyError(name)
 
 
 # ----------------------------------------------------------------------------- expressions
@@ -258,7 +152,7 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
         >>> import shapes, guards
         >>> tp = shapes.trace(lambda x: x.view(-1, 8), "x: f32[N]")
         >>> e = guards.explain(tp).entries[0]
-        >>> e.kind, e.user_expr, e.op
+        >>> str(e.kind), e.user_expr, e.op
         ('runtime_assert', 'x.shape[0] % 8 == 0', 'aten.view.default')
         >>> e.suggestion.split(";")[0]
         'pad x.shape[0] to a multiple of 8 (for example x = F.pad(x, ...)) or only pass sizes that are multiples of 8'
@@ -270,7 +164,7 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
     names = source_names(env)
     entries = [_entry(traced, g, names) for g in env.records]
     dims = _dims(traced, entries)
-    dd = [{"name": str(s), "what": what} for s, what in env.unbacked.items()]
+    dd = [{"name": data_name(env, s), "what": what} for s, what in env.unbacked.items()]
     counts = _counts(entries)
     # Distinct conditions: the engine asks many of them more than once.
     static = len({e.before for e in env.log if e.kind is StepKind.STATIC})
@@ -333,20 +227,37 @@ def _hint_text(traced, syms) -> str:
     return ", ".join(vals)
 
 
+def _ranges(traced) -> dict:
+    """Dim name -> the sizes it takes (the range given, else ``0..``), for solving per dim."""
+    out = {}
+    for n in traced.dim_symbols:
+        d = traced.dims.get(n)
+        lo = 1 if d is None or d.min is None else int(d.min)  # a dim's range starts at 1 unless given
+        hi = math.inf if d is None or d.max is None or d.max == math.inf else int(d.max)
+        out[n] = (lo, hi)
+    return out
+
+
+def _solved(c, ranges):
+    """``c`` solved per dim (``H // 2 >= 2`` is ``H >= 4``) where that gives one relation."""
+    s = solve_atom(c, ranges)
+    return s if isinstance(s, sympy.Rel) else c
+
+
 def _entry(traced, g: Guard, names) -> Entry:
     env = traced.env
-    t = tidy(g.expr)
-    neg = _negate(g.expr)
-    user = to_python(t, names)
-    dim_expr = to_python(t)
-    neg_user = to_python(neg, names)
+    ranges = _ranges(traced)
+    t, neg = _solved(tidy(g.expr), ranges), _solved(_negate(g.expr), ranges)
+    user = people_conjunction([t], names, ranges, always="True", never="False")
+    dim_expr = people_conjunction([t], data_names(env), ranges, always="True", never="False")
+    neg_user = people_conjunction([neg], names, ranges, always="True", never="False")
     # The dims a record is about: those of its final condition, plus dims of the
     # original question that were since replaced (unified or specialized), which
     # the final form no longer names.
     orig = g.original.free_symbols if g.original is not None else set()
     syms = sorted(g.expr.free_symbols | {s for s in orig if s in env.replacements}, key=str)
     input_dims = [str(s) for s in syms if s in env.hints]
-    unbacked = [str(s) for s in syms if s in env.unbacked]
+    unbacked = [data_name(env, s) for s in syms if s in env.unbacked]
     origin, origin_text = _origin(g)
     prov = g.provenance
     start, lines = _snippet(prov.filename, prov.lineno)
@@ -382,8 +293,9 @@ def _entry(traced, g: Guard, names) -> Entry:
         cost_text = f"the trace is only valid where {user}; any other size recompiles"
 
     return Entry(
-        index=g.index, kind=g.kind.value, expr=dim_expr, user_expr=user, raw=to_python(g.expr),
-        original=to_python(g.original) if g.original is not None else dim_expr,
+        index=g.index, kind=g.kind, expr=dim_expr, user_expr=user,
+        raw=to_python(without_unit_mod(g.expr), data_names(env)),
+        original=to_python(g.original, data_names(env)) if g.original is not None else dim_expr,
         negation=neg_user, dims=input_dims, data_dependent=unbacked,
         file=file, line=line, code=code, function=function,
         snippet_start=start, snippet=lines, op=g.op, origin=origin, origin_text=origin_text,
@@ -403,7 +315,7 @@ def _dims(traced, entries) -> list:
         rng = env.ranges.get(sym)
         lo = rng.lower if rng is not None else 0
         hi = rng.upper if rng is not None else None
-        d = DimInfo(name=name, sources=list(env.sources.get(sym, [])), example=hint, status="dynamic",
+        d = DimInfo(name=name, sources=list(env.sources.get(sym, [])), example=hint, status=DimStatus.DYNAMIC,
                     range=(_int_or_none(lo), _int_or_none(hi)))
         if sym in env.replacements:
             target = env.replacements[sym]
@@ -414,7 +326,7 @@ def _dims(traced, entries) -> list:
                 e = entries[d.record]
                 why = f"record #{e.index} ({e.expr}, {e.kind} at {short_path(e.file)}:{e.line})"
             if target.is_number:
-                d.status = "specialized"
+                d.status = DimStatus.SPECIALIZED
                 d.value = int(target)
                 d.range = (d.value, d.value)
                 if d.record is not None and entries[d.record].decided_by == Decision.ZERO_ONE.value:
@@ -424,7 +336,7 @@ def _dims(traced, entries) -> list:
                 else:
                     d.reason = f"specialized to {d.value}"
             else:
-                d.status = "unified"
+                d.status = DimStatus.UNIFIED
                 d.unified_with = to_python(target)
                 tr = _range_of(env, target)
                 d.range = tr

@@ -85,7 +85,7 @@ def evaluate_at(traced, ex, at) -> AtResult:
     for i in failing:
         e = by_index[i]
         reasons.append(_failing_reason(e, at_text))
-        if e.kind == GuardKind.RUNTIME_ASSERT.value:
+        if e.kind is GuardKind.RUNTIME_ASSERT:
             runtime = True
         else:
             recompile = True
@@ -148,10 +148,10 @@ def _failing_reason(e, at_text: str) -> str:
         where += f" `{e.code}`"
     if e.op:
         where += f" (in {e.op})"
-    if e.kind == GuardKind.RUNTIME_ASSERT.value:
+    if e.kind is GuardKind.RUNTIME_ASSERT:
         return (f"this call would fail at run time because {e.user_expr} is false at "
                 f"{at_text} ({e.expr}); {where}")
-    what = "the trace specialized it" if e.kind == GuardKind.SPECIALIZATION.value else \
+    what = "the trace specialized it" if e.kind is GuardKind.SPECIALIZATION else \
         "the trace took the path where it holds"
     return f"this call would recompile because {e.user_expr} is false at {at_text} ({e.expr}; {what}); {where}"
 

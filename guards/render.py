@@ -25,10 +25,15 @@ import sympy
 # to_python is the engine's printer for people (errors, dinfer, flops, the CLI use it too).
 from shapes.printers import PythonPrinter, same_symbol, to_python  # noqa: F401
 
+from shapes.data_names import data_names
+
+from .for_people import people_conjunction, people_dnf
+
 
 def source_names(env) -> dict:
-    """Symbol -> the first user-visible place it came from (``x.shape[0]``)."""
-    out = {}
+    """Symbol -> the first user-visible place it came from (``x.shape[0]``); data-dependent
+    values by the user's names for them (``x.sum().item()``, never ``u0``)."""
+    out = dict(data_names(env))
     for s, srcs in env.sources.items():
         if srcs:
             out[s] = srcs[0]
@@ -36,8 +41,10 @@ def source_names(env) -> dict:
 
 
 def render_guard(guard, env, *, user_terms: bool = True) -> str:
-    """A guard's condition in the user's terms (``x.shape[0] > 16``) or dim names (``B > 16``)."""
-    return to_python(guard.expr, source_names(env) if user_terms else None)
+    """A guard's condition in the user's terms (``x.shape[0] > 16``) or dim names (``B > 16``),
+    solved per dim for people (``x.shape[2] // 2 >= 2`` reads ``x.shape[2] >= 4``)."""
+    names = source_names(env) if user_terms else data_names(env)
+    return people_conjunction([guard.expr], names, always="True", never="False")
 
 
 def render_conjunction(conds, names: Optional[Mapping] = None) -> str:
@@ -52,22 +59,11 @@ def render_conjunction(conds, names: Optional[Mapping] = None) -> str:
         >>> render_conjunction([])
         'True'
     """
-    conds = list(conds)
+    conds = [c for c in conds if c is not sympy.true]
     if not conds:
         return "True"
-    parts, i = [], 0
-    while i < len(conds):
-        c = conds[i]
-        nxt = conds[i + 1] if i + 1 < len(conds) else None
-        if (isinstance(c, sympy.Ge) and isinstance(nxt, sympy.Le) and c.lhs.is_Symbol
-                and nxt.lhs == c.lhs and c.rhs.is_Integer and nxt.rhs.is_Integer):
-            parts.append(f"{c.rhs} <= {to_python(c.lhs, names)} <= {nxt.rhs}")
-            i += 2
-            continue
-        s = to_python(c, names)
-        parts.append(f"({s})" if isinstance(c, sympy.Or) and not same_symbol(c.args, sympy.Eq) else s)
-        i += 1
-    return " and ".join(parts)
+    # Solved per dim for people (H // 2 >= 1 is H >= 2; 64 <= C <= 64 is C == 64).
+    return people_conjunction(conds, names, always="True", never="False")
 
 
 def render_dnf(dnf, names: Optional[Mapping] = None) -> str:
@@ -86,17 +82,7 @@ def render_dnf(dnf, names: Optional[Mapping] = None) -> str:
         return "False"
     if any(len(d) == 0 for d in dnf):
         return "True"
-    if len(dnf) == 1:
-        return render_conjunction(dnf[0], names)
-    def compound(d):
-        if len(d) > 1:
-            return True
-        c = d[0]
-        return (isinstance(c, sympy.And) and not same_symbol(c.args, sympy.Ne)) or isinstance(c, sympy.Or)
-
-    return " or ".join(f"({render_conjunction(d, names)})" if compound(d) and not (
-        len(d) == 1 and isinstance(d[0], sympy.Or) and same_symbol(d[0].args, sympy.Eq))
-        else render_conjunction(d, names) for d in dnf)
+    return people_dnf(dnf, names, always="True", never="False")
 
 
 def _split_top(s: str, sep: str) -> Optional[list]:

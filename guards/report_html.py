@@ -28,7 +28,8 @@ from .render import short_path
 from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .explain import Entry, Explanation
+    from .explanation import Entry
+    from .explanation import ExplanationModel as Explanation
 
 _KIND_TITLE = {"guard": "guard", "runtime_assert": "runtime assert", "specialization": "specialization"}
 _ORIGIN_TITLE = {USER_CODE: "your code", TORCH_OP: "inside torch (op)",

@@ -26,7 +26,7 @@ from typing import Optional
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .explain import Explanation
+    from .explanation import ExplanationModel as Explanation
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report.schema.json")
 SCHEMA_VERSION = 1

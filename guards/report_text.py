@@ -20,19 +20,39 @@ import textwrap
 
 from typing import TYPE_CHECKING
 
+from shapes.guard import GuardKind
+
+from .explanation import DimStatus
 from .render import short_path
 from .suggestions import INPUT_SPEC, TORCH_OP, TORCH_PYTHON, USER_CODE
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .explain import Entry, Explanation
+    from .explanation import Entry
+    from .explanation import ExplanationModel as Explanation
 
 _KIND_TITLE = {"guard": "guard", "runtime_assert": "runtime assert", "specialization": "specialization"}
 _LABEL_WIDTH = 12
 
 
 def _wrap(text: str, width: int, first: str, rest: str) -> list:
-    return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
-                         break_long_words=True, break_on_hyphens=False) or [first.rstrip()]
+    """``text`` wrapped at spaces outside parentheses and brackets (a formula keeps ``(H // 4)``
+    and ``[:T, :T]`` on one line) unless such a group is itself wider than a line."""
+    glued, depth = [], 0
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}" and depth > 0
+        glued.append(_GLUE if ch == " " and depth > 0 else ch)
+    glued = "".join(glued).replace(" // ", f"{_GLUE}//{_GLUE}").replace(" % ", f"{_GLUE}%{_GLUE}")
+    lines = textwrap.wrap(glued, width=width, initial_indent=first, subsequent_indent=rest,
+                          break_long_words=False, break_on_hyphens=False)
+    if any(len(line) > width for line in lines):  # a group wider than a line: break it after all
+        text = text.replace(" // ", f"{_GLUE}//{_GLUE}").replace(" % ", f"{_GLUE}%{_GLUE}")
+        lines = textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
+                              break_long_words=True, break_on_hyphens=False)
+    return [line.replace(_GLUE, " ") for line in lines] or [first.rstrip()]
+
+
+_GLUE = "\x00"  # a space inside parentheses: not a place to break a line
 
 
 def _field(label: str, text: str, width: int, indent: int = 2) -> list:
@@ -84,7 +104,7 @@ def summary_lines(ex: Explanation, width: int = 80) -> list:
         out.append("  (no named dims)")
     for d in ex.dims:
         src = ", ".join(d.sources) or "-"
-        if d.status == "dynamic":
+        if d.status is DimStatus.DYNAMIC:
             what = f"dynamic, sizes {_range_text(*d.range)} (example {d.example})"
         else:
             what = d.reason
@@ -115,7 +135,7 @@ def entry_lines(e: Entry, width: int = 80) -> list:
     """One record: expression, user line, origin, decision, cost, suggestion."""
     title = f"#{e.index} {_KIND_TITLE[e.kind]}"
     if e.fails_at_point:
-        title += (" (FAILS at --at: fails at run time)" if e.kind == "runtime_assert"
+        title += (" (FAILS at --at: fails at run time)" if e.kind is GuardKind.RUNTIME_ASSERT
                   else " (FAILS at --at: recompiles)")
     out = [("-- " + title + " ").ljust(min(width, 60), "-")]
     out += _wrap(e.user_expr, width, "  ", "    ")

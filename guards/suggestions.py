@@ -7,6 +7,7 @@ from typing import Optional
 
 import sympy
 
+from shapes.data_names import data_name
 from shapes.functions import PyMod
 from shapes.guard import Decision, Guard, GuardKind
 
@@ -55,6 +56,31 @@ def _src(sym, names) -> str:
     return names.get(sym, str(sym))
 
 
+def _guard_suggestion(g: Guard, t, origin, user, neg_user, shape, who) -> str:
+    """How to avoid a guard (a recompile where it fails)."""
+    if g.message == "this check fails at the example sizes":
+        return (f"the example sizes violate a torch._check, so the program raises there; "
+                f"trace at example sizes where {neg_user} (--dim NAME=N)")
+    if shape == "eq_dims":
+        return (f"{who} needs {user}; give these dims one name in the input specs so they are "
+                f"equal by construction (no guard), or state torch._check({user}) before this "
+                f"line so it becomes a run-time check instead of a recompile")
+    if origin == USER_CODE:
+        dims = ", ".join(sorted(str(s) for s in t.free_symbols)) or "a size"
+        return (f"this branch specializes on {dims}: calls where {neg_user} take the other path "
+                f"and recompile; if both paths are valid, use torch.cond or restructure so the code "
+                f"does not branch on the size; if only this one is, torch._check({user})")
+    if shape in ("ne", "eq_const"):
+        # A special case inside library code (a fast path at one size): the other side is
+        # usually just as valid, so a torch._check would reject sizes that run.
+        return (f"a special case inside {who}: calls where {neg_user} take another path inside torch "
+                f"and recompile; not a condition on your sizes, so do not torch._check it (that "
+                f"would reject sizes where {neg_user}, which may be valid; `dinfer` says which run)")
+    return (f"{who} took a size-dependent path here; calls where {neg_user} take another path and "
+            f"recompile; if every valid input satisfies it, state torch._check({user}) before this "
+            f"line: the trace then assumes it and checks it at run time, no recompile")
+
+
 def suggest(traced, g: Guard, t, names, origin, user, neg_user) -> Optional[str]:
     """A concrete way to avoid the record or its cost, or None when there is nothing to do."""
     env = traced.env
@@ -86,25 +112,11 @@ def suggest(traced, g: Guard, t, names, origin, user, neg_user) -> Optional[str]
         return None
 
     if g.kind is GuardKind.GUARD:
-        if g.message == "this check fails at the example sizes":
-            return (f"the example sizes violate a torch._check, so the program raises there; "
-                    f"trace at example sizes where {neg_user} (--dim NAME=N)")
-        if shape == "eq_dims":
-            return (f"{who} needs {user}; give these dims one name in the input specs so they are "
-                    f"equal by construction (no guard), or state torch._check({user}) before this "
-                    f"line so it becomes a run-time check instead of a recompile")
-        if origin == USER_CODE:
-            dims = ", ".join(sorted(str(s) for s in t.free_symbols)) or "a size"
-            return (f"this branch specializes on {dims}: calls where {neg_user} take the other path "
-                    f"and recompile; if both paths are valid, use torch.cond or restructure so the code "
-                    f"does not branch on the size; if only this one is, torch._check({user})")
-        return (f"{who} took a size-dependent path here; calls where {neg_user} take another path and "
-                f"recompile; if every valid input satisfies it, state torch._check({user}) before this "
-                f"line: the trace then assumes it and checks it at run time, no recompile")
+        return _guard_suggestion(g, t, origin, user, neg_user, shape, who)
 
     # Runtime asserts.
     if unbacked:
-        what = "; ".join(f"{u} = {env.unbacked[u]}" for u in sorted(unbacked, key=str))
+        what = "; ".join(f"{data_name(env, u)} = {env.unbacked[u]}" for u in sorted(unbacked, key=str))
         return (f"depends on data ({what}): checked when the program runs; calls whose data make "
                 f"{neg_user} raise; nothing to change if valid data always satisfy it")
     if origin == USER_CODE:

@@ -10,7 +10,7 @@ from typing import Optional
 
 import sympy
 
-from .value_ranges import ValueRange, bound
+from .value_ranges import UnsupportedExpression, ValueRange, bound
 
 
 def canonical_condition(e):
@@ -163,5 +163,5 @@ def _decided_by_ranges(rel, ranges) -> Optional[bool]:
                 v = decide_normal(bound(sympy.factor(d), ranges), op)
             return v
         return bound(rel, ranges).known_bool()
-    except (TypeError, ZeroDivisionError):
+    except (UnsupportedExpression, ZeroDivisionError):
         return None

@@ -12,6 +12,7 @@ import torch
 from .errors import UnsupportedOpError
 from .functions import FloorDiv
 from .provenance import capture
+from .symbols import UnbackedKind
 from .symnode import sym_value
 
 aten = torch.ops.aten
@@ -30,7 +31,7 @@ def _where(env) -> str:
 
 
 def _count(env, what, numel_expr):
-    u = env.create_unbacked(kind="size", what=what)
+    u = env.create_unbacked(kind=UnbackedKind.SIZE, what=what)
     env.add_op_axiom(sympy.Le(u, numel_expr), f"{what} is at most the number of elements")
     return u
 
@@ -74,20 +75,20 @@ def handle_item(env, func, args, kwargs):
     x = args[0]
     what = f"value of .item() at {_where(env)}"
     if x.dtype.is_floating_point:
-        u = env.create_unbacked(kind="float", what=what)
+        u = env.create_unbacked(kind=UnbackedKind.FLOAT, what=what)
         return sym_value(env, u, float), {u: ("value",)}
     if x.dtype is torch.bool:
-        u = env.create_unbacked(kind="bool", what=what)
+        u = env.create_unbacked(kind=UnbackedKind.BOOL, what=what)
         return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
     if x.dtype.is_complex:
         raise UnsupportedOpError(f".item() of a complex tensor is not supported (at {_where(env)})")
-    u = env.create_unbacked(kind="int", what=what)
+    u = env.create_unbacked(kind=UnbackedKind.INT, what=what)
     return sym_value(env, u, int), {u: ("value",)}
 
 
 def handle_is_nonzero(env, func, args, kwargs):
     """``bool(tensor)``: the truth of a one-element tensor's value."""
-    u = env.create_unbacked(kind="bool", what=f"truth value of a tensor (bool(tensor) at {_where(env)})")
+    u = env.create_unbacked(kind=UnbackedKind.BOOL, what=f"truth value of a tensor (bool(tensor) at {_where(env)})")
     return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
 
 
@@ -96,13 +97,13 @@ def handle_allclose(env, func, args, kwargs):
 
     The shapes must broadcast as in eager's ``isclose``: its meta kernel checks that first."""
     aten.isclose.default(*args, **kwargs)
-    u = env.create_unbacked(kind="bool", what=f"result of allclose (at {_where(env)})")
+    u = env.create_unbacked(kind=UnbackedKind.BOOL, what=f"result of allclose (at {_where(env)})")
     return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
 
 
 def handle_equal(env, func, args, kwargs):
     """``torch.equal``: same sizes and values, a truth value read from data (False for other sizes)."""
-    u = env.create_unbacked(kind="bool", what=f"result of torch.equal (at {_where(env)})")
+    u = env.create_unbacked(kind=UnbackedKind.BOOL, what=f"result of torch.equal (at {_where(env)})")
     return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
 
 
@@ -130,7 +131,7 @@ def handle_repeat_interleave(env, func, args, kwargs):
     out_size = kwargs.get("output_size")
     if out_size is not None:
         return None
-    u = env.create_unbacked(kind="size", what=f"sum of repeats (repeat_interleave at {_where(env)})")
+    u = env.create_unbacked(kind=UnbackedKind.SIZE, what=f"sum of repeats (repeat_interleave at {_where(env)})")
     return torch.empty((sym_value(env, u),), dtype=repeats.dtype, device="meta"), {u: ("size", 0)}
 
 
@@ -164,11 +165,11 @@ def handle_slice(env, func, args, kwargs):
     where = _where(env)
     bindings = {}
     if length is None:
-        u = env.create_unbacked(kind="size", what=f"length of a slice from data (at {where})")
+        u = env.create_unbacked(kind=UnbackedKind.SIZE, what=f"length of a slice from data (at {where})")
         env.add_op_axiom(sympy.Le(u, n_expr), "a slice is at most as long as its dim")
         length, bindings[u] = u, ("size", dim)
     if lo is None:
-        u = env.create_unbacked(kind="size", what=f"start of a slice from data (at {where})")
+        u = env.create_unbacked(kind=UnbackedKind.SIZE, what=f"start of a slice from data (at {where})")
         lo, bindings[u] = u, ("storage_offset",)
         offset = u  # the binding reads the whole storage offset
     else:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 import sympy
 
+from .data_names import name_from_origin
 from .errors import SymshapeError
 from .printers import to_python
 
@@ -39,13 +40,16 @@ class DataDependentError(SymshapeError, RuntimeError):
         self.expr = expr
         self.provenance = provenance
         self.unbacked = tuple(unbacked)
-        origins = "; ".join(f"{u} = {describe(u)}" for u in self.unbacked)
+        # The user's names for the values (x.sum().item(), n), never the engine's u0.
+        names = {u: name_from_origin(describe(u), u.name) for u in self.unbacked}
+        origins = "; ".join(f"{names[u]} = {describe(u)}" for u in self.unbacked
+                            if names[u] not in describe(u))
         op = f" (asked by {provenance.op})" if provenance.op else ""
         super().__init__(
-            f"data-dependent condition {expr} at {provenance.filename}:{provenance.lineno}"
-            f"{op}: `{provenance.code}`. {origins}. The value is only known at run time, so "
-            f"the trace cannot take a branch on it. State which way it goes for your data before "
-            f"this line, with torch._check({to_python(expr)}) or "
-            f"torch._check({to_python(sympy.Not(expr))}); the check is asserted at run time and "
+            f"data-dependent condition {to_python(expr, names)} at {provenance.filename}:{provenance.lineno}"
+            f"{op}: `{provenance.code}`." + (f" {origins}." if origins else "") + " The value is only known "
+            f"at run time, so the trace cannot take a branch on it. State which way it goes for your data "
+            f"before this line, with torch._check({to_python(expr, names)}) or "
+            f"torch._check({to_python(sympy.Not(expr), names)}); the check is asserted at run time and "
             f"assumed while tracing."
         )

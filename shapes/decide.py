@@ -35,7 +35,7 @@ from .guard import Decision, Guard, GuardKind, LogEntry, StepKind
 from .printers import to_python
 from .provenance import Provenance, capture
 from .symbols import SymbolTable
-from .value_ranges import INF, ValueRange, bound
+from .value_ranges import INF, UnsupportedExpression, ValueRange, bound
 
 #: ``evaluate(..., fallback=NO_FALLBACK)``: raise on a data-dependent question.
 NO_FALLBACK = object()
@@ -200,7 +200,7 @@ class DecisionProcedure:
         ranges = self.facts.ranges_for(size_oblivious)
         try:
             r = bound(e, ranges)
-        except TypeError:
+        except UnsupportedExpression:  # range analysis has no rule for it
             # A known fact decides itself, even where range analysis has no rule.
             return self.facts.known(e) if isinstance(e, sympy.Rel) else None
         v = r.known_bool()
@@ -213,7 +213,7 @@ class DecisionProcedure:
             if diff != e.lhs - e.rhs:
                 try:
                     v = bound(type(e)(diff, 0), ranges).known_bool()
-                except TypeError:
+                except UnsupportedExpression:
                     v = None
                 if v is not None:
                     return v
@@ -231,7 +231,7 @@ class DecisionProcedure:
                 if isinstance(ex, sympy.Rel):
                     try:
                         v = bound(type(ex)(sympy.factor(ex.lhs - ex.rhs), 0), ranges).known_bool()
-                    except TypeError:
+                    except UnsupportedExpression:
                         v = None
                     if v is not None:
                         return v
@@ -283,7 +283,7 @@ class DecisionProcedure:
                     continue
                 try:
                     rr = bound(rest, ranges)
-                except TypeError:
+                except UnsupportedExpression:
                     continue
                 gr = grange if sign == 1 else ValueRange(-grange.upper, -grange.lower)
                 dr = ValueRange(gr.lower + rr.lower, gr.upper + rr.upper)
@@ -419,7 +419,7 @@ class DecisionProcedure:
             try:
                 r = bound(s.lhs, self.facts.ranges)
                 v = True if r.upper <= s.rhs else False if r.lower > s.rhs else None
-            except TypeError:
+            except UnsupportedExpression:
                 v = None
         elif s is sympy.false:
             v = False
@@ -479,7 +479,7 @@ def _decide_floor_relaxed(e, ranges) -> Optional[bool]:
         return None  # nested: the inner one is not relaxed
     try:
         return bound(type(e)(diff, 0, evaluate=False), {**ranges, **extra}).known_bool()
-    except TypeError:
+    except UnsupportedExpression:
         return None
 
 
@@ -487,7 +487,7 @@ def _ratio_at_most_one(a, b, ranges) -> bool:
     """``0 <= a / b <= 1`` by ranges (``b`` never 0 there)."""
     try:
         r = bound(a / b, ranges)  # a product of sizes over another: equal factors cancel as built
-    except (TypeError, ZeroDivisionError):
+    except (UnsupportedExpression, ZeroDivisionError):
         return False
     return r.lower >= 0 and r.upper <= 1
 

@@ -36,7 +36,7 @@ from .data_dependent_error import DataDependentError
 from .facts import FactStore, integer_valued
 from .guard import Decision, Guard, GuardKind, StepKind
 from .provenance import Provenance
-from .symbols import UNBACKED_PREFIX, SymbolTable
+from .symbols import UNBACKED_PREFIX, SymbolTable, UnbackedKind
 from .value_ranges import INF, ValueRange
 
 __all__ = ["ShapeEnv", "DataDependentError", "UNBACKED_PREFIX", "integer_valued"]
@@ -158,14 +158,14 @@ class ShapeEnv:
                 message=why, index=-1, symbols=(sym,)))
         return sym
 
-    def create_unbacked(self, *, kind: str = "int", what: str = "", range: Optional[tuple] = None) -> sympy.Symbol:
-        """A data-dependent symbol ``u<N>`` (no hint).
-
-        ``kind`` is ``"size"`` (a count of elements: at least 0), ``"int"``
-        (any integer), ``"bool"`` (0 or 1) or ``"float"``.
+    def create_unbacked(self, *, kind: UnbackedKind = UnbackedKind.INT, what: str = "",
+                        range: Optional[tuple] = None) -> sympy.Symbol:
+        """A data-dependent symbol ``u<N>`` (no hint) of the :class:`~shapes.symbols.UnbackedKind` ``kind``:
+        a size (a count of elements: at least 0), any integer, a bool (0 or 1) or a float.
         """
+        kind = UnbackedKind(kind)
         sym = self.table.add_unbacked(kind, what)
-        default = {"size": (0, INF), "bool": (0, 1)}.get(kind, (-INF, INF))
+        default = {UnbackedKind.SIZE: (0, INF), UnbackedKind.BOOL: (0, 1)}.get(kind, (-INF, INF))
         lo, hi = range if range is not None else default
         self.ranges[sym] = ValueRange(lo, hi)
         self.decisions.add_axiom(_within(sym, lo, hi), "range")

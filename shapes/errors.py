@@ -3,7 +3,20 @@ from __future__ import annotations
 
 
 class SymshapeError(Exception):
-    """Base of symshape's user-facing errors."""
+    """Base of symshape's user-facing errors.
+
+    ``env``: for an error raised while a program was traced, the trace's
+    ShapeEnv as it stood (its records and axioms: the path to the error is a
+    region of sizes, which ``validation.dinfer`` reports); None otherwise.
+    """
+
+    env = None
+
+    def in_trace(self, env) -> "SymshapeError":
+        """This error, raised while tracing with ``env`` (kept if already set); returns self."""
+        if self.env is None:
+            self.env = env
+        return self
 
 
 class SpecError(SymshapeError, ValueError):
@@ -112,12 +125,29 @@ class AdapterGap(TracerLimitation, AttributeError):
     (an AttributeError too, so torch's ``hasattr`` probes keep working)."""
 
 
-def program_error(exc: BaseException) -> BaseException:
-    """Mark an exception the engine raises *for the program* (the error eager
-    PyTorch raises at these sizes), so the tracer does not take it for an
-    engine failure."""
-    exc.symshape_program_error = True
-    return exc
+class RaisedForProgram:
+    """Mixed into the exceptions the engine raises *for the program*: the error
+    eager PyTorch raises at these sizes, so the tracer does not take it for an
+    engine failure.  See :func:`program_error`."""
+
+
+_FOR_PROGRAM: dict = {}
+
+
+def program_error(exc_type: type, *args) -> BaseException:
+    """``exc_type(*args)`` as raised for the program: an instance of a subclass of
+    ``exc_type`` (so the program's ``except exc_type`` catches it, as in eager) and of
+    :class:`RaisedForProgram`.
+
+    >>> e = program_error(RuntimeError, "shape mismatch")
+    >>> isinstance(e, RuntimeError), isinstance(e, RaisedForProgram), type(e).__name__, str(e)
+    (True, True, 'RuntimeError', 'shape mismatch')
+    """
+    cls = _FOR_PROGRAM.get(exc_type)
+    if cls is None:
+        cls = _FOR_PROGRAM[exc_type] = type(exc_type.__name__, (exc_type, RaisedForProgram),
+                                            {"__module__": exc_type.__module__, "__doc__": exc_type.__doc__})
+    return cls(*args)
 
 
 class GuardViolation(SymshapeError, AssertionError):

@@ -32,7 +32,7 @@ import sympy
 from .conditions import canonical_condition, normal_form
 from .functions import FloorDiv, PyMod
 from .symbols import SymbolTable
-from .value_ranges import INF, ValueRange, bound
+from .value_ranges import INF, UnsupportedExpression, ValueRange, bound
 
 
 class FactStore:
@@ -153,7 +153,7 @@ class FactStore:
         for f in factored.args:
             try:
                 r = bound(f, self.ranges)
-            except TypeError:
+            except UnsupportedExpression:
                 r = None
             if r is None or r.lower <= 0 <= r.upper:
                 keep.append(f)
@@ -198,7 +198,7 @@ class FactStore:
             # the target, which stands for it from here on.
             try:
                 ra, rt = bound(atom, self.ranges), bound(target, self.ranges)
-            except TypeError:
+            except UnsupportedExpression:
                 ra = rt = None
             if ra is not None and max(ra.lower, rt.lower) <= min(ra.upper, rt.upper):
                 self.ranges[target] = ValueRange(max(ra.lower, rt.lower), min(ra.upper, rt.upper))
@@ -247,7 +247,7 @@ class FactStore:
             try:
                 r = bound(rest, self.ranges)
                 old = self.ranges.get(atom) or bound(atom, self.ranges)
-            except TypeError:
+            except UnsupportedExpression:
                 continue
             # Rounding to the next integer is valid only for an integer-valued atom:
             # Min(N, 5.5) < 4.5 says nothing about Min(N, 5.5) <= 3.

@@ -23,7 +23,8 @@ from typing import Optional
 
 import torch
 
-from .errors import EngineFailure, TraceError, UnsupportedOpError
+from .creation import torch_call_frame
+from .errors import EngineFailure, RaisedForProgram, TraceError, UnsupportedOpError
 from .provenance import Provenance, is_engine_file, is_library_file
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
@@ -52,10 +53,11 @@ def engine_frame_of(exc: BaseException) -> Optional[str]:
     """Where symshape's own code raised ``exc`` ("file:line"), or None when the
     exception is the program's (raised by torch, a library, the user's code, or
     by the engine on purpose for the program)."""
-    if getattr(exc, "symshape_program_error", False):
+    frames = traceback.extract_tb(exc.__traceback__)
+    if isinstance(exc, RaisedForProgram) or (frames and torch_call_frame(frames[-1])):
         return None
     last = None
-    for fs in traceback.extract_tb(exc.__traceback__):
+    for fs in frames:
         fn = fs.filename
         if is_engine_file(fn) or not (is_library_file(fn) and not fn.startswith(_TORCH_DIR)):
             # sympy and the standard library are the engine's helpers: the frame
@@ -97,7 +99,7 @@ def torch_symbolic_frame_of(exc: BaseException) -> Optional[str]:
     >>> torch_symbolic_frame_of(ValueError("plain")) is None
     True
     """
-    if getattr(exc, "symshape_program_error", False):
+    if isinstance(exc, RaisedForProgram):
         return None
     frames = traceback.extract_tb(exc.__traceback__)
     if frames and frames[-1].filename.startswith(_TORCH_SYMBOLIC):
@@ -130,16 +132,14 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
     that led there.
     """
     if symbolic_type_error(e) or (not isinstance(e, TypeError) and _SYMBOLIC_TYPE.search(str(e))
-                                   and not getattr(e, "symshape_program_error", False)):
+                                   and not isinstance(e, RaisedForProgram)):
         # Not the program's error: eager passes a plain value where the trace has a symbolic one.
         what = ("a size comparison (SymBool) reached a torch function that takes a bool"
                 if "not SymBool" in str(e) else "a symbolic size reached torch code that wants a plain value")
         prov, op = user_frame_of(e), torch_call_of(e)
-        err = UnsupportedOpError(f"{what} at {prov.filename}:{prov.lineno} (`{prov.code}`"
-                                 f"{f', in {op}' if op else ''}): {type(e).__name__}: {first_line(e)}. This is a "
-                                 f"limitation of symshape, not an error of the program; please report it")
-        err.env = env
-        return err
+        return UnsupportedOpError(f"{what} at {prov.filename}:{prov.lineno} (`{prov.code}`"
+                                  f"{f', in {op}' if op else ''}): {type(e).__name__}: {first_line(e)}. This is a "
+                                  f"limitation of symshape, not an error of the program; please report it").in_trace(env)
     dde = getattr(env, "last_data_dependent", None)
     if dde is not None and str(dde) in str(e):
         # Our DataDependentError, re-raised by torch's C++ as its own RuntimeError.
@@ -148,13 +148,11 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
     if isinstance(e, RuntimeError) and _SYMBOLIC_READ in str(e):
         # A C++ kernel read a size as an int (TensorImpl::throw_cannot_call_with_symbolic):
         # torch's limit on symbolic tensors, which eager never meets.
-        err = UnsupportedOpError(
+        return UnsupportedOpError(
             f"a torch kernel called at {prov.filename}:{prov.lineno} (`{prov.code}`) reads "
             f"the sizes of a tensor as integers ({first_line(e)}), which symbolic tracing cannot give "
             f"it. This is a limitation of symshape (torch.export stops there too), not an error of the "
-            f"program; call the op outside the traced part, or at fixed sizes.")
-        err.env = env
-        return err
+            f"program; call the op outside the traced part, or at fixed sizes.").in_trace(env)
     engine = engine_frame_of(e) or torch_symbolic_frame_of(e)
     if engine is None and _meta_leak(e):
         engine = "torch, handed the trace's meta tensors where eager has real ones"

@@ -10,10 +10,11 @@ from typing import Optional
 
 import sympy
 
+from .enums import TextEnum
 from .provenance import Provenance
 
 
-class GuardKind(str, enum.Enum):
+class GuardKind(TextEnum):
     """Why a condition must hold at other sizes.
 
     * ``GUARD``: decided by the example size (hint); other sizes that violate

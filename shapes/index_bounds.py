@@ -61,6 +61,7 @@ from typing import Optional
 import sympy
 import torch
 
+from .enums import TextEnum
 from .printers import to_python
 
 aten = torch.ops.aten
@@ -507,20 +508,28 @@ def _eager_message(name: str, v, n, what: str) -> str:
     return f"index {v} is out of bounds for {what} with size {n}"
 
 
+class CheckKind(TextEnum):
+    """How an :class:`IndexCheck` is kept.
+
+    ``ASSERT``: exact range, the condition is eager's own check; ``GUARD``:
+    loose range, the condition suffices, so the trace covers the sizes where it
+    holds; ``UNKNOWN``: values the sizes determine but the engine cannot bound
+    (``condition`` is None; the trace notes it).
+    """
+
+    ASSERT = "assert"
+    GUARD = "guard"
+    UNKNOWN = "unknown"
+
+
 @dataclass(frozen=True)
 class IndexCheck:
-    """One check an op that indexes by a tensor needs.
-
-    ``kind``: ``"assert"`` (exact range: the condition is eager's own check),
-    ``"guard"`` (loose range: the condition suffices, so the trace covers the
-    sizes where it holds) or ``"unknown"`` (values the sizes determine but the
-    engine cannot bound: ``condition`` is None; the trace notes it).
-    """
+    """One check an op that indexes by a tensor needs (see :class:`CheckKind` for ``kind``)."""
 
     condition: Optional[sympy.Basic]
     message: str
     exception: type
-    kind: str
+    kind: CheckKind
 
 
 _CREATES_GARBAGE = {aten.empty.memory_format, aten.empty_strided.default, aten.empty_like.default,
@@ -561,8 +570,9 @@ def lookup_checks(func, args, bounds_of, nonempty=lambda t: False, determined=la
             r = None  # rounding in a float dtype could decide: eager's kernel does, at run time
         if r is None:
             if determined(idx):
-                out.append(IndexCheck(None, f"the values of the index tensor of {name} follow from the sizes, "
-                                            f"but symshape cannot bound them ({admits})", exc, "unknown"))
+                out.append(IndexCheck(condition=None, message=f"the values of the index tensor of {name} follow from "
+                                      f"the sizes, but symshape cannot bound them ({admits})",
+                                      exception=exc, kind=CheckKind.UNKNOWN))
             continue
         if not r.exact and not determined(idx):
             continue  # a bound on values read from data: what eager does there is not a question of sizes
@@ -574,11 +584,11 @@ def lookup_checks(func, args, bounds_of, nonempty=lambda t: False, determined=la
                 msg = _eager_message(name, v, n, what) + f" ({admits})"
                 if r.source is not None:
                     msg += f"; the indices are computed from the program's data and reach {to_python(v)} for some data"
-                out.append(IndexCheck(cond, msg, exc, "assert"))
+                out.append(IndexCheck(condition=cond, message=msg, exception=exc, kind=CheckKind.ASSERT))
             else:
                 msg = (f"symshape bounds the index values of {name} only loosely (from {to_python(r.lo)} to "
                        f"{to_python(r.hi)}); "
                        f"where that bound leaves {what} eager may or may not fail ({admits})")
-                out.append(IndexCheck(cond, msg, exc, "guard"))
+                out.append(IndexCheck(condition=cond, message=msg, exception=exc, kind=CheckKind.GUARD))
     return out
 

@@ -35,6 +35,7 @@ from sympy.printing.precedence import PRECEDENCE, precedence
 from sympy.printing.str import StrPrinter
 
 from .expr_kinds import ExprVisitor, Kind, kind_or_none
+from .kernel_helpers import CPP, TRITON
 
 #: Kinds that print their own parentheses in Python (``(a // b)``).
 _SELF_PARENTHESIZED = (Kind.FLOOR_DIV, Kind.PY_MOD, Kind.MOD, Kind.TRUE_DIV)
@@ -420,16 +421,16 @@ class KernelPrinter(ExprVisitor):
 
 
 class CppPrinter(KernelPrinter):
-    """C++ (int64 sizes, double reals); helpers ``sym_floordiv``/``sym_mod``/``sym_ipow`` in the module."""
+    """C++ (int64 sizes, double reals); the helpers it calls are :data:`shapes.kernel_helpers.CPP`."""
 
     analysis = "the C++ printer"
-    div_op, mod_op, floordiv_fn, mod_fn = "/", "%", "sym_floordiv", "sym_mod"
+    div_op, mod_op, floordiv_fn, mod_fn = "/", "%", CPP.floordiv, CPP.mod
     min_fn, max_fn, and_op, or_op = "std::min<int64_t>", "std::max<int64_t>", "&&", "||"
     not_fmt, where_fmt = "(!{})", "({} ? {} : {})"
     true_div_fmt = "((double)({}) / (double)({}))"
     to_float_fmt, trunc_fmt = "((double)({}))", "((int64_t)({}))"
     floor_fmt, ceil_fmt = "((int64_t)std::floor({}))", "((int64_t)std::ceil({}))"
-    abs_fmt, int_pow_fn, float_pow_fn = "std::abs({})", "sym_ipow", "std::pow"
+    abs_fmt, int_pow_fn, float_pow_fn = "std::abs({})", CPP.int_pow, CPP.float_pow
 
     def visit_integer(self, e):
         v = int(e)
@@ -447,15 +448,16 @@ class CppPrinter(KernelPrinter):
 
 
 class TritonPrinter(KernelPrinter):
-    """Triton: integer ``//`` and ``%`` truncate like C, so floor forms call the module's helpers."""
+    """Triton: integer ``//`` and ``%`` truncate like C, so floor forms call the helpers of
+    :data:`shapes.kernel_helpers.TRITON`."""
 
     analysis = "the Triton printer"
-    div_op, mod_op, floordiv_fn, mod_fn = "//", "%", "_floordiv", "_pymod"
+    div_op, mod_op, floordiv_fn, mod_fn = "//", "%", TRITON.floordiv, TRITON.mod
     min_fn, max_fn, and_op, or_op = "tl.minimum", "tl.maximum", "&", "|"
     not_fmt, where_fmt = "({} == 0)", "tl.where({}, {}, {})"
     to_float_fmt, trunc_fmt = "({}).to(tl.float64)", "({}).to(tl.int64)"
     floor_fmt, ceil_fmt = "tl.floor({}).to(tl.int64)", "tl.ceil({}).to(tl.int64)"
-    abs_fmt, float_pow_fn = "tl.abs({})", "_pow"
+    abs_fmt, float_pow_fn = "tl.abs({})", TRITON.float_pow
 
     def visit_true_div(self, e):
         # Triton's / on integers is a float32 true division.

@@ -10,13 +10,25 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from .data_names import data_names
 from .devices import DeviceMismatch
 from .env import ShapeEnv
 from .errors import GuardViolation, SpecError
 from .functions import substitute
+from .enums import TextEnum
 from .printers import to_python
 from .guard import Decision, Guard, GuardKind
 from .spec import DimExpr
+
+
+class OutputKind(TextEnum):
+    """What an :class:`Output` is: a tensor (``shape`` holds its sympy sizes, ``dtype``
+    its dtype), a size (``value`` is the sympy expression of an int/float/bool the
+    program computed from sizes) or a value (``value`` is the constant itself)."""
+
+    TENSOR = "tensor"
+    SIZE = "size"
+    VALUE = "value"
 
 
 @dataclass(frozen=True)
@@ -24,17 +36,16 @@ class Output:
     """One output leaf of a traced program (see :meth:`TracedProgram.outputs`).
 
     ``path`` reads like Python (``out``, ``out[1]``, ``out["logits"]``,
-    ``out.last_hidden_state``); ``kind`` is ``"tensor"`` (``shape`` holds its
-    sympy sizes, ``dtype`` its dtype), ``"size"`` (``value`` is the sympy
-    expression of an int/float/bool the program computed from sizes) or
-    ``"value"`` (``value`` is the constant itself).
+    ``out.last_hidden_state``); ``kind`` is an :class:`OutputKind`.
     """
 
     path: str
-    kind: str
+    kind: OutputKind
     shape: Optional[tuple]
     dtype: Any
     value: Any
+    #: data-dependent symbols -> the user's names for them (``x.sum().item()``, never ``u0``)
+    names: Optional[dict] = field(default=None, repr=False, compare=False)
 
     def text(self) -> str:
         """What the output is, in Python syntax: ``f32[B, T // 8, 64]`` for a tensor, the
@@ -49,13 +60,13 @@ class Output:
             >>> print(tp.outputs()[0])
             out[0]: f32[N // 8, 8]
         """
-        if self.kind == "tensor":
+        if self.kind is OutputKind.TENSOR:
             from .spec import DTYPES
             short = {v: k for k, v in reversed(list(DTYPES.items()))}  # f32, not float32
             dtype = short.get(self.dtype, str(self.dtype).replace("torch.", ""))
-            return f"{dtype}[{', '.join(to_python(e) for e in self.shape)}]"
-        if self.kind == "size":
-            return to_python(self.value)
+            return f"{dtype}[{', '.join(to_python(e, self.names) for e in self.shape)}]"
+        if self.kind is OutputKind.SIZE:
+            return to_python(self.value, self.names)
         return repr(self.value)
 
     def __str__(self) -> str:
@@ -91,6 +102,8 @@ class TracedProgram:
     #: place it read that device: the trace assumes it there (:mod:`shapes.devices`).
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     device_reads: list = field(default_factory=list)
+    #: the symbolic world (:class:`shapes.distributed.World`) of a trace with ``world=``, else None
+    world: Any = None
 
     @property
     def guards(self) -> list[Guard]:
@@ -130,7 +143,7 @@ class TracedProgram:
 
         >>> import shapes
         >>> tp = shapes.trace(lambda x: {"y": x.view(-1, 8), "n": x.shape[0] * 2}, "x: f32[N]")
-        >>> [(o.path, o.kind, o.text()) for o in tp.outputs()]
+        >>> [(o.path, str(o.kind), o.text()) for o in tp.outputs()]
         [('out["y"]', 'tensor', 'f32[N // 8, 8]'), ('out["n"]', 'size', '2*N')]
         """
         out_node = next(n for n in self.graph.nodes if n.op == "output")
@@ -138,14 +151,16 @@ class TracedProgram:
         for a in out_node.args[0]:
             if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor):
                 shape = tuple(self.env.simplify(e) for e in a.meta["shape"])
-                leaves.append(("tensor", shape, a.meta["val"].dtype, None))
+                leaves.append(dict(kind=OutputKind.TENSOR, shape=shape, dtype=a.meta["val"].dtype, value=None))
             elif isinstance(a, torch.fx.Node) and "expr" in a.meta:
-                leaves.append(("size", None, None, self.env.simplify(a.meta["expr"])))
+                leaves.append(dict(kind=OutputKind.SIZE, shape=None, dtype=None,
+                                   value=self.env.simplify(a.meta["expr"])))
             else:
-                leaves.append(("value", None, None, a))
+                leaves.append(dict(kind=OutputKind.VALUE, shape=None, dtype=None, value=a))
         tree = pytree.tree_unflatten(list(range(len(leaves))), self.out_spec)
         flat, _ = pytree.tree_flatten_with_path(tree)
-        return [Output(_path_text(path), *leaves[i]) for path, i in flat]
+        names = data_names(self.env) or None
+        return [Output(path=_path_text(path), **leaves[i], names=names) for path, i in flat]
 
     # -- binding sizes ------------------------------------------------------------------
     def bind_sizes(self, tensors) -> dict[sympy.Symbol, int]:
@@ -187,7 +202,10 @@ class TracedProgram:
                 else:
                     values.setdefault(d, (n, where))
         _bind_derived(derived, values)
-        return {self.env.symbols[k]: v for k, (v, _) in values.items()}
+        out = {self.env.symbols[k]: v for k, (v, _) in values.items()}
+        if self.world is not None:
+            out.update(world_values(self.world))
+        return out
 
     @property
     def input_constraints(self) -> list[Guard]:
@@ -320,6 +338,18 @@ class TracedProgram:
         outs = ", ".join("[" + ", ".join(map(str, s)) + "]" for s in self.output_shapes)
         return (f"<TracedProgram ({ins}) -> ({outs}); {len(self.guards)} guards, "
                 f"{len(self.runtime_asserts)} runtime asserts, {len(self.graph.nodes)} nodes>")
+
+
+def world_values(world) -> dict:
+    """The world symbols' values in the running process group (a traced graph runs on each rank)."""
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        raise SpecError(f"the program was traced with world={world.name!r}: run it on each rank of an "
+                        f"initialized process group")
+    vals = {world.size: dist.get_world_size()} if isinstance(world.size, sympy.Symbol) else {}
+    if isinstance(world.rank, sympy.Symbol):
+        vals[world.rank] = dist.get_rank()
+    return vals
 
 
 def _holds(expr, subs):

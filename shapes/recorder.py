@@ -18,11 +18,12 @@ from typing import Optional
 import sympy
 import torch
 from torch.utils import _pytree as pytree
+from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import data_dependent, eager_checks, index_bounds, limits
 from .env import DataDependentError, ShapeEnv
-from .errors import SymshapeError, TracerLimitation, UnsupportedOpError, program_error
+from .errors import RaisedForProgram, SymshapeError, TracerLimitation, UnsupportedOpError, program_error
 from .printers import to_python
 from .provenance import capture
 
@@ -89,7 +90,7 @@ class Recorder(TorchDispatchMode):
                 self._index_check(chk, prov)
             for cond, msg in eager_checks.checks(func, args, kwargs):
                 if not self.env.expect_true(cond, message=msg):
-                    raise program_error(RuntimeError(msg))
+                    raise program_error(RuntimeError, msg)
             handler = data_dependent.HANDLERS.get(func)
             res = handler(self.env, func, args, kwargs) if handler else None
             if res is None:
@@ -100,17 +101,20 @@ class Recorder(TorchDispatchMode):
             out = eager_checks.eager_output(func, args, kwargs, out)
         except (SymshapeError, DataDependentError):
             raise
-        except NotImplementedError as e:
+        except (NotImplementedError, DynamicOutputShapeException, DataDependentOutputException) as e:
             msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            if "data-dependent" in msg or "DynamicOutputShape" in type(e).__name__ or "meta" in msg.lower():
+            # torch's types for "the output shape depends on data"; a bare NotImplementedError from a
+            # meta kernel has no type of its own, only its message.
+            typed = isinstance(e, (DynamicOutputShapeException, DataDependentOutputException))
+            if typed or "data-dependent" in msg or "meta" in msg.lower():
                 raise UnsupportedOpError(
                     f"{op} at {prov.filename}:{prov.lineno} (`{prov.code}`) cannot run on meta tensors "
                     f"with symbolic sizes ({msg}); its output shape may depend on data. Please report it."
                 ) from e
             raise
-        except Exception as e:
+        except Exception as e:  # torch's kernels raised: re-raised, typed if a layout-only answer caused it
             departed = self.env.departure_since(log_start)
-            if departed is not None and not getattr(e, "symshape_program_error", False):
+            if departed is not None and not isinstance(e, RaisedForProgram):
                 raise self._departure_limitation(e, op, prov, departed) from e
             raise
         finally:
@@ -148,17 +152,17 @@ class Recorder(TorchDispatchMode):
 
     def _index_check(self, chk, prov):
         """Record one :class:`~shapes.index_bounds.IndexCheck`, or stop where eager's outcome is unknown."""
-        if chk.kind == "assert":
+        if chk.kind is index_bounds.CheckKind.ASSERT:
             if not self.env.expect_true(chk.condition, message=chk.message):
-                raise program_error(chk.exception(chk.message))
+                raise program_error(chk.exception, chk.message)
             return
-        if chk.kind == "unknown":
+        if chk.kind is index_bounds.CheckKind.UNKNOWN:
             # Values the sizes determine but the engine cannot follow (T5's log buckets):
             # no condition to state.  Not silent: the trace keeps a note, and dinfer
             # reports the sizes it covers as symshape's limitation, never as ok.
             self.env.unchecked_indices.append((prov, chk.message))
             return
-        if chk.kind == "guard" and self.env.evaluate(chk.condition, provenance=prov):
+        if chk.kind is index_bounds.CheckKind.GUARD and self.env.evaluate(chk.condition, provenance=prov):
             return
         raise TracerLimitation(f"at {prov.location()} {chk.message}; a limitation of "
                                f"symshape, not an error of the program; an index tensor built by arange, + - * by "
@@ -197,7 +201,7 @@ class Recorder(TorchDispatchMode):
                        f"'{limits.OVERFLOW_MESSAGE}...' otherwise)")
                 if not env.check_limit(cond, provenance=prov, message=msg):
                     at = [env.hint_of(s) for s in sizes]
-                    raise program_error(RuntimeError(f"{limits.OVERFLOW_MESSAGE}{at}"))
+                    raise program_error(RuntimeError, f"{limits.OVERFLOW_MESSAGE}{at}")
 
 
 class ModuleScope:

@@ -57,7 +57,7 @@ import torch
 
 from .functions import FloorDiv, PyMod, ToFloat, TrueDiv
 from .reasoner import Reasoner
-from .value_ranges import ValueRange, bound
+from .value_ranges import UnsupportedExpression, ValueRange, bound
 
 # Functions in torch whose questions only choose a layout or an equal-valued
 # algorithm (module path suffix -> function names).
@@ -239,7 +239,7 @@ def size_atoms(expr, ranges) -> tuple:
         if e.is_Symbol or e.is_Add or isinstance(e, FloorDiv):
             try:
                 r = bound(e, ranges)
-            except TypeError:
+            except UnsupportedExpression:
                 return
             if r.lower >= 0 and r.upper >= 2:
                 out[e] = None
@@ -269,6 +269,6 @@ def decide_generic(ctx: Reasoner, expr) -> Optional[tuple]:
     generic = expr.xreplace(subs)
     try:
         v = ctx.decide_with_ranges(generic, ranges)
-    except Exception:  # noqa: BLE001 - an undecidable question is a guard, never a crash
+    except (UnsupportedExpression, ZeroDivisionError):  # no rule at the generic point: a guard instead
         v = None
     return None if v is None else (v, atoms)

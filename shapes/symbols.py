@@ -7,10 +7,10 @@ them lives in :mod:`shapes.facts`, decisions in :mod:`shapes.decide`.
 
 Example::
 
-    >>> from shapes.symbols import SymbolTable
+    >>> from shapes.symbols import SymbolTable, UnbackedKind
     >>> table = SymbolTable()
     >>> B = table.add_backed("B", 32, source="x.shape[0]")
-    >>> u = table.add_unbacked("float", "x.sum().item()")
+    >>> u = table.add_unbacked(UnbackedKind.FLOAT, "x.sum().item()")
     >>> table.describe(B), table.describe(u), table.has_unbacked(B + 1)
     ('x.shape[0]', 'x.sum().item()', False)
 """
@@ -21,10 +21,21 @@ from typing import Optional
 
 import sympy
 
+from .enums import TextEnum
 from .value_ranges import INF
 
 UNBACKED_PREFIX = "u"
 _UNBACKED_NAME = re.compile(r"^u\d+$")
+
+
+class UnbackedKind(TextEnum):
+    """What a data-dependent symbol stands for: a count of elements (at least 0), any
+    integer, a truth value (0 or 1) or a real number."""
+
+    SIZE = "size"
+    INT = "int"
+    BOOL = "bool"
+    FLOAT = "float"
 
 
 class SymbolTable:
@@ -78,21 +89,22 @@ class SymbolTable:
         self.sources[sym] = [source] if source else []
         return sym
 
-    def add_unbacked(self, kind: str, what: str) -> sympy.Symbol:
-        """A new data-dependent symbol ``u<N>``: real for ``kind == "float"``, else integer.
+    def add_unbacked(self, kind: UnbackedKind, what: str) -> sympy.Symbol:
+        """A new data-dependent symbol ``u<N>``: real for a :attr:`UnbackedKind.FLOAT`, else integer.
 
-        >>> t = SymbolTable(); t.add_unbacked("size", "nonzero"), t.add_unbacked("int", "")
+        >>> t = SymbolTable(); t.add_unbacked(UnbackedKind.SIZE, "nonzero"), t.add_unbacked(UnbackedKind.INT, "")
         (u0, u1)
         """
+        kind = UnbackedKind(kind)
         name = f"{UNBACKED_PREFIX}{self._unbacked_count}"
         self._unbacked_count += 1
-        if kind == "float":
+        if kind is UnbackedKind.FLOAT:
             sym = sympy.Symbol(name, real=True)
             self.unbacked_float.add(sym)
         else:
             sym = sympy.Symbol(name, integer=True)
         self.symbols[name] = sym
-        self.unbacked[sym] = what or kind
+        self.unbacked[sym] = what or kind.value
         return sym
 
     def describe(self, s) -> str:

@@ -241,7 +241,7 @@ class SymExprNode:
         from .errors import TracerLimitation, program_error
         if self.env.static_bool(sympy.Ge(self.expr, 0)) is not True:
             if not self.env.expect_true(sympy.Ge(self.expr, 0), message="sqrt of a negative size"):
-                raise program_error(ValueError("math domain error"))
+                raise program_error(ValueError, "math domain error")
         if not isinstance(self.expr, sympy.Expr):
             raise TracerLimitation(f"sqrt of {to_python(self.expr)} is not supported")
         return self._make(sympy.Pow(self._as_float(), sympy.Float(0.5)), builtins.float)

@@ -21,10 +21,10 @@ import torch.fx
 from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
-from . import devices, index_bounds, torch_patches
+from . import devices, distributed, index_bounds, torch_patches
 from .binding import by_keyword, module_state
 from .creation import CreationMode
-from .env import DataDependentError, ShapeEnv
+from .env import ShapeEnv
 from .errors import SpecError, SymshapeError, TracerLimitation, UnsupportedOpError
 from .expr_graph import FxExprBuilder
 from .failures import trace_failure
@@ -315,7 +315,7 @@ def _load_checkers(enabled: Optional[bool]):
 def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = False,
           translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
           progress: Optional[Callable[[int], None]] = None, backward: Optional[Callable] = None,
-          requires_grad: tuple = (), device=None) -> TracedProgram:
+          requires_grad: tuple = (), device=None, world: Optional[str] = None) -> TracedProgram:
     """Trace ``program`` (a function or nn.Module) at symbolic input sizes.
 
     Args:
@@ -343,6 +343,10 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         device: the device the program will run on (``"cpu"``, the default, or
             ``"cuda"``): what its tensors report while traced; a read of it is
             an assumption of the trace (:mod:`shapes.devices`).
+        world: the name of a symbolic world size (``"W"``, its range in
+            ``dims``): ``torch.distributed`` runs against it in this process
+            (see :mod:`shapes.distributed`); ``dims={"rank": r}`` traces as
+            rank ``r`` (default 0) where the program asks for its rank.
 
     Returns a :class:`~shapes.program.TracedProgram`.
 
@@ -356,7 +360,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     device = devices.parse_device(device)
     kwargs = dict(kwargs or {})
     keyword = by_keyword(program, [s.name for s in parsed], kwargs)
-    dmap = parse_dims(dims, names)
+    # With a world, dims may give the world size's range and the rank to trace as (default 0).
+    dmap = parse_dims(dims, list(names) + ([world, distributed.RANK] if world is not None else []))
     hints = default_hints(names, dmap)
 
     env = ShapeEnv(specialize_zero_one=specialize_zero_one)
@@ -365,17 +370,23 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     inputs, dim_symbols = _make_inputs(builder, parsed, dmap, hints,
                                        requires_grad=requires_grad if backward is not None else ())
     args, kw = ((), {**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs}) if keyword else (inputs, kwargs)
+    world_scope = _world_scope(builder, world, dmap, hints)
     out, device_reads = _run_program(program, builder, args, kw, backward=backward, progress=progress,
-                                     at=", ".join(f"{n}={hints[n]}" for n in names), device=device)
+                                     at=", ".join(f"{n}={hints[n]}" for n in hints), device=device,
+                                     world_scope=world_scope)
+    if world_scope.world is not None and isinstance(world_scope.world.size, sympy.Symbol):
+        dim_symbols.setdefault(world, world_scope.world.size)
     output_shapes, out_spec = _record_outputs(builder, out)
 
     tp = TracedProgram(
         program=program, specs=parsed, env=env, graph=builder.graph, constants=builder.constants,
         output_shapes=output_shapes, out_spec=out_spec, hints=hints, dims=dmap,
         dim_symbols=dim_symbols, by_keyword=keyword, device=device, device_reads=device_reads,
+        world=world_scope.world,
     )
     # How to trace the same program again at other sizes (a FLOP count's other paths).
-    tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad, "device": device}
+    tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad, "device": device,
+                        "world": world}
     for c in checkers:
         c.finish(tp)
     return tp
@@ -439,9 +450,20 @@ def _callable_of(program, builder, trainable: bool):
     return call, {n: state[n] for n, _ in program.named_parameters()}
 
 
-def _run_program(program, builder, args, kwargs, *, backward, progress, at: str, device):
+def _world_scope(builder, world, dmap, hints):
+    """The stand-in for torch.distributed's default group (:func:`shapes.distributed.open_world`);
+    the world size's example goes into ``hints``."""
+    if world is not None:
+        hints.setdefault(world, distributed.world_hint(distributed.world_dim(world, dmap)))
+    rank = dmap.get(distributed.RANK)
+    return distributed.open_world(builder.env, builder, world, distributed.world_dim(world, dmap), hints.get(world),
+                                  rank.hint if rank is not None and rank.hint is not None else 0)
+
+
+def _run_program(program, builder, args, kwargs, *, backward, progress, at: str, device, world_scope=None):
     """Step 3: run the program (and ``backward``) under the recorder, with torch patched for tracing,
-    its tensors reporting ``device``.
+    its tensors reporting ``device`` and ``torch.distributed`` answered by ``world_scope``
+    (:func:`shapes.distributed.open_world`) where given.
 
     ``at`` names the example sizes, for the error when the program raises.  Returns what the
     program returned and where it read the device (:class:`~shapes.devices.DeviceRead`).
@@ -461,17 +483,16 @@ def _run_program(program, builder, args, kwargs, *, backward, progress, at: str,
     reported = devices.ReportedDevice(device, recorder)
     device_args = devices.DeviceArgs(device) if device.type != "cpu" else contextlib.nullcontext()
     with torch_patches.tracing(backward=backward is not None), grad_mode, enable_python_dispatcher(), \
-            ModuleScope(program, builder), recorder, reported, CreationMode(builder), device_args:
+            ModuleScope(program, builder), recorder, reported, CreationMode(builder), device_args, \
+            (world_scope if world_scope is not None else contextlib.nullcontext()):
         try:
             out = call(*args, **kwargs)
             if backward is not None:
                 out = backward(out, params, phase)
-        except (SymshapeError, DataDependentError) as e:
+        except SymshapeError as e:  # DataDependentError too
             # Where the trace stood (records, axioms): the path to a data-dependent decision
             # or an unsupported op is a region of sizes, which validation.dinfer reports.
-            if getattr(e, "env", None) is None:
-                e.env = env
-            raise
+            raise e.in_trace(env)
         except Exception as e:  # the user's program raised: say where, and on which path
             raise trace_failure(e, env, at) from e
     return out, list(reported.reads)

@@ -30,6 +30,11 @@ INF = math.inf
 Number = Union[int, Fraction, float]  # float only for +-inf
 
 
+class UnsupportedExpression(TypeError):
+    """The range analysis has no rule for this expression (a kind, or a case of one): the typed
+    signal callers take as "cannot bound" (a plain TypeError is a bug, never caught for this)."""
+
+
 def _num(x) -> Number:
     """A sympy number as an exact Python number (floats become Fractions)."""
     if isinstance(x, sympy.Integer):
@@ -42,7 +47,7 @@ def _num(x) -> Number:
         return -INF
     if isinstance(x, sympy.Float):
         return Fraction(float(x))
-    raise TypeError(f"not a number: {x!r}")
+    raise UnsupportedExpression(f"not a number: {x!r}")
 
 
 def _floor(x: Number) -> Number:
@@ -237,14 +242,10 @@ def compare(rel: type, diff: ValueRange) -> ValueRange:
         return _T if lo == hi == 0 else _F if (lo > 0 or hi < 0) else _U
     if rel is sympy.Ne:
         return _F if lo == hi == 0 else _T if (lo > 0 or hi < 0) else _U
-    raise TypeError(f"unknown relation {rel}")
+    raise UnsupportedExpression(f"unknown relation {rel}")
 
 
 # --- the analysis ---------------------------------------------------------------
-
-
-class UnsupportedExpression(TypeError):
-    """An expression kind the range analysis does not know (never silently skipped)."""
 
 
 def real_power(x: ValueRange, p: float, e=None) -> ValueRange:

@@ -100,6 +100,12 @@ def test_no_import_circles():
     assert not cycles, "import circles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:10])
 
 
+def test_no_import_circles_even_through_typing_only_imports():
+    """A model imported back by its renderer under ``if TYPE_CHECKING:`` is a circle of design."""
+    cycles = _module_cycles(import_graph(typing_only=True))
+    assert not cycles, "import circles: " + "; ".join(" -> ".join(c + [c[0]]) for c in cycles[:10])
+
+
 #: The engine's layers below the ShapeEnv face: they never see it, not even for typing.
 BELOW_THE_FACE = ["shapes.decide", "shapes.simplify", "shapes.size_oblivious", "shapes.reasoner", "shapes.facts",
                   "shapes.symbols", "shapes.value_ranges", "shapes.conditions"]
@@ -164,3 +170,69 @@ def test_provenance_treats_every_package_as_symshape():
     from shapes.provenance import engine_packages, is_engine_file
     assert set(engine_packages()) == set(PACKAGES)
     assert all(is_engine_file(path) for path in modules().values())
+
+
+def _is_text(n) -> bool:
+    if isinstance(n, ast.Constant) and isinstance(n.value, str):
+        return True
+    return isinstance(n, (ast.Tuple, ast.List, ast.Set)) and bool(n.elts) and all(_is_text(e) for e in n.elts)
+
+
+def test_kinds_and_statuses_are_enums_not_strings():
+    """No ``x.kind == "..."`` / ``status in ("...", ...)``: kinds are enums (``shapes.enums.TextEnum``)."""
+    fields = {"kind", "status"}
+
+    def named(n):
+        return (isinstance(n, ast.Attribute) and n.attr in fields) or (isinstance(n, ast.Name) and n.id in fields)
+
+    bad = []
+    for path in modules().values():
+        for n in ast.walk(ast.parse(open(path).read(), path)):
+            if isinstance(n, ast.Compare) and any(isinstance(o, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+                                                  for o in n.ops):
+                sides = [n.left, *n.comparators]
+                if any(named(x) for x in sides) and any(_is_text(x) for x in sides):
+                    bad.append(f"{os.path.relpath(path, ROOT)}:{n.lineno}: {ast.unparse(n)}")
+    assert not bad, "\n".join(bad)
+
+
+#: The most catch-alls (``except Exception``/``BaseException``/bare ``except``) the packages may hold.
+MAX_CATCH_ALLS = 20
+
+
+def test_catch_alls_are_few_and_each_says_why():
+    """Catch-alls only at process boundaries (CLI main, worker loop, the user's code), each with its
+    reason as a comment on the ``except`` line; symshape's own failures are typed (``shapes.errors``)."""
+
+    def catch_all(t) -> bool:
+        if t is None:
+            return True
+        names = t.elts if isinstance(t, ast.Tuple) else [t]
+        return any(isinstance(n, ast.Name) and n.id in ("Exception", "BaseException") for n in names)
+
+    found, silent = [], []
+    for path in modules().values():
+        lines = open(path).read().splitlines()
+        for n in ast.walk(ast.parse("\n".join(lines), path)):
+            if isinstance(n, ast.ExceptHandler) and catch_all(n.type):
+                where = f"{os.path.relpath(path, ROOT)}:{n.lineno}"
+                found.append(where)
+                if "#" not in lines[n.lineno - 1]:
+                    silent.append(where)
+    assert not silent, "catch-alls without a reason comment on the line: " + ", ".join(silent)
+    assert len(found) <= MAX_CATCH_ALLS, f"{len(found)} catch-alls (at most {MAX_CATCH_ALLS}): " + ", ".join(found)
+
+
+#: The longest a function may be (its ``def`` line to its last line, docstring included).
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_over_80_lines():
+    long = []
+    for path in modules().values():
+        for n in ast.walk(ast.parse(open(path).read(), path)):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                size = n.end_lineno - n.lineno + 1
+                if size > MAX_FUNCTION_LINES:
+                    long.append(f"{os.path.relpath(path, ROOT)}:{n.lineno} {n.name} ({size} lines)")
+    assert not long, "functions over 80 lines: " + ", ".join(long)

@@ -137,6 +137,37 @@ def check_kind(target, kind, device="cpu"):
                                    msg=lambda m: f"{target} {kind.value}: {m}")
 
 
+#: Ops a target may decompose (compiler.codegen.decompositions), at points where a naive
+#: formulation loses every digit (log(1 + x) and exp(x) - 1 near 0, 2 sigmoid(2x) - 1 for tanh).
+PRECISE_POINTS = [1e-3, -1e-3, 1e-5, -1e-5, 3e-7, -3e-7, 1e-9, -1e-9, 1e-12, -1e-12, 0.0, 0.5, -0.5, 20.0, -20.0,
+                  100.0, -100.0]
+PRECISE_KINDS = {OpKind.LOG1P: torch.log1p, OpKind.EXPM1: torch.expm1, OpKind.TANH: torch.tanh,
+                 OpKind.SIGMOID: torch.sigmoid}
+
+
+def check_precise(target, kind, device="cpu"):
+    """``kind`` at :data:`PRECISE_POINTS` equals torch's float64 value rounded to float32, to 4 ulp."""
+    x = torch.tensor(PRECISE_POINTS, dtype=F32)
+    if kind is OpKind.LOG1P:
+        x = x.clamp(min=-0.5)  # log1p's domain
+    inp, out = Buffer("in0", (N,), (1,), F32, "input"), Buffer("out", (N,), (1,), F32, "kernel")
+    k = Kernel("kernel0", (), inner_stores=[(out, N, Op(kind, (Load("in0", JVAR, F32),), F32))], reads={"in0"})
+    lp = LoweredProgram([inp], [], {"in0": inp, "out": out}, [], {}, [], [N])
+    names, launch = TARGETS[target].make_launchers(lp, [k])["kernel0"]
+    got = torch.empty(len(x), dtype=F32, device=device)
+    by_name = {"in0": x.to(device), "out": got}
+    launch([by_name[nm] for nm in names], (len(x),))
+    want = PRECISE_KINDS[kind](x.double()).float()
+    # atol: the smallest normal float32 (a subnormal result such as sigmoid(-100) may flush to 0)
+    torch.testing.assert_close(got.cpu(), want, rtol=4 * 1.2e-7, atol=1.2e-38,
+                               msg=lambda m: f"{target} {kind.value} at {x.tolist()}: {got.tolist()}: {m}")
+
+
+@pytest.mark.parametrize("kind", list(PRECISE_KINDS), ids=lambda k: k.value)
+def test_composites_precise_near_zero_cpp(kind):
+    check_precise("cpp", kind)
+
+
 def check_all_triton():
     """Every kind through Triton (CUDA when present); prints one line per failing kind."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -144,6 +175,8 @@ def check_all_triton():
     for kind in OpKind:
         try:
             check_kind("triton", kind, device)
+            if kind in PRECISE_KINDS:
+                check_precise("triton", kind, device)
         except Exception as e:  # report every kind, not only the first
             bad += 1
             print(f"FAIL {kind.value}: {type(e).__name__}: {str(e)[:300]}")

@@ -149,3 +149,29 @@ def test_a_quotient_is_never_replaced_by_a_data_dependent_size():
     u = env.create_unbacked(kind="size")
     assert env.expect_true(sympy.Eq(FloorDiv(N, 2), 2 * u))
     assert env.evaluate(FloorDiv(N, 2) > 3) is True  # still decided by N's example value
+
+
+def test_a_bug_in_a_range_rule_is_not_read_as_undecided(monkeypatch):
+    """"No range rule" is the typed UnsupportedExpression; a plain TypeError (a bug) propagates
+    instead of turning the question into "undecided" (a guard on the example sizes)."""
+    from shapes.value_ranges import RangeRules, UnsupportedExpression
+    env = ShapeEnv()
+    B = env.create_symbol("B", 8, range=(2, 64))
+    assert env.static_bool(sympy.Max(B, 4) < 100, log=False) is True  # by the ranges: Max(B, 4) <= 64
+
+    from shapes.expr_kinds import Kind
+
+    def no_rule(self, e):
+        raise UnsupportedExpression("no rule for Max here")
+    monkeypatch.setitem(RangeRules._dispatch, Kind.MAX, no_rule)
+    env = ShapeEnv()
+    B = env.create_symbol("B", 8, range=(2, 64))
+    assert env.static_bool(sympy.Max(B, 4) < 100, log=False) is None  # undecided, as designed
+
+    def buggy(self, e):
+        raise TypeError("unsupported operand type(s)")
+    monkeypatch.setitem(RangeRules._dispatch, Kind.MAX, buggy)
+    env = ShapeEnv()
+    B = env.create_symbol("B", 8, range=(2, 64))
+    with pytest.raises(TypeError, match="unsupported operand"):
+        env.static_bool(sympy.Max(B, 4) < 100, log=False)

@@ -75,8 +75,8 @@ def test_torch_check_on_unbacked_size_names_the_check_line():
     (e,) = ex.entries
     assert_names_line(e, P.nonzero_slice_checked, "torch._check(n <= x.shape[0])")
     assert e.kind == "runtime_assert" and e.origin == "user_code" and e.decided_by == "user_check"
-    assert e.data_dependent == ["u0"] and e.dims == ["N"]
-    assert ex.data_dependent[0]["name"] == "u0" and "nonzero" in ex.data_dependent[0]["what"]
+    assert e.data_dependent == ["n"] and e.dims == ["N"]
+    assert ex.data_dependent[0]["name"] == "n" and "nonzero" in ex.data_dependent[0]["what"]
 
 
 def test_conv_min_size_names_the_module_forward_line():

@@ -173,15 +173,17 @@ def test_cli_text_with_at(capsys):
 def test_cli_at_runtime_error(capsys):
     rc = main(["explain", f"{EXPLAIN_PROGRAMS}:branch_and_view", "-i", "x: f32[B, T]", "--dim", "B=8,T=32",
                "--at", "B=8,T=12"])
-    out = capsys.readouterr().out
-    assert rc == 0 and "At B=8, T=12: 1 of 2 records fails" in out
+    cap = capsys.readouterr()
+    out = cap.out
+    # The report, and exit 1: a script can tell that the call fails there.
+    assert rc == 1 and "At B=8, T=12: 1 of 2 records fails" in out and "fails at run time" in cap.err
     assert "this call would fail at run time because x.shape[1] % 8 == 0 is false" in out.replace("\n   ", "")
 
 
 def test_cli_json_and_html_to_file(tmp_path, capsys):
     rc = main(["explain", f"{PROGRAMS}:view_by_8", "-i", "x: f32[N]", "--format", "json", "--at", "N=12"])
     doc = json.loads(capsys.readouterr().out)
-    assert rc == 0 and validate(doc) == [] and doc["at"]["verdict"] == "runtime_error"
+    assert rc == 1 and validate(doc) == [] and doc["at"]["verdict"] == "runtime_error"
     assert doc["program"].endswith("programs.py:view_by_8")
     out = tmp_path / "r.html"
     rc = main(["explain", f"{PROGRAMS}:view_by_8", "-i", "x: f32[N]", "--format", "html", "-o", str(out)])

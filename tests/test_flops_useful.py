@@ -6,6 +6,8 @@ with FlopCounterMode on meta tensors.
 import copy
 import json
 
+import re
+
 import pytest
 import sympy
 import torch
@@ -223,9 +225,12 @@ def test_mfu_from_the_peak_table_and_numbers(gpt2_report):
     m = gpt2_report.mfu(sizes, seconds=1e-3, peak_flops="h100-sxm")
     useful = gpt2_report.evaluate(sizes, expr=gpt2_report.useful)
     assert m.flops == useful and m.count == "useful"
-    assert m.achieved == useful / 1e-3 and m.mfu == pytest.approx(useful / 1e-3 / 989.4e12)
+    # The program is fp32: the peak is H100's fp32 rate, and the text says why (not bf16's 989.4e12).
+    assert m.achieved == useful / 1e-3 and m.mfu == pytest.approx(useful / 1e-3 / 66.9e12)
     assert m.other_flops == gpt2_report.evaluate(sizes)
-    assert "MFU" in str(m) and "h100-sxm bf16" in str(m)
+    assert "MFU" in str(m) and "h100-sxm fp32 (the program's dtype)" in str(m)
+    assert gpt2_report.mfu(sizes, 1e-3, "h100-sxm:bf16").peak == 989.4e12
+    assert re.search(r"^\d+(\.\d+)? [kMGTP]?FLOP at B=8", str(m)) and " 0.00" not in str(m).replace("in 0.001 s", "")
     t = gpt2_report.mfu(sizes, 1e-3, 312e12, count="total")
     assert t.flops == gpt2_report.evaluate(sizes) and t.peak == 312e12
     assert gpt2_report.mfu(sizes, 1e-3, "a100:tf32").peak == 156e12
@@ -289,7 +294,7 @@ def test_cli_train_and_mfu(gpt2_file, capsys):
                      "--at", "B=4,T=64", "--mfu", "step_s=0.002,peak=a100"]) == 0
     out = capsys.readouterr().out
     assert "training step (forward + backward)" in out and "backward" in out
-    assert "MFU: " in out and "a100 bf16" in out and "TFLOP/s achieved" in out
+    assert "MFU: " in out and "a100 fp32 (the program's dtype)" in out and "FLOP/s achieved" in out
 
 
 @pytest.mark.parametrize("argv, message", [

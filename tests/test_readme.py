@@ -18,6 +18,9 @@ import pytest
 from cli.main import dinfer_main, main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Python's booleans as a condition, engine symbols, ``1 % (``, ``a <= X <= a``, sympy spellings.
+UNREADABLE = re.compile(r"(?<![=\w])(True|False)\b|\bu\d+\b|1 % \(|\b(\d+) <= \w+ <= \2\b|Eq\(|Mod\(|"
+                        r"(?<![.\w])floor\(")
 README = os.path.join(ROOT, "README.md")
 
 
@@ -85,7 +88,29 @@ def test_bash_block_commands_run(block, monkeypatch, tmp_path, capsys):
                 rc, cap = _run_cli(command, tmp_path, capsys)
                 assert rc == 0, (command, cap.err)
                 assert cap.out or "wrote " in cap.err, command
+                written = "".join(p.read_text() for p in tmp_path.iterdir() if p.is_file())
+                for text in (cap.out, cap.err, written):  # what people read (tests/test_for_people.py)
+                    m = UNREADABLE.search(re.sub(r"<[^>]+>", " ", text))
+                    assert m is None, (command, text[max(0, m.start() - 100):m.end() + 100])
                 if "-o /tmp/" in command:
                     assert list(tmp_path.iterdir()), "the report was written to the temp dir"
             else:
                 pytest.fail(f"README command {command!r}: teach tests/test_readme.py how to check it")
+
+
+def test_dinfer_sample_is_what_dinfer_prints(monkeypatch, tmp_path, capsys):
+    """The ```text sample after the README's conv_pool dinfer command: each line (``...`` skips
+    lines) is a line of the real output, in order."""
+    monkeypatch.chdir(ROOT)
+    text = open(README, encoding="utf-8").read()
+    cmd = next(m.group(0) for m in re.finditer(r"^dinfer examples/shape_zoo.py:conv_pool .*$", text, re.M))
+    (sample,) = [m.group(1) for m in re.finditer(r"^```text\n(.*?)^```$", text, re.S | re.M)]
+    rc, out = _run_cli(cmd, tmp_path, capsys)
+    assert rc == 0, out.err
+    real = out.out.splitlines()
+    i = 0
+    for line in sample.splitlines():
+        if line == "...":
+            continue
+        assert line in real[i:], f"README line not printed (in order): {line!r}\nreal output:\n{out.out}"
+        i = real.index(line, i) + 1

@@ -46,7 +46,7 @@ from shapes.value_ranges import INF, bound
 
 from .concrete import compile_expr, evaluate
 from .fuzz_scenarios import ExprGenerator, new_scenario, scenario_points
-from .translation import model_values, oblivious_symbols, divisors, validate_env
+from .translation import StepStatus, model_values, oblivious_symbols, divisors, validate_env
 from .z3_translate import Z3Translator
 
 
@@ -207,10 +207,10 @@ class _Fuzzer:
             self.res.validated_envs += 1
             self.res.validated_steps += rep.checked
             for f in rep.failures:
-                if f.status == "unsound" and f.confirmed:
+                if f.status is StepStatus.UNSOUND and f.confirmed:
                     self.res.unsound.append(FuzzCase("validation", f.claim, f.entry, f.counterexample, False,
                                                      dict(env.ranges), list(env.facts), "z3"))
-                elif f.status == "unsound":
+                elif f.status is StepStatus.UNSOUND:
                     self.res.translation_mismatches.append(f.describe())
                 else:
                     self.res.errors.append(f.describe())

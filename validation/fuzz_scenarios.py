@@ -24,6 +24,7 @@ import random
 import sympy
 
 from shapes.env import ShapeEnv
+from shapes.errors import SymshapeError
 from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
 from shapes.value_ranges import INF
 
@@ -250,7 +251,7 @@ def _add_facts(rng, env: ShapeEnv, syms) -> None:
                 env.evaluate(f)          # a guard, decided by the example sizes
             else:
                 env.expect_true(f)       # a runtime assert
-        except Exception:  # noqa: BLE001 - a contradictory fact is just not added
+        except (SymshapeError, ValueError):  # a contradictory fact (an empty range) is just not added
             pass
 
 

@@ -31,7 +31,7 @@ from typing import Mapping, Optional
 import sympy
 
 from shapes.functions import substitute
-from guards.render import clean_message, render_conjunction, to_python  # noqa: F401  (to_python re-exported)
+from guards.render import clean_message, render_conjunction, short_path, to_python  # noqa: F401  (to_python re-exported)
 
 
 class Status(str, enum.Enum):
@@ -55,7 +55,7 @@ class ClassError:
     op: Optional[str] = None
 
     def location(self) -> str:
-        where = f"{self.filename}:{self.lineno}"
+        where = f"{short_path(self.filename)}:{self.lineno}"  # relative to the working directory
         return f"{where} `{self.code}`" if self.code else where
 
     def __str__(self) -> str:
@@ -315,8 +315,9 @@ class InputSpace:
     def to_json(self, **kw) -> str:
         return json.dumps(self.to_dict(), **kw)
 
-    def table(self, width: int = 100) -> str:
-        """A readable report: one row per class, details for errors, then the verdict."""
+    def table(self, width: int = 100, detail: bool = False) -> str:
+        """A readable report: the summary, one row per outcome (per class with ``detail``),
+        details for errors, then the verdict."""
         lines = []
         head = f"{self.program_name}({', '.join(str(s) for s in self.specs)})" if self.program_name else \
             ", ".join(str(s) for s in self.specs)
@@ -330,7 +331,41 @@ class InputSpace:
             lines.extend(self.summary.lines(width))
             if self.suggestion is not None:
                 lines.append(self.suggestion.text())
-            lines.append("classes:")
+            if not detail and self.summary.rows:
+                lines.extend(self._rows_text(width))
+            else:
+                lines.append("classes:")
+        if detail or self.summary is None or not self.summary.rows:
+            lines.extend(self._classes_text(width))
+        lines.extend(self._verdict_text())
+        return "\n".join(lines)
+
+    def _rows_text(self, width: int) -> list:
+        """One row per outcome and output formula (the summary's rows)."""
+        n = len(self.classes)
+        lines = [f"outcomes (one row each; --detail lists the {n} class{'es' if n != 1 else ''}):"]
+        rows = [("outcome", "smallest example", "sizes")]
+        for r in self.summary.rows:
+            rows.append((r.outcome(), ", ".join(f"{k}={v}" for k, v in r.region.example.items()), r.region.text()))
+        w = [max(len(r[i]) for r in rows) for i in range(2)]
+        pad = " " * (4 + w[0])
+        for k, r in enumerate(rows):
+            lines.append(_clip(f"  {r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]}", width) if k else
+                         f"  {r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]}")
+            if k == 0:
+                continue
+            row = self.summary.rows[k - 1]
+            if row.region.error is not None:
+                lines.append(_clip(f"{pad}{clean_message(row.region.error.message)}", width))
+                lines.append(_clip(f"{pad}at {row.region.error.location()}", width))
+            elif row.region.message:
+                lines.append(_clip(f"{pad}{clean_message(row.region.message)}", width))
+            if row.ok and row.outputs:
+                lines.append(_clip(f"{pad}output {row.output_text()}", width))
+        return lines
+
+    def _classes_text(self, width: int) -> list:
+        lines = []
         rows = [("#", "outcome", "smallest example", "sizes in the class")]
         for c in self.classes:
             ex = ", ".join(f"{k}={v}" for k, v in c.example.items()) + ("" if c.example_minimal else " (traced)")
@@ -359,6 +394,10 @@ class InputSpace:
                 lines.append(_clip(f"{pad}also needs, at run time: {to_python(dc, c.names)}", width))
             if c.imprecise:
                 lines.append(_clip(f"{pad}imprecise: {c.imprecise}", width))
+        return lines
+
+    def _verdict_text(self) -> list:
+        lines = []
         n_ok = len(self.ok_classes)
         lines.append(f"{len(self.classes)} class(es), {n_ok} ok, {len(self.error_classes)} failing, "
                      f"{len(self.classes) - n_ok - len(self.error_classes)} unknown; "
@@ -392,7 +431,7 @@ class InputSpace:
                          + ", ".join(f"{k}={v}" for k, v in p.items()) + "); classify picks the first")
         for wmsg in self.warnings:
             lines.append(f"  warning: {wmsg}")
-        return "\n".join(lines)
+        return lines
 
     def __repr__(self) -> str:
         return (f"<InputSpace {len(self.classes)} classes, complete={self.complete}, "

@@ -67,6 +67,7 @@ from typing import Optional
 import sympy
 import z3
 
+from shapes.enums import TextEnum
 from shapes.errors import SymshapeError
 from shapes.functions import FloorDiv, PyMod, TrueDiv
 from shapes.guard import LogEntry, StepKind
@@ -85,13 +86,22 @@ FLOAT_RTOL = sympy.Rational(1, 10**9)
 _CLAIM_KINDS = (StepKind.STATIC, StepKind.REWRITE, StepKind.FACT)
 
 
+class StepStatus(TextEnum):
+    """Why a log entry was not proven: Z3 found facts under which the claim is false
+    (``UNSOUND``), Z3 gave up, e.g. a timeout (``UNKNOWN``), or an expression could not
+    be translated (``ERROR``)."""
+
+    UNSOUND = "unsound"
+    UNKNOWN = "unknown"
+    ERROR = "error"
+
+
 @dataclass
 class StepResult:
     """The outcome of checking one log entry that failed to be proven.
 
-    ``status`` is ``"unsound"`` (Z3 found facts under which the claim is
-    false), ``"unknown"`` (Z3 gave up, e.g. a timeout) or ``"error"`` (an
-    expression could not be translated; ``message`` names the kind).
+    ``status`` is a :class:`StepStatus` (for ``ERROR``, ``message`` names the
+    expression kind that could not be translated).
     ``counterexample`` maps dim names to concrete values (ints; Fractions for
     float symbols) for an unsound step; ``confirmed`` says that evaluating
     the step there with Python semantics shows the violation, and ``note``
@@ -100,7 +110,7 @@ class StepResult:
 
     index: int
     entry: LogEntry
-    status: str
+    status: StepStatus
     claim: sympy.Basic = None
     counterexample: dict = field(default_factory=dict)
     confirmed: Optional[bool] = None
@@ -166,7 +176,7 @@ class ValidationReport:
     @property
     def first_unsound(self) -> Optional[StepResult]:
         for f in self.failures:
-            if f.status == "unsound":
+            if f.status is StepStatus.UNSOUND:
                 return f
         return None
 
@@ -369,7 +379,7 @@ def validate_env(env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, provenance: Optio
             report.skipped_fallbacks += 1
             continue
         if e.kind not in _CLAIM_KINDS:
-            report.failures.append(StepResult(i, e, "error", message=f"unknown log entry kind {e.kind!r}"))
+            report.failures.append(StepResult(i, e, StepStatus.ERROR, message=f"unknown log entry kind {e.kind!r}"))
             break
         prov = provenance.get(i)
         if e.kind is StepKind.FACT:
@@ -395,7 +405,7 @@ def validate_env(env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, provenance: Optio
         if res is None:
             proven.add(key)
             report.checked += 1
-        elif res.status == "unknown":
+        elif res.status is StepStatus.UNKNOWN:
             report.unknown.append(res)
         else:
             report.failures.append(res)
@@ -404,7 +414,7 @@ def validate_env(env, *, timeout_ms: int = DEFAULT_TIMEOUT_MS, provenance: Optio
     if not report.failures:
         res = _check_final(env, chk)
         if res is not None:
-            (report.unknown if res.status == "unknown" else report.failures).append(res)
+            (report.unknown if res.status is StepStatus.UNKNOWN else report.failures).append(res)
     report.elapsed_s = time.perf_counter() - t0
     return report
 
@@ -439,7 +449,7 @@ def _trivial(e: LogEntry, chk: _Checker, obl) -> bool:
         # Pure polynomial identities (no division that may be undefined).
         try:
             return sympy.expand(e.before - e.after) == 0
-        except Exception:  # noqa: BLE001 - a failed shortcut just means "ask Z3"
+        except TypeError:  # not arithmetic (sympy refuses the difference): ask Z3
             return False
     return False
 
@@ -454,12 +464,12 @@ def _check_step(i: int, e: LogEntry, chk: _Checker, obl, prov) -> Optional[StepR
             # Claimed only where the program's own expression is defined.
             extra += [chk.tr.to_z3(sympy.Ne(d, 0)) for d in divisors(e.before)]
     except UntranslatableExpression as err:
-        return StepResult(i, e, "error", claim=claim, provenance=prov, message=str(err))
+        return StepResult(i, e, StepStatus.ERROR, claim=claim, provenance=prov, message=str(err))
     r, model = chk.check(cz, extra)
     if r == z3.unsat:
         return None
     if r == z3.unknown:
-        return StepResult(i, e, "unknown", claim=claim, provenance=prov,
+        return StepResult(i, e, StepStatus.UNKNOWN, claim=claim, provenance=prov,
                           message=f"Z3 could not decide the step ({chk.solver.reason_unknown() or 'timeout'}); "
                                   f"it is NOT known to be sound")
     syms = _relevant_symbols(claim, chk, obl)
@@ -469,7 +479,7 @@ def _check_step(i: int, e: LogEntry, chk: _Checker, obl, prov) -> Optional[StepR
         assumptions += [sympy.Ne(d, 0) for d in divisors(e.before)]
         assumptions += [sympy.Ne(d, 0) for f in chk.env.facts[:chk.n_asserted] for d in divisors(f)]
     confirmed, note = _confirm(claim, assumptions, cx, syms)
-    return StepResult(i, e, "unsound", claim=claim, counterexample={str(s): v for s, v in cx.items()},
+    return StepResult(i, e, StepStatus.UNSOUND, claim=claim, counterexample={str(s): v for s, v in cx.items()},
                       confirmed=confirmed, note=note, provenance=prov)
 
 
@@ -537,7 +547,7 @@ def _check_final(env, chk: _Checker) -> Optional[StepResult]:
     try:
         claim = chk.tr.to_z3(orig) == chk.tr.to_z3(final)
     except UntranslatableExpression as err:
-        return StepResult(len(env.log), entry, "error", message=str(err))
+        return StepResult(len(env.log), entry, StepStatus.ERROR, message=str(err))
     s = z3.Solver()
     s.set("timeout", chk.timeout_ms)
     s.add(z3.Not(claim))
@@ -545,8 +555,8 @@ def _check_final(env, chk: _Checker) -> Optional[StepResult]:
     if r == z3.unsat:
         return None
     if r == z3.unknown:
-        return StepResult(len(env.log), entry, "unknown", message="Z3 could not decide the final guard check")
+        return StepResult(len(env.log), entry, StepStatus.UNKNOWN, message="Z3 could not decide the final guard check")
     syms = sorted(orig.free_symbols | final.free_symbols, key=str)
     cx = model_values(s.model(), chk.tr, syms)
-    return StepResult(len(env.log), entry, "unsound", claim=sympy.Equivalent(orig, final),
+    return StepResult(len(env.log), entry, StepStatus.UNSOUND, claim=sympy.Equivalent(orig, final),
                       counterexample={str(k): v for k, v in cx.items()})

@@ -251,7 +251,7 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
         yield
         app.state.pool.close()
 
-    app = FastAPI(title="symshape", version=_version(), lifespan=lifespan,
+    app = FastAPI(title="symshape", version=_version(), lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="Symbolic shape questions about PyTorch programs: trace, explain, dinfer, flops, "
                               "check, classify, map.  Serving executes the named code in worker processes.")
     pool = WorkerPool(size=workers, timeout=timeout, memory_mb=memory_mb)
@@ -278,6 +278,11 @@ def create_app(roots=(".",), workers: int = 2, timeout: float = 60.0, memory_mb:
     @app.get("/", include_in_schema=False)
     def page():
         return FileResponse(os.path.join(STATIC, "index.html"), media_type="text/html")
+
+    @app.get("/docs", include_in_schema=False)
+    def docs():
+        # A self-contained page over /openapi.json: works offline (no CDN, unlike Swagger UI's default).
+        return FileResponse(os.path.join(STATIC, "docs.html"), media_type="text/html")
 
     @app.get("/static/{name}", include_in_schema=False)
     def static(name: str):
@@ -323,6 +328,10 @@ def _answerer(pool, cache, roots):
     """The handler body every question shares: resolve the program, answer from the cache or a worker."""
     def answer(kind: str, q: BaseModel, extra: dict = None):
         d = q.model_dump()
+        if "time_budget" in d:
+            # A search must end inside the worker's time limit, with a partial answer, not a 504.
+            limit = min(float(d.get("timeout") or pool.timeout), pool.timeout)
+            d["time_budget"] = min(float(d["time_budget"]), max(1.0, 0.75 * limit - 2.0))
         try:
             _, path, name = resolve_target(d["program"], roots)
         except CliError as e:
@@ -360,5 +369,5 @@ def _version() -> str:
     try:
         from importlib.metadata import version
         return version("symshape")
-    except Exception:
+    except ImportError:  # PackageNotFoundError: run from a source tree without metadata
         return "0"

@@ -20,6 +20,10 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
+import z3
+
+from shapes.errors import SymshapeError
+
 _CACHE: "OrderedDict[tuple, object]" = OrderedDict()
 _CACHE_SIZE = 64
 
@@ -96,11 +100,13 @@ def _loc(filename, q):
 
 def task_trace(q) -> dict:
     from guards.render import render_guard, to_python
+    from shapes.data_names import data_names
     tp = _traced(q)
     return {
         "inputs": [str(s) for s in tp.specs],
         "example_sizes": dict(tp.hints),
-        "output_shapes": [[to_python(e) for e in s] for s in tp.output_shapes],
+        "note": getattr(tp, "searched_note", None),
+        "output_shapes": [[to_python(e, data_names(tp.env)) for e in s] for s in tp.output_shapes],
         "guards": [{"kind": g.kind.value, "expr": render_guard(g, tp.env, user_terms=False),
                     "user_expr": render_guard(g, tp.env), "file": _loc(g.filename, q), "line": g.lineno,
                     "code": (g.code or "").strip(), "op": g.op} for g in tp.records],
@@ -120,12 +126,26 @@ def valid_iff(sp) -> str:
     return valid_region_text(sp)
 
 
+def depends_on(sp) -> list:
+    """The dims the outcome depends on: those the summary's rows name, in the specs' order."""
+    rows = sp.summary.rows if sp.summary is not None else []
+    named = {s.name for r in rows for conj in r.region.dnf for c in conj for s in c.free_symbols}
+    return [n for n in sp.dims if n in named]
+
+
+def _row_of(sp) -> dict:
+    """Class index -> the index of its row (one per outcome and output formula)."""
+    rows = sp.summary.rows if sp.summary is not None else []
+    return {i: k for k, r in enumerate(rows) for i in r.region.classes}
+
+
 def task_dinfer(q) -> dict:
     sp = _space(q, float(q.get("time_budget", 20.0)), int(q.get("max_classes", 64)))
     d = sp.to_dict()
+    d["depends_on"] = depends_on(sp)
     try:
         d["valid_iff"] = valid_iff(sp)
-    except Exception as e:  # the summary is extra; the classes stand without it
+    except (SymshapeError, z3.Z3Exception) as e:  # the summary is extra; the classes stand without it
         d["valid_iff"] = None
         d["warnings"] = d.get("warnings", []) + [f"no valid-iff summary: {type(e).__name__}: {e}"]
     return d
@@ -144,7 +164,7 @@ def task_flops(q) -> dict:
         try:
             v = rep.at(pt)
             values.append({"sizes": v.sizes, "flops": v.flops, "bytes": v.bytes})
-        except Exception as e:  # a point outside the trace's class: say so for that point only
+        except SymshapeError as e:  # a point outside the trace's class: say so for that point only
             values.append({"sizes": pt, "error": " ".join(str(e).split())})
     d["values"] = values
     return d
@@ -155,7 +175,7 @@ def _failing_guards(q, sizes):
     from guards.explain import explain
     try:
         ex = explain(_traced(q), at=sizes)
-    except Exception:
+    except SymshapeError:  # sizes the trace cannot take (bad --at, a failed trace): no guard to name
         return []
     at = ex.at
     if at is None:
@@ -255,10 +275,13 @@ def task_map(q) -> dict:
                     break
             row.append(idx)
         cells.append(row)
+    row_of = _row_of(sp)
     classes = [{"index": c.index, "outcome": c.outcome(), "ok": c.ok, "predicate": c.describe(),
-                "example": c.example} for c in sp.classes]
+                "example": c.example, "row": row_of.get(c.index)} for c in sp.classes]
+    rows = [dict(r.to_dict(), ok=r.ok)
+            for r in (sp.summary.rows if sp.summary is not None else [])]
     return {"x": x, "y": y, "xs": xs, "ys": ys, "fixed": fixed, "cells": cells, "classes": classes,
-            "complete": sp.complete, "valid_iff": task_dinfer(q).get("valid_iff")}
+            "rows": rows, "complete": sp.complete, "valid_iff": task_dinfer(q).get("valid_iff")}
 
 
 def task_check(q) -> dict:

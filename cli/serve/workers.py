@@ -20,14 +20,40 @@ Example::
 """
 from __future__ import annotations
 
+import enum
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import threading
 import traceback
+from dataclasses import dataclass
+from typing import Optional
 
 PRELOAD = ["torch", "sympy", "z3", "shapes", "guards", "validation", "cli.verify", "cli.serve.tasks",
            "cli.serve.warmup"]
+
+
+class ErrorKind(str, enum.Enum):
+    """Why a worker could not answer (the API's error ``kind``)."""
+
+    PROGRAM_EXIT = "program_exit"
+    MEMORY = "memory"
+    BAD_REQUEST = "bad_request"
+    PROGRAM_ERROR = "program_error"
+    INTERNAL = "internal"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a worker sends back for one task: ``result`` when ``error`` is None."""
+
+    result: object = None
+    error: Optional[ErrorKind] = None
+    message: str = ""
 
 
 class WorkerError(Exception):
@@ -50,7 +76,7 @@ def _vm_bytes() -> int:
 
 
 def _worker_main(conn, memory_mb: int):
-    """The worker loop: receive (kind, query), answer ("ok", result) or ("error", kind, message)."""
+    """The worker loop: receive (kind, query), answer with a :class:`Reply`."""
     import resource
     import signal
     import sys
@@ -71,27 +97,29 @@ def _worker_main(conn, memory_mb: int):
             return
         kind, q = msg
         try:
-            conn.send(("ok", run_task(kind, q)))
+            conn.send(Reply(result=run_task(kind, q)))
             continue
         except SystemExit as e:
-            reply = ("error", "program_exit", f"the program called sys.exit({e.code!r})")
+            reply = Reply(error=ErrorKind.PROGRAM_EXIT, message=f"the program called sys.exit({e.code!r})")
         except MemoryError:
-            reply = ("error", "memory", f"the program ran out of memory (limit {memory_mb} MiB per worker)")
+            reply = Reply(error=ErrorKind.MEMORY,
+                          message=f"the program ran out of memory (limit {memory_mb} MiB per worker)")
         except (UserError, CliError) as e:
-            reply = ("error", "bad_request", " ".join(str(e).split()))
+            reply = Reply(error=ErrorKind.BAD_REQUEST, message=" ".join(str(e).split()))
         except SymshapeError as e:
-            reply = ("error", "program_error", " ".join(str(e).split()))
+            reply = Reply(error=ErrorKind.PROGRAM_ERROR, message=" ".join(str(e).split()))
         except RecursionError as e:
-            reply = ("error", "program_error", f"RecursionError: {e}")
-        except Exception as e:  # symshape itself failed: say so, with where
-            tb = traceback.extract_tb(e.__traceback__)[-1]
-            reply = ("error", "internal", f"symshape failed: {type(e).__name__}: {e} "
-                     f"({os.path.basename(tb.filename)}:{tb.lineno})")
-        except BaseException as e:  # KeyboardInterrupt or stranger: report, keep serving
-            reply = ("error", "program_error", f"{type(e).__name__}: {e}")
+            reply = Reply(error=ErrorKind.PROGRAM_ERROR, message=f"RecursionError: {e}")
+        except BaseException as e:  # the worker loop's boundary: report anything, keep serving
+            if isinstance(e, Exception):  # symshape itself failed: say so, with where
+                tb = traceback.extract_tb(e.__traceback__)[-1]
+                reply = Reply(error=ErrorKind.INTERNAL, message=f"symshape failed: {type(e).__name__}: {e} "
+                              f"({os.path.basename(tb.filename)}:{tb.lineno})")
+            else:  # KeyboardInterrupt or stranger, raised by the program
+                reply = Reply(error=ErrorKind.PROGRAM_ERROR, message=f"{type(e).__name__}: {e}")
         try:
             conn.send(reply)
-        except Exception:
+        except (OSError, EOFError, pickle.PicklingError, TypeError):  # the server is gone, or the reply
             sys.exit(3)
 
 
@@ -107,11 +135,11 @@ class _Worker:
         try:
             self.proc.kill()
             self.proc.join(5)
-        except Exception:
+        except (OSError, ValueError):  # already gone (or closed): nothing to kill
             pass
         try:
             self.conn.close()
-        except Exception:
+        except OSError:  # already closed
             pass
 
 
@@ -168,11 +196,10 @@ class WorkerPool:
                        else f"exited with status {code}")
                 raise WorkerError("exited", f"the worker running the program {why} (the program ended the "
                                   f"interpreter, e.g. os._exit, or crashed it)", 422) from None
-            if reply[0] == "ok":
-                return reply[1]
-            _, ekind, msg = reply
-            status = {"bad_request": 400, "internal": 500}.get(ekind, 422)
-            raise WorkerError(ekind, msg, status)
+            if reply.error is None:
+                return reply.result
+            status = {ErrorKind.BAD_REQUEST: 400, ErrorKind.INTERNAL: 500}.get(reply.error, 422)
+            raise WorkerError(reply.error.value, reply.message, status)
         finally:
             if replace:
                 w.kill()

@@ -37,9 +37,11 @@ from dataclasses import dataclass
 import sympy
 import torch
 
+from shapes.kernel_helpers import CPP_SOURCE
 from shapes.printers import to_cpp
 
 from ..ir import JVAR, RVAR, OpKind, ReductionKind, compute_dtype, flat_index
+from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 
 # Half types are stored as their 16 bits and converted at loads and stores (computed in float).
@@ -72,15 +74,9 @@ static inline uint16_t f2bf(float f) {
   uint32_t u; std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
-// Python semantics for // and % (floor), used where operands may be negative.
-static inline int64_t sym_floordiv(int64_t a, int64_t b) {
-  int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q--; return q; }
-static inline int64_t sym_mod(int64_t a, int64_t b) {
-  int64_t r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
-static inline int64_t sym_ipow(int64_t b, int64_t e) { int64_t r = 1; while (e-- > 0) r *= b; return r; }
 template <typename T> static inline T nan_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <typename T> static inline T nan_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
-"""
+""" + CPP_SOURCE
 
 # Element-ops per OpenMP thread (~0.1 ms vectorized) before another thread pays for its start-up,
 # which on a loaded machine is a scheduler time slice, not microseconds.
@@ -157,11 +153,13 @@ OP_TABLE = {
     **infix_table({**INFIX, OpKind.AND: "&&", OpKind.OR: "||"}),
     **templates({OpKind.NEG: "-{0}", OpKind.NOT: "!{0}", OpKind.RELU: "({0} < 0 ? ({t})0 : {0})",
                  OpKind.WHERE: "({0} ? {1} : {2})", OpKind.RSQRT: "({t})1 / std::sqrt({0})",
-                 OpKind.RECIPROCAL: "({t})1 / {0}", OpKind.SIGMOID: "({t})1 / (({t})1 + std::exp(-{0}))"}),
+                 OpKind.RECIPROCAL: "({t})1 / {0}"}),
+    **spellings(Primitives(exp="std::exp", log="std::log", one="({t})1", inf="(({t})INFINITY)",
+                           where=lambda c, a, b: f"({c} ? {a} : {b})",
+                           log1p="std::log1p", expm1="std::expm1", tanh="std::tanh")),
     OpKind.CAST: _cast, OpKind.MAXIMUM: _minmax("max"), OpKind.MINIMUM: _minmax("min"),
-    **{k: call(f"std::{k.value}") for k in (OpKind.ABS, OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.TANH, OpKind.ERF,
-                                          OpKind.SIN, OpKind.COS, OpKind.FLOOR, OpKind.CEIL, OpKind.LOG1P,
-                                          OpKind.EXPM1, OpKind.POW)},
+    **{k: call(f"std::{k.value}") for k in (OpKind.ABS, OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.ERF,
+                                          OpKind.SIN, OpKind.COS, OpKind.FLOOR, OpKind.CEIL, OpKind.POW)},
 }
 
 

@@ -28,12 +28,15 @@ from dataclasses import dataclass
 import sympy
 import torch
 
+from shapes.enums import TextEnum
+from shapes.kernel_helpers import TRITON_SOURCE
 from shapes.printers import to_triton
 
 from ..exprs import compile_exprs
 from .. import skinny_matmul
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, flat_index, substitute
 from .cpp import cache_dir
+from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 from .triton_launch import bind_launch
 
@@ -48,13 +51,6 @@ _NAN = tl.constexpr(float("nan"))
 
 
 @triton.jit
-def _pymod(a, b):
-    # Python's % (sign of the divisor) from Triton's truncating %.
-    r = a % b
-    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
-
-
-@triton.jit
 def _max_nan(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
@@ -62,25 +58,16 @@ def _max_nan(a, b):
 @triton.jit
 def _min_nan(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def _floordiv(a, b):
-    return (a - _pymod(a, b)) // b
-
-
-@triton.jit
-def _pow(a, b):
-    # a ** b for real a, b: |a|**b with the sign of an odd integer power; NaN otherwise for a < 0.
-    m = tl.exp(b * tl.log(tl.abs(a)))
-    bi = tl.floor(b)
-    odd = (bi == b) & ((bi - 2.0 * tl.floor(bi * 0.5)) == 1.0)
-    res = tl.where((a < 0) & odd, -m, m)
-    res = tl.where((a < 0) & (bi != b), float("nan"), res)
-    return tl.where(b == 0, 1.0, res)
-'''
+''' + TRITON_SOURCE
 
 BLOCK = 1024
+
+
+class Grid(TextEnum):
+    """How a kernel's programs cover its work: one per block of elements (``FLAT``) or one per row (``ROWS``)."""
+
+    FLAT = "flat"
+    ROWS = "rows"
 
 
 def _pow2(n, cap):
@@ -101,14 +88,14 @@ def _minmax(which):
 OP_TABLE = {
     **infix_table({**INFIX, OpKind.AND: "&", OpKind.OR: "|"}),
     OpKind.EXP: call("tl.exp"), OpKind.LOG: call("tl.log"), OpKind.SQRT: call("tl.sqrt"),
-    OpKind.RSQRT: call("tl.math.rsqrt"), OpKind.SIGMOID: call("tl.sigmoid"), OpKind.ERF: call("tl.math.erf"),
+    OpKind.RSQRT: call("tl.math.rsqrt"), OpKind.ERF: call("tl.math.erf"),
     OpKind.ABS: call("tl.abs"), OpKind.SIN: call("tl.sin"), OpKind.COS: call("tl.cos"),
     OpKind.FLOOR: call("tl.floor"), OpKind.CEIL: call("tl.ceil"), OpKind.POW: call("_pow"),
-    # tanh(x) = 2 sigmoid(2x) - 1: no tanh in core Triton
     **templates({OpKind.NEG: "-{0}", OpKind.NOT: "{0} == 0", OpKind.RELU: "tl.where({0} < 0, 0, {0})",
-                 OpKind.WHERE: "tl.where({0}, {1}, {2})", OpKind.RECIPROCAL: "1.0 / {0}",
-                 OpKind.TANH: "2.0 * tl.sigmoid(2.0 * {0}) - 1.0", OpKind.LOG1P: "tl.log(1.0 + {0})",
-                 OpKind.EXPM1: "tl.exp({0}) - 1.0"}),
+                 OpKind.WHERE: "tl.where({0}, {1}, {2})", OpKind.RECIPROCAL: "1.0 / {0}"}),
+    # Core Triton has no log1p, expm1 or tanh: the shared decompositions, precise near 0.
+    **spellings(Primitives(exp="tl.exp", log="tl.log", one="1.0", inf="_INF",
+                           where=lambda c, a, b: f"tl.where({c}, {a}, {b})", sigmoid="tl.sigmoid")),
     # tl.cast, not .to(): the operand may be a Python literal (a constant widened from a half type).
     OpKind.CAST: lambda a, v, t: f"({a[0]} != 0)" if v.dtype == torch.bool else f"tl.cast({a[0]}, {t})",
     OpKind.MAXIMUM: _minmax("maximum"), OpKind.MINIMUM: _minmax("minimum"),
@@ -184,35 +171,44 @@ class TritonTarget(Target):
         lines.append(f"{ind}zvec = tl.zeros([BLOCK], dtype=tl.int64)")
         rows = sympy.Mul(*k.outer) if k.outer else sympy.Integer(1)
         if k.reductions and variant.persistent:
-            return self._persistent(g, lines, rows), ("rows", [rows], None, _row_length(k))
+            return self._persistent(g, lines, rows), (Grid.ROWS, [rows], None, _row_length(k))
         if not k.reductions:
-            # Flat blocks over each store's elements.
-            lines.append(f"{ind}lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
-            work = []
-            inner_bufs = [b for b, *_ in k.inner_stores]
-            for n, (buf, L, value) in enumerate([(b, L, v) for b, L, v in k.inner_stores]
-                                                + [(b, sympy.Integer(1), v) for b, v in k.row_stores]):
-                total = rows * L
-                work.append(total)
-                lines.append(f"{ind}m{n} = lin < ({g.expr(total)})")
-                inner = buf in inner_bufs
-                if inner:
-                    lines.append(f"{ind}{JVAR} = lin % ({g.expr(L)})")
-                    lines += self._unravel(g, f"lin // ({g.expr(L)})", ind)
-                else:
-                    lines += self._unravel(g, "lin", ind)
-                ov = k.outer_vars + ((JVAR,) if inner else ())
-                # Where a buffer is read or written densely in the store's own row-major order,
-                # its index is `lin` itself: no 64-bit div/mod per element to rebuild it.
-                dense = flat_index(ov, contiguous_strides(tuple(k.outer) + ((L,) if inner else ())))
-                g.index_names = {g.facts.simplify_index(dense): "lin"}
-                sc = Scope(g, ind, f"m{n}")
-                v = sc.emit(value)
-                idx = g.index(flat_index(ov, buf.strides))
-                lines += sc.lines + [f"{ind}tl.store({g.ptr[buf.name]} + ({idx}), tl.where(m{n}, {v}, {v}), "
-                                     f"mask=m{n})"]
-                g.index_names = {}
-            return "\n".join(lines), ("flat", work, BLOCK, None)
+            return self._flat(g, lines, rows)
+        return self._looped_rows(g, lines, rows)
+
+    def _flat(self, g: KernelGen, lines, rows):
+        """Flat blocks over each store's elements (a kernel with no reduction)."""
+        k, ind = g.kernel, "    "
+        lines.append(f"{ind}lin = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)")
+        work = []
+        inner_bufs = [b for b, *_ in k.inner_stores]
+        for n, (buf, L, value) in enumerate([(b, L, v) for b, L, v in k.inner_stores]
+                                            + [(b, sympy.Integer(1), v) for b, v in k.row_stores]):
+            total = rows * L
+            work.append(total)
+            lines.append(f"{ind}m{n} = lin < ({g.expr(total)})")
+            inner = buf in inner_bufs
+            if inner:
+                lines.append(f"{ind}{JVAR} = lin % ({g.expr(L)})")
+                lines += self._unravel(g, f"lin // ({g.expr(L)})", ind)
+            else:
+                lines += self._unravel(g, "lin", ind)
+            ov = k.outer_vars + ((JVAR,) if inner else ())
+            # Where a buffer is read or written densely in the store's own row-major order,
+            # its index is `lin` itself: no 64-bit div/mod per element to rebuild it.
+            dense = flat_index(ov, contiguous_strides(tuple(k.outer) + ((L,) if inner else ())))
+            g.index_names = {g.facts.simplify_index(dense): "lin"}
+            sc = Scope(g, ind, f"m{n}")
+            v = sc.emit(value)
+            idx = g.index(flat_index(ov, buf.strides))
+            lines += sc.lines + [f"{ind}tl.store({g.ptr[buf.name]} + ({idx}), tl.where(m{n}, {v}, {v}), "
+                                 f"mask=m{n})"]
+            g.index_names = {}
+        return "\n".join(lines), (Grid.FLAT, work, BLOCK, None)
+
+    def _looped_rows(self, g: KernelGen, lines, rows):
+        """One program per row, looping over the row in blocks (reductions, then the row's stores)."""
+        k, ind = g.kernel, "    "
         lines.append(f"{ind}row = tl.program_id(0).to(tl.int64)")
         lines += self._unravel(g, "row", ind)
         row = Scope(g, ind)
@@ -250,7 +246,7 @@ class TritonTarget(Target):
             idx = g.index(flat_index(k.outer_vars + (JVAR,), buf.strides))
             row.lines += sc.lines + [f"{ind}    tl.store({g.ptr[buf.name]} + ({idx}), tl.where(jm, {v}, {v}), "
                                      f"mask=jm)"]
-        return "\n".join(lines + row.lines), ("rows", [rows], block, _row_length(k))
+        return "\n".join(lines + row.lines), (Grid.ROWS, [rows], block, _row_length(k))
 
     def _persistent(self, g: KernelGen, lines, rows) -> str:
         """One program per row, the whole row in one block: each input is loaded once and
@@ -364,7 +360,7 @@ class SizeClassLauncher:
     def __init__(self, target, module, kernel, lp, kind, work, block, rowlen):
         self.target, self.kernel, self.lp, self.kind, self.block = target, kernel, lp, kind, block
         self.names = [target.sym_names(lp)[s] for s in lp.symbols]
-        exprs = list(work) + ([rowlen] if rowlen is not None and kind == "rows" else [])
+        exprs = list(work) + ([rowlen] if rowlen is not None and kind is Grid.ROWS else [])
         self.work_fn = compile_exprs(exprs, lp.symbols)
         self.nwork = len(work)
         self.variants = {GENERIC: getattr(module, kernel.name)}
@@ -412,7 +408,7 @@ class SizeClassLauncher:
         fn = self.kernel_for(sc)
         args = [v // 16 if n in sc.div16 else v for n, v in zip(self.names, sizes)]
         n = max(w[:self.nwork])
-        if self.kind == "flat":
+        if self.kind is Grid.FLAT:
             block, n = self.block, (n + self.block - 1) // self.block
         elif sc.persistent:
             block = _pow2(row, PERSISTENT_MAX)

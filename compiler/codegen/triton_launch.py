@@ -37,7 +37,7 @@ import torch
 try:  # the hooks Triton's own launch passes to the launcher (HookChain in 3.6+, None before)
     from triton import knobs as _knobs
     _RUNTIME = _knobs.runtime
-except Exception:  # pragma: no cover - an older Triton: no knobs, no direct path
+except (ImportError, AttributeError):  # pragma: no cover - an older Triton: no knobs, no direct path
     _RUNTIME = None
 
 _get_device = getattr(torch._C, "_cuda_getDevice", None)

@@ -214,7 +214,7 @@ def _roots(report, branches, user) -> list[str]:
     d = sympy.expand(branches[0][0] - user)
     try:
         _, factors = sympy.factor_list(d)
-    except Exception:  # not a polynomial: no region
+    except sympy.polys.polyerrors.BasePolynomialError:  # not a polynomial: no region
         return []
     out = []
     for f, _ in factors:
@@ -246,7 +246,7 @@ def _is_zero(d, env):
     try:
         if env.static_bool(sympy.Eq(d, 0), log=False) is True:
             return "ranges"
-    except Exception:  # a form the engine does not decide: not proved
+    except SymshapeError:  # a form the engine has no rule for: not proved
         pass
     return None
 
@@ -262,7 +262,7 @@ def _candidates(report, traced, user):
         hi = None if r is None or r.upper in (sympy.oo, float("inf")) else int(r.upper)
         try:
             deg = sympy.Poly(diff, sym).degree() if diff.is_polynomial(sym) else 8
-        except Exception:
+        except sympy.polys.polyerrors.BasePolynomialError:  # not a polynomial in sym: search wide
             deg = 8
         top = lo + max(deg, 1) + 16
         per_dim.append(list(range(lo, (top if hi is None else min(top, hi)) + 1)))

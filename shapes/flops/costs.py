@@ -21,6 +21,7 @@ from torch.utils import _pytree as pytree
 from . import formulas as ff
 from .exprs import nice, sum_exprs
 from .train import PHASES
+from ..errors import SymshapeError
 from ..limits import expr_of
 
 aten = torch.ops.aten
@@ -246,7 +247,8 @@ class _Counter:
             try:
                 flops = sympy.sympify(formula(ff.bind(func, args, kwargs), out))
                 cost.kind = CostKind.COUNTED
-            except Exception as e:  # a formula that cannot read these arguments: say so
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError, SymshapeError) as e:
+                # A formula that cannot read these arguments: said in the report (errors, uncounted).
                 c.errors[name] = f"{type(e).__name__}: {e}"
                 cost.kind = CostKind.UNCOUNTED
                 c.uncounted[name] = c.uncounted.get(name, 0) + 1

@@ -23,6 +23,7 @@ import sympy
 import torch
 import torch.fx
 
+from ..errors import SymshapeError
 from ..printers import to_python
 
 aten = torch.ops.aten
@@ -148,7 +149,7 @@ class MaskAnalysis:
             return cond is sympy.true
         try:
             return self.env.static_bool(cond, log=False) is True
-        except Exception:  # noqa: BLE001 - an undecidable form is not a proof
+        except SymshapeError:  # a form the engine has no rule for is not a proof
             return False
 
     # -- index values: arange along the row or column axis ----------------------------------

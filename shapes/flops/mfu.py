@@ -37,16 +37,21 @@ Example::
 
     >>> import torch, shapes
     >>> r = shapes.count_flops(torch.nn.Linear(4096, 4096, bias=False), "x: f32[N, 4096]")
-    >>> m = r.mfu({"N": 65536}, seconds=0.01, peak_flops="h100-sxm")
+    >>> m = r.mfu({"N": 65536}, seconds=0.01, peak_flops="h100-sxm:bf16")
     >>> round(m.mfu, 3)
     0.222
     >>> print(m)
-    2.199 TFLOP at N=65536 in 0.01 s: 219.9 TFLOP/s achieved, MFU 22.2% of 989.4 TFLOP/s (h100-sxm bf16)
+    2.20 TFLOP at N=65536 in 0.01 s: 220 TFLOP/s achieved, MFU 22.2% of 989 TFLOP/s (h100-sxm bf16)
+    >>> print(r.mfu({"N": 64}, seconds=0.001, peak_flops="h100-sxm"))  # the program's dtype: fp32
+    2.15 GFLOP at N=64 in 0.001 s: 2.15 TFLOP/s achieved, MFU 3.2% of 66.9 TFLOP/s (h100-sxm fp32 (the program's dtype))
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping, Optional, Union
+
+import torch
 
 from ..errors import SpecError
 
@@ -70,8 +75,18 @@ PEAKS: dict[str, dict[str, float]] = {
 }
 
 
-def peak_of(peak: Union[str, float, int]) -> tuple[float, str]:
-    """``(FLOP/s, label)`` for a table name (``"h100-sxm"``, ``"a100:tf32"``) or a number."""
+#: torch dtypes -> the peak table's columns (fp32 matmuls: the non-tensor-core rate, as torch's default).
+DTYPE_COLUMNS = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32",
+                 "torch.float8_e4m3fn": "fp8", "torch.float8_e5m2": "fp8"}
+
+
+def peak_of(peak: Union[str, float, int], dtype=None) -> tuple[float, str]:
+    """``(FLOP/s, label)`` for a table name (``"h100-sxm"``, ``"a100:tf32"``) or a number.  A name
+    without ``:dtype`` takes the column of ``dtype`` (the program's, a torch dtype), else bf16.
+
+    >>> peak_of("h100-sxm", torch.float32)
+    (66900000000000.0, "h100-sxm fp32 (the program's dtype)")
+    """
     if isinstance(peak, bool):
         raise SpecError(f"peak_flops must be a FLOP/s number or an accelerator name, got {peak!r}")
     if isinstance(peak, (int, float)):
@@ -85,8 +100,9 @@ def peak_of(peak: Union[str, float, int]) -> tuple[float, str]:
         return float(text), "the given peak"
     except ValueError:
         pass
-    name, _, dtype = text.partition(":")
-    dtype = dtype or "bf16"
+    name, _, given = text.partition(":")
+    column = DTYPE_COLUMNS.get(str(dtype)) if dtype is not None else None
+    dtype = given or column or "bf16"
     table = PEAKS.get(name)
     if table is None:
         raise SpecError(f"unknown accelerator {peak!r}: the peak table has {', '.join(PEAKS)}; give the peak in "
@@ -94,7 +110,7 @@ def peak_of(peak: Union[str, float, int]) -> tuple[float, str]:
     if dtype not in table:
         raise SpecError(f"no {dtype} peak for {name} in the table (it has {', '.join(table)}); give the peak in "
                         f"FLOP/s instead")
-    return table[dtype], f"{name} {dtype}"
+    return table[dtype], f"{name} {dtype}" + (" (the program's dtype)" if not given and column else "")
 
 
 @dataclass
@@ -121,13 +137,26 @@ class MFU:
 
     def __str__(self) -> str:
         at = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
-        s = (f"{self.flops / _T:.3f} TFLOP at {at} in {self.seconds:g} s: {self.achieved / _T:.1f} TFLOP/s achieved, "
-             f"MFU {100 * self.mfu:.1f}% of {self.peak / _T:g} TFLOP/s ({self.peak_label})")
+        s = (f"{flop_text(self.flops)} at {at} in {self.seconds:g} s: {flop_text(self.achieved)}/s achieved, "
+             f"MFU {100 * self.mfu:.1f}% of {flop_text(self.peak)}/s ({self.peak_label})")
         if self.other_flops is not None:
             other = "total" if self.count == "useful" else "useful"
-            s += (f"; counting {other} FLOPs ({self.other_flops / _T:.3f} TFLOP) it would be "
+            s += (f"; counting {other} FLOPs ({flop_text(self.other_flops)}) it would be "
                   f"{100 * self.other_flops / self.seconds / self.peak:.1f}%")
         return s
+
+
+def flop_text(n: float) -> str:
+    """A FLOP count in the unit that reads best: 3 significant digits, k/M/G/T/P.
+
+    >>> flop_text(1.34e9), flop_text(2.199e12), flop_text(512)
+    ('1.34 GFLOP', '2.20 TFLOP', '512 FLOP')
+    """
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            v = n / scale
+            return f"{v:.{max(0, 2 - int(math.floor(math.log10(abs(v)))))}f} {unit}FLOP"
+    return f"{n:g} FLOP"
 
 
 def mfu(report, sizes: Mapping, seconds: float, peak_flops, count: str = "useful") -> MFU:
@@ -135,7 +164,7 @@ def mfu(report, sizes: Mapping, seconds: float, peak_flops, count: str = "useful
         raise SpecError(f"seconds must be a positive number (the measured step time), got {seconds!r}")
     if count not in ("useful", "total"):
         raise SpecError(f"count must be 'useful' or 'total', got {count!r}")
-    peak, label = peak_of(peak_flops)
+    peak, label = peak_of(peak_flops, getattr(report, "compute_dtype", None))
     useful = report.evaluate(sizes, expr=report.useful)
     total = report.evaluate(sizes)
     flops, other = (useful, total) if count == "useful" else (total, useful)

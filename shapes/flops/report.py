@@ -72,8 +72,10 @@ import sympy
 import torch
 import torch.fx
 
+from .comm import count_comm
 from .costs import CostKind, ModuleCost, OpCost, count_graph
 from .exprs import formula_text
+from .tables import render_modules, render_table
 from ..errors import GuardViolation, SpecError, SymshapeError, UnhandledExprKind
 from ..program import TracedProgram
 
@@ -155,6 +157,8 @@ class FlopReport:
         self.errors: dict[str, str] = costs.errors
         self.total = costs.total
         self.total_bytes = costs.total_bytes
+        #: per-rank bytes sent by each collective kind (:mod:`shapes.flops.comm`); empty without collectives
+        self.comm = count_comm(traced)
         #: reports of the other paths evaluated so far (see :meth:`piece_at`)
         self.pieces: list["FlopReport"] = []
         #: "forward", or "train" when the trace recorded a training step.
@@ -171,13 +175,21 @@ class FlopReport:
     # -- evaluation -----------------------------------------------------------------
     @property
     def dims(self) -> list[str]:
-        """The named dims of the program's inputs, in spec order."""
+        """The named dims of the program's inputs, in spec order (then the world size, and the rank
+        where a count depends on it: see :mod:`shapes.distributed`)."""
         from ..spec import dim_names
         names = []
         for s in self.traced.specs:
             for d in dim_names(s.dims):
                 if d not in names:
                     names.append(d)
+        world = getattr(self.traced, "world", None)
+        if world is not None:
+            used = set().union(*(sympy.sympify(e).free_symbols for e in (self.total, self.total_bytes,
+                                                                          self.comm.total)))
+            for sym in (world.size, world.rank):
+                if isinstance(sym, sympy.Symbol) and sym.name not in names and (sym is world.size or sym in used):
+                    names.append(sym.name)
         return names
 
     def _given(self, sizes: Mapping) -> dict:
@@ -315,22 +327,40 @@ class FlopReport:
 
             >>> import torch, shapes
             >>> r = shapes.count_flops(torch.nn.Linear(1024, 1024), "x: f32[N, 1024]")
-            >>> f"{r.mfu({'N': 8192}, 0.001, 'a100').mfu:.3f}"
+            >>> f"{r.mfu({'N': 8192}, 0.001, 'a100:bf16').mfu:.3f}"
             '0.055'
         """
         from .mfu import mfu
         return mfu(self, sizes, seconds, peak_flops, count)
 
+    @property
+    def compute_dtype(self):
+        """The dtype of the program's FLOPs: that of its matmuls and convolutions (the first
+        one's output), else of its first floating-point op; None without one.
+
+        >>> import torch, shapes
+        >>> shapes.count_flops(torch.nn.Linear(4, 4), "x: f32[N, 4]").compute_dtype
+        torch.float32
+        """
+        heavy = ("mm", "bmm", "addmm", "baddbmm", "convolution", "_scaled_dot_product", "matmul", "linear")
+        first = None
+        for n in self.traced.graph.nodes:
+            val = n.meta.get("val") if n.op == "call_function" else None
+            if not isinstance(val, torch.Tensor) or not val.dtype.is_floating_point:
+                continue
+            if any(h in str(n.target) for h in heavy):
+                return val.dtype
+            first = first or val.dtype
+        return first
+
     # -- presentation ---------------------------------------------------------------
     def table(self, sizes=None, width: int = 80) -> str:
         """A readable table (``width`` columns) of the ops as closed forms; with
         ``sizes`` (a dict, or a list of dicts), their values and intensity there."""
-        from .tables import render_table
         return render_table(self, sizes, width)
 
     def module_table(self, sizes: Optional[Mapping] = None, depth: int = 2, width: int = 80) -> str:
         """FLOPs and bytes per module, down to ``depth`` levels below the root."""
-        from .tables import render_modules
         return render_modules(self, sizes, depth, width)
 
     def to_dict(self, sizes_list=()) -> dict:
@@ -401,7 +431,7 @@ def _finite(x: float):
 
 
 def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False, mode: str = "forward",
-                optimizer=None, requires_grad=None) -> FlopReport:
+                optimizer=None, requires_grad=None, world=None) -> FlopReport:
     """Count the FLOPs and bytes moved of ``program`` as closed forms over its dims.
 
     Args:
@@ -425,6 +455,9 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False, m
         requires_grad: with ``mode="train"``, names of inputs that require grad;
             default: none for an nn.Module (its parameters do), every
             floating-point input for a plain function.
+        world: a symbolic world size's name (see :mod:`shapes.distributed`):
+            FLOPs are then per rank, and :attr:`FlopReport.comm` counts the
+            bytes each rank sends (:mod:`shapes.flops.comm`).
 
     Returns a :class:`FlopReport`.  Conventions are torch.utils.flop_counter's:
     see :mod:`shapes.flops`.
@@ -456,7 +489,7 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False, m
             kw = {"backward": training_step(optimizer),
                   "requires_grad": tuple(default_requires_grad(program, specs) if requires_grad is None
                                          else check_requires_grad(requires_grad, specs))}
-        traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one, **kw)
+        traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one, world=world, **kw)
     return FlopReport(traced, name=_name_of(program))
 
 

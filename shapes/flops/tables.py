@@ -1,14 +1,15 @@
-"""Text tables for :class:`shapes.flops.FlopReport` (80 columns by default)."""
+"""Text tables for :class:`shapes.flops.FlopReport` (80 columns by default).
+
+The report imports these renderers (``FlopReport.table()``); they read the
+report's attributes and import nothing of it, not even for typing.
+"""
 from __future__ import annotations
 
 import textwrap
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping
 
 from .costs import CostKind
 from .exprs import formula_text, nice
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .report import FlopReport
 
 
 def _human(n) -> str:
@@ -19,11 +20,26 @@ def _human(n) -> str:
     return str(n)
 
 
+_GLUE = "\x00"  # a space that is not a place to break a line
+
+
+def wrap_formula(text: str, width: int, **kw) -> list[str]:
+    """``textwrap.wrap`` for formulas: never between the operands of ``//`` or ``%``
+    (``(H //`` then ``2)`` on the next line reads as two formulas).
+
+    >>> wrap_formula("2*(H // 2) + 4*(W // 2)", 12)
+    ['2*(H // 2) +', '4*(W // 2)']
+    """
+    glued = text.replace(" // ", f"{_GLUE}//{_GLUE}").replace(" % ", f"{_GLUE}%{_GLUE}")
+    return [line.replace(_GLUE, " ") for line in textwrap.wrap(glued, width, break_on_hyphens=False,
+                                                                               break_long_words=False, **kw)]
+
+
 def _grid(rows, widths, aligns, sep="  ") -> list[str]:
     """Rows of cells, each cell wrapped to its column; a wrapped row spans lines."""
     lines = []
     for row in rows:
-        cells = [textwrap.wrap(str(c), w, break_on_hyphens=False) or [""] for c, w in zip(row, widths)]
+        cells = [wrap_formula(str(c), w) or [""] for c, w in zip(row, widths)]
         for i in range(max(len(c) for c in cells)):
             parts = []
             for c, w, a in zip(cells, widths, aligns):
@@ -34,11 +50,10 @@ def _grid(rows, widths, aligns, sep="  ") -> list[str]:
 
 
 def _wrapped(label: str, text: str, width: int) -> list[str]:
-    return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label),
-                         break_on_hyphens=False) or [label.rstrip()]
+    return wrap_formula(text, width, initial_indent=label, subsequent_indent=" " * len(label)) or [label.rstrip()]
 
 
-def render_table(r: FlopReport, sizes, width: int) -> str:
+def render_table(r, sizes, width: int) -> str:
     what = "training step (forward + backward" + (" + optimizer" if "optimizer" in r.phase_totals else "") + ")"
     lines = [f"FLOPs of {r.name}({', '.join(str(s) for s in r.traced.specs)})"
              + (f", {what}" if r.mode == "train" else "")]
@@ -144,7 +159,7 @@ def _ratio(f: int, b: int) -> str:
     return f"{f / b:.2f}" if b else "-"
 
 
-def render_modules(r: FlopReport, sizes, depth: int, width: int) -> str:
+def render_modules(r, sizes, depth: int, width: int) -> str:
     if not r.by_module:
         return f"{r.name} is not an nn.Module: no module breakdown"
     v = r.at(sizes) if sizes is not None else None

@@ -39,4 +39,4 @@ Example::
     >>> space.valid_ranges
     {'N': (2, 32)}
 """
-from .search import DEFAULT_RANGE, SEARCH_SHARE, TraceEvent, dinfer  # noqa: F401
+from .search import DEFAULT_RANGE, SEARCH_SHARE, TraceEvent, dinfer, sizes_that_run  # noqa: F401

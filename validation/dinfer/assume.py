@@ -34,6 +34,7 @@ import re
 
 import sympy
 
+from shapes.data_names import data_name
 from shapes.env import ShapeEnv
 from shapes.data_dependent_error import DataDependentError
 
@@ -104,21 +105,8 @@ def assume_data_branches(limit: int = MAX_ASSUMPTIONS):
 def unbacked_name(env, u) -> str:
     """A Python name for a data-dependent symbol: the variable the user assigned it to
     (``k`` for ``k = y.item()``, ``idx.shape[0]`` for ``idx = torch.nonzero(m)``), else the
-    expression it came from."""
-    what = env.unbacked.get(u, "")
-    m = _CODE.search(what)
-    code = m.group(1) if m else ""
-    a = _ASSIGN.match(code)
-    is_value = what.startswith("value of") or what.startswith("truth value")
-    if a and "," not in a.group(1):
-        return a.group(1) if is_value else f"{a.group(1)}.shape[0]"
-    if a:
-        code = a.group(2)
-    elif code.startswith("return "):
-        code = code[len("return "):]
-    if code:
-        return code if is_value else f"len({code})"
-    return f"data_value_{u.name.lstrip('u')}"
+    expression it came from (:func:`shapes.data_names.data_name`)."""
+    return data_name(env, u)
 
 
 def user_names(env) -> dict:

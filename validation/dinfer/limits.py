@@ -149,7 +149,7 @@ def time_limit(seconds: float):
     except TraceTimeout:
         disarm()
         raise
-    except BaseException as e:
+    except BaseException as e:  # whatever torch made of a swallowed alarm is the timeout; else re-raised
         disarm()
         if fired:  # the error is what torch made of a swallowed alarm
             raise timeout() from e

@@ -11,6 +11,7 @@ import time
 
 import z3
 
+from guards.for_people import people_conjunction
 from guards.render import render_conjunction
 from shapes.guard import GuardKind
 from shapes.paths import path_of
@@ -49,7 +50,7 @@ def trace_summary(traced, timeout_s: float = 3.0):
                 # Drop what the path already implies: on these sizes it holds anyway.
                 gt = [z.term(c) for c in given]
                 simple = [c for c in simple if not z.implied(c, gt)]
-            out.append(render_conjunction(simple))
+            out.append(people_conjunction(simple, ranges=z.box, always="True", never="False"))
         except (UntranslatableExpression, z3.Z3Exception):
             out.append(render_conjunction(conds))
     return out[0], out[1]
@@ -97,7 +98,7 @@ def _box_and_conditions(traced, timeout_s):
     box = {}
     for n in names:
         d = traced.dims.get(n)  # the range given, not the one the guards narrowed
-        lo = 0 if d is None or d.min is None else int(d.min)
+        lo = 1 if d is None or d.min is None else int(d.min)  # a dim's range starts at 1 unless given
         hi = math.inf if d is None or d.max is None or d.max == math.inf else int(d.max)
         box[n] = (lo, hi)
     z = Z3Box(names, syms, box, timeout_s, deadline=time.monotonic() + 4 * timeout_s)

@@ -21,7 +21,9 @@ from shapes.tracer import trace
 
 from ..input_space import ClassError, InputSpace, ShapeClass, Status, holds, to_python
 from ..z3_translate import UntranslatableExpression
+from shapes.distributed import RANK, world_dim, world_hint
 from .assume import assume_data_branches, dim_and_data_names
+from .ranks import for_all_ranks
 from .limits import TraceTimeout, engine_limitation, time_limit
 from .suggest import suggest_spec
 from .summary import summarize
@@ -52,7 +54,7 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
            time_budget: float = 60.0, specialize_zero_one: bool = False,
            progress: Optional[Callable[[TraceEvent], None]] = None,
            solver_timeout: float = 10.0, trace_timeout: float = 30.0,
-           assume_data: bool = True, device=None) -> InputSpace:
+           assume_data: bool = True, device=None, world: Optional[str] = None) -> InputSpace:
     """Find every class of input sizes of ``program`` inside the dims' ranges.
 
     Args:
@@ -79,6 +81,9 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
             report them as run-time conditions (see :mod:`validation.dinfer.assume`);
             False reports each such decision as a data-dependent class.
         device: the device the program will run on (see :func:`shapes.trace`).
+        world: the name of a symbolic world size (see :mod:`shapes.distributed`),
+            searched over its range in ``dims`` with the other dims; a condition on
+            the rank must hold on every rank (:mod:`validation.dinfer.ranks`).
 
     Returns an :class:`~validation.input_space.InputSpace`.  Raises
     :class:`~shapes.errors.SpecError` for malformed specs or dims.
@@ -97,15 +102,21 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
     if not trace_timeout > 0:
         raise SpecError(f"trace_timeout must be positive, got {trace_timeout}")
     return _Search(program, specs, dims, max_classes, time_budget, specialize_zero_one, progress,
-                   solver_timeout, trace_timeout, assume_data, device=device).run()
+                   solver_timeout, trace_timeout, assume_data, device=device, world=world).run()
 
 
 # --------------------------------------------------------------------------- ranges
 
 
-def _resolve_dims(specs, dims):
+def _resolve_dims(specs, dims, world=None):
     """Names in order, their ``(lo, hi)`` boxes, the first point, and which got the default range."""
     parsed, names = parse_specs(specs)
+    if world is not None and world not in names:
+        names = list(names) + [world]
+        dims = dict(dims or {})
+        wd = world_dim(world, {k: v for k, v in dims.items() if isinstance(v, Dim)}) if world not in dims else None
+        if wd is not None:
+            dims[world] = (wd.min, wd.max, world_hint(wd))
     given = dict(dims or {})
     pinned = {k: v for k, v in given.items() if isinstance(v, int) and not isinstance(v, bool)}
     # An int pins the dim (a one-point range); everything else is checked by the engine's parser.
@@ -154,12 +165,44 @@ class _Outcome:
     joined: tuple = ()
 
 
+def sizes_that_run(program: Callable, *specs, dims: Optional[Mapping] = None, time_budget: float = 20.0,
+                   trace_timeout: float = 30.0) -> Optional[dict]:
+    """Sizes at which ``program`` runs, found by dinfer's search (stopped at the first class
+    that runs), as close to the default example sizes as that class allows; None when no
+    size in the ranges runs (or none was found in ``time_budget`` seconds).
+
+    For commands that need one trace and whose example sizes fail (a Linear after a
+    convolution fixes the image size).
+
+    Example::
+
+        >>> import torch
+        >>> sizes_that_run(lambda x: x.view(7, -1).sum(0), "x: f32[N]", dims={"N": (1, 64)})
+        {'N': 7}
+    """
+    search = _Search(program, specs, dims, 64, time_budget, False, None, 10.0, trace_timeout, True)
+    search.stop_at_ok = True
+    sp = search.run()
+    ok = next((c for c in sp.classes if c.status is Status.OK), None)
+    if ok is None:
+        return None
+    point = dict(ok.traced_at)
+    for n, v in search.first.items():  # the default example size of each dim, where the class allows it
+        trial = dict(point, **{n: v})
+        if ok.contains({search.symbols[k]: x for k, x in trial.items()}):
+            point = trial
+    return point
+
+
 class _Search:
+    stop_at_ok = False  # sizes_that_run: stop at the first class that runs, no summary
+
     def __init__(self, program, specs, dims, max_classes, time_budget, szo, progress, solver_timeout,
-                 trace_timeout, assume_data, device=None):
+                 trace_timeout, assume_data, device=None, world=None):
         self.program = program
         self.device = device
-        self.parsed, self.names, self.box, self.first, self.defaulted = _resolve_dims(specs, dims)
+        self.world = world
+        self.parsed, self.names, self.box, self.first, self.defaulted = _resolve_dims(specs, dims, world)
         self.specs = tuple(self.parsed)
         self.symbols = {n: sympy.Symbol(n, integer=True) for n in self.names}
         self.max_classes = max_classes
@@ -179,15 +222,17 @@ class _Search:
                                 defaulted=self.defaulted, program_name=name)
 
     # -- one trace -------------------------------------------------------------------
-    def _trace(self, point) -> _Outcome:
+    def _trace(self, point, rank: int = 0) -> _Outcome:
         tdims = {n: Dim(self.box[n][0], self.box[n][1], point[n]) for n in self.names}
+        if rank:
+            tdims[RANK] = Dim(0, self.box[self.world][1] - 1, rank)
         left = self.search_deadline - time.monotonic()
         limit = min(self.trace_timeout, max(left, 0.001))
         assume = assume_data_branches() if self.assume_data else contextlib.nullcontext()
         try:
             with time_limit(limit), assume:
                 tp = trace(self.program, *self.parsed, dims=tdims, specialize_zero_one=self.szo,
-                           device=self.device)
+                           device=self.device, world=self.world)
                 if not tp.unchecked_indices and not any(tp.env.unbacked):
                     # Sizes 1 a guard splits off run on their own path: one class covers both.
                     tp = join_size_one(tp)
@@ -215,17 +260,38 @@ class _Search:
         except TracerLimitation as e:
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None),
                             message=f"unsupported by symshape: {_limitation_line(e)}", limitation=e)
-        except SymshapeError:
-            raise  # e.g. translation validation found an unsound engine step: never a class
-        except Exception as e:  # symshape failed outside the program call: say so, never guess
-            return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None), limitation=e,
-                            message=f"unsupported by symshape: {type(e).__name__}: {_first_line(e)}")
+        # Any other SymshapeError (translation validation found an unsound engine step) is never
+        # a class, and any other exception is a symshape bug: both propagate.
         if tp.unchecked_indices:
             prov, msg = tp.unchecked_indices[0]
             # Whether eager's index check passes is unknown here: never call these sizes ok.
             return _Outcome(Status.UNSUPPORTED, tp.env, message=f"unsupported by symshape: at {prov.location()} {msg}")
         return _Outcome(Status.OK, tp.env, output_shapes=tuple(tuple(s) for s in tp.output_shapes),
                         joined=tuple(p.env for p in path_of(tp)[1:]))
+
+    def _rank_free(self, env, conds, point, status, traced_rank: int = 0):
+        """``conds`` free of the rank, and the first rank that parts ways at ``point`` (or None).
+
+        An error on the traced rank is the job's error: its path is taken with that rank (which
+        must exist).  Any other outcome is the job's only if every rank takes the path: each
+        condition on the rank is required of every rank below W (:func:`for_all_ranks`); where
+        that fails at ``point`` the conditions are None and the first rank it fails for is returned.
+        """
+        rank = env.symbols.get(RANK) if self.world is not None else None
+        if rank is None or not any(rank in c.free_symbols for c in conds):
+            return conds, None
+        W = self.symbols[self.world]
+        if status is Status.ERROR:
+            return [c.subs(rank, traced_rank) for c in conds] + [sympy.Ge(W, traced_rank + 1)], None
+        wmax = self.box[self.world][1]
+        out = [for_all_ranks(c, rank, W, wmax) for c in conds]
+        subs = {self.symbols[n]: sympy.Integer(v) for n, v in point.items()}
+        if all(holds(c, subs) for c in out):
+            return out, None
+        for r in range(1, point[self.world]):
+            if not all(holds(c.subs(rank, r), subs) for c in conds):
+                return None, r
+        return None, None
 
     def _conditions(self, env):
         """Path conditions over input dims (axioms first, then records) and those over data."""
@@ -234,6 +300,8 @@ class _Search:
         self._data_axioms = []
         if env is None:
             return None, ()
+        if self.world is not None and RANK in env.symbols:
+            dimsyms.add(env.symbols[RANK])  # a condition on the rank is one on sizes, for every rank
         for a in env.initial_axioms():
             for c in sympy.And.make_args(a):
                 # Axioms on data-dependent symbols (op semantics) say nothing about sizes.
@@ -249,6 +317,25 @@ class _Search:
                 data.append(r.expr)
         return conds, tuple(data)
 
+    def _for_the_job(self, point, conds, data, oc):
+        """The path conditions of the whole job (every rank), from the trace as rank 0; where another
+        rank parts ways at ``point``, trace as that rank: its error is the job's error."""
+        try:
+            out, other = self._rank_free(oc.env, conds, point, oc.status)
+            if out is None and other is not None:
+                oc2 = self._trace(point, rank=other)
+                if oc2.status is Status.ERROR:
+                    conds2, data2 = self._conditions(oc2.env)
+                    if conds2 is not None:
+                        out, _ = self._rank_free(oc2.env, conds2, point, oc2.status, traced_rank=other)
+                        return out, data2, oc2
+        except ValueError as e:
+            return None, data, _Outcome(Status.UNSUPPORTED, oc.env, message=f"unsupported by symshape: {e}")
+        if out is None and oc.status is not Status.UNSUPPORTED:
+            oc = _Outcome(Status.UNSUPPORTED, oc.env, message="unsupported by symshape: the ranks take different "
+                          "paths at these sizes, and no rank's trace says what the job does")
+        return out, data, oc
+
     # -- classes ----------------------------------------------------------------------------
     def _make_class(self, point, oc: _Outcome) -> ShapeClass:
         idx = len(self.space.classes) + 1
@@ -257,6 +344,8 @@ class _Search:
         records = tuple(oc.env.records) if oc.env is not None else ()
         subs = {self.symbols[n]: sympy.Integer(v) for n, v in point.items()}
         imprecise = ""
+        if conds is not None:
+            conds, data, oc = self._for_the_job(point, conds, data, oc)
         if conds is None:
             imprecise = "the engine gave no path condition for this trace; the class is this one point"
         else:
@@ -455,6 +544,8 @@ class _Search:
             c = self._make_class(point, oc)
             if self.progress is not None:
                 self.progress(TraceEvent(sp.traces, dict(point), c, time.monotonic() - t0))
+            if self.stop_at_ok and c.status is Status.OK:
+                return sp
             if time.monotonic() >= self.search_deadline:
                 nxt, unknown = None, "out of time"
             else:

@@ -36,6 +36,7 @@ import sympy
 from guards.render import render_dnf, to_python
 from shapes.functions import PyMod
 
+from .summary import RegionKind
 from .z3box import bound_of
 
 
@@ -199,7 +200,7 @@ def suggest_spec(space) -> Optional[ExportSpec]:
     if not space.complete:
         spec.exact = False
         spec.note = "the search was incomplete: sizes it did not classify may behave otherwise"
-    elif any(r.kind in ("unsupported", "data-dependent") for r in summary.regions):
+    elif any(r.kind in (RegionKind.UNSUPPORTED, RegionKind.DATA_DEPENDENT) for r in summary.regions):
         spec.exact = False
         spec.note = "only the sizes where the outcome is known; others may run too"
     return spec

@@ -35,13 +35,19 @@ from typing import Optional
 import sympy
 import z3
 
+from guards.for_people import people_dnf
 from guards.render import clean_message, render_dnf, to_python
 from shapes.conditions import canonical_condition
+from shapes.enums import TextEnum
 from shapes.functions import FloorDiv, PyMod
 
 from ..input_space import ClassError, Status
 from ..z3_translate import UntranslatableExpression
 from .z3box import bound_of
+
+#: The whole box and no size, in words.
+EVERY = "every size in the ranges"
+NONE = "no size in the ranges"
 
 #: Most candidate atoms tried per region (the simplest first).
 MAX_ATOMS = 96
@@ -49,12 +55,22 @@ MAX_ATOMS = 96
 SHORT = 3
 
 
+class RegionKind(TextEnum):
+    """The outcome a :class:`Region` has: the program runs, raises, needs tensor data to
+    decide, or symshape could not trace it."""
+
+    OK = "ok"
+    ERROR = "error"
+    DATA_DEPENDENT = "data-dependent"
+    UNSUPPORTED = "unsupported"
+
+
 @dataclass
 class Region:
     """The sizes on which the program has one outcome.
 
     Attributes:
-        kind: ``"ok"``, ``"error"``, ``"data-dependent"`` or ``"unsupported"``.
+        kind: a :class:`RegionKind`.
         dnf: the region as a disjunction of conjunctions of sympy conditions
             (``[()]`` is every size).
         short: True when a short form was found (else ``dnf`` lists the classes).
@@ -67,7 +83,7 @@ class Region:
         message: for data-dependent and unsupported regions, what happened.
     """
 
-    kind: str
+    kind: RegionKind
     dnf: list
     short: bool = False
     proved: bool = False
@@ -81,22 +97,72 @@ class Region:
         """The region as a Python boolean expression over the dim names."""
         return render_dnf(self.dnf)
 
+    def text(self) -> str:
+        """The region as a person reads it: solved per dim, ``every size in the ranges``
+        for the whole box (never ``True``)."""
+        return people_dnf(self.dnf, always=EVERY, never=NONE)
+
+    def sentence(self) -> str:
+        """``valid iff H >= 8``, ``RuntimeError for every size in the ranges``, ..."""
+        label = {RegionKind.OK: "valid", RegionKind.UNSUPPORTED: "unsupported by symshape"}.get(
+            self.kind, self.error.type if self.kind is RegionKind.ERROR and self.error else self.kind.value)
+        text = self.text()
+        return f"{label} for {text}" if text in (EVERY, NONE) else f"{label} iff {text}"
+
     @property
     def conjuncts(self) -> int:
         return sum(len(d) for d in self.dnf)
 
     def title(self) -> str:
-        if self.kind == "ok":
+        if self.kind is RegionKind.OK:
             return "valid"
-        if self.kind == "error":
+        if self.kind is RegionKind.ERROR:
             return f"{self.error.type} at {self.error.filename}:{self.error.lineno}"
         return self.kind
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, "formula": self.formula(), "short": self.short, "proved": self.proved,
+        return {"kind": self.kind.value, "formula": self.formula(), "text": self.sentence(),
+                "short": self.short, "proved": self.proved,
                 "classes": list(self.classes), "example": dict(self.example),
                 "error": self.error.to_dict() if self.error else None,
                 "run_time": self.run_time or None, "message": self.message or None}
+
+
+@dataclass
+class Row:
+    """One row a person reads: an outcome and, for sizes that run, one output formula.
+
+    Classes with the same outcome and the same output (equal on each class, so
+    ``[1, 10]`` where ``B == 1`` is a case of ``[B, 10]``) are one row; the
+    classes stay in :attr:`InputSpace.classes` (``dinfer --detail``, ``--json``).
+    """
+
+    region: Region
+    outputs: tuple = ()
+    names: dict = field(default_factory=dict)
+
+    def outcome(self) -> str:
+        r = self.region
+        if r.kind is RegionKind.OK:
+            return "ok"
+        if r.kind is RegionKind.ERROR:
+            return r.error.type if r.error else "error"
+        return r.kind.value
+
+    @property
+    def ok(self) -> Optional[bool]:
+        """True where the sizes run, False where they raise, None where unknown."""
+        return {RegionKind.OK: True, RegionKind.ERROR: False}.get(self.region.kind)
+
+    def output_text(self) -> str:
+        return ", ".join("[" + ", ".join(to_python(e, self.names) for e in o) + "]" for o in self.outputs)
+
+    def to_dict(self) -> dict:
+        r = self.region
+        return {"outcome": self.outcome(), "text": r.text(), "classes": list(r.classes),
+                "example": dict(r.example), "output": self.output_text() or None,
+                "error": r.error.to_dict() if r.error else None,
+                "message": clean_message(r.message) if r.message else None}
 
 
 @dataclass
@@ -106,10 +172,11 @@ class Summary:
     regions: list
     complete: bool
     names: list
+    rows: list = field(default_factory=list)
 
     @property
     def valid(self) -> Optional[Region]:
-        return next((r for r in self.regions if r.kind == "ok"), None)
+        return next((r for r in self.regions if r.kind is RegionKind.OK), None)
 
     @property
     def valid_iff(self) -> str:
@@ -117,30 +184,38 @@ class Summary:
         v = self.valid
         return v.formula() if v is not None else "False"
 
+    def valid_text(self) -> str:
+        """The valid sizes in words: ``valid iff 28 <= H <= 31``, ``every size in the ranges
+        runs``, ``no size in the ranges runs``."""
+        v = self.valid
+        if v is None:
+            return "no size in the ranges runs" if self.complete else "no size found that runs"
+        text = v.text()
+        return "every size in the ranges runs" if text == EVERY else f"valid iff {text}"
+
     def lines(self, width: int = 100) -> list:
         """The summary as text lines: ``valid iff``, run-time conditions, then the other regions."""
         out = []
         scope = "" if self.complete else "   (among the sizes classified so far)"
         v = self.valid
-        unknown = [r for r in self.regions if r.kind in ("unsupported", "data-dependent")]
+        unknown = [r for r in self.regions if r.kind in (RegionKind.UNSUPPORTED, RegionKind.DATA_DEPENDENT)]
         if unknown and not scope:
             scope = "   (where the outcome is known: " + " and ".join(
-                sorted({"symshape could not trace some sizes" if r.kind == "unsupported" else
+                sorted({"symshape could not trace some sizes" if r.kind is RegionKind.UNSUPPORTED else
                         "some sizes branch on data" for r in unknown})) + ", see below)"
-        out.append(f"valid iff {self.valid_iff}{scope}")
+        out.append(f"{self.valid_text()}{scope}")
         if v is not None and v.run_time:
             out.append(f"  and, at run time, {v.run_time}")
         for r in self.regions:
-            if r.kind == "ok":
+            if r.kind is RegionKind.OK:
                 continue
             ex = ", ".join(f"{k}={x}" for k, x in r.example.items())
-            if r.kind == "error":
-                out.append(f"{r.error.type} iff {r.formula()}" + (f"   (e.g. {ex})" if ex else ""))
+            if r.kind is RegionKind.ERROR:
+                out.append(r.sentence() + (f"   (e.g. {ex})" if ex else ""))
                 out.append(_clip(f"  {clean_message(r.error.message)}", width))
                 out.append(_clip(f"  at {r.error.location()}", width))
             else:
-                label = "unsupported by symshape" if r.kind == "unsupported" else "data-dependent"
-                out.append(f"{label} iff {r.formula()}" + (f"   (e.g. {ex})" if ex else ""))
+                out.append(r.sentence() + (f"   (e.g. {ex})" if ex else ""))
                 if r.message:
                     out.append(_clip(f"  {clean_message(r.message)}", width))
         unproved = [r for r in self.regions if r.short and not r.proved]
@@ -151,8 +226,8 @@ class Summary:
         return out
 
     def to_dict(self) -> dict:
-        return {"valid_iff": self.valid_iff, "complete": self.complete,
-                "regions": [r.to_dict() for r in self.regions]}
+        return {"valid_iff": self.valid_iff, "valid_text": self.valid_text(), "complete": self.complete,
+                "regions": [r.to_dict() for r in self.regions], "rows": [r.to_dict() for r in self.rows]}
 
 
 def _clip(s: str, width: int) -> str:
@@ -161,14 +236,14 @@ def _clip(s: str, width: int) -> str:
 
 def _key(c):
     if c.status is Status.OK or (c.status is Status.DATA_DEPENDENT and c.decision is None):
-        return ("ok",)
+        return (RegionKind.OK,)
     if c.status is Status.ERROR:
         e = c.error
-        return ("error", e.type if e else "error", e.filename if e else "", e.lineno if e else 0)
+        return (RegionKind.ERROR, e.type if e else "error", e.filename if e else "", e.lineno if e else 0)
     if c.status is Status.DATA_DEPENDENT:
         d = c.decision
-        return ("data-dependent", d.filename, d.lineno)
-    return ("unsupported",)
+        return (RegionKind.DATA_DEPENDENT, d.filename, d.lineno)
+    return (RegionKind.UNSUPPORTED,)
 
 
 def _normalize(c):
@@ -210,6 +285,7 @@ class _Summarizer:
             self.universe = [z3.Or(*terms)] if terms else [z3.BoolVal(False)]
         self._tcache = {}
         self._held = {}
+        self._extents = {}
 
     def term(self, c):
         t = self._tcache.get(c)
@@ -257,7 +333,7 @@ class _Summarizer:
         for n in self.names:
             if self.z.out_of_time():
                 break
-            ends = self.z.extent(z3.And(*self.universe, region_term), n, cap_ms=1000)
+            ends = self.extent(region_term, n)
             if ends is None:
                 continue
             lo, hi = ends
@@ -275,6 +351,37 @@ class _Summarizer:
                 continue
             out.append(a)
         return out[:MAX_ATOMS]
+
+    def extent(self, region_term, n, cap_ms: int = 1000):
+        key = (region_term.hash(), n)
+        if key not in self._extents:
+            self._extents[key] = self.z.extent(z3.And(*self.universe, region_term), n, cap_ms=cap_ms)
+        return self._extents[key]
+
+    def box_form(self, region_term):
+        """The region as bounds per dim (``28 <= H <= 31 and W >= 28``) when it is a box
+        (proved with Z3), else None."""
+        conds = []
+        for n in self.names:
+            if self.z.out_of_time():
+                return None
+            # A box reads best of all forms: worth a longer wait on a busy machine.
+            ends = self.extent(region_term, n, cap_ms=4000)
+            if ends is None or None in ends:
+                return None
+            lo, hi = ends
+            blo, bhi = self.space.dims[n]
+            s = self.space.symbols[n]
+            if lo == hi and blo != bhi:
+                conds.append(sympy.Eq(s, lo))
+                continue
+            if lo > blo:
+                conds.append(sympy.Ge(s, lo))
+            if hi < bhi:
+                conds.append(sympy.Le(s, hi))
+        if self.z.out_of_time() or not self.z.implied(region_term, [*self.universe, self.z.conj(conds)], cap_ms=4000):
+            return None
+        return tuple(conds)
 
     def held(self, region_term, atoms):
         """The atoms the region implies: one incremental solver, a push/pop per atom."""
@@ -440,14 +547,18 @@ class _Summarizer:
         ex_class = min(members, key=lambda c: (sum(c.example.values()), [c.example[n] for n in self.names]))
         r = Region(kind=kind, dnf=[tuple(c.conditions) for c in members], classes=[c.index for c in members],
                    error=ex_class.error, example=dict(ex_class.example), message=ex_class.message)
-        if kind == "data-dependent" and ex_class.decision is not None:
+        if kind is RegionKind.DATA_DEPENDENT and ex_class.decision is not None:
             r.message = f"{ex_class.decision.message} (at {ex_class.decision.location()})"
-        if kind == "ok":
+        if kind is RegionKind.OK:
             r.run_time = self.run_time(members)
             r.message = ""
         if any(c.imprecise for c in members):
             return r
         try:
+            box = self.box_form(region_term)
+            if box is not None:
+                r.dnf, r.short, r.proved = [self._ordered(box)], True, True
+                return r
             candidates = []
             atoms = self.pool(region_term)
             conj = self.conj_form(region_term, atoms)
@@ -478,15 +589,55 @@ class _Summarizer:
         return r
 
 
+def _same_output(s, rep, c) -> bool:
+    """``c``'s outputs equal ``rep``'s on every size of ``c`` (Z3 proves it where they differ
+    as formulas)."""
+    a, b = tuple(map(tuple, rep.output_shapes)), tuple(map(tuple, c.output_shapes))
+    if len(a) != len(b) or any(len(x) != len(y) for x, y in zip(a, b)):
+        return False
+    pairs = [(x, y) for sa, sb in zip(a, b) for x, y in zip(sa, sb) if x != y]
+    if not pairs:
+        return True
+    if s.z.out_of_time() or c.imprecise:
+        return False
+    try:
+        goal = s.z.conj([sympy.Eq(x, y) for x, y in pairs])
+        return s.implies([s.terms[c.index - 1]], goal)
+    except (UntranslatableExpression, z3.Z3Exception, TypeError):
+        return False
+
+
+def _rows(s, region, members) -> list:
+    """``region`` split by output formula: one :class:`Row` per distinct output."""
+    groups = []
+    for c in sorted(members, key=lambda c: (-len(set().union(*[e.free_symbols for o in c.output_shapes for e in o]
+                                                          or [set()])), c.index)):
+        for g in groups:
+            if region.kind is not RegionKind.OK or _same_output(s, g[0], c):
+                g.append(c)
+                break
+        else:
+            groups.append([c])
+    if len(groups) == 1:
+        rep = groups[0][0]
+        return [Row(region=region, outputs=tuple(rep.output_shapes), names=dict(rep.names))]
+    out = []
+    for g in groups:
+        sub = s.region(region.kind, sorted(g, key=lambda c: c.index))
+        out.append(Row(region=sub, outputs=tuple(g[0].output_shapes), names=dict(g[0].names)))
+    return out
+
+
 def summarize(space, z, terms) -> Summary:
     """Merge ``space``'s classes into one region per outcome (``terms``: the classes' Z3 terms)."""
     groups = {}
     for c in space.classes:
         groups.setdefault(_key(c), []).append(c)
     s = _Summarizer(space, z, terms)
-    regions = []
-    for key in sorted(groups, key=lambda k: (k[0] != "ok", k[0] == "unsupported", min(
+    regions, rows = [], []
+    for key in sorted(groups, key=lambda k: (k[0] is not RegionKind.OK, k[0] is RegionKind.UNSUPPORTED, min(
             c.index for c in groups[k]))):
         regions.append(s.region(key[0], groups[key]))
-    return Summary(regions=regions, complete=space.complete, names=list(space.dims))
+        rows.extend(_rows(s, regions[-1], groups[key]))
+    return Summary(regions=regions, complete=space.complete, names=list(space.dims), rows=rows)
 

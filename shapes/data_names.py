@@ -1,0 +1,79 @@
+"""The user's names for data-dependent values: never the engine's ``u0``.
+
+A value a program reads from tensor data (``.item()``, the length of
+``nonzero``) is a symbol ``u0``, ``u1``, ... inside the engine; a person
+knows it by the variable it was assigned to (``k`` for ``k = y.item()``,
+``idx.shape[0]`` for ``idx = torch.nonzero(m)``) or the expression that
+read it (``x.sum().item()`` in ``if x.sum().item() > 0:``).
+
+Example::
+
+    >>> import sympy
+    >>> from shapes.data_names import name_from_origin
+    >>> name_from_origin("value of .item() at f.py:3 `if x.sum().item() > 0:`", "u0")
+    'x.sum().item()'
+    >>> name_from_origin("value of .item() at f.py:3 `n = x.sum().long().item()`", "u0")
+    'n'
+    >>> name_from_origin("number of nonzero elements (nonzero at f.py:8 `idx = torch.nonzero(x)`)", "u1")
+    'idx.shape[0]'
+    >>> name_from_origin("number of nonzero elements (nonzero at f.py:8 `n = m.nonzero().shape[0]`)", "u1")
+    'n'
+"""
+from __future__ import annotations
+
+import re
+
+_ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(.+?)\s*$")
+_CODE = re.compile(r"`([^`]*)`")
+_READS = (".item()", ".tolist()", ".nonzero()")
+
+
+def _operand_before(code: str, end: int) -> str:
+    """The Python operand that ends at ``code[end]``: names, calls, subscripts, attributes."""
+    i, depth = end, 0
+    while i > 0:
+        ch = code[i - 1]
+        if ch in ")]":
+            depth += 1
+        elif ch in "([":
+            if depth == 0:
+                break
+            depth -= 1
+        elif depth == 0 and not (ch.isalnum() or ch in "_."):
+            break
+        i -= 1
+    return code[i:end]
+
+
+def name_from_origin(what: str, fallback: str) -> str:
+    """A Python name for a data-dependent value described as ``what`` (see the module doc)."""
+    m = _CODE.search(what or "")
+    code = m.group(1).strip() if m else ""
+    a = _ASSIGN.match(code)
+    is_value = what.startswith("value of") or what.startswith("truth value")
+    if a and "," not in a.group(1) and "==" not in code.split("=", 1)[1][:1]:
+        rhs = a.group(2).strip()
+        is_size = re.search(r"\.shape\[-?\d+\]$|\.size\(-?\d*\)$|^len\(|\.numel\(\)$", rhs)
+        return a.group(1) if is_value or is_size else f"{a.group(1)}.shape[0]"
+    if a:
+        code = a.group(2)
+    for kw in ("return ", "if ", "elif ", "while ", "assert "):
+        if code.startswith(kw):
+            code = code[len(kw):].rstrip(":").strip()
+    for r in _READS:  # the read inside a larger expression: x.sum().item() in "x.sum().item() > 0"
+        j = code.find(r)
+        if j >= 0 and is_value and code[j + len(r):].strip():
+            return _operand_before(code, j + len(r))
+    if code:
+        return code if is_value else f"len({code})"
+    return f"data_value_{fallback.lstrip('u')}"
+
+
+def data_name(env, u) -> str:
+    """The user's name for the data-dependent symbol ``u`` of ``env``."""
+    return name_from_origin(env.unbacked.get(u, ""), u.name)
+
+
+def data_names(env) -> dict:
+    """Every data-dependent symbol of ``env`` -> the user's name for it."""
+    return {u: data_name(env, u) for u in env.unbacked}

@@ -1,0 +1,132 @@
+"""Communication bytes per rank of a sharded program, per collective kind, as closed forms.
+
+The convention (one, stated here and measured the same way by the tests):
+**the bytes a rank sends, averaged over the ranks, under the ring
+algorithms** -- the volume behind nccl-tests' "bus bandwidth".  With ``W``
+ranks and ``n`` the bytes of the tensor a rank passes to the collective:
+
+============== ===================== =============================================
+kind           bytes sent per rank   why
+============== ===================== =============================================
+all_reduce     ``2 * (W-1)/W * n``   reduce-scatter then all-gather of ``n/W`` chunks
+all_gather     ``(W-1) * n``         each rank's ``n`` bytes reach ``W-1`` others
+reduce_scatter ``(W-1)/W * n``       ``W-1`` chunks of ``n/W`` bytes
+all_to_all     ``(W-1)/W * n``       every chunk but a rank's own
+broadcast      ``(W-1)/W * n``       a ring pipeline: ``W-1`` of ``W`` ranks forward ``n``
+============== ===================== =============================================
+
+At ``W = 1`` every form is 0: nothing leaves the rank.
+
+Example::
+
+    >>> import torch.distributed as dist, shapes
+    >>> def f(x):
+    ...     dist.all_reduce(x)
+    ...     return x
+    >>> r = shapes.count_flops(f, "x: f32[N, 64]", world="W", dims={"W": (1, 8)})
+    >>> r.comm.by_kind
+    {'all_reduce': 512*N*(W - 1)/W}
+    >>> r.comm.evaluate({"N": 3, "W": 4})
+    {'all_reduce': Fraction(1152, 1)}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import sympy
+import torch
+
+from ..distributed.ops import Collective
+
+
+def bytes_sent(kind: Collective, nbytes, world):
+    """Bytes a rank sends for one ``kind`` collective of an ``nbytes`` tensor on ``world`` ranks.
+
+    Works on ints (exact, as a Fraction) and on sympy expressions alike.
+
+    >>> bytes_sent(Collective.ALL_REDUCE, 48, 3)
+    Fraction(64, 1)
+    """
+    if isinstance(nbytes, int) and isinstance(world, int):
+        nbytes, world = Fraction(nbytes), Fraction(world)
+    if kind is Collective.ALL_REDUCE:
+        return 2 * (world - 1) * nbytes / world
+    if kind is Collective.ALL_GATHER:
+        return (world - 1) * nbytes
+    return (world - 1) * nbytes / world
+
+
+@dataclass(kw_only=True)
+class CommCount:
+    """Per-rank bytes sent, per collective kind (see the module doc for the convention).
+
+    Attributes:
+        by_kind: kind name (``"all_reduce"``) -> bytes per rank (sympy, over the dims and W).
+        calls: kind name -> how many calls the program makes.
+        total: the sum over kinds.
+    """
+
+    by_kind: dict = field(default_factory=dict)
+    calls: dict = field(default_factory=dict)
+    total: Any = sympy.Integer(0)
+
+    def evaluate(self, sizes: dict) -> dict:
+        """Each kind's bytes at ``sizes`` (dim name -> int, the world size and rank included),
+        as exact Fractions.
+
+        >>> CommCount(by_kind={"all_gather": sympy.Symbol("W") - 1}).evaluate({"W": 3})
+        {'all_gather': Fraction(2, 1)}
+        """
+        out = {}
+        for k, e in self.by_kind.items():
+            subs = {s: sizes[s.name] for s in e.free_symbols}
+            v = sympy.nsimplify(e.subs(subs)) if subs else e
+            out[k] = Fraction(int(v.p), int(v.q))
+        return out
+
+
+def _expr(a):
+    if isinstance(a, torch.fx.Node):
+        return a.meta["expr"]
+    return sympy.Integer(int(a))
+
+
+def count_comm(traced) -> CommCount:
+    """The :class:`CommCount` of a traced program's collective ops (zero kinds for a program without).
+
+    >>> import shapes
+    >>> count_comm(shapes.trace(lambda x: x + 1, "x: f32[N]")).by_kind
+    {}
+    """
+    c = CommCount()
+    total = sympy.Integer(0)
+    for node in traced.graph.nodes:
+        kind = Collective.of(node.target) if node.op == "call_function" else None
+        if kind is None:
+            continue
+        x, world = node.args[0], _expr(node.args[1])
+        numel = sympy.Mul(*node.args[0].meta["shape"]) if isinstance(x, torch.fx.Node) else sympy.Integer(1)
+        nbytes = numel * x.meta["dtype"].itemsize
+        b = sympy.simplify(bytes_sent(kind, nbytes, world))
+        c.by_kind[kind.value] = sympy.simplify(c.by_kind.get(kind.value, 0) + b)
+        c.calls[kind.value] = c.calls.get(kind.value, 0) + 1
+        total = total + b
+    c.total = sympy.simplify(total)
+    return c
+
+
+def comm_table(comm: CommCount, points=()) -> str:
+    """Text table: each collective kind, its calls, per-rank bytes as a formula (and at ``points``).
+
+    >>> print(comm_table(CommCount(by_kind={"all_gather": sympy.Symbol("W") - 1}, calls={"all_gather": 1}),
+    ...                  [{"W": 4}]))
+    communication (bytes each rank sends, ring algorithms; see shapes.flops.comm)
+      all_gather  x1  W - 1  | W=4: 3
+    """
+    lines = ["communication (bytes each rank sends, ring algorithms; see shapes.flops.comm)"]
+    for k, e in comm.by_kind.items():
+        at = "".join(f"  | {','.join(f'{n}={v}' for n, v in pt.items())}: {comm.evaluate(pt)[k]}" for pt in points)
+        lines.append(f"  {k}  x{comm.calls.get(k, 0)}  {e}{at}")
+    return "\n".join(lines)

@@ -1,0 +1,201 @@
+"""Sharded programs: symshape's symbolic world against real gloo runs on CPU (world sizes 1-4).
+
+For each program, dinfer classifies (W, dims) once over the whole box; then every grid
+point runs for real on W gloo processes, and at each point: dinfer's class says ok iff
+every rank ran (else the same error type), the class's output shape evaluated there is
+each rank's output shape, and the per-rank bytes of each collective kind (count_flops(..).comm,
+evaluated there) equal the bytes measured by wrapping the collectives in the real run.
+"""
+import itertools
+
+import pytest
+import sympy
+import torch
+import torch.distributed as dist
+
+import shapes
+from shapes.errors import TraceError, TracerLimitation
+from validation import dinfer
+
+from . import dist_programs as P
+from .dist_programs import run_grid
+
+# program -> (specs, dims box for dinfer, grid of dim points to run for real)
+CASES = {
+    "sp_mlp": (("x: f32[S, D]", "w1: f32[D, H]", "w2: f32[H, D]"),
+               {"S": (1, 4), "D": (1, 8), "H": (1, 16)},
+               [dict(S=s, D=3, H=h) for s in (1, 2) for h in (4, 6, 12)]),
+    "tp_attention": (("x: f32[B, T, E]", "wqkv: f32[E, 3*E]", "wo: f32[E, E]"),
+                     {"B": (1, 2), "T": (1, 4), "E": (1, 32)},
+                     [dict(B=1, T=t, E=e) for t in (1, 3) for e in (8, 12, 16)]),
+    "a2a_experts": (("x: f32[N, C]",), {"N": (1, 16), "C": (1, 4)},
+                    [dict(N=n, C=2) for n in (4, 6, 12)]),
+}
+WORLD = (1, 4)
+
+
+def _input_shapes(specs, point):
+    out = []
+    for s in specs:
+        dims = s.split("[")[1].rstrip("]").split(", ")
+        out.append(tuple(int(eval(d, {}, dict(point))) for d in dims))
+    return out
+
+
+@pytest.fixture(scope="module")
+def spaces():
+    out = {}
+    for name, (specs, box, _) in CASES.items():
+        sp = dinfer(getattr(P, name), *specs, world="W", dims={**box, "W": WORLD}, time_budget=120)
+        assert sp.complete, (name, sp.reason)
+        out[name] = sp
+    return out
+
+
+@pytest.fixture(scope="module")
+def comm():
+    """count_flops(world="W") of each program, at a valid point (the closed form holds on its path)."""
+    at = {"sp_mlp": dict(S=2, D=3, H=12, W=2), "tp_attention": dict(B=1, T=3, E=16, W=2),
+          "a2a_experts": dict(N=12, C=2, W=2)}
+    out = {}
+    for name, (specs, box, _) in CASES.items():
+        dims = {k: (lo, hi, at[name][k]) for k, (lo, hi) in box.items()}
+        out[name] = shapes.count_flops(getattr(P, name), *specs, world="W", dims={**dims, "W": (*WORLD, 2)})
+    return out
+
+
+def test_rules_read_as_expected(spaces):
+    assert spaces["sp_mlp"].summary.valid_iff == "H % W == 0"
+    assert spaces["tp_attention"].summary.valid_iff == "E % 8 == 0 and W != 3"
+    assert spaces["a2a_experts"].summary.valid_iff == "N % W == 0"
+
+
+@pytest.mark.parametrize("W", range(WORLD[0], WORLD[1] + 1))
+def test_agrees_with_gloo(W, spaces, comm):
+    cases, where = [], []
+    for name, (specs, _, grid) in CASES.items():
+        for point in grid:
+            cases.append((name, _input_shapes(specs, point)))
+            where.append((name, point))
+    results = run_grid(W, cases)
+    for i, (name, point) in enumerate(where):
+        at = {**point, "W": W}
+        cls = spaces[name].classify(at)
+        assert cls is not None, (name, at)
+        for rank in range(W):
+            outcome, shape, sent = results[rank][i]
+            assert cls.outcome() == outcome, (name, at, rank, cls.describe(), shape)
+            if outcome != "ok":
+                continue
+            subs = {sympy.Symbol(k, integer=True): v for k, v in {**at, "rank": rank}.items()}
+            (traced_shape,) = cls.output_shapes
+            assert tuple(int(sympy.sympify(d).subs(subs)) for d in traced_shape) == shape, (name, at, rank)
+            assert comm[name].comm.evaluate({**at, "rank": rank}) == sent, (name, at, rank)
+
+
+# -- one process: checks, limitations -------------------------------------------------------
+
+def _gather(x, out):
+    dist.all_gather_into_tensor(out, x)
+    return out
+
+
+def test_all_gather_size_check_is_a_runtime_assert_on_the_users_line():
+    tp = shapes.trace(_gather, "x: f32[S, 4]", "out: f32[M, 4]", world="W",
+                      dims={"W": (1, 8), "S": (1, 64, 8), "M": (1, 512, 16)})
+    [a] = [g for g in tp.runtime_asserts if "M" in str(g.expr)]
+    assert str(a.expr) == "Eq(M, S*W)"
+    assert a.provenance.code == "dist.all_gather_into_tensor(out, x)"
+    with pytest.raises(TraceError) as e:
+        shapes.trace(_gather, "x: f32[S, 4]", "out: f32[M, 4]", world="W",
+                     dims={"W": (1, 8, 2), "S": (1, 64, 8), "M": (1, 512, 17)})
+    assert isinstance(e.value.exc, RuntimeError) and "allgather" in str(e.value.exc)
+
+
+def test_world_size_is_a_symbol_with_the_given_range():
+    tp = shapes.trace(lambda x: x.view(dist.get_world_size(), -1), "x: f32[N]", world="W", dims={"W": (2, 4)})
+    assert [str(s) for s in tp.output_shapes[0]] == ["W", "(N//W)"]
+    assert tp.world.name == "W" and tp.world.rank is None
+    assert not dist.is_initialized()  # the stand-in is gone after the trace
+
+
+def _allgather_list(x):
+    outs = [torch.empty_like(x) for _ in range(2)]
+    dist.all_gather(outs, x)
+    return outs[0]
+
+
+def _avg(x):
+    dist.all_reduce(x, op=dist.ReduceOp.AVG)
+    return x
+
+
+def _subgroup(x):
+    dist.all_reduce(x, group=object())
+    return x
+
+
+def _mesh(x):
+    from torch.distributed.device_mesh import init_device_mesh
+    init_device_mesh("cpu", (dist.get_world_size(),))
+    return x
+
+
+def _split_a2a(x):
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x, [1, 1], [1, 1])
+    return out
+
+
+@pytest.mark.parametrize("program, names", [(_allgather_list, "all_gather"), (_avg, "AVG"),
+                                            (_subgroup, "subgroups"), (_mesh, "DeviceMesh"),
+                                            (_split_a2a, "split sizes")])
+def test_what_is_not_modeled_raises_a_typed_limitation(program, names):
+    with pytest.raises(TracerLimitation, match=names):
+        shapes.trace(program, "x: f32[N]", world="W", dims={"W": (1, 8)})
+
+
+def test_dinfer_requires_a_rank_condition_of_every_rank():
+    def uneven(x):
+        # rank r takes rows r*2 .. r*2+2: fits for every rank iff N >= 2*W
+        return x.narrow(0, dist.get_rank() * 2, 2)
+    sp = dinfer(uneven, "x: f32[N]", world="W", dims={"W": (1, 4), "N": (1, 16)})
+    assert sp.complete
+    for W, N in itertools.product(range(1, 5), range(1, 17)):
+        # eager's narrow raises on the last rank when its rows run past N
+        assert sp.classify(W=W, N=N).ok == (N >= 2 * W), (W, N)
+
+
+@pytest.mark.parametrize("W", [2])
+def test_traced_graph_runs_on_real_ranks(W):
+    """The graph symshape records runs under a real gloo job (its collectives are the real ones) and
+    equals eager on every rank."""
+    res = P.run_traced(W, "sp_mlp", ("x: f32[S, D]", "w1: f32[D, H]", "w2: f32[H, D]"),
+                       [(3, 4), (4, 8), (8, 4)])
+    assert res == [True] * W
+
+
+# -- contracts -----------------------------------------------------------------------------
+
+_CONTRACT = '''
+[[contract]]
+name = "sp_mlp"
+program = "{root}/examples/sharded.py:sp_mlp"
+inputs = ["x: f32[S, D]", "w1: f32[D, H]", "w2: f32[H, D]"]
+world = "W"
+dims = {{ S = "1..16", D = "1..16", H = "1..64", W = "1..8" }}
+valid = "H % W == 0"
+comm = {{ all_gather = "4*D*S*(W - 1)", reduce_scatter = "{rs}" }}
+'''
+
+
+@pytest.mark.parametrize("rs, rc", [("4*D*S*(W - 1)", 0), ("4*D*S*W", 1)])
+def test_check_proves_a_sharded_contract(rs, rc, tmp_path, capsys):
+    import os
+    from cli.main import main
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = tmp_path / "symshape.toml"
+    path.write_text(_CONTRACT.format(root=root, rs=rs))
+    assert main(["check", str(path)]) == rc
+    out = capsys.readouterr().out
+    assert ("reduce_scatter sends 4*D*S*(W - 1) bytes per rank" in out) == (rc == 1), out

@@ -1,0 +1,36 @@
+"""Conditions on the rank: a sharded program's path must hold on every rank.
+
+A trace with ``world="W"`` runs as one rank (the ``rank`` symbol, example 0);
+a condition that mentions it holds for the job only if it holds for every
+rank ``0..W-1``.  With ``W`` bounded by ``W_max`` that is a finite conjunction,
+``And(r <= W - 1 -> C(r) for r in 0..W_max-1)``: exact, and free of quantifiers.
+
+Example::
+
+    >>> import sympy
+    >>> W, r, H = sympy.symbols("W rank H", integer=True)
+    >>> for_all_ranks(sympy.Le((r + 1) * 2, H), r, W, 2)
+    (2 <= H) & ((4 <= H) | (W < 2))
+"""
+from __future__ import annotations
+
+import sympy
+
+#: A bound past which the conjunction is not built (the world's range is too wide).
+MAX_RANKS = 1024
+
+
+def for_all_ranks(cond, rank, world, world_max: int):
+    """``cond`` for every rank below ``world`` (``world <= world_max``), as one sympy condition.
+
+    Raises ValueError when ``world_max`` is unbounded or above :data:`MAX_RANKS`.
+    """
+    if rank not in cond.free_symbols:
+        return cond
+    if not isinstance(world_max, int) or world_max > MAX_RANKS:
+        raise ValueError(f"the world size's maximum {world_max} is too large to check every rank")
+    parts = []
+    for r in range(world_max):
+        c = cond.subs(rank, r)
+        parts.append(c if r == 0 else sympy.Or(sympy.Lt(world, r + 1), c))
+    return sympy.And(*parts)
