@@ -64,7 +64,7 @@ from typing import Optional
 
 from shapes.enums import TextEnum
 
-from .loader import CliError, as_program, load_program
+from .loader import CliError, as_program, exec_user_file, load_program
 
 #: The expectations a contract entry may state, in the order they are checked.
 EXPECTATIONS = ("output", "valid", "no_specialization", "max_guards", "flops", "comm")
@@ -301,16 +301,7 @@ def _import_name(kind, target, path, name, roots):
     if kind is TargetKind.FILE:
         # A fresh module per load (like the loader), taking NAME as it is (a factory).
         mod_name = f"_symshape_user_{abs(hash(path))}"
-        spec = importlib.util.spec_from_file_location(mod_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[mod_name] = module
-        sys.path.insert(0, os.path.dirname(path))
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:  # the user's file failed to import
-            raise CliError(f"importing {path} raised {type(e).__name__}: {e}") from e
-        finally:
-            sys.path.pop(0)
+        module = exec_user_file(importlib.util.spec_from_file_location(mod_name, path), path)
     else:
         modname = target.rsplit(":", 1)[0]
         added = [os.path.realpath(r) for r in roots]

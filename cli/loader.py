@@ -29,6 +29,29 @@ class CliError(SymshapeError):
     """A user error the CLI reports as one line."""
 
 
+def exec_user_file(spec, path: str):
+    """Run the user's file ``path`` as the module of ``spec`` (its folder first on ``sys.path``,
+    as ``python path`` would); whatever its top level raises is a one-line :class:`CliError`.
+
+    >>> import importlib.util, tempfile, os
+    >>> d = tempfile.mkdtemp(); p = os.path.join(d, "bad.py"); _ = open(p, "w").write("1 / 0")
+    >>> exec_user_file(importlib.util.spec_from_file_location("bad_mod", p), p)
+    Traceback (most recent call last):
+    ...
+    cli.loader.CliError: importing ... raised ZeroDivisionError: division by zero
+    """
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # the user's file failed to import
+        raise CliError(f"importing {path} raised {type(e).__name__}: {e}") from e
+    finally:
+        sys.path.pop(0)
+    return module
+
+
 def load_program(target: str):
     """Return the callable named by ``FILE.py:NAME``."""
     if ":" not in target:
@@ -42,15 +65,7 @@ def load_program(target: str):
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
         raise CliError(f"cannot import {path}: not a Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-    try:
-        spec.loader.exec_module(module)
-    except Exception as e:  # the user's file failed to import
-        raise CliError(f"importing {path} raised {type(e).__name__}: {e}") from e
-    finally:
-        sys.path.pop(0)
+    module = exec_user_file(spec, path)
     if not hasattr(module, name):
         avail = [n for n, v in vars(module).items() if not n.startswith("_") and (
             inspect.isfunction(v) or isinstance(v, torch.nn.Module) or
