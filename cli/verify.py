@@ -462,12 +462,12 @@ def _check_comm(facts: _Facts, want: dict) -> Finding:
     from guards.render import to_python
     sp, z, classes = _ok_classes(facts)
     if not classes:
-        return Finding("comm", FAIL, "no size in the ranges runs", fix="see the `valid` expectation")
+        return Finding(expectation="comm", status=FAIL, message="no size in the ranges runs", fix="see the `valid` expectation")
     wants = {k: sympy.Integer(v) if isinstance(v, int) else parse_expr(v, sp.symbols) for k, v in want.items()}
     for c, term in classes:
         got = {k: _by_name(sympy.sympify(e), sp) for k, e in _report_of_class(facts, c).comm.by_kind.items()}
         if set(got) != set(wants):
-            return Finding("comm", FAIL, f"the program's collectives are {sorted(got) or 'none'} where "
+            return Finding(expectation="comm", status=FAIL, message=f"the program's collectives are {sorted(got) or 'none'} where "
                            f"{c.describe()}, the contract states {sorted(wants)}",
                            fix="comm = { " + ", ".join(f'{k} = "{to_python(e)}"' for k, e in got.items()) + " }")
         for k, e in got.items():
@@ -476,16 +476,16 @@ def _check_comm(facts: _Facts, want: dict) -> Finding:
             try:
                 pt = _differs(z, sp, term, e, wants[k])
             except _Undecided as err:
-                return Finding("comm", UNDECIDED, str(err))
+                return Finding(expectation="comm", status=UNDECIDED, message=str(err))
             except Exception as err:  # a formula Z3 cannot express: undecided, never a pass
-                return Finding("comm", UNDECIDED, f"cannot compare {to_python(e)} with {want[k]} ({err})")
+                return Finding(expectation="comm", status=UNDECIDED, message=f"cannot compare {to_python(e)} with {want[k]} ({err})")
             if pt is None:
                 continue
-            return Finding("comm", FAIL, f"{k} sends {to_python(e)} bytes per rank where {c.describe()}, the "
+            return Finding(expectation="comm", status=FAIL, message=f"{k} sends {to_python(e)} bytes per rank where {c.describe()}, the "
                            f"contract says {want[k]}", counterexample=pt, fix=f'{k} = "{to_python(e)}"')
     if not sp.complete:
         return _incomplete("comm", sp, len(classes))
-    return Finding("comm", PASS, f"bytes per rank of {', '.join(sorted(wants))} proved equal in all "
+    return Finding(expectation="comm", status=PASS, message=f"bytes per rank of {', '.join(sorted(wants))} proved equal in all "
                    f"{len(classes)} ok class(es)")
 
 

@@ -43,6 +43,8 @@ Example::
 """
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,10 +84,25 @@ class MaskedAttention:
                 f"{formula_text(self.fraction)} of their FLOPs")
 
 
+def _readable_path(filename: str) -> str:
+    """A file as a person reads it in a table: from ``site-packages/`` on for an installed
+    library, relative to the working directory under it, else as given (a path is one token
+    that no 80-column wrap can break).
+
+    >>> _readable_path("/usr/lib/python3/site-packages/transformers/masking_utils.py")
+    'site-packages/transformers/masking_utils.py'
+    """
+    i = filename.rfind("site-packages" + os.sep)
+    if i >= 0:
+        return filename[i:]
+    rel = os.path.relpath(filename) if os.path.isabs(filename) else filename
+    return filename if rel.startswith("..") else rel
+
+
 def _where(node) -> str:
     prov = node.meta.get("provenance")
     if prov is not None and getattr(prov, "filename", None):
-        return f"{prov.filename}:{prov.lineno} `{prov.code}`"
+        return f"{_readable_path(prov.filename)}:{prov.lineno} `{prov.code}`"
     return node.name
 
 
