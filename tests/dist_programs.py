@@ -111,14 +111,32 @@ def _worker(rank, W, port, cases, outdir):
     dist.destroy_process_group()
 
 
-def run_grid(W, cases):
-    """Run ``cases`` (program name, input shapes) on ``W`` gloo ranks; return results[rank][case]."""
+def _free_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
+    return port
+
+
+def _spawn(worker, W, args_for_port, attempts: int = 3):
+    """``mp.spawn`` on a fresh port, again (up to ``attempts``) when a rank is killed by a signal:
+    where one rank raises and another is still inside a collective, gloo's C++ at times aborts
+    the process (``terminate called without an active exception``) instead of raising. A run
+    that completes is compared in full, so a retry hides no disagreement."""
+    for attempt in range(attempts):
+        try:
+            mp.spawn(worker, args=args_for_port(_free_port()), nprocs=W, join=True)
+            return
+        except mp.ProcessExitedException:
+            if attempt == attempts - 1:
+                raise
+
+
+def run_grid(W, cases):
+    """Run ``cases`` (program name, input shapes) on ``W`` gloo ranks; return results[rank][case]."""
     with tempfile.TemporaryDirectory() as d:
-        mp.spawn(_worker, args=(W, port, cases, d), nprocs=W, join=True)
+        _spawn(_worker, W, lambda port: (W, port, cases, d))
         out = []
         for r in range(W):
             with open(os.path.join(d, f"{r}.pkl"), "rb") as f:
@@ -141,12 +159,8 @@ def _traced_worker(rank, W, port, name, specs, shapes_, outdir):
 
 def run_traced(W, name, specs, shapes_):
     """Trace ``name`` on each of ``W`` gloo ranks, run the traced graph there; whether it equals eager, per rank."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
     with tempfile.TemporaryDirectory() as d:
-        mp.spawn(_traced_worker, args=(W, port, name, specs, shapes_, d), nprocs=W, join=True)
+        _spawn(_traced_worker, W, lambda port: (W, port, name, specs, shapes_, d))
         out = []
         for r in range(W):
             with open(os.path.join(d, f"{r}.pkl"), "rb") as f:
