@@ -35,3 +35,54 @@ def tp_attention(x, wqkv, wo):
     y = a.transpose(1, 2).reshape(B, T, el) @ wo.narrow(0, r * el, el)
     dist.all_reduce(y)
     return y
+
+
+# -- DTensor and FSDP2: built for the world they run in (traced once per world size) --------------
+
+class Attention(torch.nn.Module):
+    """Causal self-attention with 8 heads and separate q, k, v, o projections (a tensor-parallel plan's target)."""
+
+    def __init__(self, width: int = 16, heads: int = N_HEADS):
+        super().__init__()
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(width, width) for _ in range(4))
+        self.head_dim = width // heads
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        # -1: the heads this rank holds (its shard of the q, k, v columns).
+        q, k, v = (m(x).view(B, T, -1, self.head_dim).transpose(1, 2) for m in (self.q, self.k, self.v))
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o(a.transpose(1, 2).reshape(B, T, -1))
+
+
+def make_tp_attention():
+    """The attention block under a DTensor tensor-parallel plan: q, k, v column-parallel, o row-parallel."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel()}
+    return parallelize_module(Attention(), mesh, plan)
+
+
+def make_fsdp_gpt2():
+    """A tiny GPT-2 from transformers, each block and the whole model wrapped by FSDP2's ``fully_shard``."""
+    from torch.distributed.fsdp import fully_shard
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=48, n_positions=16, bos_token_id=0,
+                     eos_token_id=0)
+    model = GPT2LMHeadModel(cfg).eval()
+    for block in model.transformer.h:
+        fully_shard(block)
+    return fully_shard(model)
+
+
+def _per_world(factory):
+    from shapes.distributed import per_world
+    return per_world(factory)
+
+
+#: The same, as symshape traces them: built inside each world size's (fake) process group.
+tp_attention_plan = _per_world(make_tp_attention)
+fsdp_gpt2 = _per_world(make_fsdp_gpt2)

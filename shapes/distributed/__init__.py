@@ -17,4 +17,6 @@ Example::
     ([(W, (N//W))], ['Eq((N % W), 0)'])
 """
 from .ops import Collective  # noqa: F401
+from .mesh import (ConcreteWorld, ConcreteWorldScope, NeedsConcreteWorld, PerWorld, fake_world,  # noqa: F401
+                   per_world)
 from .world import DEFAULT_WORLD, RANK, World, open_world, world_dim, world_hint  # noqa: F401

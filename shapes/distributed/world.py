@@ -40,6 +40,7 @@ from ..errors import TracerLimitation, program_error
 from ..provenance import capture
 from ..spec import Dim
 from ..symnode import sym_value
+from .mesh import NeedsConcreteWorld
 from .ops import Collective
 
 #: The world size's range when ``dims`` gives none.
@@ -64,6 +65,8 @@ class World:
     size: Any
     rank: Any = None
     collectives: list = field(default_factory=list)
+    #: traced at one world size (a device mesh needs it concrete: :mod:`shapes.distributed.mesh`)
+    concrete: bool = False
 
 
 def world_dim(world: Optional[str], dmap: dict) -> Optional[Dim]:
@@ -373,8 +376,8 @@ def _patch_world(p: _Patches, sw: SymbolicWorld) -> None:
     p.set(c10d, "_get_default_group", _unmodeled("_get_default_group (a c10d call that needs the default group)"))
 
     def no_mesh(*a, **k):
-        raise TracerLimitation("DeviceMesh (DTensor, parallelize_module, FSDP2 fully_shard) is not modeled "
-                               "by symshape's symbolic world yet; explicit collectives are")
+        raise NeedsConcreteWorld("DeviceMesh (DTensor, parallelize_module, FSDP2 fully_shard) needs a concrete "
+                                 "world size: such a program is traced once per world size")
     p.set(DeviceMesh, "__init__", no_mesh)
     p.set(OpDispatcher, "dispatch", no_mesh)
     # Entry points that reach into the world before a DeviceMesh exists, wherever the program looks them up.

@@ -93,6 +93,12 @@ def _expr(a):
     return sympy.Integer(int(a))
 
 
+def _nbytes(x):
+    if not isinstance(x, torch.fx.Node):
+        return sympy.Integer(0)
+    return sympy.Mul(*x.meta["shape"]) * x.meta["dtype"].itemsize
+
+
 def count_comm(traced) -> CommCount:
     """The :class:`CommCount` of a traced program's collective ops (zero kinds for a program without).
 
@@ -106,9 +112,9 @@ def count_comm(traced) -> CommCount:
         kind = Collective.of(node.target) if node.op == "call_function" else None
         if kind is None:
             continue
-        x, world = node.args[0], _expr(node.args[1])
-        numel = sympy.Mul(*node.args[0].meta["shape"]) if isinstance(x, torch.fx.Node) else sympy.Integer(1)
-        nbytes = numel * x.meta["dtype"].itemsize
+        x = Collective.input_of(node)
+        world = sympy.Integer(node.meta["world"]) if "world" in node.meta else _expr(node.args[1])
+        nbytes = sum((_nbytes(t) for t in (x if isinstance(x, (list, tuple)) else [x])), sympy.Integer(0))
         b = sympy.simplify(bytes_sent(kind, nbytes, world))
         c.by_kind[kind.value] = sympy.simplify(c.by_kind.get(kind.value, 0) + b)
         c.calls[kind.value] = c.calls.get(kind.value, 0) + 1

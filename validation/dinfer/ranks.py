@@ -7,12 +7,16 @@ rank ``0..W-1``.  With ``W`` bounded by ``W_max`` that is a finite conjunction,
 
 Example::
 
-    >>> import sympy
+    >>> from dataclasses import replace
+
+import sympy
     >>> W, r, H = sympy.symbols("W rank H", integer=True)
     >>> for_all_ranks(sympy.Le((r + 1) * 2, H), r, W, 2)
     (2 <= H) & ((4 <= H) | (W < 2))
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 import sympy
 
@@ -34,3 +38,30 @@ def for_all_ranks(cond, rank, world, world_max: int):
         c = cond.subs(rank, r)
         parts.append(c if r == 0 else sympy.Or(sympy.Lt(world, r + 1), c))
     return sympy.And(*parts)
+
+
+def every_rank(search, point, conds, oc, Status):
+    """A per-world trace's class for the whole job at ``point``: ``(conds, outcome)``.
+
+    The trace ran as rank 0 at ``W == point[W]`` (:mod:`shapes.distributed.mesh`), so each
+    condition gets ``W == w``; the other ranks are traced at the same point: the first that
+    raises gives the job's error (its path, which every size of it takes on that rank), an
+    ok job takes every rank's path, and ranks whose outputs differ in shape are not a class
+    (symshape reports one output shape per class).
+    """
+    W = search.symbols[search.world]
+    w = point[search.world]
+    conds = list(conds) + [sympy.Eq(W, w)]
+    if oc.status is not Status.OK:
+        return conds, oc
+    for r in range(1, w):
+        other = search._trace(point, rank=r)
+        if other.status is Status.OK and tuple(map(str, other.output_shapes)) != tuple(map(str, oc.output_shapes)):
+            return conds, replace(other, status=Status.UNSUPPORTED, message=(
+                f"unsupported by symshape: rank {r}'s output shapes {other.output_shapes} differ from rank 0's "
+                f"{oc.output_shapes} at W={w}"))
+        more, _ = search._conditions(other.env)
+        if more is None or other.status is not Status.OK:
+            return (None if more is None else list(more) + [sympy.Eq(W, w)]), other
+        conds += list(more)
+    return conds, oc

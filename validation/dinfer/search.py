@@ -21,9 +21,9 @@ from shapes.tracer import trace
 
 from ..input_space import ClassError, InputSpace, ShapeClass, Status, holds, to_python
 from ..z3_translate import UntranslatableExpression
-from shapes.distributed import RANK, world_dim, world_hint
+from shapes.distributed import RANK, PerWorld, world_dim, world_hint
 from .assume import assume_data_branches, dim_and_data_names
-from .ranks import for_all_ranks
+from .ranks import every_rank, for_all_ranks
 from .limits import TraceTimeout, engine_limitation, time_limit
 from .suggest import suggest_spec
 from .summary import summarize
@@ -220,6 +220,12 @@ class _Search:
         name = getattr(program, "__qualname__", None) or type(program).__name__
         self.space = InputSpace(specs=self.specs, dims=dict(self.box), symbols=dict(self.symbols),
                                 defaulted=self.defaulted, program_name=name)
+        # A program built per world (a device mesh) is traced at each world size, every rank, and joined.
+        self.per_world = world is not None and isinstance(program, PerWorld)
+        if world is not None:
+            lo, hi = self.box[world]
+            self.space.world_method = (f"traced per world size {world}={lo}..{hi}, joined" if self.per_world
+                                       else f"symbolic world size {world}")
 
     # -- one trace -------------------------------------------------------------------
     def _trace(self, point, rank: int = 0) -> _Outcome:
@@ -344,7 +350,9 @@ class _Search:
         records = tuple(oc.env.records) if oc.env is not None else ()
         subs = {self.symbols[n]: sympy.Integer(v) for n, v in point.items()}
         imprecise = ""
-        if conds is not None:
+        if conds is not None and self.per_world:
+            conds, oc = every_rank(self, point, conds, oc, Status)
+        elif conds is not None:
             conds, data, oc = self._for_the_job(point, conds, data, oc)
         if conds is None:
             imprecise = "the engine gave no path condition for this trace; the class is this one point"
