@@ -1,5 +1,8 @@
-"""Sharded steps with explicit torch.distributed collectives (run them with torchrun, or trace
-them with ``--world W=1..8``: one process, the world size a symbol)."""
+"""Sharded steps: explicit torch.distributed collectives (run them with torchrun, or trace them with
+``--world W=1..8``: one process, the world size a symbol), and a DTensor tensor-parallel plan and an
+FSDP2-wrapped GPT-2 (traced once per world size: ``tp_attention_plan``, ``fsdp_gpt2``).
+
+tests/test_distributed.py runs these same programs on real gloo processes."""
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -35,6 +38,14 @@ def tp_attention(x, wqkv, wo):
     y = a.transpose(1, 2).reshape(B, T, el) @ wo.narrow(0, r * el, el)
     dist.all_reduce(y)
     return y
+
+
+def a2a_experts(x):
+    """Expert-parallel dispatch: tokens to their expert's rank and back (functional all-to-all)."""
+    import torch.distributed._functional_collectives as funcol
+    y = funcol.all_to_all_single(x, None, None, dist.group.WORLD)
+    y = funcol.all_reduce(y * 2, "sum", dist.group.WORLD)
+    return funcol.all_to_all_single(y, None, None, dist.group.WORLD)
 
 
 # -- DTensor and FSDP2: built for the world they run in (traced once per world size) --------------

@@ -371,12 +371,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
                 kwargs=kwargs, progress=progress, backward=backward, requires_grad=requires_grad, device=device)
     if isinstance(world, str) and isinstance(program, distributed.PerWorld):
         return _trace_per_world(program, specs, world, opts)
-    try:
-        return _trace(program, *specs, world=world, **opts)
-    except distributed.NeedsConcreteWorld:
-        if not isinstance(world, str):
-            raise
-        return _trace_per_world(program, specs, world, opts)
+    return _trace(program, *specs, world=world, **opts)
 
 
 def _trace_per_world(program, specs, world: str, opts: dict) -> TracedProgram:

@@ -4,7 +4,11 @@ For each program, dinfer classifies (W, dims) once over the whole box; then ever
 point runs for real on W gloo processes, and at each point: dinfer's class says ok iff
 every rank ran (else the same error type), the class's output shape evaluated there is
 each rank's output shape, and the per-rank bytes of each collective kind (count_flops(..).comm,
-evaluated there) equal the bytes measured by wrapping the collectives in the real run.
+evaluated there) equal the bytes measured in the real run (tests/dist_programs.py).
+
+The programs are examples/sharded.py's: explicit collectives (traced with a symbolic W), and a
+DTensor tensor-parallel plan and an FSDP2-wrapped GPT-2 from transformers (traced once per
+world size and joined).
 """
 import itertools
 
@@ -14,24 +18,34 @@ import torch
 import torch.distributed as dist
 
 import shapes
+from examples import sharded
 from shapes.errors import TraceError, TracerLimitation
 from validation import dinfer
 
 from . import dist_programs as P
 from .dist_programs import run_grid
 
-# program -> (specs, dims box for dinfer, grid of dim points to run for real)
+# program -> (specs, dims box for dinfer, grid of dim points to run for real, a valid point for count_flops)
 CASES = {
     "sp_mlp": (("x: f32[S, D]", "w1: f32[D, H]", "w2: f32[H, D]"),
                {"S": (1, 4), "D": (1, 8), "H": (1, 16)},
-               [dict(S=s, D=3, H=h) for s in (1, 2) for h in (4, 6, 12)]),
+               [dict(S=s, D=3, H=h) for s in (1, 2) for h in (4, 6, 12)], dict(S=2, D=3, H=12)),
     "tp_attention": (("x: f32[B, T, E]", "wqkv: f32[E, 3*E]", "wo: f32[E, E]"),
                      {"B": (1, 2), "T": (1, 4), "E": (1, 32)},
-                     [dict(B=1, T=t, E=e) for t in (1, 3) for e in (8, 12, 16)]),
+                     [dict(B=1, T=t, E=e) for t in (1, 3) for e in (8, 12, 16)], dict(B=1, T=3, E=16)),
     "a2a_experts": (("x: f32[N, C]",), {"N": (1, 16), "C": (1, 4)},
-                    [dict(N=n, C=2) for n in (4, 6, 12)]),
+                    [dict(N=n, C=2) for n in (4, 6, 12)], dict(N=12, C=2)),
+    # built per world size: a DTensor plan (8 heads, width 16) and FSDP2 GPT-2 (n_positions 16)
+    "tp_attention_plan": (("x: f32[B, T, 16]",), {"B": (1, 2), "T": (1, 4)},
+                          [dict(B=1, T=3), dict(B=2, T=1)], dict(B=1, T=3)),
+    "fsdp_gpt2": (("input_ids: i64[B, T]",), {"B": (1, 2), "T": (1, 24)},
+                  [dict(B=1, T=5), dict(B=2, T=16), dict(B=1, T=17)], dict(B=1, T=5)),
 }
 WORLD = (1, 4)
+
+
+def _program(name):
+    return getattr(sharded, name)
 
 
 def _input_shapes(specs, point):
@@ -45,8 +59,8 @@ def _input_shapes(specs, point):
 @pytest.fixture(scope="module")
 def spaces():
     out = {}
-    for name, (specs, box, _) in CASES.items():
-        sp = dinfer(getattr(P, name), *specs, world="W", dims={**box, "W": WORLD}, time_budget=120)
+    for name, (specs, box, _, _) in CASES.items():
+        sp = dinfer(_program(name), *specs, world="W", dims={**box, "W": WORLD}, time_budget=300)
         assert sp.complete, (name, sp.reason)
         out[name] = sp
     return out
@@ -55,12 +69,10 @@ def spaces():
 @pytest.fixture(scope="module")
 def comm():
     """count_flops(world="W") of each program, at a valid point (the closed form holds on its path)."""
-    at = {"sp_mlp": dict(S=2, D=3, H=12, W=2), "tp_attention": dict(B=1, T=3, E=16, W=2),
-          "a2a_experts": dict(N=12, C=2, W=2)}
     out = {}
-    for name, (specs, box, _) in CASES.items():
-        dims = {k: (lo, hi, at[name][k]) for k, (lo, hi) in box.items()}
-        out[name] = shapes.count_flops(getattr(P, name), *specs, world="W", dims={**dims, "W": (*WORLD, 2)})
+    for name, (specs, box, _, at) in CASES.items():
+        dims = {k: (lo, hi, at[k]) for k, (lo, hi) in box.items()}
+        out[name] = shapes.count_flops(_program(name), *specs, world="W", dims={**dims, "W": (*WORLD, 2)})
     return out
 
 
@@ -68,12 +80,25 @@ def test_rules_read_as_expected(spaces):
     assert spaces["sp_mlp"].summary.valid_iff == "H % W == 0"
     assert spaces["tp_attention"].summary.valid_iff == "E % 8 == 0 and W != 3"
     assert spaces["a2a_experts"].summary.valid_iff == "N % W == 0"
+    # DTensor shards width 16 unevenly over 3 ranks (6, 6, 4 columns): the row-parallel o projection fails.
+    assert spaces["tp_attention_plan"].summary.valid_iff == "W != 3"
+    assert spaces["fsdp_gpt2"].summary.valid_iff == "T <= 16"
+    assert spaces["fsdp_gpt2"].world_method == "traced per world size W=1..4, joined"
+    assert spaces["sp_mlp"].world_method == "symbolic world size W"
+
+
+def test_joined_counts_read_as_expected(comm):
+    B, T, W = sympy.symbols("B T W", integer=True, positive=True)
+    assert comm["tp_attention_plan"].world_method == "traced per world size W=1..4, joined (raises at W=3: left out)"
+    assert sympy.simplify(comm["tp_attention_plan"].comm.by_kind["all_reduce"] - 128 * B * T * (W - 1) / W) == 0
+    # FSDP2 pads each parameter's shard to the world size: one exact value per traced world size.
+    assert isinstance(comm["fsdp_gpt2"].comm.by_kind["all_gather"], sympy.Piecewise)
 
 
 @pytest.mark.parametrize("W", range(WORLD[0], WORLD[1] + 1))
 def test_agrees_with_gloo(W, spaces, comm):
     cases, where = [], []
-    for name, (specs, _, grid) in CASES.items():
+    for name, (specs, _, grid, _) in CASES.items():
         for point in grid:
             cases.append((name, _input_shapes(specs, point)))
             where.append((name, point))
@@ -141,6 +166,13 @@ def _mesh(x):
     return x
 
 
+def test_a_mesh_needs_the_program_built_per_world_size():
+    """A program that builds a device mesh under a symbolic world says how to trace it, typed."""
+    from shapes.distributed import NeedsConcreteWorld
+    with pytest.raises(NeedsConcreteWorld, match="per world size"):
+        shapes.trace(_mesh, "x: f32[N]", world="W", dims={"W": (1, 8)})
+
+
 def _split_a2a(x):
     out = torch.empty_like(x)
     dist.all_to_all_single(out, x, [1, 1], [1, 1])
@@ -148,7 +180,7 @@ def _split_a2a(x):
 
 
 @pytest.mark.parametrize("program, names", [(_allgather_list, "all_gather"), (_avg, "AVG"),
-                                            (_subgroup, "subgroups"), (_mesh, "DeviceMesh"),
+                                            (_subgroup, "subgroups"),
                                             (_split_a2a, "split sizes")])
 def test_what_is_not_modeled_raises_a_typed_limitation(program, names):
     with pytest.raises(TracerLimitation, match=names):

@@ -14,8 +14,9 @@ user's line: a program valid for some world sizes only says so as a rule.
 What it does not model raises :class:`~shapes.errors.TracerLimitation` naming
 it, never a guessed shape: other process groups, point-to-point and list
 collectives, ``ReduceOp.AVG``/``PREMUL_SUM`` (gloo has neither), uneven
-all-to-all splits, ``DeviceMesh``/DTensor/FSDP2 and any other c10d call that
-needs the default group.
+all-to-all splits and any other c10d call that needs the default group.  A
+``DeviceMesh`` (DTensor, FSDP2) raises :class:`~shapes.distributed.mesh.NeedsConcreteWorld`:
+such a program is traced once per world size (:mod:`shapes.distributed.mesh`).
 
 Example::
 
@@ -377,7 +378,8 @@ def _patch_world(p: _Patches, sw: SymbolicWorld) -> None:
 
     def no_mesh(*a, **k):
         raise NeedsConcreteWorld("DeviceMesh (DTensor, parallelize_module, FSDP2 fully_shard) needs a concrete "
-                                 "world size: such a program is traced once per world size")
+                                 "world size: such a program is traced once per world size; give it as "
+                                 "shapes.distributed.per_world(factory), the factory building it for its world")
     p.set(DeviceMesh, "__init__", no_mesh)
     p.set(OpDispatcher, "dispatch", no_mesh)
     # Entry points that reach into the world before a DeviceMesh exists, wherever the program looks them up.

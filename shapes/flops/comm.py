@@ -123,6 +123,44 @@ def count_comm(traced) -> CommCount:
     return c
 
 
+def _factor(kind: Collective, world):
+    """``bytes_sent(kind, n, world) / n``."""
+    return bytes_sent(kind, sympy.Integer(1), world)
+
+
+def join_over_worlds(per_world: dict, world) -> tuple:
+    """One :class:`CommCount` over the world size symbol ``world`` from counts traced at each world size
+    (``per_world``: int -> CommCount), and how each kind was joined.
+
+    Where the bytes a rank contributes are the same formula at every world size, a kind's bytes are
+    :func:`bytes_sent` of it with ``world`` symbolic (exact at each traced size and read as one rule);
+    otherwise (FSDP2's shards padded to the world size) a ``Piecewise`` over the traced sizes.
+
+    >>> W, N = sympy.symbols("W N", integer=True)
+    >>> cc = {w: CommCount(by_kind={"all_reduce": sympy.simplify(bytes_sent(Collective.ALL_REDUCE, 4 * N, w))},
+    ...                    calls={"all_reduce": 1}) for w in (1, 2, 4)}
+    >>> join_over_worlds(cc, W)[0].by_kind
+    {'all_reduce': 8*N*(W - 1)/W}
+    """
+    out = CommCount()
+    kinds = []
+    for c in per_world.values():
+        kinds += [k for k in c.by_kind if k not in kinds]
+    for k in kinds:
+        kind = Collective(k)
+        at = {w: sympy.sympify(c.by_kind.get(k, 0)) for w, c in per_world.items()}
+        sent = {w: sympy.simplify(e / _factor(kind, w)) for w, e in at.items() if w > 1}
+        first = next(iter(sent.values()), None)
+        if first is not None and all(sympy.simplify(e - first) == 0 for e in sent.values()) and \
+                all(at[w] == 0 for w in at if w == 1):
+            out.by_kind[k] = sympy.simplify(bytes_sent(kind, first, world))
+        else:
+            out.by_kind[k] = sympy.Piecewise(*[(e, sympy.Eq(world, w)) for w, e in sorted(at.items())])
+        out.calls[k] = max(c.calls.get(k, 0) for c in per_world.values())
+    out.total = sympy.simplify(sum(out.by_kind.values(), sympy.Integer(0)))
+    return out
+
+
 def comm_table(comm: CommCount, points=()) -> str:
     """Text table: each collective kind, its calls, per-rank bytes as a formula (and at ``points``).
 

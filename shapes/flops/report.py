@@ -159,6 +159,10 @@ class FlopReport:
         self.total_bytes = costs.total_bytes
         #: per-rank bytes sent by each collective kind (:mod:`shapes.flops.comm`); empty without collectives
         self.comm = count_comm(traced)
+        #: how a sharded program's world size was traced ("" without one; see shapes.distributed.mesh)
+        self.world_method = "" if traced.world is None else (
+            f"traced at {traced.world.name}={traced.world.size}" if traced.world.concrete
+            else f"symbolic world size {traced.world.name}")
         #: reports of the other paths evaluated so far (see :meth:`piece_at`)
         self.pieces: list["FlopReport"] = []
         #: "forward", or "train" when the trace recorded a training step.
@@ -184,7 +188,9 @@ class FlopReport:
                 if d not in names:
                     names.append(d)
         world = getattr(self.traced, "world", None)
-        if world is not None:
+        if world is not None and world.concrete and "per world size" in self.world_method:
+            names.append(world.name)  # the counts are joined over it (shapes.flops.worlds)
+        elif world is not None:
             used = set().union(*(sympy.sympify(e).free_symbols for e in (self.total, self.total_bytes,
                                                                           self.comm.total)))
             for sym in (world.size, world.rank):
@@ -489,6 +495,11 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False, m
             kw = {"backward": training_step(optimizer),
                   "requires_grad": tuple(default_requires_grad(program, specs) if requires_grad is None
                                          else check_requires_grad(requires_grad, specs))}
+        from ..distributed import PerWorld
+        if world is not None and isinstance(program, PerWorld):
+            from .worlds import per_world_report
+            return per_world_report(program, specs, dims, world, FlopReport, name=_name_of(program),
+                                    specialize_zero_one=specialize_zero_one, **kw)
         traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one, world=world, **kw)
     return FlopReport(traced, name=_name_of(program))
 
