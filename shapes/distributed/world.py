@@ -383,10 +383,13 @@ def _patch_world(p: _Patches, sw: SymbolicWorld) -> None:
     p.set(DeviceMesh, "__init__", no_mesh)
     p.set(OpDispatcher, "dispatch", no_mesh)
     # Entry points that reach into the world before a DeviceMesh exists, wherever the program looks them up.
+    # Every module is imported before any is patched: one imported later would bind the patched name for good.
+    mods = []
     for mod_name, fn in _MESH_ENTRY_POINTS:
         try:
-            mod = importlib.import_module(mod_name)
+            mods.append((importlib.import_module(mod_name), fn))
         except ImportError:
             continue
+    for mod, fn in mods:
         if hasattr(mod, fn):
             p.set(mod, fn, no_mesh)

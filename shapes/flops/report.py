@@ -339,6 +339,12 @@ class FlopReport:
         from .mfu import mfu
         return mfu(self, sizes, seconds, peak_flops, count)
 
+    def roofline(self, sizes: Mapping, peak_flops, link_bytes_per_s: float, model_flops=None):
+        """A sharded step's time bound and MFU per device and global at ``sizes`` (the world size among
+        them): :func:`shapes.flops.roofline.roofline`, whose module doc states each convention."""
+        from .roofline import roofline
+        return roofline(self, sizes, peak_flops, link_bytes_per_s, model_flops=model_flops)
+
     @property
     def compute_dtype(self):
         """The dtype of the program's FLOPs: that of its matmuls and convolutions (the first
