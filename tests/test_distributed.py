@@ -37,9 +37,9 @@ CASES = {
                     [dict(N=n, C=2) for n in (4, 6, 12)], dict(N=12, C=2)),
     # built per world size: a DTensor plan (8 heads, width 16) and FSDP2 GPT-2 (n_positions 16)
     "tp_attention_plan": (("x: f32[B, T, 16]",), {"B": (1, 2), "T": (1, 4)},
-                          [dict(B=1, T=3), dict(B=2, T=1)], dict(B=1, T=3)),
+                          [dict(B=1, T=3), dict(B=2, T=1)], dict(B=2, T=3)),
     "fsdp_gpt2": (("input_ids: i64[B, T]",), {"B": (1, 2), "T": (1, 24)},
-                  [dict(B=1, T=5), dict(B=2, T=16), dict(B=1, T=17)], dict(B=1, T=5)),
+                  [dict(B=1, T=5), dict(B=2, T=16), dict(B=1, T=17)], dict(B=2, T=5)),
 }
 WORLD = (1, 4)
 

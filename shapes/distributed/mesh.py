@@ -73,7 +73,7 @@ class PerWorld:
 
     def __init__(self, factory: Callable):
         self.factory = factory
-        self.__qualname__ = getattr(factory, "__qualname__", type(factory).__name__)
+        self.__qualname__ = self.__name__ = getattr(factory, "__qualname__", type(factory).__name__)
 
     def build(self):
         """Run the factory (inside a world: :func:`fake_world`)."""
@@ -111,11 +111,13 @@ def fake_world(size: int, rank: int = 0):
         yield
         return
     from torch.testing._internal.distributed.fake_pg import FakeStore
+    hook = sys.excepthook  # init_process_group wraps it to prefix "[rank0]:" (again on each init)
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=size)
     try:
         yield
     finally:
         dist.destroy_process_group()
+        sys.excepthook = hook
 
 
 def _meta_of(spec):

@@ -163,6 +163,8 @@ class FlopReport:
         self.world_method = "" if traced.world is None else (
             f"traced at {traced.world.name}={traced.world.size}" if traced.world.concrete
             else f"symbolic world size {traced.world.name}")
+        #: world size -> its report, for a program traced per world size (shapes.flops.worlds); else empty
+        self.per_world: dict = {}
         #: reports of the other paths evaluated so far (see :meth:`piece_at`)
         self.pieces: list["FlopReport"] = []
         #: "forward", or "train" when the trace recorded a training step.
@@ -188,7 +190,7 @@ class FlopReport:
                 if d not in names:
                     names.append(d)
         world = getattr(self.traced, "world", None)
-        if world is not None and world.concrete and "per world size" in self.world_method:
+        if world is not None and self.per_world:
             names.append(world.name)  # the counts are joined over it (shapes.flops.worlds)
         elif world is not None:
             used = set().union(*(sympy.sympify(e).free_symbols for e in (self.total, self.total_bytes,
@@ -219,8 +221,15 @@ class FlopReport:
                 f"of the program: {', '.join(dims)}")
         return given
 
+    def _off_world(self, given: dict) -> dict:
+        """``given`` without the world size, for a report joined over world sizes (its pieces have none)."""
+        if not self.per_world:
+            return given
+        return {k: v for k, v in given.items() if k != self.traced.world.name}
+
     def _subs(self, given: dict) -> dict:
         env = self.traced.env
+        # A report joined over world sizes: each world size's own trace has no world symbol.
         return {env.symbols[k]: sympy.Integer(v) for k, v in given.items()}
 
     def piece_at(self, sizes: Mapping) -> "FlopReport":
@@ -229,7 +238,15 @@ class FlopReport:
         kept in :attr:`pieces`.  Raises :class:`~shapes.errors.GuardViolation`
         where the program raises or a dim's range excludes the sizes."""
         from .pieces import piece_for
-        return piece_for(self, self._given(sizes))
+        given = self._given(sizes)
+        if self.per_world:
+            name = self.traced.world.name
+            rep = self.per_world.get(given[name])
+            if rep is None:
+                raise GuardViolation(f"{self.name} raises at {name}={given[name]} (or was not traced there)",
+                                     values=given)
+            return piece_for(rep, {k: v for k, v in given.items() if k != name})
+        return piece_for(self, given)
 
     def piecewise(self):
         """FLOPs as one closed form per path (a :class:`~shapes.flops.pieces.PiecewiseCount`),
@@ -280,6 +297,10 @@ class FlopReport:
         """
         given = self._given(sizes)
         piece = self.piece_at(given)
+        if self.per_world:
+            # That world size's own report, its own counts (the joined forms are the same there).
+            same = {id(self.total): piece.total, id(self.useful): piece.useful, id(self.total_bytes): piece.total_bytes}
+            return piece.evaluate(self._off_world(given), expr=None if expr is None else same.get(id(expr), expr))
         if expr is not None and piece is not self:
             from .pieces import to_python
             bad = self.traced.failing_guards(given)[0]
@@ -294,7 +315,7 @@ class FlopReport:
         given = self._given(sizes)
         piece = self.piece_at(given)
         if piece is not self:
-            return piece.at(given)
+            return piece.at(self._off_world(given))
         subs = self._subs(given)
         ops = {n: (c.calls, self._eval(c.flops, subs), self._eval(c.bytes, subs)) for n, c in self.ops.items()}
         mods = {n: (self._eval(m.flops, subs), self._eval(m.bytes, subs)) for n, m in self.by_module.items()}

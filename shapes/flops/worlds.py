@@ -22,6 +22,8 @@ Example::
 """
 from __future__ import annotations
 
+import copy
+
 import sympy
 
 from ..errors import TraceError
@@ -62,9 +64,10 @@ def per_world_report(program, specs, dims, world: str, report_type, *, name: str
         if hint is None:
             raise TraceError(f"{name} raises at every world size {wd.min}..{wd.max}")
     W = sympy.Symbol(world, integer=True, positive=True)
-    rep = reports[hint]
+    rep = copy.copy(reports[hint])  # the joined report; each world size's own stays as traced
     rep.comm = join_over_worlds({w: r.comm for w, r in reports.items()}, W)
     rep.total = _join_flops({w: r.total for w, r in reports.items()}, W)
+    rep.per_world = reports
     rep.world_method = f"traced per world size {world}={wd.min}..{wd.max}, joined" + (
         f" (raises at {world}={', '.join(map(str, failed))}: left out)" if failed else "")
     return rep
