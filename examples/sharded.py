@@ -76,6 +76,17 @@ def make_tp_attention():
     return parallelize_module(Attention(), mesh, plan)
 
 
+def make_tp_attention_2d(dp: int, tp: int):
+    """The attention block on a 2-D mesh ``(dp, tp)``: the same plan over the ``tp`` dim, data parallel over ``dp``
+    (each ``dp`` group runs its own batch; the forward step communicates within its ``tp`` group only)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    torch.manual_seed(0)
+    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    plan = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParallel(), "o": RowwiseParallel()}
+    return parallelize_module(Attention(), mesh["tp"], plan)
+
+
 def make_fsdp_gpt2():
     """A tiny GPT-2 from transformers, each block and the whole model wrapped by FSDP2's ``fully_shard``."""
     from torch.distributed.fsdp import fully_shard
@@ -96,4 +107,5 @@ def _per_world(factory):
 
 #: The same, as symshape traces them: built inside each world size's (fake) process group.
 tp_attention_plan = _per_world(make_tp_attention)
+tp_attention_2d = _per_world(make_tp_attention_2d)
 fsdp_gpt2 = _per_world(make_fsdp_gpt2)

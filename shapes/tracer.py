@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 import os
 from typing import Any, Callable, Optional
@@ -369,24 +370,30 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
         raise SpecError(f"program must be a function or an nn.Module, got {type(program).__name__}")
     opts = dict(dims=dims, specialize_zero_one=specialize_zero_one, translation_validation=translation_validation,
                 kwargs=kwargs, progress=progress, backward=backward, requires_grad=requires_grad, device=device)
-    if isinstance(world, str) and isinstance(program, distributed.PerWorld):
+    if isinstance(program, distributed.PerWorld) and world is not None:
         return _trace_per_world(program, specs, world, opts)
+    if world is not None and not isinstance(world, str):
+        raise SpecError("a device mesh (world={dim: size name}) needs the program built per world size: give it "
+                        "as shapes.distributed.per_world(factory), the factory taking the mesh sizes by dim")
     return _trace(program, *specs, world=world, **opts)
 
 
-def _trace_per_world(program, specs, world: str, opts: dict) -> TracedProgram:
-    """Trace at one concrete world size (the world's example in ``dims``, as ``dims["rank"]``, default 0), in
-    torch's fake process group of that size: a device mesh needs it (:mod:`shapes.distributed.mesh`)."""
+def _trace_per_world(program, specs, world, opts: dict) -> TracedProgram:
+    """Trace at one concrete world size or mesh shape (the examples in ``dims``; as ``dims["rank"]``, default 0)
+    in torch's fake process group of that size: a device mesh needs it (:mod:`shapes.distributed.mesh`)."""
     _, names = parse_specs(specs)
-    dmap = parse_dims(opts["dims"], list(names) + [world, distributed.RANK])
-    wd = distributed.world_dim(world, dmap)
-    size = distributed.world_hint(wd)
+    syms = distributed.world_symbols(world)
+    dmap = parse_dims(opts["dims"], list(names) + syms + [distributed.RANK])
+    at = {n: distributed.world_hint(distributed.world_dim(n, dmap)) for n in syms}
+    size = math.prod(at.values())
+    mesh = tuple((k, v, at[v]) for k, v in world.items()) if not isinstance(world, str) else ()
     rank = dmap[distributed.RANK].hint if distributed.RANK in dmap and dmap[distributed.RANK].hint else 0
-    rest = {k: v for k, v in dmap.items() if k not in (world, distributed.RANK)}
+    rest = {k: v for k, v in dmap.items() if k not in syms and k != distributed.RANK}
+    name = world if isinstance(world, str) else "*".join(syms)
     with distributed.fake_world(size, rank):
-        built = program.build() if isinstance(program, distributed.PerWorld) else program
+        built = program.build(**{k: n for k, _, n in mesh})
         fsdp_lazy_init(built)
-        tp = _trace(built, *specs, world=distributed.ConcreteWorld(name=world, size=size, rank=rank),
+        tp = _trace(built, *specs, world=distributed.ConcreteWorld(name=name, size=size, rank=rank, mesh=mesh),
                     **{**opts, "dims": rest})
     tp.program = program
     tp.trace_options["world"] = world
@@ -499,7 +506,7 @@ def _world_scope(builder, world, dmap, hints):
     """The stand-in for torch.distributed's default group (:func:`shapes.distributed.open_world`);
     the world size's example goes into ``hints``."""
     if isinstance(world, distributed.ConcreteWorld):
-        return distributed.ConcreteWorldScope(builder, world.name, world.size, world.rank)
+        return distributed.ConcreteWorldScope(builder, world)
     if world is not None:
         hints.setdefault(world, distributed.world_hint(distributed.world_dim(world, dmap)))
     rank = dmap.get(distributed.RANK)

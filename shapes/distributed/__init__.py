@@ -18,5 +18,5 @@ Example::
 """
 from .ops import Collective  # noqa: F401
 from .mesh import (ConcreteWorld, ConcreteWorldScope, NeedsConcreteWorld, PerWorld, fake_world,  # noqa: F401
-                   per_world)
+                   mesh_label, per_world, world_points, world_symbols)
 from .world import DEFAULT_WORLD, RANK, World, open_world, world_dim, world_hint  # noqa: F401

@@ -34,14 +34,16 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import itertools
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 import sympy
 import torch
 
-from ..errors import TracerLimitation
+from ..errors import SpecError, TracerLimitation
 from .ops import Collective
 
 
@@ -61,6 +63,54 @@ class ConcreteWorld:
     name: str
     size: int
     rank: int = 0
+    #: a device mesh's dims: ((mesh dim, its size symbol's name, its size), ...); empty for a flat world
+    mesh: tuple = ()
+
+
+def world_symbols(world) -> list:
+    """The size symbols a ``world`` argument names: ``"W"`` -> ``["W"]``; a mesh ``{"dp": "D", "tp": "T"}``
+    (mesh dim -> the name of its size) -> ``["D", "T"]``.
+
+    >>> world_symbols("W"), world_symbols({"dp": "D", "tp": "T"})
+    (['W'], ['D', 'T'])
+    """
+    if world is None:
+        return []
+    if isinstance(world, str):
+        return [world]
+    if not isinstance(world, Mapping) or not world or not all(
+            isinstance(k, str) and k.isidentifier() and isinstance(v, str) and v.isidentifier()
+            for k, v in world.items()):
+        raise SpecError(f"world must name the world size (\"W\") or map mesh dims to size names "
+                        f"({{\"dp\": \"D\", \"tp\": \"T\"}}), got {world!r}")
+    return list(world.values())
+
+
+def world_points(world, ranges: dict) -> list:
+    """Every world size (or mesh shape) of the ranges: a list of {size name: int}.
+
+    >>> world_points({"dp": "D", "tp": "T"}, {"D": (1, 2), "T": (1, 2)})
+    [{'D': 1, 'T': 1}, {'D': 1, 'T': 2}, {'D': 2, 'T': 1}, {'D': 2, 'T': 2}]
+    """
+    names = world_symbols(world)
+    for n in names:
+        lo, hi = ranges[n]
+        if hi == float("inf") or hi - lo > 64:
+            raise SpecError(f"{n}'s range {lo}..{hi} is too wide to trace at every size (a device mesh needs "
+                            f"each one concrete): give a range of at most 64 sizes")
+    grid = itertools.product(*[range(ranges[n][0], ranges[n][1] + 1) for n in names])
+    return [dict(zip(names, p)) for p in grid]
+
+
+def mesh_label(world, ranges: dict) -> str:
+    """How a per-world trace names what it joined over: ``W=1..4`` or ``dp=D in 1..2, tp=T in 1..4``.
+
+    >>> mesh_label({"dp": "D", "tp": "T"}, {"D": (1, 2), "T": (1, 4)})
+    'mesh dp=D in 1..2, tp=T in 1..4'
+    """
+    if isinstance(world, str):
+        return f"world size {world}={ranges[world][0]}..{ranges[world][1]}"
+    return "mesh " + ", ".join(f"{k}={v} in {ranges[v][0]}..{ranges[v][1]}" for k, v in world.items())
 
 
 class PerWorld:
@@ -75,9 +125,9 @@ class PerWorld:
         self.factory = factory
         self.__qualname__ = self.__name__ = getattr(factory, "__qualname__", type(factory).__name__)
 
-    def build(self):
-        """Run the factory (inside a world: :func:`fake_world`)."""
-        return self.factory()
+    def build(self, **mesh):
+        """Run the factory (inside a world: :func:`fake_world`), with a mesh's sizes by dim (``dp=2, tp=4``)."""
+        return self.factory(**mesh)
 
     def __call__(self, *args, **kwargs):
         return self.build()(*args, **kwargs)
@@ -113,11 +163,25 @@ def fake_world(size: int, rank: int = 0):
     from torch.testing._internal.distributed.fake_pg import FakeStore
     hook = sys.excepthook  # init_process_group wraps it to prefix "[rank0]:" (again on each init)
     dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=size)
+    _forget_shardings()
     try:
         yield
     finally:
+        _forget_shardings()
         dist.destroy_process_group()
         sys.excepthook = hook
+
+
+def _forget_shardings() -> None:
+    """Empty DTensor's sharding caches: keyed by layouts that compare equal across worlds, they would hand a
+    mesh of the previous world (its process groups gone) to this one."""
+    try:
+        from torch.distributed.tensor import debug
+    except ImportError:
+        return
+    clear = getattr(debug, "_clear_sharding_prop_cache", None)
+    if clear is not None:
+        clear()
 
 
 def _meta_of(spec):
@@ -187,10 +251,11 @@ class ConcreteWorldScope:
     """The world of one per-world trace (entered inside :func:`fake_world`): DTensor patched for tracing;
     on exit, each recorded collective node gets ``meta["world"]``, its group's size."""
 
-    def __init__(self, builder, name: str, size: int, rank: int):
+    def __init__(self, builder, at: ConcreteWorld):
         from .world import World, _Patches
         self.builder = builder
-        self.world = World(name=name, size=sympy.Integer(size), rank=sympy.Integer(rank), concrete=True)
+        self.world = World(name=at.name, size=sympy.Integer(at.size), rank=sympy.Integer(at.rank), concrete=True,
+                           mesh=at.mesh)
         self._patches = _Patches()
 
     def __enter__(self):

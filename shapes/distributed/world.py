@@ -68,6 +68,8 @@ class World:
     collectives: list = field(default_factory=list)
     #: traced at one world size (a device mesh needs it concrete: :mod:`shapes.distributed.mesh`)
     concrete: bool = False
+    #: a device mesh's dims, for a per-world trace with one: ((dim, size name, size), ...)
+    mesh: tuple = ()
 
 
 def world_dim(world: Optional[str], dmap: dict) -> Optional[Dim]:

@@ -128,37 +128,50 @@ def _factor(kind: Collective, world):
     return bytes_sent(kind, sympy.Integer(1), world)
 
 
-def join_over_worlds(per_world: dict, world) -> tuple:
-    """One :class:`CommCount` over the world size symbol ``world`` from counts traced at each world size
-    (``per_world``: int -> CommCount), and how each kind was joined.
+def _condition(point: dict, symbols: dict):
+    return sympy.And(*[sympy.Eq(symbols[n], v) for n, v in point.items()])
 
-    Where the bytes a rank contributes are the same formula at every world size, a kind's bytes are
-    :func:`bytes_sent` of it with ``world`` symbolic (exact at each traced size and read as one rule);
-    otherwise (FSDP2's shards padded to the world size) a ``Piecewise`` over the traced sizes.
+
+def join_over_worlds(per_point: list, symbols: dict) -> CommCount:
+    """One :class:`CommCount` over the world size (or mesh sizes) from counts traced at each one.
+
+    ``per_point`` is ``[(point, CommCount)]`` with ``point`` a dict size name -> int; ``symbols`` maps
+    each size name to its sympy symbol.  Where one group size fits every point -- a size symbol or
+    their product (a collective over the mesh's ``tp`` dim, or the whole world) -- with the same bytes
+    contributed at each, a kind's bytes are :func:`bytes_sent` of them over that symbol: exact at every
+    traced point and one rule.  Otherwise (FSDP2's shards padded to the world size, collectives of one
+    kind over several groups) a ``Piecewise`` over the traced points.
 
     >>> W, N = sympy.symbols("W N", integer=True)
-    >>> cc = {w: CommCount(by_kind={"all_reduce": sympy.simplify(bytes_sent(Collective.ALL_REDUCE, 4 * N, w))},
-    ...                    calls={"all_reduce": 1}) for w in (1, 2, 4)}
-    >>> join_over_worlds(cc, W)[0].by_kind
+    >>> cc = [({"W": w}, CommCount(by_kind={"all_reduce": sympy.simplify(bytes_sent(Collective.ALL_REDUCE, 4 * N, w))},
+    ...                             calls={"all_reduce": 1})) for w in (1, 2, 4)]
+    >>> join_over_worlds(cc, {"W": W}).by_kind
     {'all_reduce': 8*N*(W - 1)/W}
     """
     out = CommCount()
-    kinds = []
-    for c in per_world.values():
+    kinds: list = []
+    for _, c in per_point:
         kinds += [k for k in c.by_kind if k not in kinds]
+    groups = list(symbols.values()) + ([sympy.Mul(*symbols.values())] if len(symbols) > 1 else [])
     for k in kinds:
         kind = Collective(k)
-        at = {w: sympy.sympify(c.by_kind.get(k, 0)) for w, c in per_world.items()}
-        sent = {w: sympy.simplify(e / _factor(kind, w)) for w, e in at.items() if w > 1}
-        first = next(iter(sent.values()), None)
-        if first is not None and all(sympy.simplify(e - first) == 0 for e in sent.values()) and \
-                all(at[w] == 0 for w in at if w == 1):
-            out.by_kind[k] = sympy.simplify(bytes_sent(kind, first, world))
-        else:
-            out.by_kind[k] = sympy.Piecewise(*[(e, sympy.Eq(world, w)) for w, e in sorted(at.items())])
-        out.calls[k] = max(c.calls.get(k, 0) for c in per_world.values())
+        at = [(p, sympy.sympify(c.by_kind.get(k, 0))) for p, c in per_point]
+        out.by_kind[k] = _fit(kind, at, groups, symbols)
+        out.calls[k] = max(c.calls.get(k, 0) for _, c in per_point)
     out.total = sympy.simplify(sum(out.by_kind.values(), sympy.Integer(0)))
     return out
+
+
+def _fit(kind: Collective, at: list, groups: list, symbols: dict):
+    """``bytes_sent(kind, n, g)`` for the first group size ``g`` that fits every point, else a Piecewise."""
+    for g in groups:
+        sizes = [int(g.subs({symbols[n]: v for n, v in p.items()})) for p, _ in at]
+        if any(size == 1 and e != 0 for size, (_, e) in zip(sizes, at)):
+            continue
+        sent = [sympy.simplify(e / _factor(kind, size)) for size, (_, e) in zip(sizes, at) if size > 1]
+        if sent and all(sympy.simplify(n - sent[0]) == 0 for n in sent):
+            return sympy.simplify(bytes_sent(kind, sent[0], g))
+    return sympy.Piecewise(*[(e, _condition(p, symbols)) for p, e in at])
 
 
 def comm_table(comm: CommCount, points=()) -> str:

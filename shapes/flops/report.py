@@ -191,7 +191,7 @@ class FlopReport:
                     names.append(d)
         world = getattr(self.traced, "world", None)
         if world is not None and self.per_world:
-            names.append(world.name)  # the counts are joined over it (shapes.flops.worlds)
+            names += self._world_names()  # the counts are joined over them (shapes.flops.worlds)
         elif world is not None:
             used = set().union(*(sympy.sympify(e).free_symbols for e in (self.total, self.total_bytes,
                                                                           self.comm.total)))
@@ -221,11 +221,16 @@ class FlopReport:
                 f"of the program: {', '.join(dims)}")
         return given
 
+    def _world_names(self) -> list:
+        """The size names a report joined over world sizes is joined over (``W``, or a mesh's ``D``, ``T``)."""
+        w = self.traced.world
+        return [v for _, v, _ in w.mesh] if w.mesh else [w.name]
+
     def _off_world(self, given: dict) -> dict:
-        """``given`` without the world size, for a report joined over world sizes (its pieces have none)."""
+        """``given`` without the world sizes, for a report joined over them (its pieces have none)."""
         if not self.per_world:
             return given
-        return {k: v for k, v in given.items() if k != self.traced.world.name}
+        return {k: v for k, v in given.items() if k not in self._world_names()}
 
     def _subs(self, given: dict) -> dict:
         env = self.traced.env
@@ -240,12 +245,12 @@ class FlopReport:
         from .pieces import piece_for
         given = self._given(sizes)
         if self.per_world:
-            name = self.traced.world.name
-            rep = self.per_world.get(given[name])
+            key = tuple(given[n] for n in self._world_names())
+            rep = self.per_world.get(key)
             if rep is None:
-                raise GuardViolation(f"{self.name} raises at {name}={given[name]} (or was not traced there)",
-                                     values=given)
-            return piece_for(rep, {k: v for k, v in given.items() if k != name})
+                raise GuardViolation(f"{self.name} raises at {', '.join(f'{n}={given[n]}' for n in self._world_names())}"
+                                     f" (or was not traced there)", values=given)
+            return piece_for(rep, self._off_world(given))
         return piece_for(self, given)
 
     def piecewise(self):

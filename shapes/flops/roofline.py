@@ -27,10 +27,11 @@ Example::
     >>> r = shapes.count_flops(f, "x: f32[N, K]", "w: f32[K, M]", world="W", dims={"W": (1, 8)})
     >>> s = r.roofline({"N": 4096, "K": 4096, "M": 4096, "W": 8}, peak_flops=1e14, link_bytes_per_s=1e11)
     >>> print(s)
-    W=8 at N=4096, K=4096, M=4096: compute 1.37 ms (137 GFLOP per device at 100 TFLOP/s (the given peak)), comm 1.17 ms (117 MB per rank at 100 GB/s); step 2.55 ms serial, 1.37 ms overlapped; MFU per device 54.0%, global 54.0% (sum of the ranks' FLOPs) at the serial step
+    8 devices at N=4096, K=4096, M=4096, W=8: compute 1.37 ms (137 GFLOP per device at 100 TFLOP/s (the given peak)), comm 1.17 ms (117 MB per rank at 100 GB/s); step 2.55 ms serial, 1.37 ms overlapped; MFU per device 53.9%, global 53.9% (sum of the ranks' FLOPs) at the serial step
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Mapping, Optional
@@ -82,8 +83,8 @@ class StepRoofline:
         return self.flops_global / ((seconds or self.step_s) * self.peak * self.world)
 
     def __str__(self) -> str:
-        at = ", ".join(f"{k}={v}" for k, v in self.sizes.items() if k != "W")
-        return (f"W={self.world} at {at}: compute {self.compute_s * 1e3:.3g} ms ({flop_text(self.flops_per_device)} "
+        at = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        return (f"{self.world} devices at {at}: compute {self.compute_s * 1e3:.3g} ms ({flop_text(self.flops_per_device)} "
                 f"per device at {flop_text(self.peak)}/s ({self.peak_label})), comm {self.comm_s * 1e3:.3g} ms "
                 f"({_bytes_text(self.comm_bytes)} per rank at {_bytes_text(self.link_bytes_per_s)}/s); step "
                 f"{self.step_s * 1e3:.3g} ms serial, {self.overlapped_s * 1e3:.3g} ms overlapped; MFU per device "
@@ -120,10 +121,12 @@ def roofline(report, sizes: Mapping, peak_flops, link_bytes_per_s: float, world_
         raise SpecError(f"link_bytes_per_s must be a positive number, got {link_bytes_per_s!r}")
     sizes = dict(sizes)
     world = report.traced.world
-    name = world.name if world is not None else world_name
-    if name not in sizes:
-        raise SpecError(f"give the world size {name} in sizes")
-    W = int(sizes[name])
+    names = [v for _, v, _ in world.mesh] if world is not None and world.mesh else [
+        world.name if world is not None else world_name]
+    for name in names:
+        if name not in sizes:
+            raise SpecError(f"give the world size {name} in sizes")
+    W = math.prod(int(sizes[n]) for n in names)  # a mesh's devices: the product of its dims
     peak, label = peak_of(peak_flops, getattr(report, "compute_dtype", None))
     per_rank = [_value(report.total, {**sizes, "rank": r}) for r in range(W)]
     comm = max(_value(report.comm.total, {**sizes, "rank": r}) for r in range(W))

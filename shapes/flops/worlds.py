@@ -12,13 +12,14 @@ Example::
 
     >>> import torch, torch.distributed as dist, shapes
     >>> from torch.distributed.device_mesh import init_device_mesh
-    >>> from torch.distributed.tensor.parallel import RowwiseParallel, parallelize_module
+    >>> from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     >>> def make():
-    ...     lin = torch.nn.Linear(8, 4, bias=False)
-    ...     return parallelize_module(lin, init_device_mesh("cpu", (dist.get_world_size(),)), RowwiseParallel())
-    >>> r = shapes.count_flops(shapes.distributed.per_world(make), "x: f32[B, 8]", world="W", dims={"W": (1, 4, 2)})
+    ...     mlp = torch.nn.Sequential(torch.nn.Linear(8, 8, bias=False), torch.nn.Linear(8, 4, bias=False))
+    ...     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    ...     return parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    >>> r = shapes.count_flops(shapes.distributed.per_world(make), "x: f32[B, 8]", world="W", dims={"W": (1, 2)})
     >>> r.world_method, r.total, r.comm.by_kind
-    ('traced per world size W=1..4, joined', 64*B/W, {'all_reduce': 32*B*(W - 1)/W})
+    ('traced per world size W=1..2, joined', 192*B/W, {'all_reduce': 32*B*(W - 1)/W})
 """
 from __future__ import annotations
 
@@ -30,44 +31,45 @@ from ..errors import TraceError
 from .comm import join_over_worlds
 
 
-def _join_flops(per_world: dict, world):
-    """Per-rank FLOPs over ``world``: one formula where ``c/W`` or ``c`` fits every traced size, else Piecewise."""
-    at = {w: sympy.sympify(t) for w, t in per_world.items()}
-    for form in (lambda e, w: e * w, lambda e, w: e):
-        scaled = {w: sympy.simplify(form(e, w)) for w, e in at.items()}
-        first = next(iter(scaled.values()))
-        if all(sympy.simplify(e - first) == 0 for e in scaled.values()):
-            return sympy.simplify(first / world) if form(sympy.Integer(1), 2) == 2 else first
-    return sympy.Piecewise(*[(e, sympy.Eq(world, w)) for w, e in sorted(at.items())])
+def _join_flops(at: list, symbols: dict):
+    """Per-rank FLOPs over the sizes: ``c/g`` (a size symbol or their product) or ``c`` where it fits every
+    traced point, else a Piecewise."""
+    groups = list(symbols.values()) + ([sympy.Mul(*symbols.values())] if len(symbols) > 1 else [])
+    for g in [sympy.Integer(1)] + groups:
+        scaled = [sympy.simplify(sympy.sympify(e) * g.subs({symbols[n]: v for n, v in p.items()})) for p, e in at]
+        if all(sympy.simplify(e - scaled[0]) == 0 for e in scaled):
+            return sympy.simplify(scaled[0] / g)
+    return sympy.Piecewise(*[(sympy.sympify(e), sympy.And(*[sympy.Eq(symbols[n], v) for n, v in p.items()]))
+                             for p, e in at])
 
 
-def per_world_report(program, specs, dims, world: str, report_type, *, name: str, **trace_kw):
-    """Trace ``program`` at each world size in ``dims[world]``'s range and join the counts (see the module doc)."""
+def per_world_report(program, specs, dims, world, report_type, *, name: str, **trace_kw):
+    """Trace ``program`` at each world size (or mesh shape) of the ranges in ``dims`` and join the counts
+    (see the module doc)."""
+    from ..distributed import RANK, mesh_label, world_dim, world_hint, world_points, world_symbols
     from ..spec import parse_dims, parse_specs
-    from ..distributed import RANK, world_dim, world_hint
     from ..tracer import trace
     _, names = parse_specs(specs)
-    dmap = parse_dims(dims, list(names) + [world, RANK])
-    wd = world_dim(world, dmap)
-    if wd.max == float("inf") or wd.max - wd.min > 64:
-        raise ValueError(f"{world}'s range {wd.min}..{wd.max} is too wide to trace at every world size")
-    hint = world_hint(wd)
-    reports, failed = {}, []
-    for w in range(wd.min, wd.max + 1):
-        at = {**{k: v for k, v in dmap.items() if k != world}, world: (wd.min, wd.max, w)}
+    syms = world_symbols(world)
+    dmap = parse_dims(dims, list(names) + syms + [RANK])
+    ranges = {n: (world_dim(n, dmap).min, world_dim(n, dmap).max) for n in syms}
+    hint = {n: world_hint(world_dim(n, dmap)) for n in syms}
+    reports, failed = [], []
+    for point in world_points(world, ranges):
+        at = {**{k: v for k, v in dmap.items() if k not in syms}, **{n: (*ranges[n], point[n]) for n in syms}}
         try:
-            reports[w] = report_type(trace(program, *specs, dims=at, world=world, **trace_kw), name=name)
+            reports.append((point, report_type(trace(program, *specs, dims=at, world=world, **trace_kw), name=name)))
         except TraceError:
-            failed.append(w)  # the program raises at this world size (dinfer says where)
-    if hint not in reports:
-        hint = next(iter(reports), None)
-        if hint is None:
-            raise TraceError(f"{name} raises at every world size {wd.min}..{wd.max}")
-    W = sympy.Symbol(world, integer=True, positive=True)
-    rep = copy.copy(reports[hint])  # the joined report; each world size's own stays as traced
-    rep.comm = join_over_worlds({w: r.comm for w, r in reports.items()}, W)
-    rep.total = _join_flops({w: r.total for w, r in reports.items()}, W)
-    rep.per_world = reports
-    rep.world_method = f"traced per world size {world}={wd.min}..{wd.max}, joined" + (
-        f" (raises at {world}={', '.join(map(str, failed))}: left out)" if failed else "")
+            failed.append(point)  # the program raises at these sizes (dinfer says where)
+    if not reports:
+        raise TraceError(f"{name} raises at every {mesh_label(world, ranges)}")
+    first = next((r for p, r in reports if p == hint), reports[0][1])
+    symbols = {n: sympy.Symbol(n, integer=True, positive=True) for n in syms}
+    rep = copy.copy(first)  # the joined report; each point's own stays as traced
+    rep.comm = join_over_worlds([(p, r.comm) for p, r in reports], symbols)
+    rep.total = _join_flops([(p, r.total) for p, r in reports], symbols)
+    rep.per_world = {tuple(p[n] for n in syms): r for p, r in reports}
+    left = "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in failed)
+    rep.world_method = f"traced per {mesh_label(world, ranges)}, joined" + (
+        f" (raises at {left}: left out)" if failed else "")
     return rep

@@ -7,18 +7,19 @@ rank ``0..W-1``.  With ``W`` bounded by ``W_max`` that is a finite conjunction,
 
 Example::
 
-    >>> from dataclasses import replace
-
-import sympy
+    >>> import sympy
     >>> W, r, H = sympy.symbols("W rank H", integer=True)
     >>> for_all_ranks(sympy.Le((r + 1) * 2, H), r, W, 2)
     (2 <= H) & ((4 <= H) | (W < 2))
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import sympy
+
+from shapes.distributed import world_symbols
 
 #: A bound past which the conjunction is not built (the world's range is too wide).
 MAX_RANKS = 1024
@@ -49,9 +50,9 @@ def every_rank(search, point, conds, oc, Status):
     ok job takes every rank's path, and ranks whose outputs differ in shape are not a class
     (symshape reports one output shape per class).
     """
-    W = search.symbols[search.world]
-    w = point[search.world]
-    conds = list(conds) + [sympy.Eq(W, w)]
+    at = [sympy.Eq(search.symbols[n], point[n]) for n in world_symbols(search.world)]
+    w = math.prod(point[n] for n in world_symbols(search.world))
+    conds = list(conds) + at
     if oc.status is not Status.OK:
         return conds, oc
     for r in range(1, w):
@@ -59,9 +60,9 @@ def every_rank(search, point, conds, oc, Status):
         if other.status is Status.OK and tuple(map(str, other.output_shapes)) != tuple(map(str, oc.output_shapes)):
             return conds, replace(other, status=Status.UNSUPPORTED, message=(
                 f"unsupported by symshape: rank {r}'s output shapes {other.output_shapes} differ from rank 0's "
-                f"{oc.output_shapes} at W={w}"))
+                f"{oc.output_shapes} at {point}"))
         more, _ = search._conditions(other.env)
         if more is None or other.status is not Status.OK:
-            return (None if more is None else list(more) + [sympy.Eq(W, w)]), other
+            return (None if more is None else list(more) + at), other
         conds += list(more)
     return conds, oc
