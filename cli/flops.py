@@ -129,16 +129,17 @@ def run(args) -> int:
             from shapes.flops.train import default_requires_grad, training_step
             return {"backward": training_step(), "requires_grad": tuple(default_requires_grad(prog, args.input))}
 
+        from .args import world_options
+        dims, world = world_options(args)
         roof_args = _parse_roofline(args.roofline) if args.roofline else None
-        if roof_args and not (points and args.world):
-            raise SpecError("--roofline needs --world and the sizes to bound the step at: give --at W=...,B=...")
+        if roof_args and not (points and world):
+            raise SpecError("--roofline needs --world (or --mesh) and the sizes to bound the step at: give "
+                            "--at W=...,B=...")
         prog, traced = trace_target(args, status, points, train_options if args.train else None)
         status.phase("counting FLOPs")
         from shapes.distributed import PerWorld
-        if isinstance(prog, PerWorld) and args.world and not args.train:
+        if isinstance(prog, PerWorld) and world and not args.train:
             # Built per world size (a device mesh): traced at each one and joined (shapes.flops.worlds).
-            from .args import world_options
-            dims, world = world_options(args)
             report = count_flops(prog, *args.input, dims=dims, world=world)
         else:
             report = count_flops(traced, mode="train" if args.train else "forward")
