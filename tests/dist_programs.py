@@ -28,7 +28,8 @@ from examples import sharded
 
 PROGRAMS = {"sp_mlp": sharded.sp_mlp, "tp_attention": sharded.tp_attention, "a2a_experts": sharded.a2a_experts}
 #: programs built for their world: name -> factory (run on each rank: build, then call).
-FACTORIES = {"tp_attention_plan": sharded.make_tp_attention, "fsdp_gpt2": sharded.make_fsdp_gpt2}
+FACTORIES = {"tp_attention_plan": sharded.make_tp_attention, "fsdp_gpt2": sharded.make_fsdp_gpt2,
+             "tp_attention_2d": sharded.make_tp_attention_2d}
 #: integer inputs (token ids) and their upper bound
 TOKENS = {"fsdp_gpt2": 48}
 
@@ -76,10 +77,10 @@ def _inputs(name, shapes_):
     return [torch.randn(s) for s in shapes_]
 
 
-def _run_case(name, shapes_):
+def _run_case(name, shapes_, mesh):
     torch.manual_seed(0)  # every rank the same inputs (a tensor-parallel plan's input is replicated)
     args = _inputs(name, shapes_)
-    program = FACTORIES[name]() if name in FACTORIES else PROGRAMS[name]
+    program = FACTORIES[name](**mesh) if name in FACTORIES else PROGRAMS[name]
     counter = CollectiveBytes()
     try:
         with counter:
@@ -98,8 +99,8 @@ def _worker(rank, W, port, cases, outdir):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=W,
                             timeout=datetime.timedelta(seconds=120))
     results = []
-    for name, shapes_ in cases:
-        results.append(_run_case(name, shapes_))
+    for name, shapes_, mesh in cases:
+        results.append(_run_case(name, shapes_, mesh))
         dist.barrier()
     with open(os.path.join(outdir, f"{rank}.pkl"), "wb") as f:
         pickle.dump(results, f)
@@ -125,7 +126,8 @@ def _collect(worker, W, args_after_port):
 
 
 def run_grid(W, cases):
-    """Run ``cases`` (program name, input shapes) on ``W`` gloo ranks; return results[rank][case]."""
+    """Run ``cases`` (program name, input shapes, mesh sizes by dim or {}) on ``W`` gloo ranks; return
+    results[rank][case]."""
     return _collect(_worker, W, (cases,))
 
 

@@ -11,6 +11,7 @@ DTensor tensor-parallel plan and an FSDP2-wrapped GPT-2 from transformers (trace
 world size and joined).
 """
 import itertools
+import math
 
 import pytest
 import sympy
@@ -40,8 +41,22 @@ CASES = {
                           [dict(B=1, T=3), dict(B=2, T=1)], dict(B=2, T=3)),
     "fsdp_gpt2": (("input_ids: i64[B, T]",), {"B": (1, 2), "T": (1, 24)},
                   [dict(B=1, T=5), dict(B=2, T=16), dict(B=1, T=17)], dict(B=2, T=5)),
+    # the plan over the tp dim of a 2-D mesh (dp, tp): mesh shapes D x T with D*T = 1..4
+    "tp_attention_2d": (("x: f32[B, S, 16]",), {"B": (1, 2), "S": (1, 3), "D": (1, 2), "T": (1, 4)},
+                        [dict(B=2, S=3, D=d, T=t) for d in (1, 2) for t in (1, 2, 3, 4) if d * t <= 4],
+                        dict(B=2, S=3)),
 }
 WORLD = (1, 4)
+#: the world argument of each program: a world size's name, or a mesh's dims -> their sizes' names
+WORLDS = {"tp_attention_2d": {"dp": "D", "tp": "T"}}
+
+
+def _world(name):
+    return WORLDS.get(name, "W")
+
+
+def _world_box(name):
+    return {} if name in WORLDS else {"W": WORLD}
 
 
 def _program(name):
@@ -60,7 +75,7 @@ def _input_shapes(specs, point):
 def spaces():
     out = {}
     for name, (specs, box, _, _) in CASES.items():
-        sp = dinfer(_program(name), *specs, world="W", dims={**box, "W": WORLD}, time_budget=300)
+        sp = dinfer(_program(name), *specs, world=_world(name), dims={**box, **_world_box(name)}, time_budget=300)
         assert sp.complete, (name, sp.reason)
         out[name] = sp
     return out
@@ -71,8 +86,9 @@ def comm():
     """count_flops(world="W") of each program, at a valid point (the closed form holds on its path)."""
     out = {}
     for name, (specs, box, _, at) in CASES.items():
-        dims = {k: (lo, hi, at[k]) for k, (lo, hi) in box.items()}
-        out[name] = shapes.count_flops(_program(name), *specs, world="W", dims={**dims, "W": (*WORLD, 2)})
+        dims = {k: (lo, hi, at[k]) if k in at else (lo, hi) for k, (lo, hi) in box.items()}
+        world = {"W": (*WORLD, 2)} if name not in WORLDS else {}
+        out[name] = shapes.count_flops(_program(name), *specs, world=_world(name), dims={**dims, **world})
     return out
 
 
@@ -85,14 +101,18 @@ def test_rules_read_as_expected(spaces):
     assert spaces["fsdp_gpt2"].summary.valid_iff == "T <= 16"
     assert spaces["fsdp_gpt2"].world_method == "traced per world size W=1..4, joined"
     assert spaces["sp_mlp"].world_method == "symbolic world size W"
+    # the rule over the mesh sizes: the tp dim must not be 3, whatever dp is
+    assert spaces["tp_attention_2d"].summary.valid_iff == "T != 3"
+    assert spaces["tp_attention_2d"].world_method == "traced per mesh dp=D in 1..2, tp=T in 1..4, joined"
 
 
 def test_joined_counts_read_as_expected(comm):
-    B, T, W = sympy.symbols("B T W", integer=True, positive=True)
     assert comm["tp_attention_plan"].world_method == "traced per world size W=1..4, joined (raises at W=3: left out)"
-    assert sympy.simplify(comm["tp_attention_plan"].comm.by_kind["all_reduce"] - 128 * B * T * (W - 1) / W) == 0
+    assert str(comm["tp_attention_plan"].comm.by_kind["all_reduce"]) == "128*B*T*(W - 1)/W"
     # FSDP2 pads each parameter's shard to the world size: one exact value per traced world size.
     assert isinstance(comm["fsdp_gpt2"].comm.by_kind["all_gather"], sympy.Piecewise)
+    # on the 2-D mesh the all-reduce runs in the tp group: its size is T, not the world's D*T
+    assert str(comm["tp_attention_2d"].comm.by_kind["all_reduce"]) == "128*B*S*(T - 1)/T"
 
 
 @pytest.mark.parametrize("W", range(WORLD[0], WORLD[1] + 1))
@@ -100,11 +120,14 @@ def test_agrees_with_gloo(W, spaces, comm):
     cases, where = [], []
     for name, (specs, _, grid, _) in CASES.items():
         for point in grid:
-            cases.append((name, _input_shapes(specs, point)))
+            mesh = {dim: point[size] for dim, size in WORLDS[name].items()} if name in WORLDS else {}
+            if mesh and math.prod(mesh.values()) != W:
+                continue  # this mesh shape runs on another number of processes
+            cases.append((name, _input_shapes(specs, point), mesh))
             where.append((name, point))
     results = run_grid(W, cases)
     for i, (name, point) in enumerate(where):
-        at = {**point, "W": W}
+        at = {**point, "W": W} if name not in WORLDS else dict(point)
         cls = spaces[name].classify(at)
         assert cls is not None, (name, at)
         for rank in range(W):

@@ -310,6 +310,7 @@ class InputSpace:
                              for n, r in self.valid_ranges.items()},
             "summary": self.summary.to_dict() if self.summary is not None else None,
             "timed_out": self.timed_out,
+            "world_method": self.world_method,
             "suggested_spec": self.suggestion.text() if self.suggestion is not None else None,
             "classes": [c.to_dict() for c in self.classes],
             "overlaps": [{"classes": [i, j], "point": p} for i, j, p in self.overlaps],
@@ -331,6 +332,8 @@ class InputSpace:
         for n in self.defaulted:
             lo, hi = self.dims[n]
             lines.append(f"  note: no range given for {n}; searched the default {_range_text(lo, hi)}")
+        if self.world_method:
+            lines.append(f"  world: {self.world_method}")
         if self.summary is not None and self.classes:
             lines.extend(self.summary.lines(width))
             if self.suggestion is not None:
