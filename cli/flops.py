@@ -112,8 +112,6 @@ def run(args) -> int:
         from shapes.errors import SpecError
         from shapes.flops import count_flops
         from shapes.flops.check import parse_consts
-        from shapes.flops.comm import comm_table
-
         from .loader import parse_point, trace_target
 
         consts = {}
@@ -149,45 +147,55 @@ def run(args) -> int:
         checked = report.check(args.check, consts, of=args.of) if args.check else None
         mfus = [report.mfu(pt, mfu_args["step_s"], mfu_args["peak"], mfu_args.get("count", "useful"))
                 for pt in points] if mfu_args else []
-        if args.json:
-            import json
-
-            d = report.to_dict(points)
-            if checked is not None:
-                d["check"] = {"formula": args.check, "of": args.of, "outcome": checked.outcome,
-                              "message": checked.message, "counterexample": checked.counterexample,
-                              "values": list(checked.values) if checked.values else None, "region": checked.region}
-            if report.comm.by_kind:
-                d["comm"] = {k: {"bytes_per_rank": str(e), "calls": report.comm.calls[k],
-                                 "at": [str(report.comm.evaluate(pt)[k]) for pt in points]}
-                             for k, e in report.comm.by_kind.items()}
-            if report.world_method:
-                d["world_method"] = report.world_method
-            if roofs:
-                d["roofline"] = [{"sizes": r.sizes, "compute_s": r.compute_s, "comm_s": r.comm_s, "step_s": r.step_s,
-                                  "overlapped_s": r.overlapped_s, "mfu_per_device": r.mfu_per_device(),
-                                  "mfu_global": r.mfu_global(), "global_flops": r.global_source} for r in roofs]
-            if mfus:
-                d["mfu"] = [{"sizes": m.sizes, "flops": m.flops, "count": m.count, "seconds": m.seconds,
-                             "achieved_flops_per_s": m.achieved, "peak_flops_per_s": m.peak, "peak": m.peak_label,
-                             "mfu": m.mfu} for m in mfus]
-            out = json.dumps(d, indent=2)
-        else:
-            tables = [report.table(points or None, width=args.width)]
-            if args.modules:
-                if points:
-                    tables += [report.module_table(pt, depth=args.depth, width=args.width) for pt in points]
-                else:
-                    tables.append(report.module_table(depth=args.depth, width=args.width))
-            if checked is not None:
-                tables.append(f"check {args.check}" + (f" (against {args.of})" if args.of != "total" else "")
-                              + f"\n  {checked}")
-            tables += [f"MFU: {m}" for m in mfus]
-            if report.comm.by_kind:
-                tables.append(comm_table(report.comm, points))
-            if report.world_method:
-                tables.append(f"world: {report.world_method}")
-            tables += [f"roofline: {r}" for r in roofs]
-            out = "\n\n".join(tables)
+        out = (_json(args, report, points, checked, mfus, roofs) if args.json
+               else _text(args, report, points, checked, mfus, roofs))
     print(out)
     return 0 if checked is None or checked else 1
+
+
+def _json(args, report, points, checked, mfus, roofs) -> str:
+    """``--json``: the report, the check, communication, the roofline and MFU as JSON."""
+    import json
+
+    d = report.to_dict(points)
+    if checked is not None:
+        d["check"] = {"formula": args.check, "of": args.of, "outcome": checked.outcome,
+                      "message": checked.message, "counterexample": checked.counterexample,
+                      "values": list(checked.values) if checked.values else None, "region": checked.region}
+    if report.comm.by_kind:
+        d["comm"] = {k: {"bytes_per_rank": str(e), "calls": report.comm.calls[k],
+                         "at": [str(report.comm.evaluate(pt)[k]) for pt in points]}
+                     for k, e in report.comm.by_kind.items()}
+    if report.world_method:
+        d["world_method"] = report.world_method
+    if roofs:
+        d["roofline"] = [{"sizes": r.sizes, "compute_s": r.compute_s, "comm_s": r.comm_s, "step_s": r.step_s,
+                          "overlapped_s": r.overlapped_s, "mfu_per_device": r.mfu_per_device(),
+                          "mfu_global": r.mfu_global(), "global_flops": r.global_source} for r in roofs]
+    if mfus:
+        d["mfu"] = [{"sizes": m.sizes, "flops": m.flops, "count": m.count, "seconds": m.seconds,
+                     "achieved_flops_per_s": m.achieved, "peak_flops_per_s": m.peak, "peak": m.peak_label,
+                     "mfu": m.mfu} for m in mfus]
+    return json.dumps(d, indent=2)
+
+
+def _text(args, report, points, checked, mfus, roofs) -> str:
+    """The tables: the count, modules, the check, MFU, communication, the world and the roofline."""
+    from shapes.flops.comm import comm_table
+
+    tables = [report.table(points or None, width=args.width)]
+    if args.modules:
+        if points:
+            tables += [report.module_table(pt, depth=args.depth, width=args.width) for pt in points]
+        else:
+            tables.append(report.module_table(depth=args.depth, width=args.width))
+    if checked is not None:
+        tables.append(f"check {args.check}" + (f" (against {args.of})" if args.of != "total" else "")
+                      + f"\n  {checked}")
+    tables += [f"MFU: {m}" for m in mfus]
+    if report.comm.by_kind:
+        tables.append(comm_table(report.comm, points))
+    if report.world_method:
+        tables.append(f"world: {report.world_method}")
+    tables += [f"roofline: {r}" for r in roofs]
+    return "\n\n".join(tables)

@@ -45,10 +45,7 @@ import torch
 
 from ..errors import SpecError, TracerLimitation
 from .ops import Collective
-
-
-class NeedsConcreteWorld(TracerLimitation):
-    """The program builds a ``DeviceMesh`` (DTensor, FSDP2): it is traced per world size, not with a symbolic one."""
+from .world import NeedsConcreteWorld, Patches, World  # noqa: F401  (NeedsConcreteWorld: raised by world.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -252,18 +249,19 @@ class ConcreteWorldScope:
     on exit, each recorded collective node gets ``meta["world"]``, its group's size."""
 
     def __init__(self, builder, at: ConcreteWorld):
-        from .world import World, _Patches
         self.builder = builder
         self.world = World(name=at.name, size=sympy.Integer(at.size), rank=sympy.Integer(at.rank), concrete=True,
                            mesh=at.mesh)
-        self._patches = _Patches()
+        self._patches = Patches()
 
     def __enter__(self):
+        applied = False
         try:
             _patch_dtensor(self._patches)
-        except BaseException:
-            self._patches.restore()
-            raise
+            applied = True
+        finally:
+            if not applied:  # a half-applied patch set must not outlive the trace
+                self._patches.restore()
         return self.world
 
     def __exit__(self, *exc):

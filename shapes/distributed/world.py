@@ -41,7 +41,6 @@ from ..errors import TracerLimitation, program_error
 from ..provenance import capture
 from ..spec import Dim
 from ..symnode import sym_value
-from .mesh import NeedsConcreteWorld
 from .ops import Collective
 
 #: The world size's range when ``dims`` gives none.
@@ -106,8 +105,18 @@ class _DoneWork:
         return True
 
 
-class _Patches:
-    """setattr with restore, in reverse order."""
+class NeedsConcreteWorld(TracerLimitation):
+    """The program builds a ``DeviceMesh`` (DTensor, FSDP2): it is traced per world size
+    (:mod:`shapes.distributed.mesh`), not with a symbolic one."""
+
+
+class Patches:
+    """setattr with restore, in reverse order.
+
+    >>> class A: x = 1
+    >>> p = Patches(); p.set(A, "x", 2); p.restore(); A.x
+    1
+    """
 
     def __init__(self):
         self.saved = []
@@ -326,7 +335,7 @@ class WorldScope:
     def __init__(self, env, builder, name, dim, hint, rank_hint):
         self.args = (env, builder, name, dim, hint, rank_hint)
         self.world: Optional[World] = None
-        self._patches = _Patches()
+        self._patches = Patches()
 
     def __enter__(self):
         env, builder, name, dim, hint, rank_hint = self.args
@@ -357,7 +366,7 @@ def open_world(env, builder, name: Optional[str], dim: Optional[Dim], hint: Opti
     return WorldScope(env, builder, name, dim, hint, rank_hint)
 
 
-def _patch_world(p: _Patches, sw: SymbolicWorld) -> None:
+def _patch_world(p: Patches, sw: SymbolicWorld) -> None:
     """Point torch.distributed's modeled calls at ``sw`` and its unmodeled ones at a TracerLimitation."""
     import importlib
 
