@@ -296,3 +296,42 @@ def test_check_proves_a_per_world_contract(ar, rc, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "the region W != 3 is accepted" in out, out
     assert ("all_reduce sends" in out) == (rc == 1), out
+
+
+_MESH_CONTRACT = '''
+[[contract]]
+name = "tp_plan_2d"
+program = "{root}/examples/sharded.py:tp_attention_2d"
+inputs = ["x: f32[B, S, 16]"]
+mesh = {{ dp = "D", tp = "T" }}
+dims = {{ B = "1..2", S = "1..2", D = "1..2", T = "1..2" }}
+valid = true
+comm = {{ all_reduce = "128*B*S*(T - 1)/T" }}
+'''
+
+
+def test_check_proves_a_mesh_contract(tmp_path, capsys):
+    import os
+    from cli.main import main
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = tmp_path / "symshape.toml"
+    path.write_text(_MESH_CONTRACT.format(root=root))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+    assert "bytes per rank of all_reduce proved equal" in capsys.readouterr().out
+
+
+def _colwise_local():
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+    lin = torch.nn.Linear(4, 4)
+    return parallelize_module(lin, init_device_mesh("cpu", (dist.get_world_size(),)), ColwiseParallel())
+
+
+def test_ranks_whose_outputs_differ_are_no_class():
+    """4 output columns over 3 ranks are 2, 2 and 0 local columns: each rank runs, with its own shape, which
+    one class (one output shape) cannot say; dinfer says so instead of answering for rank 0 only."""
+    from shapes.distributed import per_world
+    sp = dinfer(per_world(_colwise_local), "x: f32[B, 4]", world="W", dims={"B": (1, 2), "W": (2, 3)})
+    assert sp.classify(B=2, W=2).outcome() == "ok"
+    bad = sp.classify(B=2, W=3)
+    assert bad.outcome() != "ok" and "differ from rank 0's" in bad.message, bad.describe()
