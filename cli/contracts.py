@@ -59,38 +59,15 @@ import os
 import re
 import sys
 import tomllib
-from dataclasses import dataclass, field
 from typing import Optional
 
 from shapes.enums import TextEnum
+from validation.contracts.contract import EXPECTATIONS, Contract, toml_value  # noqa: F401  (re-exported)
 
 from .loader import CliError, as_program, exec_user_file, load_program
 
-#: The expectations a contract entry may state, in the order they are checked.
-EXPECTATIONS = ("output", "valid", "no_specialization", "max_guards", "flops", "comm")
 _KEYS = {"name", "program", "factory", "factory_args", "inputs", "dims", "world", *EXPECTATIONS}
 _RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+|inf)?\s*$")
-
-
-@dataclass
-class Contract:
-    """One entry of a contract file (see the module docstring for the keys)."""
-
-    name: str
-    program: str
-    inputs: list
-    dims: dict
-    expectations: dict
-    factory: bool = False
-    factory_args: dict = field(default_factory=dict)
-    base_dir: str = "."
-    source: str = ""      # the contract file
-    line: int = 0         # the entry's line in it (its ``name =``)
-    world: Optional[str] = None  # the world size's dim name, for a sharded program
-
-    def program_path(self) -> Optional[str]:
-        """The absolute path of the program's file (None for a module not found under base_dir)."""
-        return resolve_target(self.program, [self.base_dir], restrict=False)[1]
 
 
 def default_contract_file(cwd: str = ".") -> str:
@@ -322,26 +299,6 @@ def _as_program(obj, name, target):
 
 
 # --------------------------------------------------------------------------- writing
-
-
-def toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float) and v == math.inf:
-        return '"inf"'
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else toml_value(k)
 
 
 def dims_to_toml(dims: dict) -> dict:
