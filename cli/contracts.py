@@ -64,10 +64,10 @@ from typing import Optional
 from shapes.enums import TextEnum
 from validation.contracts.contract import EXPECTATIONS, Contract, toml_value  # noqa: F401  (re-exported)
 
+from .args import BoundsError, parse_bounds
 from .loader import CliError, as_program, exec_user_file, load_program
 
 _KEYS = {"name", "program", "factory", "factory_args", "inputs", "dims", "world", *EXPECTATIONS}
-_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+|inf)?\s*$")
 
 
 def default_contract_file(cwd: str = ".") -> str:
@@ -114,16 +114,19 @@ def parse_dims(value, where: str) -> dict:
                 raise CliError(f"{where}: dims.{k} = {v} is negative")
             out[k] = v
             continue
+        empty = f"{where}: dims.{k} = {v!r} is an empty or negative range"
+        expected = f"{where}: dims.{k} = {v!r}: expected \"LO..HI\" (e.g. \"1..64\"), [LO, HI] or an int"
         if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
             lo, hi = v
-        elif isinstance(v, str) and _RANGE.match(v):
-            m = _RANGE.match(v)
-            lo = int(m.group(1))
-            hi = math.inf if m.group(2) in (None, "inf") else int(m.group(2))
+        elif isinstance(v, str) and ".." in v:
+            try:
+                lo, hi = parse_bounds(v)  # the one parser of --dim's ranges too
+            except BoundsError as e:
+                raise CliError(expected if e.malformed else empty) from None
         else:
-            raise CliError(f"{where}: dims.{k} = {v!r}: expected \"LO..HI\" (e.g. \"1..64\"), [LO, HI] or an int")
+            raise CliError(expected)
         if lo < 0 or lo > hi:
-            raise CliError(f"{where}: dims.{k} = {v!r} is an empty or negative range")
+            raise CliError(empty)
         out[k] = (lo, hi)
     return out
 
