@@ -59,6 +59,13 @@ class SizeSource:
     ('x.shape[1]', '((x.shape[0] - 1) // 2)')
     >>> SizeSource(kind=SourceKind.RANK).kind, str(SizeSource(kind=SourceKind.WORLD_SIZE))
     (<SourceKind.RANK: 'rank'>, 'torch.distributed.get_world_size()')
+
+    The symbol table takes no text for a source (its kind would be lost):
+
+    >>> SymbolTable().add_backed("B", 4, source="x.shape[0]")
+    Traceback (most recent call last):
+    ...
+    TypeError: a symbol's source is a SizeSource, got str 'x.shape[0]'
     """
 
     kind: SourceKind
