@@ -228,7 +228,13 @@ def _patch_dtensor(p) -> None:
         # Each DTensor module binds the function by name at import.
         if name.startswith("torch.distributed") and getattr(mod, "_are_we_tracing", None) is real:
             p.set(mod, "_are_we_tracing", lambda: True)
-    p.set(ShardingPropagator, "_propagate_tensor_meta_non_cached", _tensor_meta)
+    # The name differs across torch versions (the cached entry point calls the uncached one in 2.13).
+    names = [n for n in ("_propagate_tensor_meta_non_cached", "_propagate_tensor_meta") if hasattr(ShardingPropagator, n)]
+    if not names:
+        raise TracerLimitation("this torch's DTensor has no tensor-metadata propagation symshape knows how to "
+                               "run on meta tensors (ShardingPropagator._propagate_tensor_meta*)")
+    for n in names:
+        p.set(ShardingPropagator, n, _tensor_meta)
 
 
 def _group_size(node) -> Optional[int]:
