@@ -181,6 +181,35 @@ def _forget_shardings() -> None:
         clear()
 
 
+def fsdp_gather_bytes(module, world):
+    """The bytes a rank contributes to FSDP2's all-gathers in one forward of ``module``, as a formula of the
+    world size symbol ``world``: each group's parameters padded to ``ceiling(dim0 / W)`` rows (FSDP2 shards
+    dim 0 like ``torch.chunk`` and pads every shard to the largest).  None for a module FSDP2 does not
+    manage or a parameter of no dims.  A candidate only: :func:`shapes.flops.comm.join_over_worlds` uses it
+    where it equals the traced bytes at every world size.
+
+    >>> fsdp_gather_bytes(torch.nn.Linear(2, 2), sympy.Symbol("W")) is None
+    True
+    """
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    if fsdp is None:
+        return None
+    groups = [m for m in module.modules() if isinstance(m, fsdp.FSDPModule)]
+    if not groups:
+        return None
+    total = sympy.Integer(0)
+    for g in groups:
+        inner = {id(p) for c in g.modules() if c is not g and isinstance(c, fsdp.FSDPModule) for p in c.parameters()}
+        for p in g.parameters():
+            if id(p) in inner:
+                continue
+            if p.dim() == 0:
+                return None
+            rest = p.numel() // p.shape[0] if p.shape[0] else 0
+            total += sympy.ceiling(sympy.Integer(p.shape[0]) / world) * rest * p.element_size()
+    return total
+
+
 def _meta_of(spec):
     m = spec.tensor_meta
     return torch.empty_strided(m.shape, m.stride, dtype=m.dtype, device="meta")

@@ -132,15 +132,17 @@ def _condition(point: dict, symbols: dict):
     return sympy.And(*[sympy.Eq(symbols[n], v) for n, v in point.items()])
 
 
-def join_over_worlds(per_point: list, symbols: dict) -> CommCount:
+def join_over_worlds(per_point: list, symbols: dict, candidates: dict = None) -> CommCount:
     """One :class:`CommCount` over the world size (or mesh sizes) from counts traced at each one.
 
     ``per_point`` is ``[(point, CommCount)]`` with ``point`` a dict size name -> int; ``symbols`` maps
     each size name to its sympy symbol.  Where one group size fits every point -- a size symbol or
     their product (a collective over the mesh's ``tp`` dim, or the whole world) -- with the same bytes
     contributed at each, a kind's bytes are :func:`bytes_sent` of them over that symbol: exact at every
-    traced point and one rule.  Otherwise (FSDP2's shards padded to the world size, collectives of one
-    kind over several groups) a ``Piecewise`` over the traced points.
+    traced point and one rule.  ``candidates`` (kind -> a formula of the bytes contributed over the
+    world size, e.g. FSDP2's padded shards: :func:`shapes.distributed.mesh.fsdp_gather_bytes`) are tried
+    the same way, each kept only where it equals the traced bytes at every point.  Otherwise (collectives
+    of one kind over several groups) a ``Piecewise`` over the traced points.
 
     >>> W, N = sympy.symbols("W N", integer=True)
     >>> cc = [({"W": w}, CommCount(by_kind={"all_reduce": sympy.simplify(bytes_sent(Collective.ALL_REDUCE, 4 * N, w))},
@@ -156,14 +158,20 @@ def join_over_worlds(per_point: list, symbols: dict) -> CommCount:
     for k in kinds:
         kind = Collective(k)
         at = [(p, sympy.sympify(c.by_kind.get(k, 0))) for p, c in per_point]
-        out.by_kind[k] = _fit(kind, at, groups, symbols)
+        out.by_kind[k] = _fit(kind, at, groups, symbols, (candidates or {}).get(k))
         out.calls[k] = max(c.calls.get(k, 0) for _, c in per_point)
     out.total = sympy.simplify(sum(out.by_kind.values(), sympy.Integer(0)))
     return out
 
 
-def _fit(kind: Collective, at: list, groups: list, symbols: dict):
-    """``bytes_sent(kind, n, g)`` for the first group size ``g`` that fits every point, else a Piecewise."""
+def _fit(kind: Collective, at: list, groups: list, symbols: dict, candidate=None):
+    """``bytes_sent(kind, n, g)`` for the first group size ``g`` that fits every point (or, over the whole
+    world, the ``candidate`` bytes ``n``), else a Piecewise."""
+    if candidate is not None and len(symbols) == 1:
+        (W,) = symbols.values()
+        if all(sympy.simplify(e - bytes_sent(kind, candidate.subs(W, p[W.name]), sympy.Integer(p[W.name]))) == 0
+               for p, e in at):
+            return sympy.simplify(bytes_sent(kind, candidate, W))
     for g in groups:
         sizes = [int(g.subs({symbols[n]: v for n, v in p.items()})) for p, _ in at]
         if any(size == 1 and e != 0 for size, (_, e) in zip(sizes, at)):

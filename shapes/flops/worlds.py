@@ -4,8 +4,9 @@ A program built for its world (:class:`shapes.distributed.PerWorld`: a DTensor p
 FSDP2) is traced at every world size of the range; each size's count is exact
 there.  The report returned is the example size's, with :attr:`FlopReport.comm`
 and :attr:`FlopReport.total` joined into formulas over ``W``
-(:func:`shapes.flops.comm.join_over_worlds`; FLOPs as ``c/W`` or a constant
-where they fit every size, else a ``Piecewise``), and ``world_method`` saying so.
+(:func:`shapes.flops.comm.join_over_worlds`, with FSDP2's padded shards as a
+candidate closed form; FLOPs as ``c/W`` or a constant where they fit every
+size; else a ``Piecewise``), and ``world_method`` saying so.
 World sizes where the program raises are left out of the join (and named).
 
 Example::
@@ -43,6 +44,20 @@ def _join_flops(at: list, symbols: dict):
                              for p, e in at])
 
 
+def _candidates(program, world, symbols: dict) -> dict:
+    """Closed forms to try for a kind's bytes (checked against every traced point by the join): FSDP2's
+    all-gathers from its parameters' shapes, for a program built on a flat world."""
+    from ..binding import fsdp_managed
+    from ..distributed import fake_world
+    from ..distributed.mesh import fsdp_gather_bytes
+    if not isinstance(world, str):
+        return {}
+    with fake_world(1):
+        built = program.build()  # the parameters' global shapes do not depend on the world size
+        n = fsdp_gather_bytes(built, symbols[world]) if fsdp_managed(built) else None
+    return {"all_gather": n} if n is not None else {}
+
+
 def per_world_report(program, specs, dims, world, report_type, *, name: str, **trace_kw):
     """Trace ``program`` at each world size (or mesh shape) of the ranges in ``dims`` and join the counts
     (see the module doc)."""
@@ -66,7 +81,7 @@ def per_world_report(program, specs, dims, world, report_type, *, name: str, **t
     first = next((r for p, r in reports if p == hint), reports[0][1])
     symbols = {n: sympy.Symbol(n, integer=True, positive=True) for n in syms}
     rep = copy.copy(first)  # the joined report; each point's own stays as traced
-    rep.comm = join_over_worlds([(p, r.comm) for p, r in reports], symbols)
+    rep.comm = join_over_worlds([(p, r.comm) for p, r in reports], symbols, _candidates(program, world, symbols))
     rep.total = _join_flops([(p, r.total) for p, r in reports], symbols)
     rep.per_world = {tuple(p[n] for n in syms): r for p, r in reports}
     left = "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in failed)
