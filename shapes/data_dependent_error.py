@@ -16,16 +16,17 @@ Example::
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 import sympy
 
-from .data_names import name_from_origin
+from .data_names import name_from_source
 from .errors import SymshapeError
 from .printers import to_python
 
 if TYPE_CHECKING:  # pragma: no cover
     from .provenance import Provenance
+    from .symbols import DataSource
 
 
 class DataDependentError(SymshapeError, RuntimeError):
@@ -36,14 +37,14 @@ class DataDependentError(SymshapeError, RuntimeError):
     """
 
     def __init__(self, expr, provenance: Provenance, unbacked: Iterable[sympy.Symbol], *,
-                 describe: Callable[[sympy.Symbol], str]):
+                 sources: Mapping[sympy.Symbol, DataSource]):
         self.expr = expr
         self.provenance = provenance
         self.unbacked = tuple(unbacked)
         # The user's names for the values (x.sum().item(), n), never the engine's u0.
-        names = {u: name_from_origin(describe(u), u.name) for u in self.unbacked}
-        origins = "; ".join(f"{names[u]} = {describe(u)}" for u in self.unbacked
-                            if names[u] not in describe(u))
+        names = {u: name_from_source(sources.get(u), u.name) for u in self.unbacked}
+        what = {u: str(sources.get(u, u)) for u in self.unbacked}
+        origins = "; ".join(f"{names[u]} = {what[u]}" for u in self.unbacked if names[u] not in what[u])
         op = f" (asked by {provenance.op})" if provenance.op else ""
         super().__init__(
             f"data-dependent condition {to_python(expr, names)} at {provenance.filename}:{provenance.lineno}"
