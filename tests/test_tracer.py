@@ -180,6 +180,33 @@ def test_item_gives_unbacked_scalar():
     assert torch.allclose(tp.run(x, y), f(x, y))
 
 
+def test_data_dependent_symbols_record_their_producer_as_a_typed_source():
+    from shapes.data_names import data_name
+    from shapes.symbols import DataRead, DataSource, UnbackedKind
+    tp = shapes.trace(P.nonzero_slice, "x: f32[N, 4]", "mask: bool[M]")
+    (u, src), = tp.env.unbacked.items()
+    _, start = inspect.getsourcelines(P.nonzero_slice)
+    assert src == DataSource(kind=UnbackedKind.SIZE, read=DataRead.NONZERO, op="aten.nonzero",
+                             filename=inspect.getsourcefile(P), lineno=start + 1, code="n = mask.nonzero().shape[0]")
+    assert tp.env.describe_symbol(u) == (f"number of nonzero elements (nonzero at {src.filename}:{start + 1} "
+                                         f"`n = mask.nonzero().shape[0]`)")
+    assert data_name(tp.env, u) == "n"
+    with pytest.raises(TypeError, match="DataSource"):
+        tp.env.table.add_unbacked("number of nonzero elements")
+
+
+def _branch_on_allclose(a, b):
+    if torch.allclose(a, b):
+        return a
+    return b
+
+
+def test_a_truth_value_read_from_data_is_named_as_a_value():
+    # allclose's result is a value: named by its expression, never as a length (len(...)).
+    with pytest.raises(DataDependentError, match=r"torch\._check\(torch\.allclose\(a, b\) == 1\)"):
+        shapes.trace(_branch_on_allclose, "a: f32[N]", "b: f32[N]")
+
+
 # -- acceptance 4: differential against eager ---------------------------------------------------
 
 DIFFERENTIAL = [
