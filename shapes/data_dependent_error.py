@@ -44,7 +44,8 @@ class DataDependentError(SymshapeError, RuntimeError):
         # The user's names for the values (x.sum().item(), n), never the engine's u0.
         names = {u: name_from_source(sources.get(u), u.name) for u in self.unbacked}
         what = {u: str(sources.get(u, u)) for u in self.unbacked}
-        origins = "; ".join(f"{names[u]} = {what[u]}" for u in self.unbacked if names[u] not in what[u])
+        # A name read off the user's line needs no origin: the line is in the message already.
+        origins = "; ".join(f"{names[u]} = {what[u]}" for u in self.unbacked if _bare(names[u]) not in what[u])
         op = f" (asked by {provenance.op})" if provenance.op else ""
         super().__init__(
             f"data-dependent condition {to_python(expr, names)} at {provenance.filename}:{provenance.lineno}"
@@ -54,3 +55,8 @@ class DataDependentError(SymshapeError, RuntimeError):
             f"torch._check({to_python(sympy.Not(expr), names)}); the check is asserted at run time and "
             f"assumed while tracing."
         )
+
+
+def _bare(name: str) -> str:
+    """``name`` without the parentheses that make it one operand (``(x.sum() > 0)``)."""
+    return name[1:-1] if name.startswith("(") and name.endswith(")") else name

@@ -19,9 +19,12 @@ Example::
     ('idx.shape[0]', 'n')
     >>> read(DataRead.ALLCLOSE, "if torch.allclose(a, b):"), name_from_source(None, "u3")
     ('torch.allclose(a, b)', 'data_value_3')
+    >>> read(DataRead.TRUTH, "if x.sum() > 0:")  # one operand inside a larger condition
+    '(x.sum() > 0)'
 """
 from __future__ import annotations
 
+import ast
 import re
 from typing import Optional
 
@@ -67,8 +70,18 @@ def name_from_source(source: Optional[DataSource], fallback: str) -> str:
         if j >= 0 and is_value and code[j + len(r):].strip():
             return _operand_before(code, j + len(r))
     if code:
-        return code if is_value else f"len({code})"
+        return _as_operand(code) if is_value else f"len({code})"
     return f"data_value_{fallback.lstrip('u')}"
+
+
+def _as_operand(code: str) -> str:
+    """``code`` as one operand: the name stands inside larger conditions (``(x.sum() > 0) == 1``;
+    unparenthesized it would read as a chained comparison)."""
+    try:
+        node = ast.parse(code, mode="eval").body
+    except SyntaxError:
+        return f"({code})"
+    return code if isinstance(node, (ast.Name, ast.Call, ast.Attribute, ast.Subscript, ast.Constant)) else f"({code})"
 
 
 def data_name(env, u) -> str:

@@ -207,6 +207,18 @@ def test_a_truth_value_read_from_data_is_named_as_a_value():
         shapes.trace(_branch_on_allclose, "a: f32[N]", "b: f32[N]")
 
 
+def _branch_on_a_tensor(x):
+    if x.sum() > 0:
+        return x
+    return -x
+
+
+def test_a_truth_value_of_a_comparison_is_one_operand_in_the_suggested_check():
+    # Unparenthesized, x.sum() > 0 == 1 is a chained comparison: always False.
+    with pytest.raises(DataDependentError, match=r"torch\._check\(\(x\.sum\(\) > 0\) == 1\)"):
+        shapes.trace(_branch_on_a_tensor, "x: f32[N]")
+
+
 # -- acceptance 4: differential against eager ---------------------------------------------------
 
 DIFFERENTIAL = [
