@@ -19,8 +19,8 @@ Example::
     ('idx.shape[0]', 'n')
     >>> read(DataRead.ALLCLOSE, "if torch.allclose(a, b):"), name_from_source(None, "u3")
     ('torch.allclose(a, b)', 'data_value_3')
-    >>> read(DataRead.TRUTH, "if x.sum() > 0:")  # one operand inside a larger condition
-    '(x.sum() > 0)'
+    >>> read(DataRead.TRUTH, "if x.sum() > 0:")  # a tensor's truth: torch._check takes a bool
+    'bool(x.sum() > 0)'
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import ast
 import re
 from typing import Optional
 
-from .symbols import DataSource
+from .symbols import DataRead, DataSource, UnbackedKind
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(.+?)\s*$")
 _READS = (".item()", ".tolist()", ".nonzero()")
@@ -69,6 +69,11 @@ def name_from_source(source: Optional[DataSource], fallback: str) -> str:
         j = code.find(r)
         if j >= 0 and is_value and code[j + len(r):].strip():
             return _operand_before(code, j + len(r))
+    truth = source is not None and (source.read is DataRead.TRUTH
+                                    or (source.read is DataRead.ITEM and source.kind is UnbackedKind.BOOL))
+    if code and truth and not code.startswith("bool("):
+        # The branch tested a tensor's truth: torch._check needs a Python bool, not a tensor.
+        return f"bool({code})"
     if code:
         return _as_operand(code) if is_value else f"len({code})"
     return f"data_value_{fallback.lstrip('u')}"

@@ -203,7 +203,9 @@ def _branch_on_allclose(a, b):
 
 def test_a_truth_value_read_from_data_is_named_as_a_value():
     # allclose's result is a value: named by its expression, never as a length (len(...)).
-    with pytest.raises(DataDependentError, match=r"torch\._check\(torch\.allclose\(a, b\) == 1\)"):
+    # allclose returns a Python bool (a trace can only decide it): the read suggested is isclose's.
+    with pytest.raises(DataDependentError, match=r"torch\.allclose\(a, b\) reads the data again.*"
+                       r"value = torch\.isclose\(a, b\)\.all\(\)\.item\(\); then torch\._check\(value\)"):
         shapes.trace(_branch_on_allclose, "a: f32[N]", "b: f32[N]")
 
 
@@ -213,10 +215,26 @@ def _branch_on_a_tensor(x):
     return -x
 
 
-def test_a_truth_value_of_a_comparison_is_one_operand_in_the_suggested_check():
-    # Unparenthesized, x.sum() > 0 == 1 is a chained comparison: always False.
-    with pytest.raises(DataDependentError, match=r"torch\._check\(\(x\.sum\(\) > 0\) == 1\)"):
+def _branch_on_a_tensor_checked(x):
+    value = (x.sum() > 0).item()
+    torch._check(torch.sym_not(value))
+    if value:
+        return x
+    return -x
+
+
+def test_the_suggested_check_for_a_tensor_truth_value_runs_and_settles_the_branch():
+    # A check on x.sum() > 0 itself would read the data again into another value (and torch._check
+    # refuses a tensor): the suggestion reads the value once, checks it, and branches on it.
+    with pytest.raises(DataDependentError, match=r"value = \(x\.sum\(\) > 0\)\.item\(\); then "
+                       r"torch\._check\(value\) or torch\._check\(torch\.sym_not\(value\)\)"):
         shapes.trace(_branch_on_a_tensor, "x: f32[N]")
+    x = -torch.ones(3)
+    assert torch.equal(_branch_on_a_tensor_checked(x), -x)  # the suggestion as written runs in eager
+    tp = shapes.trace(_branch_on_a_tensor_checked, "x: f32[N]")
+    assert torch.equal(tp.run(x), -x)  # and settles the branch; the read truth value binds as 0/1
+    with pytest.raises(GuardViolation, match="sym_not"):
+        tp.run(torch.ones(3))
 
 
 # -- acceptance 4: differential against eager ---------------------------------------------------
