@@ -47,7 +47,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .graph_capture import GraphRecorder
-from .wrapper import BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, straight_line, template_buffers
+from .wrapper import (BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, step_buffers, straight_line,
+                      template_buffers)
 
 #: ATen ops that launch no GPU work (views): a segment of only these is not worth a graph.
 _VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
@@ -86,18 +87,6 @@ def _slots(a, into: set) -> set:
         for x in a.values():
             _slots(x, into)
     return into
-
-
-def _reads(step) -> set:
-    if isinstance(step, KernelStep):
-        return set(step.buffers) - {al.name for al in step.allocs}
-    return template_buffers([step.args, step.kwargs], set())
-
-
-def _writes(step) -> set:
-    if isinstance(step, KernelStep):
-        return {al.name for al in step.allocs}
-    return {step.out}
 
 
 def _launches_work(step) -> bool:
@@ -157,8 +146,8 @@ class PiecewiseRun:
         syms = set()
         for i in _slots([getattr(step, "args", ()), getattr(step, "kwargs", {})], set()):
             syms |= size_exprs[i].free_symbols
-        names = set(step.buffers) if isinstance(step, KernelStep) else _reads(step) | _writes(step)
-        for n in names:
+        reads, writes = step_buffers(step)
+        for n in reads | writes:
             b = lp.buffers.get(n)
             if b is not None:
                 for d in tuple(b.shape) + tuple(b.strides):
@@ -193,8 +182,8 @@ class PiecewiseRun:
         later_reads: set = set()
         out_names = template_buffers(list(v.outputs), set())
         for s in reversed(segments):
-            made = set().union(*[_writes(st) for st in s.steps])
-            read = set().union(*[_reads(st) for st in s.steps])
+            made = set().union(*[step_buffers(st)[1] for st in s.steps])
+            read = set().union(*[step_buffers(st)[0] for st in s.steps])
             s.writes = sorted(made & (later_reads | out_names))
             s.reads = sorted(read - made)
             later_reads |= set(s.reads)
