@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import math
 import os
 import pstats
 import sys
@@ -238,42 +239,51 @@ def model_profile(name, dtype_name, points, modes, calls=200):
     rows = []
     for mode in modes:
         torch._dynamo.reset()
-        t0 = time.perf_counter()
-        f = _model_fn(mode, prog, specs)
-        with torch.no_grad():
-            for p in points:
-                f(*inputs[p])
-            torch.cuda.synchronize()
-            print(f"\n#### {name} {dtype_name} {mode}: built and first calls in {time.perf_counter() - t0:.1f}s")
-            for p in points:
-                args = inputs[p]
-                call = (lambda a=args: f(*a))
-                for _ in range(3):
-                    call()
-                h = host_us(call)
-                wall = per_call_us(call, n=calls)
-                gpu, launches, prof = gpu_kernels(call)
-                rows.append((mode, p, h, wall, gpu, launches))
-                print(f"==== {name} {mode} {p}: host {h:.0f} us/call (GPU idle before), loop {wall:.0f} us/call, "
-                      f"GPU kernels {gpu:.0f} us/call, {launches:.0f} launches/call ====")
-                print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=70))
-                if mode in ("symshape", "backend"):
-                    pr = cProfile.Profile()
-                    pr.enable()
-                    for _ in range(50):
-                        call()
-                    pr.disable()
-                    torch.cuda.synchronize()
-                    out = io.StringIO()
-                    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(25)
-                    print(f"cProfile of 50 calls ({mode} {p}), by own time:")
-                    print("\n".join(ln for ln in out.getvalue().splitlines()[6:] if ln.strip()))
-        del f
+        try:
+            _profile_mode(name, dtype_name, mode, prog, specs, points, inputs, rows, calls)
+        except Exception as e:  # noqa: BLE001 - a mode that fails is a row of the report, not the end of it
+            print(f"\n#### {name} {dtype_name} {mode} FAILED: {type(e).__name__}: {str(e)[:300]}")
+            rows.append((mode, "FAILED", math.nan, math.nan, math.nan, math.nan, math.nan))
     print(f"\n{torch.cuda.get_device_name()} {name} {dtype_name}: us per call")
-    print(f"  {'mode':<16} {'B,T':<11} {'host':>8} {'loop':>8} {'GPU kern':>9} {'launches':>9} {'host/launch':>12}")
-    for mode, p, h, wall, gpu, launches in rows:
-        print(f"  {mode:<16} {str(p):<11} {h:8.0f} {wall:8.0f} {gpu:9.0f} {launches:9.0f} "
+    print(f"  {'mode':<16} {'B,T':<11} {'host':>8} {'loop':>8} {'do_bench':>9} {'GPU kern':>9} {'launches':>9} "
+          f"{'host/launch':>12}")
+    for mode, p, h, wall, bench, gpu, launches in rows:
+        print(f"  {mode:<16} {str(p):<11} {h:8.0f} {wall:8.0f} {bench:9.0f} {gpu:9.0f} {launches:9.0f} "
               f"{h / max(launches, 1):12.2f}")
+
+
+def _profile_mode(name, dtype_name, mode, prog, specs, points, inputs, rows, calls):
+    """One mode of :func:`model_profile`: a row per point into ``rows``, tables printed."""
+    t0 = time.perf_counter()
+    f = _model_fn(mode, prog, specs)
+    with torch.no_grad():
+        for p in points:
+            f(*inputs[p])
+        torch.cuda.synchronize()
+        print(f"\n#### {name} {dtype_name} {mode}: built and first calls in {time.perf_counter() - t0:.1f}s")
+        for p in points:
+            call = (lambda a=inputs[p]: f(*a))
+            for _ in range(3):
+                call()
+            h = host_us(call)
+            wall = per_call_us(call, n=calls)
+            bench = gc._bench(f, inputs[p]) * 1e3
+            gpu, launches, prof = gpu_kernels(call)
+            rows.append((mode, p, h, wall, bench, gpu, launches))
+            print(f"==== {name} {mode} {p}: host {h:.0f} us/call (GPU idle before), loop {wall:.0f} us/call, "
+                  f"do_bench {bench:.0f} us, GPU kernels {gpu:.0f} us/call, {launches:.0f} launches/call ====")
+            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=70))
+            if mode in ("symshape", "backend"):
+                pr = cProfile.Profile()
+                pr.enable()
+                for _ in range(50):
+                    call()
+                pr.disable()
+                torch.cuda.synchronize()
+                out = io.StringIO()
+                pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(25)
+                print(f"cProfile of 50 calls ({mode} {p}), by own time:")
+                print("\n".join(ln for ln in out.getvalue().splitlines()[6:] if ln.strip()))
 
 
 def main(argv=None):

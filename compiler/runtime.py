@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -241,10 +242,29 @@ class Variant:
         return pytree.tree_unflatten(leaves, self.tp.out_spec)
 
 
-class CompiledProgram:
-    """A callable serving every input size; see :func:`compile`."""
+def default_device(target: str) -> torch.device:
+    """The device a program compiled for ``target`` is first traced for: CUDA for Triton
+    where a GPU runs it (not under ``TRITON_INTERPRET=1``), else the CPU.  A call on
+    another device traces again for that device (:meth:`CompiledProgram.variant_for`).
 
-    def __init__(self, program, specs, dims, target, _tp=None):
+    >>> default_device("cpp")
+    device(type='cpu')
+    """
+    if target == "triton" and torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class CompiledProgram:
+    """A callable serving every input size; see :func:`compile`.
+
+    Each variant is traced for one device: the trace records where the program makes
+    its tensors (``torch.arange(n, device=x.device)`` says ``cuda:0`` in a CUDA trace)
+    and which device-dependent branches it took, so a variant serves only calls on its
+    own device; inputs on another one get a variant traced for theirs.
+    """
+
+    def __init__(self, program, specs, dims, target, _tp=None, device=None):
         self.program = program
         self.specs = [parse_spec(s) for s in specs]
         self.dims = dict(dims or {})
@@ -268,9 +288,12 @@ class CompiledProgram:
         # by the trace's binder; the others are read directly and the expressions checked.
         plain = {d for s in self.specs for d in s.dims if isinstance(d, str)}
         self._solve = any(n not in plain for n in self.names)
-        self._add(_tp if _tp is not None else self._trace(None))
+        device = torch.device(device) if device is not None else default_device(target)
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", 0)  # what a CUDA tensor reports
+        self._add(_tp if _tp is not None else self._trace(None, device))
 
-    def _trace(self, values: Optional[tuple]):
+    def _trace(self, values: Optional[tuple], device: torch.device):
         dims = dict(self.dims)
         if values is not None:
             parsed = parse_dims(self.dims, self.names)
@@ -282,7 +305,7 @@ class CompiledProgram:
         STATS["traces"] += 1
         self.stats["traces"] += 1
         # Kernels keep PyTorch's 0/1 policy: a size 0 or 1 gets its own variant.
-        return shapes.trace(self.program, *self.specs, dims=dims, specialize_zero_one=True)
+        return shapes.trace(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device)
 
     def _add(self, tp) -> Variant:
         v = Variant(tp, self.target)
@@ -345,11 +368,14 @@ class CompiledProgram:
                                      f"({given})")
         return tuple(vals)
 
-    def variant_for(self, values) -> Variant:
+    def variant_for(self, values, device: Optional[torch.device] = None) -> Variant:
+        """The variant serving dim ``values`` on ``device`` (default: the first variant's
+        device), traced and compiled if none does."""
+        device = self.variants[0].tp.device if device is None else device
         for v in self.variants:
-            if v.covers(values):
+            if v.tp.device == device and v.covers(values):
                 return v
-        return self._add(self._trace(values))
+        return self._add(self._trace(values, device))
 
     def __call__(self, *tensors):
         self.stats["calls"] += 1
@@ -367,24 +393,32 @@ class CompiledProgram:
             v, sizes, launches = hit
             return v.run_bound(tensors, sizes, launches)
         values = self.bind(tensors)
-        v = self.variant_for(values)
+        v = self.variant_for(values, _device_of(tensors))
         out = v.run(tensors, values)
         if key is not None and not v.eager and len(self._bound) < 4096:
             self._bound[key] = (v, *v.bind_sizes(values))
         return out
 
 
-def compile(program, *specs, dims=None, target: str = "cpp") -> CompiledProgram:
+def _device_of(tensors) -> Optional[torch.device]:
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            return t.device
+    return None
+
+
+def compile(program, *specs, dims=None, target: str = "cpp", device=None) -> CompiledProgram:
     """Compile ``program`` for inputs matching ``specs`` (``"x: f32[B, T, 64]"``).
 
     ``target``: ``"cpp"`` (CPU tensors) or ``"triton"`` (CUDA tensors, or CPU
     under ``TRITON_INTERPRET=1``).  The result checks the guards of its trace
     on every call and retraces only when they fail; ``.stats`` counts traces
-    and compiled variants.
+    and compiled variants.  ``device``: the device the program is first traced
+    for (default :func:`default_device`); a call on another device traces again.
     """
     if target not in ("cpp", "triton"):
         raise ValueError(f"target must be 'cpp' or 'triton', got {target!r}")
-    return CompiledProgram(program, specs, dims, target)
+    return CompiledProgram(program, specs, dims, target, device=device)
 
 
-__all__ = ["compile", "CompiledProgram", "Variant", "STATS", "math", "operator"]
+__all__ = ["compile", "CompiledProgram", "Variant", "STATS", "default_device", "math", "operator"]

@@ -184,3 +184,29 @@ def test_cpp_program_refuses_tensors_off_the_cpu():
     other = torch.device("cuda") if torch.cuda.is_available() else torch.device("meta")
     with pytest.raises(DeviceMismatch, match=r"input x is on .*target='triton'"):
         f(torch.empty(3, 8, device=other))
+
+
+def test_a_variant_serves_only_the_device_it_was_traced_for():
+    """A trace records where the program makes tensors and which device branches it took:
+    a variant traced for CUDA must not serve CPU tensors (on the H100 a CPU trace's
+    ``arange(device=cpu)`` reached a Triton kernel with CUDA inputs).  The CPU call gets
+    its own trace, with the CPU branch and CPU-made tensors."""
+    def prog(x):
+        r = torch.arange(x.shape[1], device=x.device).to(x.dtype)
+        return (x + r) * (2.0 if x.device.type == "cpu" else -1.0)
+    f = compiler.compile(prog, "x: f32[B, T]", target="cpp", device="cuda")
+    assert [str(v.tp.device) for v in f.variants] == ["cuda:0"]
+    x = torch.randn(3, 5)
+    assert torch.equal(f(x), prog(x))
+    assert [str(v.tp.device) for v in f.variants] == ["cuda:0", "cpu"] and f.stats["traces"] == 2
+    y = torch.randn(4, 7)
+    assert torch.equal(f(y), prog(y)) and f.stats["traces"] == 2  # the CPU variant serves every size
+
+
+def test_default_trace_device_follows_the_target():
+    from compiler.runtime import default_device
+    assert default_device("cpp") == torch.device("cpu")
+    f = compiler.compile(lambda x: x + torch.ones(x.shape[0], 1, device=x.device), "x: f32[B, 4]", target="cpp")
+    assert f.variants[0].tp.device == torch.device("cpu")
+    x = torch.randn(2, 4)
+    assert torch.equal(f(x), x + 1) and f.stats["traces"] == 1
