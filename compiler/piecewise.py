@@ -211,7 +211,8 @@ class PiecewiseRun:
         v = self.v
         self.stats["calls"] += 1
         kvals = tuple(values[i] for i in v.sym_index)
-        sizes = v.size_fn(*kvals)
+        # Masks keep their values here: classifying one synchronizes, once per size (every token).
+        sizes = v.sizes_at(kvals, classify=False)
         device = tensors[0].device if tensors else torch.device("cpu")
         env = dict(zip(self.input_names, tensors))
         env.update(zip(self.const_names, v.consts(device)))

@@ -36,6 +36,7 @@ from shapes.guard import GuardKind
 from shapes.program import violation_message
 from shapes.spec import Dim, DimExpr, parse_dims, parse_spec
 
+from . import sized_masks
 from .attention import fuse_causal_attention
 from .sdpa_calls import tune_calls
 from .codegen import TARGETS
@@ -45,7 +46,7 @@ from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
-                      straight_line)
+                      straight_line, template_buffers)
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
 STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0, "warmed": 0, "warm_s": 0.0}
@@ -175,13 +176,20 @@ class Variant:
                     target = view_as_traced
                 plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
-        self.plan = plan = linear_calls(plan, self.outputs)
+        plan = linear_calls(plan, self.outputs)
+        # SDPA masks made from sizes alone: classified per size, then causal or dropped
+        # (compiler.sized_masks); their classes follow the size slots in the sizes tuple.
+        outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
+        self.masks = sized_masks.find(plan, outside, lp.buffers, slot)
+        self.plan = plan = sized_masks.rewrite(plan, self.masks, len(exprs))
+        self._classifier = None
         #: The size slots' expressions (slot i is ``size_exprs[i]``), and their compiled function.
         self.size_exprs = list(exprs)
         self.size_fn = compile_exprs(self.size_exprs, lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
         self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
                                              self.outputs)
+        self._fns = {(sized_masks.MaskClass.KEEP,) * len(self.masks): self.fn}
         # Trace-time constants are fixed (moved to a device once); parameters and buffers are
         # read from the module on every call, so updates and moves are seen.
         self.const_getters = [(self.tp.constants.get(t), _attr_reader(t)) for _, t in lp.consts]
@@ -233,13 +241,37 @@ class Variant:
     def bind_sizes(self, values: tuple) -> tuple:
         """``(size values, launches)`` at dim ``values``: what :meth:`run_bound` takes."""
         kvals = tuple(values[i] for i in self.sym_index)
-        return self.size_fn(*kvals), bind_launches(self.plan, kvals)
+        return self.sizes_at(kvals), bind_launches(self.plan, kvals)
+
+    def sizes_at(self, kvals: tuple, classify: bool = True) -> tuple:
+        """The sizes tuple at the kernels' dim values ``kvals``: the size slots, then the class
+        of each sizes-only mask (computed once per size; all ``KEEP`` without ``classify``)."""
+        sizes = self.size_fn(*kvals)
+        if not self.masks:
+            return sizes
+        if not classify:
+            return (*sizes, *(sized_masks.MaskClass.KEEP,) * len(self.masks))
+        if self._classifier is None:
+            self._classifier = sized_masks.MaskClassifier(self.plan, self.masks, self.tp.device)
+        return (*sizes, *self._classifier.classes(kvals, sizes))
 
     def run_bound(self, tensors, sizes, launches):
         """Run with the size values and bound launches of :meth:`bind_sizes` (asserts checked)."""
         device = tensors[0].device if tensors else torch.device("cpu")
-        leaves = self.fn(tensors, sizes, launches, self._consts(device), device)
+        fn = self.fn if not self.masks else self._fn_for(sizes[len(sizes) - len(self.masks):])
+        leaves = fn(tensors, sizes, launches, self._consts(device), device)
         return pytree.tree_unflatten(leaves, self.tp.out_spec)
+
+    def _fn_for(self, classes: tuple):
+        """The straight-line run at these mask classes: the steps that only made dropped masks left out."""
+        fn = self._fns.get(classes)
+        if fn is None:
+            lp = self.lp
+            plan = sized_masks.without_masks(self.plan, self.masks, classes)
+            skip = sized_masks.droppable(plan, template_buffers(list(self.outputs), set()), self.masks, classes)
+            fn = self._fns[classes] = straight_line(plan, [b.name for b in lp.inputs],
+                                                    [b.name for b, _ in lp.consts], self.outputs, skip=skip)[1]
+        return fn
 
 
 def default_device(target: str) -> torch.device:

@@ -213,8 +213,9 @@ def step_buffers(step) -> tuple:
 
     >>> step_buffers(KernelStep(None, ("x", "y"), (Alloc("y", (), (), torch.float32),), (False, False)))
     ({'x'}, {'y'})
-    >>> step_buffers(ExternStep(torch.add, (BufSlot("x"), SizeSlot(0)), {"alpha": BufSlot("a")}, "z"))
-    ({'a', 'x'}, {'z'})
+    >>> reads, writes = step_buffers(ExternStep(torch.add, (BufSlot("x"), SizeSlot(0)), {"alpha": BufSlot("a")}, "z"))
+    >>> sorted(reads), writes
+    (['a', 'x'], {'z'})
     """
     if isinstance(step, KernelStep):
         writes = {al.name for al in step.allocs}
@@ -237,20 +238,25 @@ def _last_uses(plan, outputs) -> dict:
     return out
 
 
-def straight_line(plan, inputs, consts, outputs):
+def straight_line(plan, inputs, consts, outputs, skip=frozenset()):
     """``(source, fn)``: ``fn(tensors, s, launches, const_tensors, dev)`` runs ``plan``
     (:class:`KernelStep` / :class:`ExternStep`) and returns the output leaves;
     ``s`` holds the size function's values, ``launches`` one ``launch(buffers)`` per
-    kernel step in plan order, bound to the call's sizes (:func:`bind_launches`)."""
+    kernel step in plan order, bound to the call's sizes (:func:`bind_launches`).
+    Steps whose index is in ``skip`` are left out (``launches`` still counts them)."""
     w = _Writer()
     body = w.lines
     if inputs:
         body.append(f"    {''.join(_var(n) + ', ' for n in inputs)}= tensors")
     if consts:
         body.append(f"    {''.join(_var(n) + ', ' for n in consts)}= const_tensors")
-    dead = _last_uses(plan, outputs)
+    kept = [n for n in range(len(plan)) if n not in skip]
+    dead = {kept[i]: names for i, names in _last_uses([plan[n] for n in kept], outputs).items()}
     nk = 0
     for n, step in enumerate(plan):
+        if n in skip:
+            nk += isinstance(step, KernelStep)
+            continue
         if isinstance(step, KernelStep):
             for al in step.allocs:
                 shape = "(" + "".join(f"s[{i}], " for i in al.shape) + ")"
