@@ -145,7 +145,9 @@ class PiecewiseRun:
     def _depends(self, step, lp, size_exprs, memo) -> bool:
         syms = set()
         for i in _slots([getattr(step, "args", ()), getattr(step, "kwargs", {})], set()):
-            syms |= size_exprs[i].free_symbols
+            # Slots past the size expressions hold mask classes, always KEEP here (sizes_at).
+            if i < len(size_exprs):
+                syms |= size_exprs[i].free_symbols
         reads, writes = step_buffers(step)
         for n in reads | writes:
             b = lp.buffers.get(n)

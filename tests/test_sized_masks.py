@@ -84,3 +84,21 @@ def test_hf_llama_runs_causal_without_its_mask_and_equals_eager():
     with torch.no_grad():
         torch.testing.assert_close(f(ids), model(input_ids=ids, use_cache=False).logits, atol=2e-4, rtol=2e-4)
     assert set(v._classifier.cache.values()) == {(MaskClass.CAUSAL, MaskClass.CAUSAL)}
+
+
+def test_piecewise_graphs_split_a_plan_with_a_sized_mask():
+    """CUDA graphs between the S-dependent steps read mask classes from the sizes tuple
+    (always KEEP there): the split and the run work with them (on the H100 the split
+    indexed past the size expressions)."""
+    from compiler.piecewise import PiecewiseRun
+
+    def step(q, k, v):
+        h = q @ q.transpose(-1, -2) @ q
+        return _window(h, k, v)
+    f = compiler.compile(step, "q: f32[1, 2, 3, 8]", "k: f32[1, 2, S, 8]", "v: f32[1, 2, S, 8]")
+    v = f.variants[0]
+    assert len(v.masks) == 1
+    pw = PiecewiseRun(v, {v.tp.env.symbols["S"]}, capture=False)
+    q, k = torch.randn(1, 2, 3, 8), torch.randn(1, 2, 9, 8)
+    torch.testing.assert_close(pw((q, k, k), f.bind((q, k, k))), step(q, k, k), atol=1e-5, rtol=1e-5)
+    assert any(s.graphed for s in pw.segments)
