@@ -231,17 +231,18 @@ class Variant:
                 at = dict(zip(self.symbols, values))
                 raise GuardViolation(violation_message(g, at), guard=g, values=at)
 
-    def run(self, tensors, values: tuple):
-        """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
+    def run(self, tensors, values: tuple, classify: bool = True):
+        """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order
+        (``classify``: see :meth:`sizes_at`)."""
         self.check_asserts(values)
         if self.eager:
             return self.tp.run(*tensors)
-        return self.run_bound(tensors, *self.bind_sizes(values))
+        return self.run_bound(tensors, *self.bind_sizes(values, classify))
 
-    def bind_sizes(self, values: tuple) -> tuple:
+    def bind_sizes(self, values: tuple, classify: bool = True) -> tuple:
         """``(size values, launches)`` at dim ``values``: what :meth:`run_bound` takes."""
         kvals = tuple(values[i] for i in self.sym_index)
-        return self.sizes_at(kvals), bind_launches(self.plan, kvals)
+        return self.sizes_at(kvals, classify), bind_launches(self.plan, kvals)
 
     def sizes_at(self, kvals: tuple, classify: bool = True) -> tuple:
         """The sizes tuple at the kernels' dim values ``kvals``: the size slots, then the class
@@ -303,7 +304,9 @@ class CompiledProgram:
         self.target = target
         self.variants: list[Variant] = []
         self.stats = {"traces": 0, "variants": 0, "calls": 0}
-        self._bound: dict = {}  # (shape, dtype) per input -> (variant, size values, bound launches)
+        # (shape, dtype, device) per input -> (variant, size values, bound launches, the dim values
+        # while its sizes-only masks are not classified yet, else None).
+        self._bound: dict = {}
         #: Indices of the inputs whose (shape, dtype) key the binding cache (None: all); a caller
         #: that has checked the others itself (the dynamo backend's guards) narrows it.
         self.key_inputs: Optional[list] = None
@@ -422,13 +425,19 @@ class CompiledProgram:
         hit = self._bound.get(key)
         if hit is not None:
             # Guards, asserts and sizes depend on the shapes alone: computed once per shape.
-            v, sizes, launches = hit
+            v, sizes, launches, pending = hit
+            if pending is not None:
+                # The shape came back: now worth classifying its sizes-only masks (one sync).
+                sizes = v.bind_sizes(pending)[0]
+                self._bound[key] = (v, sizes, launches, None)
             return v.run_bound(tensors, sizes, launches)
         values = self.bind(tensors)
         v = self.variant_for(values, _device_of(tensors))
-        out = v.run(tensors, values)
+        # A shape's first call passes masks as they are: classifying them costs a sync and
+        # pays only where the shape repeats (a decoder's cache length never does).
+        out = v.run(tensors, values, classify=False)
         if key is not None and not v.eager and len(self._bound) < 4096:
-            self._bound[key] = (v, *v.bind_sizes(values))
+            self._bound[key] = (v, *v.bind_sizes(values, classify=False), values if v.masks else None)
         return out
 
 
