@@ -10,7 +10,9 @@ loss), backward, and AdamW outside the compiled region; fp32 and bf16 autocast.
 Modes: ``eager``; ``ind_dyn`` (``torch.compile(dynamic=True)``); ``ind_static``
 (``dynamic=False``, automatic dynamic shapes off: one compile per length; each of
 its lengths runs twice, the second step timed);
-``symshape`` (``backend="symshape", dynamic=True``).  Per mode: median step ms
+``symshape`` (``backend="symshape", dynamic=True``); any mode with ``_nocudnn``
+appended (``eager_nocudnn``, ``ind_dyn_nocudnn``) runs with cuDNN's SDPA disabled,
+which plans per shape and so costs a new-length step milliseconds of host time.  Per mode: median step ms
 over steps that compiled nothing, compile seconds (the time of steps that
 compiled, less a median step each), dynamo graphs compiled after the first
 step (recompiles), symshape fallbacks, peak CUDA memory, and the largest
@@ -154,16 +156,31 @@ def grad_error(model, fn, batch, dtype, device) -> float:
 
 
 def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
-    """One mode's training run on ``lens``: the row's numbers for :func:`report`."""
+    """One mode's training run on ``lens``: the row's numbers for :func:`report`.
+
+    A mode ending in ``_nocudnn`` runs its base mode with cuDNN's SDPA disabled
+    (cuDNN builds a plan for every new shape: eager and Inductor pay it at every
+    new length; symshape's training graphs never pick it)."""
+    if mode.endswith("_nocudnn"):
+        was = torch.backends.cuda.cudnn_sdp_enabled()
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        try:
+            return _run_mode(mode, name, dtype, device, lens, check_len, log)
+        finally:
+            torch.backends.cuda.enable_cudnn_sdp(was)
+    return _run_mode(mode, name, dtype, device, lens, check_len, log)
+
+
+def _run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
     model, batch = build(name, device, max(lens + [check_len]) + 1)
     g = torch.Generator().manual_seed(0)
     check = batch(check_len, g)
-    fn = _compiled(mode, model)
+    fn = _compiled(mode.removesuffix("_nocudnn"), model)
     res = {"ms": float("nan"), "compile_s": 0.0, "recompiles": 0, "fallbacks": 0, "peak_mib": float("nan"),
            "err": float("nan"), "steps": 0}
     cfg = torch._dynamo.config
     patches = dict(cache_size_limit=256, accumulated_cache_size_limit=1024)
-    if mode == "ind_static":
+    if mode.startswith("ind_static"):
         patches["automatic_dynamic_shapes"] = False
     fb0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
     with cfg.patch(**patches), warnings.catch_warnings():
@@ -243,6 +260,10 @@ def report(rows, modes, device, n_lens) -> str:
     want_e, want_d = (1.3, 1.0) if device == "cuda" else (1.0, 0.9)
     lines.append(f"acceptance ({device}): vs eager >= {want_e} {'MET' if ge >= want_e else 'MISSED'}; "
                  f"vs Inductor dynamic >= {want_d} {'MET' if gd >= want_d else 'MISSED'}")
+    for ref in ("eager_nocudnn", "ind_dyn_nocudnn"):
+        if ref in modes:
+            g = _geo([res[ref]["ms"] / res["symshape"]["ms"] for res in rows.values() if ref in res and "symshape" in res])
+            lines.append(f"  geomean symshape speedup vs {ref} (cuDNN SDPA off in that mode): {g:.2f}x")
     if device == "cuda":
         mem = [res["symshape"]["peak_mib"] / res["ind_dyn"]["peak_mib"] for res in rows.values()
                if "symshape" in res and "ind_dyn" in res]

@@ -17,7 +17,7 @@ Example::
     >>> kernel_kind("sm90_xmma_gemm_bf16bf16_bf16f32")
     'matmul'
     >>> kernel_kind("triton_poi_fused_add_0")
-    'triton'
+    'inductor'
 """
 from __future__ import annotations
 
@@ -38,14 +38,19 @@ _MATMUL = ("gemm", "cutlass", "xmma", "sm90_", "sm80_", "cublas", "matmul", "mm_
 
 
 def kernel_kind(name: str) -> str:
-    """A kernel's kind from its name: ``matmul`` (cuBLAS, CUTLASS, attention), ``triton``, ``cpp`` or ``aten``."""
+    """A kernel's kind from its name: ``matmul`` (cuBLAS, CUTLASS, attention), ``inductor``
+    (``triton_*``), ``symshape`` (its scheduler names kernels ``kernelN``) or ``aten``.
+
+    >>> kernel_kind("kernel12"), kernel_kind("void at::native::reduce_kernel<128>")
+    ('symshape', 'aten')
+    """
     low = name.lower()
     if any(k in low for k in _MATMUL):
         return "matmul"
-    if low.startswith("triton") or "_kernel_" in low and "at::" not in low:
-        return "triton"
-    if low.startswith("symshape") or "kernel_cpp" in low:
-        return "cpp"
+    if low.startswith("triton"):
+        return "inductor"
+    if low.startswith("kernel") and low[6:].isdigit():
+        return "symshape"
     return "aten"
 
 

@@ -276,6 +276,7 @@ def compile_aten_graph(gm, example_inputs, *, target: str, graph: str, stats: di
 
 def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     stats["train_graphs"] = stats.get("train_graphs", 0) + 1
+    views_as_reshapes(gm)
     plan = plan_graph(list(example_inputs))
     outs = _outputs(gm)
     if plan is None or outs is None:
@@ -332,6 +333,51 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     return _boxed(run)
 
 
+def views_as_reshapes(gm) -> int:
+    """Turn ``aten.view`` into ``aten.reshape`` in a functional ATen graph; returns how many.
+
+    AOTAutograd's graphs hold no mutation, so a view and a reshape give equal
+    values; but a view is only valid for the strides the fake tensors had when
+    AOTAutograd traced (cuDNN attention's gradients come out in (B, T, H, D)
+    memory order, so their transpose flattens as a view), and symshape's retrace
+    may lay an op's output out otherwise.  A reshape is a view where one exists
+    and a copy where none does.
+
+    >>> g = torch.fx.symbolic_trace(lambda x: torch.ops.aten.view.default(x, [4]))
+    >>> views_as_reshapes(g), g(torch.ones(2, 2)).shape
+    (1, torch.Size([4]))
+    """
+    n = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is aten.view.default:
+            node.target = aten.reshape.default
+            n += 1
+    if n:
+        gm.recompile()
+    return n
+
+
+def attention_without_plans(example_inputs):
+    """A context for AOTAutograd's trace: SDPA picks flash/efficient/math kernels, not cuDNN's.
+
+    AOTAutograd writes the attention kernel it picks into the forward and backward
+    graphs.  cuDNN's builds an execution plan for every new shape (milliseconds of
+    host time, forward and backward): with a new sequence length at every step that
+    is paid at every step.  Flash and memory-efficient attention take any length
+    as it comes.  Off CUDA (or where ``torch.nn.attention`` lacks it) nothing changes.
+
+    >>> with attention_without_plans([torch.ones(1)]):
+    ...     pass
+    """
+    import contextlib
+    if not any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs):
+        return contextlib.nullcontext()
+    if os.environ.get("SYMSHAPE_TRAIN_CUDNN_SDPA", "0") == "1":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
 def _boxed(run):
     def call(args):
         return run(*args)
@@ -353,7 +399,8 @@ def train_backend(gm, example_inputs, *, target: str, stats: dict):
 
     backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=min_cut_rematerialization_partition,
                            decompositions=decompositions())
-    return backend(gm, example_inputs)
+    with attention_without_plans(example_inputs):
+        return backend(gm, example_inputs)
 
 
 def decompositions() -> dict:
@@ -369,4 +416,5 @@ def decompositions() -> dict:
 
 
 __all__ = ["train_backend", "compile_aten_graph", "plan_graph", "GraphPlan", "TrainingFallback", "FallbackKind",
-           "Fallback", "FALLBACKS", "ArgKind", "warn_fallback", "decompositions"]
+           "Fallback", "FALLBACKS", "ArgKind", "warn_fallback", "decompositions",
+           "views_as_reshapes", "attention_without_plans"]
