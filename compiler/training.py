@@ -404,9 +404,19 @@ def train_backend(gm, example_inputs, *, target: str, stats: dict):
 
 
 def decompositions() -> dict:
-    """Backward ops written as pointwise ops and reductions, so symshape fuses them."""
+    """Ops written as pointwise ops and reductions, so symshape fuses them.
+
+    Backward ops, and the forward ops whose outputs the min-cut partition would
+    otherwise save whole: decomposed, the partition saves their (smaller, lower
+    precision) inputs and a row's reductions and the backward recomputes the rest
+    (``_log_softmax`` of bf16 logits saved an fp32 copy of the logits).
+
+    >>> aten._log_softmax.default in decompositions()
+    True
+    """
     from torch._decomp import get_decompositions
-    ops = [aten.gelu_backward, aten.threshold_backward, aten.tanh_backward, aten.sigmoid_backward,
+    ops = [aten._log_softmax, aten._softmax, aten.native_layer_norm, aten.gelu, aten.silu, aten.detach, aten.zeros_like,
+           aten.gelu_backward, aten.threshold_backward, aten.tanh_backward, aten.sigmoid_backward,
            aten.silu_backward, aten._softmax_backward_data, aten._log_softmax_backward_data,
            aten.native_dropout_backward, aten.native_layer_norm_backward, aten.embedding_dense_backward,
            aten.nll_loss_backward, aten.nll_loss_forward, aten.hardtanh_backward]
