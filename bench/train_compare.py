@@ -290,6 +290,8 @@ def main(argv=None):
     ap.add_argument("--static-steps", type=int, default=None,
                     help="steps Inductor static runs (each new length compiles; default all, --quick 3)")
     ap.add_argument("--static-models", default=None, help="models Inductor static runs for (default: all)")
+    ap.add_argument("--mode-models", default="",
+                    help="MODE=MODEL+MODEL,...: run MODE for those models only (e.g. ind_dyn_nocudnn=gpt2)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     # Compiled steps are cheap on a GPU: 50 lengths there even with --quick (Inductor static,
@@ -298,6 +300,7 @@ def main(argv=None):
     lens = lengths(steps, a.min_len, a.max_len)
     static_steps = a.static_steps or (3 if a.quick else steps)
     modes = a.modes.split(",")
+    only = {k: v.split("+") for k, v in (x.split("=") for x in a.mode_models.split(",") if x)}
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     t_start = time.perf_counter()
     head = (f"{torch.cuda.get_device_name() if a.device == 'cuda' else 'CPU'} ({os.cpu_count()} cpus) "
@@ -313,6 +316,8 @@ def main(argv=None):
             rows[(name, dt)] = res = {}
             for m in modes:
                 if m == "ind_static" and a.static_models is not None and name not in a.static_models.split(","):
+                    continue
+                if m in only and name not in only[m]:
                     continue
                 try:
                     run_lens = lens[:static_steps] if m == "ind_static" else lens
