@@ -99,6 +99,11 @@ class Variant:
     def __init__(self, tp, target: str):
         self.tp = tp
         self.target = target
+        #: The device type this variant's kernels were built for; None: the tensors' own (Triton
+        #: compiles per device at launch).  C++ kernels read host memory, so they take CPU tensors
+        #: only.  A property of the build, checked by :meth:`run` (the uncached path): the binding
+        #: cache's key holds the device, so a cached call never needs the check.
+        self.device_type = "cpu" if target == "cpp" else None
         env = tp.env
         self.symbols = [env.symbols[n] for n in sorted(env.symbols)]
         guards = [g.expr for g in env.constraints + env.records if g.kind is not GuardKind.RUNTIME_ASSERT
@@ -224,8 +229,21 @@ class Variant:
                 at = dict(zip(self.symbols, values))
                 raise GuardViolation(violation_message(g, at), guard=g, values=at)
 
+    def check_device(self, tensors) -> None:
+        """Refuse tensors on a device other than the one this variant was built for (a CUDA
+        or meta tensor read by C++ kernels through a device pointer), with a typed error."""
+        if self.device_type is None:
+            return
+        for t, spec in zip(tensors, self.tp.specs):
+            if isinstance(t, torch.Tensor) and t.device.type != self.device_type:
+                raise DeviceMismatch(
+                    f"input {spec.name} is on {t.device}, but this program was compiled for target "
+                    f"'{self.target}', whose kernels run on {self.device_type.upper()} tensors: pass "
+                    f"{self.device_type.upper()} tensors, or compile with target='triton' for {t.device.type} tensors")
+
     def run(self, tensors, values: tuple):
         """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
+        self.check_device(tensors)
         self.check_asserts(values)
         if self.eager:
             return self.tp.run(*tensors)
@@ -293,18 +311,6 @@ class CompiledProgram:
         self.stats["variants"] += 1
         return v
 
-    def _check_devices(self, tensors) -> None:
-        """C++ kernels read host memory: a CUDA (or meta) tensor handed to them would be read
-        through a device pointer, so the call is refused with a typed error instead."""
-        if self.target != "cpp":
-            return
-        for t, spec in zip(tensors, self.specs):
-            if isinstance(t, torch.Tensor) and t.device.type != "cpu":
-                raise DeviceMismatch(
-                    f"input {spec.name} is on {t.device}, but this program was compiled for target 'cpp', "
-                    f"whose kernels run on CPU tensors: pass CPU tensors, or compile with target='triton' "
-                    f"for {t.device.type} tensors")
-
     def bind(self, tensors) -> tuple:
         """The dim values of a call, in ``self.names`` order; expression dims checked or solved.
 
@@ -315,7 +321,6 @@ class CompiledProgram:
         """
         if len(tensors) != len(self.specs):
             raise SpecError(f"expected {len(self.specs)} input(s), got {len(tensors)}")
-        self._check_devices(tensors)
         vals = [None] * len(self.names)
         derived = []
         keyed = self.key_inputs

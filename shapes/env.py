@@ -36,7 +36,7 @@ from .data_dependent_error import DataDependentError
 from .facts import FactStore, integer_valued
 from .guard import Decision, Guard, GuardKind, StepKind
 from .provenance import Provenance
-from .symbols import UNBACKED_PREFIX, SymbolTable, UnbackedKind
+from .symbols import UNBACKED_PREFIX, SizeSource, SymbolTable, UnbackedKind
 from .value_ranges import INF, ValueRange
 
 __all__ = ["ShapeEnv", "DataDependentError", "UNBACKED_PREFIX", "integer_valued"]
@@ -116,7 +116,7 @@ class ShapeEnv:
         hint: int,
         *,
         range: Optional[tuple] = None,
-        source: Optional[str] = None,
+        source: Optional[SizeSource] = None,
     ) -> sympy.Expr:
         """A backed size symbol named ``name`` with example value ``hint``.
 
@@ -134,7 +134,7 @@ class ShapeEnv:
         if self.specialize_zero_one:
             if hint in (0, 1):
                 # The spec, not whoever called trace(), is where this comes from.
-                prov = Provenance(filename="<input spec>", code=source or name)
+                prov = Provenance(filename="<input spec>", code=str(source) if source else name)
                 self.decisions.record(sympy.Eq(sym, hint), GuardKind.SPECIALIZATION, prov, Decision.ZERO_ONE,
                                       message=f"example size {hint}: sizes 0 and 1 are specialized")
                 return sympy.Integer(hint)
@@ -153,7 +153,7 @@ class ShapeEnv:
                    f"give dims={{{name!r}: (0, ...)}} to include size 0)" if r.lower == 1 else
                    f"the range given for {name}")
             self.constraints.append(Guard(expr=bounds, kind=GuardKind.GUARD, provenance=Provenance(
-                filename="<input spec>", code=source or name),
+                filename="<input spec>", code=str(source) if source else name),
                 decided_by=Decision.ZERO_ONE if policy else Decision.USER_RANGE, original=bounds,
                 message=why, index=-1, symbols=(sym,)))
         return sym

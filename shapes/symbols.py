@@ -7,9 +7,9 @@ them lives in :mod:`shapes.facts`, decisions in :mod:`shapes.decide`.
 
 Example::
 
-    >>> from shapes.symbols import SymbolTable, UnbackedKind
+    >>> from shapes.symbols import SizeSource, SymbolTable, UnbackedKind
     >>> table = SymbolTable()
-    >>> B = table.add_backed("B", 32, source="x.shape[0]")
+    >>> B = table.add_backed("B", 32, source=SizeSource.input_dim("x", 0))
     >>> u = table.add_unbacked(UnbackedKind.FLOAT, "x.sum().item()")
     >>> table.describe(B), table.describe(u), table.has_unbacked(B + 1)
     ('x.shape[0]', 'x.sum().item()', False)
@@ -17,6 +17,7 @@ Example::
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Optional
 
 import sympy
@@ -38,6 +39,56 @@ class UnbackedKind(TextEnum):
     FLOAT = "float"
 
 
+class SourceKind(TextEnum):
+    """Where a backed size symbol is read from when the program runs."""
+
+    INPUT_DIM = "input_dim"      # a dim of an input tensor (or a dim an input's size is linear in)
+    WORLD_SIZE = "world_size"    # torch.distributed.get_world_size()
+    RANK = "rank"                # torch.distributed.get_rank()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SizeSource:
+    """Where a size symbol comes from; ``str()`` is the user's Python for reading it.
+
+    An input dim may give the symbol through a linear spec (``x: f32[2*T + 1]``):
+    the size is ``scale * symbol + offset``, and the symbol reads back as
+    ``(x.shape[0] - 1) // 2``.
+
+    >>> str(SizeSource.input_dim("x", 1)), str(SizeSource.input_dim("x", 0, scale=2, offset=1))
+    ('x.shape[1]', '((x.shape[0] - 1) // 2)')
+    >>> SizeSource(kind=SourceKind.RANK).kind, str(SizeSource(kind=SourceKind.WORLD_SIZE))
+    (<SourceKind.RANK: 'rank'>, 'torch.distributed.get_world_size()')
+
+    The symbol table takes no text for a source (its kind would be lost):
+
+    >>> SymbolTable().add_backed("B", 4, source="x.shape[0]")
+    Traceback (most recent call last):
+    ...
+    TypeError: a symbol's source is a SizeSource, got str 'x.shape[0]'
+    """
+
+    kind: SourceKind
+    input: Optional[str] = None   # the input's name (INPUT_DIM)
+    dim: Optional[int] = None     # the dim of that input (INPUT_DIM)
+    scale: int = 1                # the input's size is scale * symbol + offset
+    offset: int = 0
+
+    @classmethod
+    def input_dim(cls, input: str, dim: int, *, scale: int = 1, offset: int = 0) -> "SizeSource":
+        return cls(kind=SourceKind.INPUT_DIM, input=input, dim=dim, scale=scale, offset=offset)
+
+    def __str__(self) -> str:
+        if self.kind is SourceKind.WORLD_SIZE:
+            return "torch.distributed.get_world_size()"
+        if self.kind is SourceKind.RANK:
+            return "torch.distributed.get_rank()"
+        where = f"{self.input}.shape[{self.dim}]"
+        b, a = self.offset, self.scale
+        src = where if not b else f"({where} {'-' if b > 0 else '+'} {abs(b)})"
+        return src if a == 1 else f"({src} // {a})"
+
+
 class SymbolTable:
     """Every symbol of one trace, by name, with its hint, sources and producer.
 
@@ -49,19 +100,20 @@ class SymbolTable:
         self.symbols: dict[str, sympy.Symbol] = {}
         self.hints: dict[sympy.Symbol, int] = {}
         self.hint_subs: dict[sympy.Symbol, sympy.Integer] = {}
-        self.sources: dict[sympy.Symbol, list[str]] = {}
+        self.sources: dict[sympy.Symbol, list[SizeSource]] = {}
         self.unbacked: dict[sympy.Symbol, str] = {}  # symbol -> what produced it
         self.unbacked_float: set[sympy.Symbol] = set()
         self._unbacked_count = 0
 
-    def existing(self, name: str, hint: int, source: Optional[str]) -> Optional[sympy.Symbol]:
+    def existing(self, name: str, hint: int, source: Optional[SizeSource]) -> Optional[sympy.Symbol]:
         """The symbol already named ``name`` (its hint must agree), else None.
 
         >>> t = SymbolTable(); B = t.add_backed("B", 4)
-        >>> t.existing("B", 4, "y.shape[0]") is B, t.sources[B]
+        >>> t.existing("B", 4, SizeSource.input_dim("y", 0)) is B, [str(s) for s in t.sources[B]]
         (True, ['y.shape[0]'])
         """
         check_dim(name, hint)
+        _check_source(source)
         sym = self.symbols.get(name)
         if sym is None:
             return None
@@ -72,13 +124,14 @@ class SymbolTable:
         return sym
 
     def add_backed(self, name: str, hint: int, *, range: tuple = (0, INF),
-                   source: Optional[str] = None) -> sympy.Symbol:
+                   source: Optional[SizeSource] = None) -> sympy.Symbol:
         """A new integer symbol ``name`` with example value ``hint`` inside ``range``.
 
         >>> SymbolTable().add_backed("T", 7, range=(1, 8))
         T
         """
         check_dim(name, hint)
+        _check_source(source)
         lo, hi = range
         if not (lo <= hint <= hi):
             raise ValueError(f"example size {hint} of dim {name} lies outside its range [{lo}, {hi}]")
@@ -112,7 +165,7 @@ class SymbolTable:
         if s in self.unbacked:
             return self.unbacked[s]
         src = self.sources.get(s)
-        return src[0] if src else str(s)
+        return str(src[0]) if src else str(s)
 
     def is_unbacked(self, s) -> bool:
         return s in self.unbacked
@@ -130,6 +183,12 @@ class SymbolTable:
     @property
     def input_symbols(self) -> list[sympy.Symbol]:
         return list(self.hints)
+
+
+def _check_source(source) -> None:
+    # A source is read back by reports and suggestions: text would lose its kind.
+    if source is not None and not isinstance(source, SizeSource):
+        raise TypeError(f"a symbol's source is a SizeSource, got {type(source).__name__} {source!r}")
 
 
 def check_dim(name: str, hint) -> None:
