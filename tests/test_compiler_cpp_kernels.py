@@ -111,3 +111,21 @@ def test_index_simplification_is_logged_and_validated():
     assert "sym_floordiv(" not in kernels and "sym_mod(" not in kernels
     report = validate_env(tp.env)
     assert report.ok and not report.unknown, str(report)
+
+
+def test_transposed_store_loops_in_memory_order():
+    """A pointwise value stored transposed (the ``t(act)`` a weight gradient's matmul reads):
+    the kernel's rows run over the buffer's outer memory dim, so its inner loop writes (and
+    reads ``x``) along stride 1; values equal eager at every size."""
+    from compiler.ir import Kernel
+    f = lambda x, w: torch.mm((torch.tanh(x) * 0.5).t(), w)  # noqa: E731
+    tp = shapes.trace(f, "x: f32[T, 64]", "w: f32[T, 8]")
+    lp = lower(tp)
+    kernels = [s for s in schedule(lp) if isinstance(s, Kernel)]
+    stores = [(k, b) for k in kernels for b, *_ in k.inner_stores]
+    assert stores and all(tuple(b.strides)[-1] == 1 for _, b in stores), [(b.shape, b.strides) for _, b in stores]
+    assert [tuple(lp.buffers[b.name].strides) for _, b in stores] == [(1, 64)]  # the buffer itself is transposed
+    g = compiler.compile(f, "x: f32[T, 64]", "w: f32[T, 8]")
+    for T in (1, 7, 33):
+        x, w = torch.randn(T, 64), torch.randn(T, 8)
+        torch.testing.assert_close(g(x, w), f(x, w), atol=1e-5, rtol=1e-5)
