@@ -260,7 +260,7 @@ def decompositions() -> dict:
     True
     """
     from torch._decomp import get_decompositions
-    ops = [aten._log_softmax, aten._softmax, aten.native_layer_norm, aten.gelu, aten.silu, aten.detach, aten.zeros_like,
+    ops = [aten._log_softmax, aten._softmax, aten.gelu, aten.silu, aten.detach, aten.zeros_like,
            aten.gelu_backward, aten.threshold_backward, aten.tanh_backward, aten.sigmoid_backward,
            aten.silu_backward, aten._softmax_backward_data, aten._log_softmax_backward_data,
            aten.native_dropout_backward, aten.native_layer_norm_backward, aten.embedding_dense_backward,
