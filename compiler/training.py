@@ -17,6 +17,12 @@ from the call's dims; mutated buffers (BatchNorm's running stats) are outputs
 of the forward graph that AOTAutograd copies back; dropout stays torch's
 ``native_dropout``, so it draws from torch's RNG.
 
+On CUDA, AOTAutograd traces with cuDNN's SDPA disabled (:func:`attention_without_plans`):
+cuDNN builds an execution plan per new shape, which a new sequence length at every
+step pays at every step; flash and memory-efficient attention do not.  Views in the
+(functional) ATen graphs become reshapes (:func:`views_as_reshapes`): symshape's
+retrace may lay an op's output out otherwise than the fake tensors AOTAutograd saw.
+
 A graph symshape cannot compile runs as AOTAutograd's ATen graph instead (the
 step is still correct), with a :class:`TrainingFallback` warning that says why,
 counted in ``BACKEND_STATS["eager_train_graphs"]``.
