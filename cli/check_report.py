@@ -4,8 +4,8 @@ Example::
 
     >>> from cli.contracts import Contract
     >>> from validation.contracts.findings import FAIL, EntryResult, Finding
-    >>> r = EntryResult(Contract("m", "m.py:f", ["x: f32[B]"], {}, {"max_guards": 0}, source="symshape.toml",
-    ...                          line=3))
+    >>> r = EntryResult(contract=Contract(name="m", program="m.py:f", inputs=["x: f32[B]"], dims={},
+    ...                                   expectations={"max_guards": 0}, source="symshape.toml", line=3))
     >>> r.findings.append(Finding(expectation="max_guards", status=FAIL,
     ...                           message="1 guards, the contract allows 0", file="m.py", line=7))
     >>> print(github([r]))

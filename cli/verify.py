@@ -8,8 +8,8 @@ that does not load as the entry's ``error`` finding.
 Example::
 
     >>> from validation.contracts.contract import Contract
-    >>> c = Contract("rows", "examples/mlp.py:tokens_to_blocks", ["x: f32[B, T, 64]"],
-    ...              {"B": (1, 8), "T": (1, 64)}, {"valid": True})
+    >>> c = Contract(name="rows", program="examples/mlp.py:tokens_to_blocks", inputs=["x: f32[B, T, 64]"],
+    ...              dims={"B": (1, 8), "T": (1, 64)}, expectations={"valid": True})
     >>> r = verify(c, ["."])
     >>> f = r.findings[0]
     >>> str(f.status), f.counterexample, f.line > 0
@@ -40,7 +40,7 @@ def verify(contract: Contract, roots=None, time_budget: float = 60.0, facts: boo
     try:
         program = load_target(contract.program, roots, contract.factory, contract.factory_args, restrict)
     except SymshapeError as e:  # CliError included: the entry's program does not load
-        res = EntryResult(contract, findings=[library.error_finding("program", e, contract)])
+        res = EntryResult(contract=contract, findings=[library.error_finding("program", e, contract)])
         res.elapsed = time.monotonic() - t0
         return res
     return library.verify(contract, program, time_budget, facts, started=t0)

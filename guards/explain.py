@@ -164,7 +164,7 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
     names = source_names(env)
     entries = [_entry(traced, g, names) for g in env.records]
     dims = _dims(traced, entries)
-    dd = [{"name": data_name(env, s), "what": what} for s, what in env.unbacked.items()]
+    dd = [{"name": data_name(env, s), "what": str(source)} for s, source in env.unbacked.items()]
     counts = _counts(entries)
     # Distinct conditions: the engine asks many of them more than once.
     static = len({e.before for e in env.log if e.kind is StepKind.STATIC})

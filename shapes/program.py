@@ -280,7 +280,8 @@ class TracedProgram:
                     first = out[0] if isinstance(out, (tuple, list)) else out
                     for u, path in bindings.items():
                         sym_vals[u] = int(first.shape[path[1]]) if path[0] == "size" else \
-                            int(first.storage_offset()) if path[0] == "storage_offset" else first
+                            int(first.storage_offset()) if path[0] == "storage_offset" else \
+                            int(first) if isinstance(first, bool) else first  # a truth value is 0/1
                     still = []
                     for g in pending:
                         if g.expr.free_symbols <= sym_vals.keys():

@@ -7,12 +7,13 @@ them lives in :mod:`shapes.facts`, decisions in :mod:`shapes.decide`.
 
 Example::
 
-    >>> from shapes.symbols import SizeSource, SymbolTable, UnbackedKind
+    >>> from shapes.symbols import DataRead, DataSource, SizeSource, SymbolTable, UnbackedKind
     >>> table = SymbolTable()
     >>> B = table.add_backed("B", 32, source=SizeSource.input_dim("x", 0))
-    >>> u = table.add_unbacked(UnbackedKind.FLOAT, "x.sum().item()")
+    >>> u = table.add_unbacked(DataSource(kind=UnbackedKind.FLOAT, read=DataRead.ITEM, op="aten.item",
+    ...                                   filename="f.py", lineno=3, code="if x.sum().item() > 0:"))
     >>> table.describe(B), table.describe(u), table.has_unbacked(B + 1)
-    ('x.shape[0]', 'x.sum().item()', False)
+    ('x.shape[0]', 'value of .item() at f.py:3 `if x.sum().item() > 0:`', False)
 """
 from __future__ import annotations
 
@@ -89,6 +90,85 @@ class SizeSource:
         return src if a == 1 else f"({src} // {a})"
 
 
+class DataRead(TextEnum):
+    """What a data-dependent symbol reads from tensor data (one member per producing op)."""
+
+    NONZERO = "nonzero"                      # number of nonzero elements
+    MASKED_SELECT = "masked_select"          # number of selected elements
+    MASK_INDEX = "mask_index"                # number of True elements of a boolean index mask
+    UNIQUE = "unique"                        # number of unique values
+    REPEATS = "repeats"                      # sum of repeat_interleave's repeats
+    SLICE_LENGTH = "slice_length"            # length of a slice whose bounds are data
+    SLICE_START = "slice_start"              # start of a slice whose bounds are data
+    ITEM = "item"                            # a value read by .item()
+    TRUTH = "truth"                          # bool(tensor)
+    ALLCLOSE = "allclose"                    # torch.allclose's result
+    EQUAL = "equal"                          # torch.equal's result
+
+    @property
+    def is_value(self) -> bool:
+        """A value the program reads (named by its variable), not a count of elements (a length).
+
+        >>> DataRead.ITEM.is_value, DataRead.NONZERO.is_value
+        (True, False)
+        """
+        return self in _VALUE_READS
+
+
+_VALUE_READS = frozenset({DataRead.ITEM, DataRead.TRUTH, DataRead.ALLCLOSE, DataRead.EQUAL})
+
+# How people are told what a data-dependent symbol is; ``{op}`` is the ATen op's short name.
+_READ_TEXT = {
+    DataRead.NONZERO: "number of nonzero elements (nonzero at {where})",
+    DataRead.MASKED_SELECT: "number of selected elements (masked_select at {where})",
+    DataRead.MASK_INDEX: "number of True elements of the mask (boolean indexing at {where})",
+    DataRead.UNIQUE: "number of unique values ({op} at {where})",
+    DataRead.REPEATS: "sum of repeats (repeat_interleave at {where})",
+    DataRead.SLICE_LENGTH: "length of a slice from data (at {where})",
+    DataRead.SLICE_START: "start of a slice from data (at {where})",
+    DataRead.ITEM: "value of .item() at {where}",
+    DataRead.TRUTH: "truth value of a tensor (bool(tensor) at {where})",
+    DataRead.ALLCLOSE: "result of allclose (at {where})",
+    DataRead.EQUAL: "result of torch.equal (at {where})",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSource:
+    """What produced a data-dependent symbol; ``str()`` says it in the user's terms.
+
+    ``read`` is None for a symbol made by hand (fuzzers, tests): only its kind is known.
+
+    >>> src = DataSource(kind=UnbackedKind.SIZE, read=DataRead.NONZERO, op="aten.nonzero",
+    ...                  filename="f.py", lineno=8, code="idx = torch.nonzero(x)")
+    >>> str(src), src.read.is_value
+    ('number of nonzero elements (nonzero at f.py:8 `idx = torch.nonzero(x)`)', False)
+    >>> str(DataSource(kind=UnbackedKind.INT))
+    'int'
+
+    The symbol table takes no text for a producer (its fields would be lost):
+
+    >>> SymbolTable().add_unbacked("nonzero")
+    Traceback (most recent call last):
+    ...
+    TypeError: a data-dependent symbol's source is a DataSource, got str 'nonzero'
+    """
+
+    kind: UnbackedKind
+    read: Optional[DataRead] = None
+    op: Optional[str] = None         # the ATen op that read the data ("aten.nonzero")
+    filename: str = "<unknown>"      # where the program read it
+    lineno: int = 0
+    code: str = ""                   # the user's line there, where known
+
+    def __str__(self) -> str:
+        if self.read is None:
+            return self.kind.value
+        where = f"{self.filename}:{self.lineno}" + (f" `{self.code}`" if self.code else "")
+        op = (self.op or "").rpartition(".")[2]
+        return _READ_TEXT[self.read].format(where=where, op=op)
+
+
 class SymbolTable:
     """Every symbol of one trace, by name, with its hint, sources and producer.
 
@@ -101,7 +181,7 @@ class SymbolTable:
         self.hints: dict[sympy.Symbol, int] = {}
         self.hint_subs: dict[sympy.Symbol, sympy.Integer] = {}
         self.sources: dict[sympy.Symbol, list[SizeSource]] = {}
-        self.unbacked: dict[sympy.Symbol, str] = {}  # symbol -> what produced it
+        self.unbacked: dict[sympy.Symbol, DataSource] = {}  # symbol -> what produced it
         self.unbacked_float: set[sympy.Symbol] = set()
         self._unbacked_count = 0
 
@@ -142,13 +222,19 @@ class SymbolTable:
         self.sources[sym] = [source] if source else []
         return sym
 
-    def add_unbacked(self, kind: UnbackedKind, what: str) -> sympy.Symbol:
-        """A new data-dependent symbol ``u<N>``: real for a :attr:`UnbackedKind.FLOAT`, else integer.
+    def add_unbacked(self, source: DataSource) -> sympy.Symbol:
+        """A new data-dependent symbol ``u<N>`` produced by ``source``: real for a
+        :attr:`UnbackedKind.FLOAT`, else integer.
 
-        >>> t = SymbolTable(); t.add_unbacked(UnbackedKind.SIZE, "nonzero"), t.add_unbacked(UnbackedKind.INT, "")
+        >>> t = SymbolTable()
+        >>> t.add_unbacked(DataSource(kind=UnbackedKind.SIZE)), t.add_unbacked(DataSource(kind=UnbackedKind.FLOAT))
         (u0, u1)
         """
-        kind = UnbackedKind(kind)
+        if not isinstance(source, DataSource):
+            # Reports name the value from the record's fields: text would lose them.
+            raise TypeError(f"a data-dependent symbol's source is a DataSource, got "
+                            f"{type(source).__name__} {source!r}")
+        kind = source.kind
         name = f"{UNBACKED_PREFIX}{self._unbacked_count}"
         self._unbacked_count += 1
         if kind is UnbackedKind.FLOAT:
@@ -157,13 +243,13 @@ class SymbolTable:
         else:
             sym = sympy.Symbol(name, integer=True)
         self.symbols[name] = sym
-        self.unbacked[sym] = what or kind.value
+        self.unbacked[sym] = source
         return sym
 
     def describe(self, s) -> str:
         """Where ``s`` comes from, in the user's terms (``x.shape[0]``, the op that produced it)."""
         if s in self.unbacked:
-            return self.unbacked[s]
+            return str(self.unbacked[s])
         src = self.sources.get(s)
         return str(src[0]) if src else str(s)
 

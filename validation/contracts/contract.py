@@ -22,9 +22,9 @@ from typing import Optional
 EXPECTATIONS = ("output", "valid", "no_specialization", "max_guards", "flops", "comm")
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Contract:
-    """One entry of a contract file (see :mod:`cli.contracts` for the keys)."""
+    """One entry of a contract file (see :mod:`cli.contracts` for the keys); built by keyword."""
 
     name: str
     program: str

@@ -51,7 +51,7 @@ class Finding:
         return asdict(self)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EntryResult:
     """All findings of one contract entry, and the facts found (for ``--update``)."""
 

@@ -47,7 +47,7 @@ def verify(contract: Contract, program, time_budget: float = 60.0, facts: bool =
     ``started`` is when the caller began (loading the program counts in the time).
     """
     t0 = time.monotonic() if started is None else started
-    res = EntryResult(contract)
+    res = EntryResult(contract=contract)
     f = ProgramFacts(contract, program, time_budget)
     for k in EXPECTATIONS:
         if k in contract.expectations:
