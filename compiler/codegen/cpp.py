@@ -247,14 +247,18 @@ class CppTarget(Target):
         return [f"  const int64_t {g.sym_names[s]} = sizes[{i}]; (void){g.sym_names[s]};"
                 for i, s in enumerate(g.lp.symbols)]
 
-    def _body(self, g: KernelGen, cls, simd: bool):
-        """One size-class variant's statements; ``cls`` None is the general one."""
-        k, lp = g.kernel, g.lp
-        out = self._sym_lines(g)
+    def _pointers(self, g: KernelGen) -> list:
+        out = []
         for i, name in enumerate(g.args):
-            ct = BUF_CTYPES[lp.buffers[name].dtype]
+            ct = BUF_CTYPES[g.lp.buffers[name].dtype]
             q = "" if name in g.written else "const "
             out.append(f"  {q}{ct}* __restrict__ {g.ptr[name]} = ({q}{ct}*)bufs[{i}];")
+        return out
+
+    def _body(self, g: KernelGen, cls, simd: bool):
+        """One size-class variant's statements; ``cls`` None is the general one."""
+        k = g.kernel
+        out = self._sym_lines(g) + self._pointers(g)
         vec = simd
         if simd and column_reduction(k):
             return out + self._column_body(g)
