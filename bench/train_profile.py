@@ -3,6 +3,7 @@
 Builds a model of :mod:`bench.train_compare` (same sizes), compiles it in each
 ``--modes`` mode, warms it up at three lengths, then profiles ``--steps`` steps
 at one more length with ``torch.profiler`` and prints, side by side per mode:
+wall ms per step at new lengths (one step each) and at a fixed length,
 wall ms per step, device busy ms per step (the sum of kernel times), host ms not
 covered by kernels (wall - busy), kernel launches per step, and busy ms by kernel
 kind (matmul libraries, symshape/Inductor Triton kernels, C++ kernels, other ATen
@@ -62,8 +63,66 @@ def _step(fn, b, opt, device, dtype):
     opt.zero_grad(set_to_none=True)
 
 
+def _busy_ms(prof, steps) -> float:
+    """Device busy ms per step: the sum of the CUDA kernel times ``prof`` recorded."""
+    return sum((e.device_time if hasattr(e, "device_time") else e.cuda_time) for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA) / 1e3 / steps
+
+
+def new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=False) -> dict:
+    """What a new length costs: wall ms per step at one fixed ``length`` (after a first step
+    there) and at ``4 * steps`` lengths never seen before (one step each); on CUDA, device busy
+    ms per step at other new lengths (torch.profiler); with ``host_profile``, cProfile's top
+    host functions (own time) over more new-length steps."""
+    import cProfile
+    import io
+    import pstats
+    n = 4 * steps
+    fresh = iter(range(length - 1, 0, -3))  # never the warm-up lengths (above length or 105)
+    b = batch(length, g)
+    _step(fn, b, opt, device, dtype)
+    tc._sync(device)
+    t = time.perf_counter()
+    for _ in range(n):
+        _step(fn, b, opt, device, dtype)
+    tc._sync(device)
+    fixed = (time.perf_counter() - t) / n * 1e3
+
+    def run_new(count):
+        for bb in [batch(next(fresh), g) for _ in range(count)]:
+            _step(fn, bb, opt, device, dtype)
+        tc._sync(device)
+
+    t = time.perf_counter()
+    run_new(n)
+    newl = (time.perf_counter() - t) / n * 1e3
+    busy_new = float("nan")
+    if device == "cuda":
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            run_new(steps)
+        busy_new = _busy_ms(prof, steps)
+    text = ""
+    if host_profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        run_new(n)
+        prof.disable()
+        out = io.StringIO()
+        pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
+        text = out.getvalue()
+    return dict(new_ms=newl, fixed_ms=fixed, busy_new=busy_new, host_profile=text)
+
+
 def profile_mode(mode, name, dtype, device, warm, length, steps) -> dict:
     """Profile ``steps`` steps of ``mode`` at ``length`` after warm-up steps at ``warm`` lengths."""
+    if mode.endswith("_nocudnn"):  # cuDNN's SDPA off, as in train_compare
+        was = torch.backends.cuda.cudnn_sdp_enabled()
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        try:
+            return profile_mode(mode.removesuffix("_nocudnn"), name, dtype, device, warm, length, steps)
+        finally:
+            torch.backends.cuda.enable_cudnn_sdp(was)
     model, batch = tc.build(name, device, max(warm + [length]) + 1)
     g = torch.Generator().manual_seed(0)
     fn = tc._compiled(mode, model)
@@ -73,6 +132,7 @@ def profile_mode(mode, name, dtype, device, warm, length, steps) -> dict:
         _step(fn, batch(L, g), opt, device, dtype)
     tc._sync(device)
     warm_s = time.perf_counter() - t0
+    new = new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=mode == "symshape")
     b = batch(length, g)
     _step(fn, b, opt, device, dtype)  # a first step at this length outside the profile
     tc._sync(device)
@@ -96,7 +156,7 @@ def profile_mode(mode, name, dtype, device, warm, length, steps) -> dict:
         elif device == "cpu" and e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::"):
             by_name[e.name] += e.self_cpu_time_total / 1e3 / steps
     busy = sum(by_kind.values())
-    return dict(wall=wall, busy=busy, host=wall - busy, launches=launches / steps, by_kind=dict(by_kind),
+    return dict(**new, wall=wall, busy=busy, host=wall - busy, launches=launches / steps, by_kind=dict(by_kind),
                 top=sorted(by_name.items(), key=lambda kv: -kv[1])[:18], warm_s=warm_s)
 
 
@@ -120,8 +180,8 @@ def main(argv=None):
     print(f"{a.model} {a.dtype} {a.device} length {a.length} "
           f"({torch.cuda.get_device_name() if a.device == 'cuda' else 'CPU'}, torch {torch.__version__})")
     print(f"{'':<14}" + "".join(f"{m:>12}" for m in res))
-    for key in ("wall", "busy", "host", "launches", "fallbacks", "warm_s"):
-        print(f"{key + (' ms' if key in ('wall', 'busy', 'host') else ''):<14}"
+    for key in ("new_ms", "fixed_ms", "busy_new", "wall", "busy", "host", "launches", "fallbacks", "warm_s"):
+        print(f"{key + (' ms' if key in ('wall', 'busy', 'host', 'busy_new') else ''):<14}"
               + "".join(f"{r[key]:>12.2f}" for r in res.values()))
     for k in kinds:
         print(f"{'  ' + k + ' ms':<14}" + "".join(f"{r['by_kind'].get(k, 0.0):>12.2f}" for r in res.values()))
@@ -129,6 +189,10 @@ def main(argv=None):
         print(f"\ntop kernels, {m} (ms per step)")
         for n, ms in r["top"]:
             print(f"  {ms:8.3f}  [{kernel_kind(n)}] {n}")
+    for m, r in res.items():
+        if r["host_profile"]:
+            print(f"\nhost profile, {m}, steps at new lengths (cProfile, wall includes its overhead)")
+            print(r["host_profile"])
 
 
 if __name__ == "__main__":

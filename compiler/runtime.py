@@ -450,9 +450,16 @@ class CompiledProgram:
         v = self.variant_for(values, device)
         # A shape's first call passes masks as they are: classifying them costs a sync and
         # pays only where the shape repeats (a decoder's cache length never does).
-        out = v.run(tensors, values, classify=False)
-        if key is not None and not v.eager and len(self._bound) < 4096:
-            self._bound[key] = (v, *v.bind_sizes(values, classify=False), values if v.masks else None)
+        if v.eager:
+            return v.run(tensors, values, classify=False)
+        v.check_device(tensors)
+        v.check_asserts(values)
+        # Sizes and launches are bound once at a new shape (a training loop meets a new length at
+        # every step): the same binding runs this call and serves the shape's later calls.
+        sizes, launches = v.bind_sizes(values, classify=False)
+        out = v.run_bound(tensors, sizes, launches)
+        if key is not None and len(self._bound) < 4096:
+            self._bound[key] = (v, sizes, launches, values if v.masks else None)
         return out
 
 

@@ -154,7 +154,7 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
         # AOTAutograd calls its compilers with its fake mode (and its tracing context) still
         # set: symshape's own trace runs outside them, as dynamo's backend call does.
         with torch._C._DisableAutocast(), unset_fake_temporarily(), torch._guards.tracing(None):
-            compiled = CompiledProgram(program, plan.specs, plan.dims, target)
+            compiled = CompiledProgram(program, plan.specs, plan.dims, target, device=_traced_for(example_inputs, target))
     except SymshapeError as e:
         warn_fallback(stats, graph=graph, kind=FallbackKind.TRACE, reason=f"{type(e).__name__}: {e}")
         return make_boxed_func(gm)
@@ -182,6 +182,13 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
 
     run.compiled = compiled
     return _boxed(run)
+
+
+def _traced_for(example_inputs, target):
+    """The device symshape traces a graph for: the one its tensors are on (Triton; where it
+    makes tensors and which branches it took), as the inference backend does; else the default."""
+    device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None)
+    return device if target == "triton" and device is not None and device.type in ("cpu", "cuda") else None
 
 
 def views_as_reshapes(gm) -> int:
