@@ -4,7 +4,8 @@ GPT-2, Llama, BERT (transformers, built from a config: no download) and a ViT
 (its image side changes with the length: ``L`` tokens are a ``16*k x 16*k``
 image, ``k*k ~ L``) train for ``--steps`` steps, each at a sequence length drawn
 at random from ``--min-len..--max-len`` (fixed seed; every mode sees the same
-lengths and the same initial weights).  A step is forward (the model's own
+lengths, moved by less than the number of modes so that no two modes meet one
+shape: see :func:`mode_lengths`, and the same initial weights).  A step is forward (the model's own
 loss), backward, and AdamW outside the compiled region; fp32 and bf16 autocast.
 
 Modes: ``eager``; ``ind_dyn`` (``torch.compile(dynamic=True)``); ``ind_static``
@@ -58,6 +59,20 @@ def lengths(n, lo, hi, seed=0) -> list:
     """``n`` sequence lengths drawn uniformly from ``lo..hi`` with a fixed seed."""
     rng = random.Random(seed)
     return [rng.randint(lo, hi) for _ in range(n)]
+
+
+def mode_lengths(lens, k: int, n: int) -> list:
+    """Mode ``k``'s (of ``n``) lengths: each of ``lens`` moved by less than ``n`` to the value
+    that is ``k`` modulo ``n`` (``L - L % n + k``), so no two modes share a length (a shape).
+
+    Per-shape caches are process-wide (cuBLAS's heuristics, cuDNN's plans): a mode that meets
+    a length another mode already ran pays less than a training run that meets it first.  Each
+    mode's lengths are within ``n`` of the shared draw: the same work, new shapes for every mode.
+
+    >>> mode_lengths([928, 458], 0, 3), mode_lengths([928, 458], 2, 3)
+    ([927, 456], [929, 458])
+    """
+    return [L - L % n + k for L in lens]
 
 
 def _sizes(device):
@@ -295,6 +310,8 @@ def main(argv=None):
     ap.add_argument("--mode-models", default="",
                     help="MODE=MODEL+MODEL,...: run MODE for those models only (e.g. ind_dyn_nocudnn=gpt2)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--same-lengths", dest="distinct_lengths", action="store_false",
+                    help="every mode runs the very same lengths (default: each its own, see mode_lengths)")
     a = ap.parse_args(argv)
     # Compiled steps are cheap on a GPU: 50 lengths there even with --quick (Inductor static,
     # which compiles per length, runs --static-steps of them).
@@ -306,7 +323,9 @@ def main(argv=None):
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     t_start = time.perf_counter()
     head = (f"{torch.cuda.get_device_name() if a.device == 'cuda' else 'CPU'} ({os.cpu_count()} cpus) "
-            f"torch={torch.__version__} steps={steps} lengths={lens} sizes={_sizes(a.device)}")
+            f"torch={torch.__version__} steps={steps} lengths={lens} sizes={_sizes(a.device)}"
+            + (f"\nmode k of {len(modes)} runs mode_lengths(lengths, k, {len(modes)}): no shape met by two modes"
+               if a.distinct_lengths else "\nevery mode runs the same lengths: later modes find per-shape caches warm"))
     print(head, flush=True)
     rows = {}
     table = head
@@ -316,13 +335,14 @@ def main(argv=None):
                 print(f"[budget] {name} {dt}: not run", flush=True)
                 continue
             rows[(name, dt)] = res = {}
-            for m in modes:
+            for k, m in enumerate(modes):
                 if m == "ind_static" and a.static_models is not None and name not in a.static_models.split(","):
                     continue
                 if m in only and name not in only[m]:
                     continue
                 try:
-                    run_lens = lens[:static_steps] if m == "ind_static" else lens
+                    run_lens = (mode_lengths(lens, k, len(modes)) if a.distinct_lengths else lens)
+                    run_lens = run_lens[:static_steps] if m == "ind_static" else run_lens
                     res[m] = run_mode(m, name, dtypes[dt], a.device, run_lens, 127, sys.stdout)
                 except Exception as e:  # noqa: BLE001 -- a mode that fails is a row of the table, not the end
                     res[m] = {"ms": float("nan"), "compile_s": float("nan"), "recompiles": -1, "fallbacks": -1,

@@ -69,16 +69,19 @@ def _busy_ms(prof, steps) -> float:
                if e.device_type == torch.autograd.DeviceType.CUDA) / 1e3 / steps
 
 
-def new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=False) -> dict:
+def new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=False, offset=0, stride=1) -> dict:
     """What a new length costs: wall ms per step at one fixed ``length`` (after a first step
     there) and at ``4 * steps`` lengths never seen before (one step each); on CUDA, device busy
     ms per step at other new lengths (torch.profiler); with ``host_profile``, cProfile's top
-    host functions (own time) over more new-length steps."""
+    host functions (own time) over more new-length steps.  New lengths are ``length - 1 - offset``
+    downwards in steps of ``stride`` (one offset per mode: no two modes meet one shape)."""
     import cProfile
     import io
     import pstats
     n = 4 * steps
-    fresh = iter(range(length - 1, 0, -3))  # never the warm-up lengths (above length or 105)
+    # Never the warm-up lengths (above length or 105), nor another mode's (per-shape caches such as
+    # cuBLAS's heuristics are process-wide: a shape met before costs less).
+    fresh = iter(range(length - 1 - offset, 0, -stride))
     b = batch(length, g)
     _step(fn, b, opt, device, dtype)
     tc._sync(device)
@@ -114,13 +117,14 @@ def new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=F
     return dict(new_ms=newl, fixed_ms=fixed, busy_new=busy_new, host_profile=text)
 
 
-def profile_mode(mode, name, dtype, device, warm, length, steps) -> dict:
+def profile_mode(mode, name, dtype, device, warm, length, steps, offset=0, stride=1) -> dict:
     """Profile ``steps`` steps of ``mode`` at ``length`` after warm-up steps at ``warm`` lengths."""
     if mode.endswith("_nocudnn"):  # cuDNN's SDPA off, as in train_compare
         was = torch.backends.cuda.cudnn_sdp_enabled()
         torch.backends.cuda.enable_cudnn_sdp(False)
         try:
-            return profile_mode(mode.removesuffix("_nocudnn"), name, dtype, device, warm, length, steps)
+            return profile_mode(mode.removesuffix("_nocudnn"), name, dtype, device, warm, length, steps,
+                                offset, stride)
         finally:
             torch.backends.cuda.enable_cudnn_sdp(was)
     model, batch = tc.build(name, device, max(warm + [length]) + 1)
@@ -132,7 +136,8 @@ def profile_mode(mode, name, dtype, device, warm, length, steps) -> dict:
         _step(fn, batch(L, g), opt, device, dtype)
     tc._sync(device)
     warm_s = time.perf_counter() - t0
-    new = new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=mode == "symshape")
+    new = new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=mode == "symshape",
+                       offset=offset, stride=stride)
     b = batch(length, g)
     _step(fn, b, opt, device, dtype)  # a first step at this length outside the profile
     tc._sync(device)
@@ -172,9 +177,10 @@ def main(argv=None):
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
     import compiler
     res = {}
-    for m in a.modes.split(","):
+    modes = a.modes.split(",")
+    for k, m in enumerate(modes):
         fb0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
-        res[m] = profile_mode(m, a.model, dtype, a.device, [928, 458, 105], a.length, a.steps)
+        res[m] = profile_mode(m, a.model, dtype, a.device, [928, 458, 105], a.length, a.steps, k, len(modes))
         res[m]["fallbacks"] = compiler.BACKEND_STATS.get("eager_train_graphs", 0) - fb0
     kinds = sorted({k for r in res.values() for k in r["by_kind"]})
     print(f"{a.model} {a.dtype} {a.device} length {a.length} "
