@@ -45,6 +45,7 @@ from .ir import BufferKind, Kernel
 from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
+from .padded_linear import padded_steps
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
 
@@ -182,6 +183,8 @@ class Variant:
                 plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         plan = linear_calls(plan, self.outputs)
+        # Half-precision linears of odd static width run on a padded weight (compiler.padded_linear).
+        plan = padded_steps(plan, lp.buffers, getattr(self.tp.device, "type", None))
         # SDPA masks made from sizes alone: classified per size, then causal or dropped
         # (compiler.sized_masks); their classes follow the size slots in the sizes tuple.
         outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
