@@ -34,7 +34,7 @@ from shapes.errors import GuardViolation, SpecError
 from shapes.devices import DeviceMismatch
 from shapes.guard import GuardKind
 from shapes.program import violation_message
-from shapes.spec import Dim, DimExpr, parse_dims, parse_spec
+from shapes.spec import Dim, DimExpr, check_declared_values, parse_dims, parse_spec
 
 from . import sized_masks
 from .attention import fuse_causal_attention
@@ -340,6 +340,7 @@ class CompiledProgram:
                     if n not in names:
                         names.append(n)
         self.names = sorted(names)
+        self._valued = [i for i, s in enumerate(self.specs) if s.values is not None]
         self._bind = [[(self.names.index(d) if isinstance(d, str) else None, d) for d in s.dims]
                       for s in self.specs]
         # Names that only expression dims give (T in "x: f32[B, 2*T]" alone) are solved for
@@ -435,6 +436,10 @@ class CompiledProgram:
                         [(tensors[i].shape, tensors[i].dtype, tensors[i].device) for i in keyed])
         except (AttributeError, IndexError):
             key = None  # not all tensors: bind() says what is wrong
+        if self._valued and len(tensors) == len(self.specs):
+            for i in self._valued:  # declared value ranges hold at every call, not a shape's first only
+                if isinstance(tensors[i], torch.Tensor):
+                    check_declared_values(self.specs[i], tensors[i])
         hit = self._bound.get(key)
         if hit is not None:
             # Guards, asserts and sizes depend on the shapes alone: computed once per shape.
