@@ -176,7 +176,9 @@ class Case:
     smoke: list
     inputs: Callable  # (B, T, device, dtype, generator, small) -> list of tensors
     lm: bool = True
-    dims: dict = None
+    #: ``(small) -> dims`` for ``compiler.compile``: a size the model accepts to trace at where
+    #: the automatic example size is refused (Whisper's frame count is fixed by its config).
+    dims: Callable = None
 
     def points(self, quick: bool, smoke: bool) -> list:
         return self.smoke if smoke else self.quick if quick else self.full
@@ -208,7 +210,7 @@ CASES = [
          lm=False),
     Case("whisper", _whisper, ("feats: {dt}[B, 80, F]",), [(1, 3000), (4, 3000), (7, 3000)], [(1, 3000), (3, 3000)],
          [(1, 32), (2, 32)], lambda b, t, dev, dt, g, small: [torch.randn(b, 80, t, generator=g).to(dev, dt)],
-         lm=False),
+         lm=False, dims=lambda small: {"F": 32 if small else 3000}),
 ]
 
 
@@ -233,7 +235,7 @@ def bench_ms(fn, args, device) -> float:
 class Mode:
     """One way to run a model; the first call at each size is timed (compile or first-call stall)."""
 
-    def __init__(self, mode, prog, specs, device):
+    def __init__(self, mode, prog, specs, device, dims=None):
         self.mode, self.prog, self.specs, self.device = mode, prog, specs, device
         t0 = time.perf_counter()
         self.traces0, self.graphs0 = compiler.STATS["traces"], _dynamo_graphs()
@@ -245,7 +247,7 @@ class Mode:
         elif mode == "inductor_static":
             self.fn = torch.compile(prog, dynamic=False)
         elif mode == "symshape":
-            self.fn = compiler.compile(prog, *specs, target=target)
+            self.fn = compiler.compile(prog, *specs, dims=dims, target=target)
         else:
             self.fn = torch.compile(prog, backend="symshape", dynamic=True, options={"target": target})
         #: Seconds before the first call (compiler.compile traces and builds here; torch.compile at its call).
@@ -287,7 +289,7 @@ def run_case(case: Case, dtype, points, device, modes, small, log) -> dict:
             torch._dynamo.reset()
             rec = res[m] = {"points": {}}
             try:
-                run = Mode(m, prog, specs, device)
+                run = Mode(m, prog, specs, device, dims=case.dims(small) if case.dims else None)
             except Exception as e:  # noqa: BLE001 - a mode that cannot start is reported, not fatal
                 rec["fail"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
                 continue

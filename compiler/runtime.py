@@ -34,7 +34,7 @@ from shapes.errors import GuardViolation, SpecError
 from shapes.devices import DeviceMismatch
 from shapes.guard import GuardKind
 from shapes.program import violation_message
-from shapes.spec import Dim, DimExpr, parse_dims, parse_spec
+from shapes.spec import Dim, DimExpr, check_declared_values, parse_dims, parse_spec
 
 from . import sized_masks
 from .attention import fuse_causal_attention
@@ -45,6 +45,7 @@ from .ir import BufferKind, Kernel
 from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
+from .padded_linear import padded_steps
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
 
@@ -184,6 +185,8 @@ class Variant:
                 plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         plan = linear_calls(plan, self.outputs)
+        # Half-precision linears of odd static width run on a padded weight (compiler.padded_linear).
+        plan = padded_steps(plan, lp.buffers, getattr(self.tp.device, "type", None))
         # SDPA masks made from sizes alone: classified per size, then causal or dropped
         # (compiler.sized_masks); their classes follow the size slots in the sizes tuple.
         outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
@@ -337,6 +340,7 @@ class CompiledProgram:
                     if n not in names:
                         names.append(n)
         self.names = sorted(names)
+        self._valued = [i for i, s in enumerate(self.specs) if s.values is not None]
         self._bind = [[(self.names.index(d) if isinstance(d, str) else None, d) for d in s.dims]
                       for s in self.specs]
         # Names that only expression dims give (T in "x: f32[B, 2*T]" alone) are solved for
@@ -432,6 +436,10 @@ class CompiledProgram:
                         [(tensors[i].shape, tensors[i].dtype, tensors[i].device) for i in keyed])
         except (AttributeError, IndexError):
             key = None  # not all tensors: bind() says what is wrong
+        if self._valued and len(tensors) == len(self.specs):
+            for i in self._valued:  # declared value ranges hold at every call, not a shape's first only
+                if isinstance(tensors[i], torch.Tensor):
+                    check_declared_values(self.specs[i], tensors[i])
         hit = self._bound.get(key)
         if hit is not None:
             # Guards, asserts and sizes depend on the shapes alone: computed once per shape.

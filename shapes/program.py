@@ -18,7 +18,7 @@ from .functions import substitute
 from .enums import TextEnum
 from .printers import to_python
 from .guard import Decision, Guard, GuardKind
-from .spec import DimExpr
+from .spec import DimExpr, check_declared_values
 
 
 class OutputKind(TextEnum):
@@ -179,13 +179,7 @@ class TracedProgram:
                 raise SpecError(f"input {s.name} has {t.dim()} dims, the spec `{s}` has {len(s.dims)}")
             if t.dtype != s.dtype:
                 raise SpecError(f"input {s.name} has dtype {t.dtype}, the spec `{s}` says {s.dtype}")
-            if s.values is not None and t.numel() and t.device.type != "meta":
-                lo, hi = int(t.min()), int(t.max())
-                if lo < s.values[0] or hi > s.values[1]:
-                    raise GuardViolation(
-                        f"input {s.name} holds {lo if lo < s.values[0] else hi}, outside the values "
-                        f"{s.values[0]}..{s.values[1]} its spec `{s}` declares; the trace relied on them "
-                        f"(fix the data, or declare the range the data has)")
+            check_declared_values(s, t)
             for i, d in enumerate(s.dims):
                 n = int(t.shape[i])
                 where = f"{s.name}.shape[{i}]"

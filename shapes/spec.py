@@ -164,6 +164,35 @@ class InputSpec:
         return f"{self.name}: {short.get(self.dtype, str(self.dtype))}[{', '.join(map(str, self.dims))}]{vals}"
 
 
+def check_declared_values(spec: InputSpec, t: torch.Tensor) -> None:
+    """Refuse a tensor whose values leave the range its spec declares (``in LO..HI``).
+
+    A trace relies on the declared range (index bounds, masks), so data outside it would get an
+    answer eager never gives. On CUDA the test is queued on the device (``torch._assert_async``:
+    no host sync on a compiled program's hot path) and fails at the next synchronization.
+
+    >>> spec = parse_spec("m: i64[N] in 0..1")
+    >>> check_declared_values(spec, torch.tensor([0, 1]))
+    >>> check_declared_values(spec, torch.tensor([0, 2]))
+    Traceback (most recent call last):
+    ...
+    shapes.errors.GuardViolation: input m holds 2, outside the values 0..1 its spec `m: i64[N] in 0..1` declares; the trace relied on them (fix the data, or declare the range the data has)
+    """
+    from .errors import GuardViolation
+
+    if spec.values is None or not t.numel() or t.device.type == "meta":
+        return
+    lo_ok, hi_ok = spec.values
+    what = (f"input {spec.name} holds {{}}, outside the values {lo_ok}..{hi_ok} its spec `{spec}` "
+            f"declares; the trace relied on them (fix the data, or declare the range the data has)")
+    if t.device.type == "cuda":
+        torch._assert_async(((t >= lo_ok) & (t <= hi_ok)).all(), what.format("a value"))
+        return
+    lo, hi = (int(v) for v in torch.aminmax(t))
+    if lo < lo_ok or hi > hi_ok:
+        raise GuardViolation(what.format(lo if lo < lo_ok else hi))
+
+
 def parse_spec(text: Union[str, InputSpec]) -> InputSpec:
     """Parse ``"name: dtype[d0, d1, ...]"``; raises :class:`SpecError` with the fix."""
     if isinstance(text, InputSpec):

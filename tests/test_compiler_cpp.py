@@ -232,3 +232,19 @@ def test_default_trace_device_follows_the_target():
     assert f.variants[0].tp.device == torch.device("cpu")
     x = torch.randn(2, 4)
     assert torch.equal(f(x), x + 1) and f.stats["traces"] == 1
+
+
+def _gather_columns(x, m):
+    return x.gather(1, m)
+
+
+def test_declared_value_ranges_are_checked_at_every_call_not_only_a_shapes_first():
+    # The trace relies on `in 0..3` (gather's index bounds); a cached shape must not skip the check.
+    cp = compiler.compile(_gather_columns, "x: f32[B, N]", "m: i64[B, K] in 0..3")
+    x, m = torch.randn(2, 4), torch.tensor([[0, 3], [1, 2]])
+    assert torch.equal(cp(x, m), _gather_columns(x, m))
+    assert torch.equal(cp(x, m), _gather_columns(x, m))  # the shape is cached now
+    with pytest.raises(GuardViolation, match="input m holds 4, outside the values 0..3"):
+        cp(x, torch.tensor([[0, 4], [1, 2]]))
+    with pytest.raises(GuardViolation, match="holds -1"):
+        cp(x, torch.tensor([[0, -1], [1, 2]]))
