@@ -28,6 +28,9 @@ from .printers import to_python
 from .provenance import capture
 
 
+_ITEM = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default)
+
+
 class OpStack:
     """The ATen ops running now, innermost last (an op's meta kernel may run others).
 
@@ -83,6 +86,10 @@ class Recorder(TorchDispatchMode):
         r = eager_checks.intercept(self, func, args, kwargs)
         if r is not NotImplemented:
             return r
+        if func in _ITEM:
+            known = self._known_item(args[0])
+            if known is not None:
+                return known
         op = str(func)
         prov = capture(op)
         self.ops.push(op)
@@ -151,6 +158,20 @@ class Recorder(TorchDispatchMode):
             # An in-place write of values the sizes do not determine makes its target data.
             b.determined.difference_update(id(t) for _, t in limits.tensor_outputs(out))
         return out
+
+    def _known_item(self, t) -> Optional[int]:
+        """``t.item()`` where the sizes and constants fix it (``torch.IntTensor([n])[0]`` used
+        as a slice bound): the int, as eager reads it, and no data-dependent value."""
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype is torch.bool:
+            return None
+        if any(isinstance(d, torch.SymInt) for d in t.shape) or t.numel() != 1:
+            return None  # (eager's item() raises for other sizes: the op's own check decides)
+        r = self.builder.bounds_of(t)
+        if r is None or r.bits is not None or not self.builder.determines(t):
+            return None
+        if r.lo.is_Integer and r.lo == r.hi:
+            return int(r.lo)
+        return None
 
     def _index_check(self, chk, prov):
         """Record one :class:`~shapes.index_bounds.IndexCheck`, or stop where eager's outcome is unknown."""
