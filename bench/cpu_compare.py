@@ -49,7 +49,12 @@ import compiler  # noqa: E402
 from compiler_bench import SHORT, programs  # noqa: E402
 
 
-def median_time(fn, args, reps):
+def rep_times(fn, args, reps) -> list:
+    """Seconds of each of ``reps`` calls after 2 warm-up calls (shared with bench/cpu_models.py).
+
+    >>> len(rep_times(lambda: None, (), 3))
+    3
+    """
     for _ in range(2):
         fn(*args)
     ts = []
@@ -57,6 +62,11 @@ def median_time(fn, args, reps):
         t0 = time.perf_counter()
         fn(*args)
         ts.append(time.perf_counter() - t0)
+    return ts
+
+
+def median_time(fn, args, reps):
+    ts = rep_times(fn, args, reps)
     MINS[(fn, tuple(a.shape for a in args))] = min(ts)
     return statistics.median(ts)
 
@@ -83,7 +93,7 @@ def check(out, ref, what):
 
 
 def geomean(xs):
-    xs = [x for x in xs if x > 0]
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 

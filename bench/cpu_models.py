@@ -24,7 +24,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 import tempfile
@@ -42,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import compiler  # noqa: E402
+from bench.cpu_compare import geomean, graphs, rep_times  # noqa: E402,F401 - one timing helper for both CPU benches
 from tests import attention_models as AM  # noqa: E402
 from tests import zoo_models as Z  # noqa: E402
 
@@ -92,24 +92,8 @@ def cases(small: bool):
 
 
 def median_ms(fn, args, reps):
-    for _ in range(2):
-        fn(*args)
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn(*args)
-        ts.append(time.perf_counter() - t0)
     # The fastest rep: on a shared, loaded machine the least disturbed one (medians swing 100x).
-    return min(ts) * 1e3
-
-
-def graphs():
-    return torch._dynamo.utils.counters["stats"]["unique_graphs"]
-
-
-def geomean(xs):
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+    return min(rep_times(fn, args, reps)) * 1e3
 
 
 def err_of(out, ref):

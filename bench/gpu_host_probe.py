@@ -6,12 +6,18 @@ calls a wrapper makes; ``calls``: per mode at the tiny size, the host loop's
 time per call, do_bench's, and a cProfile (plus a kernel table for GPT-2);
 ``breakdown``: the backend's first call split into dynamo's capture, the
 backend (trace, lowering, codegen) and the first run (kernel builds);
-``compile``: a cProfile of that first call.
+``compile``: a cProfile of that first call; ``models``: a real Hugging Face model
+(Llama fp16 by default, :mod:`bench.gpu_models`'s config) per mode and size: the host
+time of one call (GPU idle before it, so nothing waits on the queue), the loop's wall
+time per call, the sum of GPU kernel time per call and the kernel launches per call
+(torch.profiler), the top host functions of the compiled modes' call path (cProfile),
+and each mode's kernel table.
 
 Usage (on a CUDA machine)::
 
     python bench/gpu_host_probe.py                    # ops, calls, breakdown
     python bench/gpu_host_probe.py --only gpt2,mlp    # some workloads
+    python bench/gpu_host_probe.py --parts models --model llama --points 4x128,4x2047
 
 Example (the per-op timer)::
 
@@ -23,6 +29,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import math
 import os
 import pstats
 import sys
@@ -181,15 +188,120 @@ def compile_profile(w):
             print(ln[:160])
 
 
+def host_us(fn, n=30) -> float:
+    """Median host microseconds of one call started with the GPU idle (no wait on a full queue)."""
+    times = []
+    for _ in range(n):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return sorted(times)[n // 2] * 1e6
+
+
+def gpu_kernels(fn, calls=5):
+    """(kernel us per call, launches per call, profiler) over ``calls`` calls: device-side events only."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    ks = [e for e in p.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    total = sum(e.device_time for e in ks) if ks and hasattr(ks[0], "device_time") else \
+        sum(e.cuda_time for e in ks)
+    return total / calls, len(ks) / calls, p
+
+
+def _model_fn(mode, prog, specs):
+    if mode == "eager":
+        return prog
+    if mode == "symshape":
+        return compiler.compile(prog, *specs, target="triton")
+    if mode == "backend":
+        return torch.compile(prog, backend="symshape", dynamic=True)
+    return torch.compile(prog, dynamic=(mode == "inductor_dyn"))
+
+
+def model_profile(name, dtype_name, points, modes, calls=200):
+    """Per mode and point: host us per call, loop wall us per call, GPU kernel us and launches per call;
+    cProfile of the compiled modes' call path and every mode's kernel table."""
+    import gpu_models as gm
+    case = next(c for c in gm.CASES if c.name == name)
+    dtype = gm.DTYPES[dtype_name]
+    torch.manual_seed(0)
+    prog = case.make(False).eval().to("cuda", dtype)
+    short = {torch.float16: "f16", torch.bfloat16: "bf16"}[dtype]
+    specs = tuple(s.replace("{dt}", short) for s in case.specs)
+    g = torch.Generator().manual_seed(1)
+    inputs = {p: case.inputs(*p, "cuda", dtype, g, False) for p in points}
+    rows = []
+    for mode in modes:
+        torch._dynamo.reset()
+        try:
+            _profile_mode(name, dtype_name, mode, prog, specs, points, inputs, rows, calls)
+        except Exception as e:  # noqa: BLE001 - a mode that fails is a row of the report, not the end of it
+            print(f"\n#### {name} {dtype_name} {mode} FAILED: {type(e).__name__}: {str(e)[:300]}")
+            rows.append((mode, "FAILED", math.nan, math.nan, math.nan, math.nan, math.nan))
+    print(f"\n{torch.cuda.get_device_name()} {name} {dtype_name}: us per call")
+    print(f"  {'mode':<16} {'B,T':<11} {'host':>8} {'loop':>8} {'do_bench':>9} {'GPU kern':>9} {'launches':>9} "
+          f"{'host/launch':>12}")
+    for mode, p, h, wall, bench, gpu, launches in rows:
+        print(f"  {mode:<16} {str(p):<11} {h:8.0f} {wall:8.0f} {bench:9.0f} {gpu:9.0f} {launches:9.0f} "
+              f"{h / max(launches, 1):12.2f}")
+
+
+def _profile_mode(name, dtype_name, mode, prog, specs, points, inputs, rows, calls):
+    """One mode of :func:`model_profile`: a row per point into ``rows``, tables printed."""
+    t0 = time.perf_counter()
+    f = _model_fn(mode, prog, specs)
+    with torch.no_grad():
+        for p in points:
+            f(*inputs[p])
+        torch.cuda.synchronize()
+        print(f"\n#### {name} {dtype_name} {mode}: built and first calls in {time.perf_counter() - t0:.1f}s")
+        for p in points:
+            call = (lambda a=inputs[p]: f(*a))
+            for _ in range(3):
+                call()
+            h = host_us(call)
+            wall = per_call_us(call, n=calls)
+            bench = gc._bench(f, inputs[p]) * 1e3
+            gpu, launches, prof = gpu_kernels(call)
+            rows.append((mode, p, h, wall, bench, gpu, launches))
+            print(f"==== {name} {mode} {p}: host {h:.0f} us/call (GPU idle before), loop {wall:.0f} us/call, "
+                  f"do_bench {bench:.0f} us, GPU kernels {gpu:.0f} us/call, {launches:.0f} launches/call ====")
+            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=18, max_name_column_width=70))
+            if mode in ("symshape", "backend"):
+                pr = cProfile.Profile()
+                pr.enable()
+                for _ in range(50):
+                    call()
+                pr.disable()
+                torch.cuda.synchronize()
+                out = io.StringIO()
+                pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(25)
+                print(f"cProfile of 50 calls ({mode} {p}), by own time:")
+                print("\n".join(ln for ln in out.getvalue().splitlines()[6:] if ln.strip()))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="gpt2,ln_residual,mlp")
-    ap.add_argument("--parts", default="ops,calls,breakdown")
+    ap.add_argument("--parts", default="ops,calls,breakdown", help="of ops,calls,breakdown,compile,models")
+    ap.add_argument("--model", default="llama", help="models part: a bench/gpu_models.py case")
+    ap.add_argument("--dtype", default="fp16", help="models part: fp16 or bf16")
+    ap.add_argument("--points", default="4x128,4x2047", help="models part: BxT points")
+    ap.add_argument("--modes", default="eager,symshape,backend,inductor_static,inductor_dyn")
     a = ap.parse_args(argv)
     parts = a.parts.split(",")
     print(f"{torch.cuda.get_device_name()} torch={torch.__version__} triton={__import__('triton').__version__}")
     if "ops" in parts:
         op_costs()
+    if "models" in parts:
+        pts = [tuple(int(x) for x in p.split("x")) for p in a.points.split(",")]
+        model_profile(a.model, a.dtype, pts, a.modes.split(","))
     chosen = [w for w in gc.WORKLOADS if w.name in a.only.split(",")]
     for w in chosen:
         if "compile" in parts and w.name == "gpt2":

@@ -35,8 +35,42 @@ input specs (-i, one per tensor input, in the program's parameter order):
   --arg NAME=VALUE passes a non-tensor argument by keyword: an int, a float,
   true/false, none, or else a string (e.g. --arg causal=true --arg eps=1e-5)."""
 
-_RANGE = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(-?\d+)\s*(?:\.\.\s*(-?\d+|inf)?)?\s*$")
-_ARG = re.compile(r"^\s*([A-Za-z_]\w*)\s*=(.*)$", re.S)
+_BOUNDS = re.compile(r"^\s*(-?\d+)\s*(?:\.\.\s*(-?\d+|inf)?)?\s*$")
+_NAMED = re.compile(r"^\s*([A-Za-z_]\w*)\s*=(.*)$", re.S)
+_ARG = _NAMED
+
+
+class BoundsError(ValueError):
+    """A dim's bounds that do not parse (``malformed``) or are no sizes (an empty or negative range)."""
+
+    def __init__(self, message: str, malformed: bool):
+        super().__init__(message)
+        self.malformed = malformed
+
+
+def parse_bounds(text: str):
+    """One dim's bounds, the one parser of ``--dim``, ``--world`` and contract ``dims``:
+    ``"1..64"`` -> ``(1, 64)``, ``"1.."`` or ``"1..inf"`` -> ``(1, inf)``, ``"8"`` -> ``8``.
+
+    >>> parse_bounds("1.."), parse_bounds(" 2..8 "), parse_bounds("8")
+    ((1, inf), (2, 8), 8)
+    >>> parse_bounds("9..2")
+    Traceback (most recent call last):
+    ...
+    cli.args.BoundsError: empty or negative range
+    """
+    m = _BOUNDS.match(text)
+    if not m:
+        raise BoundsError("expected LO..HI (a range) or N (a size)", malformed=True)
+    lo, hi = int(m.group(1)), m.group(2)
+    if ".." not in text:
+        if lo < 0:
+            raise BoundsError("a size is a non-negative integer", malformed=False)
+        return lo
+    hi_v = math.inf if hi in (None, "inf") else int(hi)
+    if lo < 0 or lo > hi_v:
+        raise BoundsError("empty or negative range", malformed=False)
+    return lo, hi_v
 
 
 def parse_dim(text: str) -> dict:
@@ -49,19 +83,14 @@ def parse_dim(text: str) -> dict:
     for part in text.split(","):
         if not part.strip():
             continue
-        m = _RANGE.match(part)
-        if not m:
-            raise ValueError(f"bad --dim {part!r}: expected NAME=LO..HI (a range) or NAME=N (an example size)")
-        name, lo, hi = m.group(1), int(m.group(2)), m.group(3)
-        if ".." in part:
-            hi_v = math.inf if hi in (None, "inf") else int(hi)
-            if lo < 0 or lo > hi_v:
-                raise ValueError(f"bad --dim {part!r}: empty or negative range")
-            out[name] = (lo, hi_v)
-        else:
-            if lo < 0:
-                raise ValueError(f"bad --dim {part!r}: a size is a non-negative integer")
-            out[name] = lo
+        m = _NAMED.match(part)
+        try:
+            if not m:
+                raise BoundsError("", malformed=True)
+            out[m.group(1)] = parse_bounds(m.group(2))
+        except BoundsError as e:
+            why = "expected NAME=LO..HI (a range) or NAME=N (an example size)" if e.malformed else str(e)
+            raise ValueError(f"bad --dim {part!r}: {why}") from None
     return out
 
 

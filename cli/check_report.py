@@ -3,9 +3,9 @@
 Example::
 
     >>> from cli.contracts import Contract
-    >>> from cli.verify import FAIL, EntryResult, Finding
-    >>> r = EntryResult(Contract("m", "m.py:f", ["x: f32[B]"], {}, {"max_guards": 0}, source="symshape.toml",
-    ...                          line=3))
+    >>> from validation.contracts.findings import FAIL, EntryResult, Finding
+    >>> r = EntryResult(contract=Contract(name="m", program="m.py:f", inputs=["x: f32[B]"], dims={},
+    ...                                   expectations={"max_guards": 0}, source="symshape.toml", line=3))
     >>> r.findings.append(Finding(expectation="max_guards", status=FAIL,
     ...                           message="1 guards, the contract allows 0", file="m.py", line=7))
     >>> print(github([r]))
@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from .verify import ERROR, FAIL, PASS, UNDECIDED
+from validation.contracts.findings import ERROR, FAIL, PASS, UNDECIDED
 
 FORMATS = ("text", "json", "junit", "github")
 _MARK = {PASS: "ok", FAIL: "FAIL", UNDECIDED: "UNDECIDED", ERROR: "ERROR"}

@@ -59,38 +59,15 @@ import os
 import re
 import sys
 import tomllib
-from dataclasses import dataclass, field
 from typing import Optional
 
 from shapes.enums import TextEnum
+from validation.contracts.contract import EXPECTATIONS, Contract, toml_value  # noqa: F401  (re-exported)
 
+from .args import BoundsError, parse_bounds
 from .loader import CliError, as_program, exec_user_file, load_program
 
-#: The expectations a contract entry may state, in the order they are checked.
-EXPECTATIONS = ("output", "valid", "no_specialization", "max_guards", "flops", "comm")
 _KEYS = {"name", "program", "factory", "factory_args", "inputs", "dims", "world", *EXPECTATIONS}
-_RANGE = re.compile(r"^\s*(\d+)\s*\.\.\s*(\d+|inf)?\s*$")
-
-
-@dataclass
-class Contract:
-    """One entry of a contract file (see the module docstring for the keys)."""
-
-    name: str
-    program: str
-    inputs: list
-    dims: dict
-    expectations: dict
-    factory: bool = False
-    factory_args: dict = field(default_factory=dict)
-    base_dir: str = "."
-    source: str = ""      # the contract file
-    line: int = 0         # the entry's line in it (its ``name =``)
-    world: Optional[str] = None  # the world size's dim name, for a sharded program
-
-    def program_path(self) -> Optional[str]:
-        """The absolute path of the program's file (None for a module not found under base_dir)."""
-        return resolve_target(self.program, [self.base_dir], restrict=False)[1]
 
 
 def default_contract_file(cwd: str = ".") -> str:
@@ -137,16 +114,19 @@ def parse_dims(value, where: str) -> dict:
                 raise CliError(f"{where}: dims.{k} = {v} is negative")
             out[k] = v
             continue
+        empty = f"{where}: dims.{k} = {v!r} is an empty or negative range"
+        expected = f"{where}: dims.{k} = {v!r}: expected \"LO..HI\" (e.g. \"1..64\"), [LO, HI] or an int"
         if isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in v):
             lo, hi = v
-        elif isinstance(v, str) and _RANGE.match(v):
-            m = _RANGE.match(v)
-            lo = int(m.group(1))
-            hi = math.inf if m.group(2) in (None, "inf") else int(m.group(2))
+        elif isinstance(v, str) and ".." in v:
+            try:
+                lo, hi = parse_bounds(v)  # the one parser of --dim's ranges too
+            except BoundsError as e:
+                raise CliError(expected if e.malformed else empty) from None
         else:
-            raise CliError(f"{where}: dims.{k} = {v!r}: expected \"LO..HI\" (e.g. \"1..64\"), [LO, HI] or an int")
+            raise CliError(expected)
         if lo < 0 or lo > hi:
-            raise CliError(f"{where}: dims.{k} = {v!r} is an empty or negative range")
+            raise CliError(empty)
         out[k] = (lo, hi)
     return out
 
@@ -322,26 +302,6 @@ def _as_program(obj, name, target):
 
 
 # --------------------------------------------------------------------------- writing
-
-
-def toml_value(v) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float) and v == math.inf:
-        return '"inf"'
-    if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_key(k)} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def _key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else toml_value(k)
 
 
 def dims_to_toml(dims: dict) -> dict:

@@ -16,19 +16,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .args import SPEC_HELP, add_program_arguments, add_progress_arguments, positive_int, world_options
+from .args import (SPEC_HELP, add_program_arguments, add_progress_arguments, positive_int, positive_seconds,
+                   world_options)
 
 DEFAULT_RANGE_TEXT = "1..4096"  # validation.dinfer.DEFAULT_RANGE, kept here so --help imports nothing heavy
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return v
 
 
 def register(sub):
@@ -46,7 +37,7 @@ def register(sub):
                    help="list every class of sizes (the search's split), not one row per outcome")
     p.add_argument("--max-classes", type=positive_int, default=64, metavar="N",
                    help="stop after N classes (default 64)")
-    p.add_argument("--time-budget", type=_positive_float, default=60.0, metavar="S",
+    p.add_argument("--time-budget", type=positive_seconds, default=60.0, metavar="S",
                    help="the whole run's time in seconds, traces included (default 60)")
     p.add_argument("--specialize-zero-one", action="store_true",
                    help="PyTorch's 0/1 policy: give sizes 0 and 1 classes of their own")

@@ -174,7 +174,10 @@ def _compile(gm, example_inputs, options):
         return gm(*args)
 
     program.__signature__ = None  # takes *tensors; keeps the tracer's arity check quiet
-    compiled = CompiledProgram(program, specs, dims, target)
+    # Traced for the device the graph runs on (where it makes tensors, which branches it took).
+    device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None)
+    traced_for = device if target == "triton" and device is not None and device.type in ("cpu", "cuda") else None
+    compiled = CompiledProgram(program, specs, dims, target, device=traced_for)
     # Dynamo's guards check every input's dtype and static sizes before this graph runs:
     # the per-shape binding cache need only key on the inputs with dynamic dims.
     compiled.key_inputs = [i for i, s in enumerate(specs) if any(not isinstance(d, int) for d in s.dims)]

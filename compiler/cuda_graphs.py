@@ -232,7 +232,7 @@ class GraphedProgram:
         Guards depend on sizes only, so a route is computed once per distinct input signature."""
         c = self.compiled
         values = c.bind(tensors)
-        variant = c.variant_for(values)
+        variant = c.variant_for(values, next((t.device for t in tensors if isinstance(t, torch.Tensor)), None))
         plan = self.plan(variant)
         if plan.exact and self.piecewise and self.kernels == "compiled" and not variant.eager:
             # A dim that cannot pad: graphs of the steps that never see it, the others run as
@@ -442,7 +442,7 @@ def graphed(compiled: CompiledProgram, **options) -> GraphedProgram:
 
 def compile(program, *specs, dims=None, target: str = "cpp", cuda_graphs: bool = False,
             buckets: Optional[dict] = None, memory_budget: Optional[int] = None, max_graphs: int = 64,
-            graph_kernels: str = "compiled"):
+            graph_kernels: str = "compiled", device=None):
     """:func:`compiler.runtime.compile`, and with ``cuda_graphs=True`` a :class:`GraphedProgram`.
 
     >>> import torch, compiler
@@ -450,7 +450,7 @@ def compile(program, *specs, dims=None, target: str = "cpp", cuda_graphs: bool =
     >>> f(torch.ones(3)).tolist(), f.plans and list(f.plans.values())[0].pads
     ([2.0, 2.0, 2.0], ('N',))
     """
-    c = runtime.compile(program, *specs, dims=dims, target=target)
+    c = runtime.compile(program, *specs, dims=dims, target=target, device=device)
     if not cuda_graphs:
         return c
     return GraphedProgram(c, buckets=buckets, memory_budget=memory_budget, max_graphs=max_graphs,

@@ -47,7 +47,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .graph_capture import GraphRecorder
-from .wrapper import BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, straight_line, template_buffers
+from .wrapper import (BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, step_buffers, straight_line,
+                      template_buffers)
 
 #: ATen ops that launch no GPU work (views): a segment of only these is not worth a graph.
 _VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
@@ -86,18 +87,6 @@ def _slots(a, into: set) -> set:
         for x in a.values():
             _slots(x, into)
     return into
-
-
-def _reads(step) -> set:
-    if isinstance(step, KernelStep):
-        return set(step.buffers) - {al.name for al in step.allocs}
-    return template_buffers([step.args, step.kwargs], set())
-
-
-def _writes(step) -> set:
-    if isinstance(step, KernelStep):
-        return {al.name for al in step.allocs}
-    return {step.out}
 
 
 def _launches_work(step) -> bool:
@@ -156,9 +145,11 @@ class PiecewiseRun:
     def _depends(self, step, lp, size_exprs, memo) -> bool:
         syms = set()
         for i in _slots([getattr(step, "args", ()), getattr(step, "kwargs", {})], set()):
-            syms |= size_exprs[i].free_symbols
-        names = set(step.buffers) if isinstance(step, KernelStep) else _reads(step) | _writes(step)
-        for n in names:
+            # Slots past the size expressions hold mask classes, always KEEP here (sizes_at).
+            if i < len(size_exprs):
+                syms |= size_exprs[i].free_symbols
+        reads, writes = step_buffers(step)
+        for n in reads | writes:
             b = lp.buffers.get(n)
             if b is not None:
                 for d in tuple(b.shape) + tuple(b.strides):
@@ -193,8 +184,8 @@ class PiecewiseRun:
         later_reads: set = set()
         out_names = template_buffers(list(v.outputs), set())
         for s in reversed(segments):
-            made = set().union(*[_writes(st) for st in s.steps])
-            read = set().union(*[_reads(st) for st in s.steps])
+            made = set().union(*[step_buffers(st)[1] for st in s.steps])
+            read = set().union(*[step_buffers(st)[0] for st in s.steps])
             s.writes = sorted(made & (later_reads | out_names))
             s.reads = sorted(read - made)
             later_reads |= set(s.reads)
@@ -222,7 +213,8 @@ class PiecewiseRun:
         v = self.v
         self.stats["calls"] += 1
         kvals = tuple(values[i] for i in v.sym_index)
-        sizes = v.size_fn(*kvals)
+        # Masks keep their values here: classifying one synchronizes, once per size (every token).
+        sizes = v.sizes_at(kvals, classify=False)
         device = tensors[0].device if tensors else torch.device("cpu")
         env = dict(zip(self.input_names, tensors))
         env.update(zip(self.const_names, v.consts(device)))

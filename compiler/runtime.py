@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import operator
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -35,6 +36,7 @@ from shapes.guard import GuardKind
 from shapes.program import violation_message
 from shapes.spec import Dim, DimExpr, parse_dims, parse_spec
 
+from . import sized_masks
 from .attention import fuse_causal_attention
 from .sdpa_calls import tune_calls
 from .codegen import TARGETS
@@ -44,7 +46,7 @@ from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
-                      straight_line)
+                      straight_line, template_buffers)
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
 STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0, "warmed": 0, "warm_s": 0.0}
@@ -99,6 +101,11 @@ class Variant:
     def __init__(self, tp, target: str):
         self.tp = tp
         self.target = target
+        #: The device type this variant's kernels were built for; None: the tensors' own (Triton
+        #: compiles per device at launch).  C++ kernels read host memory, so they take CPU tensors
+        #: only.  A property of the build, checked by :meth:`run` (the uncached path): the binding
+        #: cache's key holds the device, so a cached call never needs the check.
+        self.device_type = "cpu" if target == "cpp" else None
         env = tp.env
         self.symbols = [env.symbols[n] for n in sorted(env.symbols)]
         guards = [g.expr for g in env.constraints + env.records if g.kind is not GuardKind.RUNTIME_ASSERT
@@ -174,13 +181,20 @@ class Variant:
                     target = view_as_traced
                 plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
-        self.plan = plan = linear_calls(plan, self.outputs)
+        plan = linear_calls(plan, self.outputs)
+        # SDPA masks made from sizes alone: classified per size, then causal or dropped
+        # (compiler.sized_masks); their classes follow the size slots in the sizes tuple.
+        outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
+        self.masks = sized_masks.find(plan, outside, lp.buffers, slot)
+        self.plan = plan = sized_masks.rewrite(plan, self.masks, len(exprs))
+        self._classifier = None
         #: The size slots' expressions (slot i is ``size_exprs[i]``), and their compiled function.
         self.size_exprs = list(exprs)
         self.size_fn = compile_exprs(self.size_exprs, lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
         self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
                                              self.outputs)
+        self._fns = {(sized_masks.MaskClass.KEEP,) * len(self.masks): self.fn}
         # Trace-time constants are fixed (moved to a device once); parameters and buffers are
         # read from the module on every call, so updates and moves are seen.
         self.const_getters = [(self.tp.constants.get(t), _attr_reader(t)) for _, t in lp.consts]
@@ -222,36 +236,95 @@ class Variant:
                 at = dict(zip(self.symbols, values))
                 raise GuardViolation(violation_message(g, at), guard=g, values=at)
 
-    def run(self, tensors, values: tuple):
-        """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order."""
+    def check_device(self, tensors) -> None:
+        """Refuse tensors on a device other than the one this variant was built for (a CUDA
+        or meta tensor read by C++ kernels through a device pointer), with a typed error."""
+        if self.device_type is None:
+            return
+        for t, spec in zip(tensors, self.tp.specs):
+            if isinstance(t, torch.Tensor) and t.device.type != self.device_type:
+                raise DeviceMismatch(
+                    f"input {spec.name} is on {t.device}, but this program was compiled for target "
+                    f"'{self.target}', whose kernels run on {self.device_type.upper()} tensors: pass "
+                    f"{self.device_type.upper()} tensors, or compile with target='triton' for {t.device.type} tensors")
+
+    def run(self, tensors, values: tuple, classify: bool = True):
+        """Run on real tensors; ``values`` are the dim values in ``self.symbols`` order
+        (``classify``: see :meth:`sizes_at`)."""
+        self.check_device(tensors)
         self.check_asserts(values)
         if self.eager:
             return self.tp.run(*tensors)
-        return self.run_bound(tensors, *self.bind_sizes(values))
+        return self.run_bound(tensors, *self.bind_sizes(values, classify))
 
-    def bind_sizes(self, values: tuple) -> tuple:
+    def bind_sizes(self, values: tuple, classify: bool = True) -> tuple:
         """``(size values, launches)`` at dim ``values``: what :meth:`run_bound` takes."""
         kvals = tuple(values[i] for i in self.sym_index)
-        return self.size_fn(*kvals), bind_launches(self.plan, kvals)
+        return self.sizes_at(kvals, classify), bind_launches(self.plan, kvals)
+
+    def sizes_at(self, kvals: tuple, classify: bool = True) -> tuple:
+        """The sizes tuple at the kernels' dim values ``kvals``: the size slots, then the class
+        of each sizes-only mask (computed once per size; all ``KEEP`` without ``classify``)."""
+        sizes = self.size_fn(*kvals)
+        if not self.masks:
+            return sizes
+        if not classify:
+            return (*sizes, *(sized_masks.MaskClass.KEEP,) * len(self.masks))
+        if self._classifier is None:
+            self._classifier = sized_masks.MaskClassifier(self.plan, self.masks, self.tp.device)
+        return (*sizes, *self._classifier.classes(kvals, sizes))
 
     def run_bound(self, tensors, sizes, launches):
         """Run with the size values and bound launches of :meth:`bind_sizes` (asserts checked)."""
         device = tensors[0].device if tensors else torch.device("cpu")
-        leaves = self.fn(tensors, sizes, launches, self._consts(device), device)
+        fn = self.fn if not self.masks else self._fn_for(sizes[len(sizes) - len(self.masks):])
+        leaves = fn(tensors, sizes, launches, self._consts(device), device)
         return pytree.tree_unflatten(leaves, self.tp.out_spec)
+
+    def _fn_for(self, classes: tuple):
+        """The straight-line run at these mask classes: the steps that only made dropped masks left out."""
+        fn = self._fns.get(classes)
+        if fn is None:
+            lp = self.lp
+            plan = sized_masks.without_masks(self.plan, self.masks, classes)
+            skip = sized_masks.droppable(plan, template_buffers(list(self.outputs), set()), self.masks, classes)
+            fn = self._fns[classes] = straight_line(plan, [b.name for b in lp.inputs],
+                                                    [b.name for b, _ in lp.consts], self.outputs, skip=skip)[1]
+        return fn
+
+
+def default_device(target: str) -> torch.device:
+    """The device a program compiled for ``target`` is first traced for: CUDA for Triton
+    where a GPU runs it (not under ``TRITON_INTERPRET=1``), else the CPU.  A call on
+    another device traces again for that device (:meth:`CompiledProgram.variant_for`).
+
+    >>> default_device("cpp")
+    device(type='cpu')
+    """
+    if target == "triton" and torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 class CompiledProgram:
-    """A callable serving every input size; see :func:`compile`."""
+    """A callable serving every input size; see :func:`compile`.
 
-    def __init__(self, program, specs, dims, target, _tp=None):
+    Each variant is traced for one device: the trace records where the program makes
+    its tensors (``torch.arange(n, device=x.device)`` says ``cuda:0`` in a CUDA trace)
+    and which device-dependent branches it took, so a variant serves only calls on its
+    own device; inputs on another one get a variant traced for theirs.
+    """
+
+    def __init__(self, program, specs, dims, target, _tp=None, device=None):
         self.program = program
         self.specs = [parse_spec(s) for s in specs]
         self.dims = dict(dims or {})
         self.target = target
         self.variants: list[Variant] = []
         self.stats = {"traces": 0, "variants": 0, "calls": 0}
-        self._bound: dict = {}  # (shape, dtype) per input -> (variant, size values, bound launches)
+        # (shape, dtype, device) per input -> (variant, size values, bound launches, the dim values
+        # while its sizes-only masks are not classified yet, else None).
+        self._bound: dict = {}
         #: Indices of the inputs whose (shape, dtype) key the binding cache (None: all); a caller
         #: that has checked the others itself (the dynamo backend's guards) narrows it.
         self.key_inputs: Optional[list] = None
@@ -268,9 +341,15 @@ class CompiledProgram:
         # by the trace's binder; the others are read directly and the expressions checked.
         plain = {d for s in self.specs for d in s.dims if isinstance(d, str)}
         self._solve = any(n not in plain for n in self.names)
-        self._add(_tp if _tp is not None else self._trace(None))
+        device = torch.device(device) if device is not None else default_device(target)
+        if target == "cpp" and device.type != "cpu":
+            raise SpecError(f"target 'cpp' builds kernels for CPU tensors; device={str(device)!r} needs "
+                            f"target='triton'")
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", 0)  # what a CUDA tensor reports
+        self._add(_tp if _tp is not None else self._trace(None, device))
 
-    def _trace(self, values: Optional[tuple]):
+    def _trace(self, values: Optional[tuple], device: torch.device):
         dims = dict(self.dims)
         if values is not None:
             parsed = parse_dims(self.dims, self.names)
@@ -282,7 +361,7 @@ class CompiledProgram:
         STATS["traces"] += 1
         self.stats["traces"] += 1
         # Kernels keep PyTorch's 0/1 policy: a size 0 or 1 gets its own variant.
-        return shapes.trace(self.program, *self.specs, dims=dims, specialize_zero_one=True)
+        return shapes.trace(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device)
 
     def _add(self, tp) -> Variant:
         v = Variant(tp, self.target)
@@ -290,18 +369,6 @@ class CompiledProgram:
         STATS["variants"] += 1
         self.stats["variants"] += 1
         return v
-
-    def _check_devices(self, tensors) -> None:
-        """C++ kernels read host memory: a CUDA (or meta) tensor handed to them would be read
-        through a device pointer, so the call is refused with a typed error instead."""
-        if self.target != "cpp":
-            return
-        for t, spec in zip(tensors, self.specs):
-            if isinstance(t, torch.Tensor) and t.device.type != "cpu":
-                raise DeviceMismatch(
-                    f"input {spec.name} is on {t.device}, but this program was compiled for target 'cpp', "
-                    f"whose kernels run on CPU tensors: pass CPU tensors, or compile with target='triton' "
-                    f"for {t.device.type} tensors")
 
     def bind(self, tensors) -> tuple:
         """The dim values of a call, in ``self.names`` order; expression dims checked or solved.
@@ -313,7 +380,6 @@ class CompiledProgram:
         """
         if len(tensors) != len(self.specs):
             raise SpecError(f"expected {len(self.specs)} input(s), got {len(tensors)}")
-        self._check_devices(tensors)
         vals = [None] * len(self.names)
         derived = []
         keyed = self.key_inputs
@@ -345,11 +411,14 @@ class CompiledProgram:
                                      f"({given})")
         return tuple(vals)
 
-    def variant_for(self, values) -> Variant:
+    def variant_for(self, values, device: Optional[torch.device] = None) -> Variant:
+        """The variant serving dim ``values`` on ``device`` (default: the first variant's
+        device), traced and compiled if none does."""
+        device = self.variants[0].tp.device if device is None else device
         for v in self.variants:
-            if v.covers(values):
+            if v.tp.device == device and v.covers(values):
                 return v
-        return self._add(self._trace(values))
+        return self._add(self._trace(values, device))
 
     def __call__(self, *tensors):
         self.stats["calls"] += 1
@@ -364,27 +433,46 @@ class CompiledProgram:
         hit = self._bound.get(key)
         if hit is not None:
             # Guards, asserts and sizes depend on the shapes alone: computed once per shape.
-            v, sizes, launches = hit
+            v, sizes, launches, pending = hit
+            if pending is not None:
+                # The shape came back: now worth classifying its sizes-only masks (one sync).
+                sizes = v.bind_sizes(pending)[0]
+                self._bound[key] = (v, sizes, launches, None)
             return v.run_bound(tensors, sizes, launches)
         values = self.bind(tensors)
-        v = self.variant_for(values)
-        out = v.run(tensors, values)
+        device = _device_of(tensors)
+        # C++ builds take CPU tensors only (Variant.check_device refuses others, with no trace
+        # for them); Triton variants are traced per device they run on.
+        if self.target == "cpp" or device is None or device.type not in ("cpu", "cuda"):
+            device = None
+        v = self.variant_for(values, device)
+        # A shape's first call passes masks as they are: classifying them costs a sync and
+        # pays only where the shape repeats (a decoder's cache length never does).
+        out = v.run(tensors, values, classify=False)
         if key is not None and not v.eager and len(self._bound) < 4096:
-            self._bound[key] = (v, *v.bind_sizes(values))
+            self._bound[key] = (v, *v.bind_sizes(values, classify=False), values if v.masks else None)
         return out
 
 
-def compile(program, *specs, dims=None, target: str = "cpp") -> CompiledProgram:
+def _device_of(tensors) -> Optional[torch.device]:
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            return t.device
+    return None
+
+
+def compile(program, *specs, dims=None, target: str = "cpp", device=None) -> CompiledProgram:
     """Compile ``program`` for inputs matching ``specs`` (``"x: f32[B, T, 64]"``).
 
     ``target``: ``"cpp"`` (CPU tensors) or ``"triton"`` (CUDA tensors, or CPU
     under ``TRITON_INTERPRET=1``).  The result checks the guards of its trace
     on every call and retraces only when they fail; ``.stats`` counts traces
-    and compiled variants.
+    and compiled variants.  ``device``: the device the program is first traced
+    for (default :func:`default_device`); a call on another device traces again.
     """
     if target not in ("cpp", "triton"):
         raise ValueError(f"target must be 'cpp' or 'triton', got {target!r}")
-    return CompiledProgram(program, specs, dims, target)
+    return CompiledProgram(program, specs, dims, target, device=device)
 
 
-__all__ = ["compile", "CompiledProgram", "Variant", "STATS", "math", "operator"]
+__all__ = ["compile", "CompiledProgram", "Variant", "STATS", "default_device", "math", "operator"]

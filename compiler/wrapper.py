@@ -133,8 +133,7 @@ def linear_calls(plan, outputs) -> list:
     aten = torch.ops.aten
     uses: dict = {}
     for step in plan:
-        names = set(step.buffers) if isinstance(step, KernelStep) else template_buffers([step.args, step.kwargs], set())
-        for n in names:
+        for n in step_buffers(step)[0]:
             uses[n] = uses.get(n, 0) + 1
     for n in template_buffers(list(outputs), set()):
         uses[n] = uses.get(n, 0) + 2
@@ -209,15 +208,27 @@ def template_buffers(a, into: set) -> set:
     return into
 
 
+def step_buffers(step) -> tuple:
+    """``(reads, writes)``: the buffer names a plan step reads (made before it) and makes.
+
+    >>> step_buffers(KernelStep(None, ("x", "y"), (Alloc("y", (), (), torch.float32),), (False, False)))
+    ({'x'}, {'y'})
+    >>> reads, writes = step_buffers(ExternStep(torch.add, (BufSlot("x"), SizeSlot(0)), {"alpha": BufSlot("a")}, "z"))
+    >>> sorted(reads), writes
+    (['a', 'x'], {'z'})
+    """
+    if isinstance(step, KernelStep):
+        writes = {al.name for al in step.allocs}
+        return set(step.buffers) - writes, writes
+    return template_buffers([step.args, step.kwargs], set()), {step.out}
+
+
 def _last_uses(plan, outputs) -> dict:
     """Step index -> the buffers no later step reads and the run does not return."""
     last: dict = {}
     for n, step in enumerate(plan):
-        if isinstance(step, KernelStep):
-            used = set(step.buffers) | {al.name for al in step.allocs}
-        else:
-            used = template_buffers(list(step.args) + list(step.kwargs.values()), set()) | {step.out}
-        for name in used:
+        reads, writes = step_buffers(step)
+        for name in reads | writes:
             last[name] = n
     kept = template_buffers(list(outputs), set())
     out: dict = {}
@@ -227,20 +238,25 @@ def _last_uses(plan, outputs) -> dict:
     return out
 
 
-def straight_line(plan, inputs, consts, outputs):
+def straight_line(plan, inputs, consts, outputs, skip=frozenset()):
     """``(source, fn)``: ``fn(tensors, s, launches, const_tensors, dev)`` runs ``plan``
     (:class:`KernelStep` / :class:`ExternStep`) and returns the output leaves;
     ``s`` holds the size function's values, ``launches`` one ``launch(buffers)`` per
-    kernel step in plan order, bound to the call's sizes (:func:`bind_launches`)."""
+    kernel step in plan order, bound to the call's sizes (:func:`bind_launches`).
+    Steps whose index is in ``skip`` are left out (``launches`` still counts them)."""
     w = _Writer()
     body = w.lines
     if inputs:
         body.append(f"    {''.join(_var(n) + ', ' for n in inputs)}= tensors")
     if consts:
         body.append(f"    {''.join(_var(n) + ', ' for n in consts)}= const_tensors")
-    dead = _last_uses(plan, outputs)
+    kept = [n for n in range(len(plan)) if n not in skip]
+    dead = {kept[i]: names for i, names in _last_uses([plan[n] for n in kept], outputs).items()}
     nk = 0
     for n, step in enumerate(plan):
+        if n in skip:
+            nk += isinstance(step, KernelStep)
+            continue
         if isinstance(step, KernelStep):
             for al in step.allocs:
                 shape = "(" + "".join(f"s[{i}], " for i in al.shape) + ")"

@@ -164,7 +164,7 @@ def explain(traced, at: Union[None, str, Mapping] = None) -> Explanation:
     names = source_names(env)
     entries = [_entry(traced, g, names) for g in env.records]
     dims = _dims(traced, entries)
-    dd = [{"name": data_name(env, s), "what": what} for s, what in env.unbacked.items()]
+    dd = [{"name": data_name(env, s), "what": str(source)} for s, source in env.unbacked.items()]
     counts = _counts(entries)
     # Distinct conditions: the engine asks many of them more than once.
     static = len({e.before for e in env.log if e.kind is StepKind.STATIC})
@@ -266,7 +266,7 @@ def _entry(traced, g: Guard, names) -> Entry:
         # The engine's provenance here is whoever called trace() (under the CLI,
         # the console script): not a cause.  The cause is the spec's example size.
         file, line, function, start, lines = "<input spec>", 0, "", 0, []
-        code = ", ".join(src for s in syms for src in env.sources.get(s, []))
+        code = ", ".join(str(src) for s in syms for src in env.sources.get(s, []))
     hints = _hint_text(traced, [s for s in syms if s in env.hints])
 
     if g.decided_by is Decision.HINT:
@@ -315,7 +315,7 @@ def _dims(traced, entries) -> list:
         rng = env.ranges.get(sym)
         lo = rng.lower if rng is not None else 0
         hi = rng.upper if rng is not None else None
-        d = DimInfo(name=name, sources=list(env.sources.get(sym, [])), example=hint, status=DimStatus.DYNAMIC,
+        d = DimInfo(name=name, sources=[str(src) for src in env.sources.get(sym, [])], example=hint, status=DimStatus.DYNAMIC,
                     range=(_int_or_none(lo), _int_or_none(hi)))
         if sym in env.replacements:
             target = env.replacements[sym]

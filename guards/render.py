@@ -36,7 +36,7 @@ def source_names(env) -> dict:
     out = dict(data_names(env))
     for s, srcs in env.sources.items():
         if srcs:
-            out[s] = srcs[0]
+            out[s] = str(srcs[0])
     return out
 
 

@@ -116,7 +116,7 @@ def suggest(traced, g: Guard, t, names, origin, user, neg_user) -> Optional[str]
 
     # Runtime asserts.
     if unbacked:
-        what = "; ".join(f"{data_name(env, u)} = {env.unbacked[u]}" for u in sorted(unbacked, key=str))
+        what = "; ".join(f"{data_name(env, u)} = {env.describe_symbol(u)}" for u in sorted(unbacked, key=str))
         return (f"depends on data ({what}): checked when the program runs; calls whose data make "
                 f"{neg_user} raise; nothing to change if valid data always satisfy it")
     if origin == USER_CODE:

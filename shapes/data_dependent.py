@@ -12,7 +12,7 @@ import torch
 from .errors import UnsupportedOpError
 from .functions import FloorDiv
 from .provenance import capture
-from .symbols import UnbackedKind
+from .symbols import DataRead, DataSource, UnbackedKind
 from .symnode import sym_value
 
 aten = torch.ops.aten
@@ -30,15 +30,22 @@ def _where(env) -> str:
     return f"{p.filename}:{p.lineno} `{p.code}`" if p.code else p.location()
 
 
-def _count(env, what, numel_expr):
-    u = env.create_unbacked(kind=UnbackedKind.SIZE, what=what)
-    env.add_op_axiom(sympy.Le(u, numel_expr), f"{what} is at most the number of elements")
+def _data(env, func, kind: UnbackedKind, read: DataRead, p=None):
+    """A data-dependent symbol that ``func`` read at the user's line ``p`` (captured here if not given)."""
+    p = p or capture(env.current_op())
+    return env.create_unbacked(source=DataSource(kind=kind, read=read, op=str(func.overloadpacket),
+                                                 filename=p.filename, lineno=p.lineno, code=p.code))
+
+
+def _count(env, func, read: DataRead, numel_expr):
+    u = _data(env, func, UnbackedKind.SIZE, read)
+    env.add_op_axiom(sympy.Le(u, numel_expr), f"{env.describe_symbol(u)} is at most the number of elements")
     return u
 
 
 def handle_nonzero(env, func, args, kwargs):
     x = args[0]
-    u = _count(env, f"number of nonzero elements (nonzero at {_where(env)})", _numel_expr(x))
+    u = _count(env, func, DataRead.NONZERO, _numel_expr(x))
     out = torch.empty((sym_value(env, u), x.dim()), dtype=torch.int64, device="meta")
     return out, {u: ("size", 0)}
 
@@ -49,7 +56,7 @@ def handle_masked_select(env, func, args, kwargs):
     numel = sympy.Integer(1)
     for s in shape:
         numel = numel * (s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(s))
-    u = _count(env, f"number of selected elements (masked_select at {_where(env)})", numel)
+    u = _count(env, func, DataRead.MASKED_SELECT, numel)
     return torch.empty((sym_value(env, u),), dtype=x.dtype, device="meta"), {u: ("size", 0)}
 
 
@@ -66,29 +73,28 @@ def handle_index(env, func, args, kwargs):
     p = bool_pos[0]
     mask = indices[p]
     covered = mask.dim()
-    u = _count(env, f"number of True elements of the mask (boolean indexing at {_where(env)})", _numel_expr(mask))
+    u = _count(env, func, DataRead.MASK_INDEX, _numel_expr(mask))
     shape = list(x.shape[:p]) + [sym_value(env, u)] + list(x.shape[p + covered:])
     return torch.empty(shape, dtype=x.dtype, device="meta"), {u: ("size", p)}
 
 
 def handle_item(env, func, args, kwargs):
     x = args[0]
-    what = f"value of .item() at {_where(env)}"
     if x.dtype.is_floating_point:
-        u = env.create_unbacked(kind=UnbackedKind.FLOAT, what=what)
+        u = _data(env, func, UnbackedKind.FLOAT, DataRead.ITEM)
         return sym_value(env, u, float), {u: ("value",)}
     if x.dtype is torch.bool:
-        u = env.create_unbacked(kind=UnbackedKind.BOOL, what=what)
+        u = _data(env, func, UnbackedKind.BOOL, DataRead.ITEM)
         return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
     if x.dtype.is_complex:
         raise UnsupportedOpError(f".item() of a complex tensor is not supported (at {_where(env)})")
-    u = env.create_unbacked(kind=UnbackedKind.INT, what=what)
+    u = _data(env, func, UnbackedKind.INT, DataRead.ITEM)
     return sym_value(env, u, int), {u: ("value",)}
 
 
 def handle_is_nonzero(env, func, args, kwargs):
     """``bool(tensor)``: the truth of a one-element tensor's value."""
-    u = env.create_unbacked(kind=UnbackedKind.BOOL, what=f"truth value of a tensor (bool(tensor) at {_where(env)})")
+    u = _data(env, func, UnbackedKind.BOOL, DataRead.TRUTH)
     return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
 
 
@@ -97,13 +103,13 @@ def handle_allclose(env, func, args, kwargs):
 
     The shapes must broadcast as in eager's ``isclose``: its meta kernel checks that first."""
     aten.isclose.default(*args, **kwargs)
-    u = env.create_unbacked(kind=UnbackedKind.BOOL, what=f"result of allclose (at {_where(env)})")
+    u = _data(env, func, UnbackedKind.BOOL, DataRead.ALLCLOSE)
     return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
 
 
 def handle_equal(env, func, args, kwargs):
     """``torch.equal``: same sizes and values, a truth value read from data (False for other sizes)."""
-    u = env.create_unbacked(kind=UnbackedKind.BOOL, what=f"result of torch.equal (at {_where(env)})")
+    u = _data(env, func, UnbackedKind.BOOL, DataRead.EQUAL)
     return sym_value(env, sympy.Eq(u, 1), bool), {u: ("value",)}
 
 
@@ -112,7 +118,7 @@ def handle_unique(env, func, args, kwargs):
     name = func.overloadpacket.__name__
     if name == "unique_dim":
         raise UnsupportedOpError(f"torch.unique(dim=...) is not supported (at {_where(env)})")
-    u = _count(env, f"number of unique values ({name} at {_where(env)})", _numel_expr(x))
+    u = _count(env, func, DataRead.UNIQUE, _numel_expr(x))
     if name == "_unique2":
         return_inverse = args[2] if len(args) > 2 else kwargs.get("return_inverse", False)
         return_counts = args[3] if len(args) > 3 else kwargs.get("return_counts", False)
@@ -131,7 +137,7 @@ def handle_repeat_interleave(env, func, args, kwargs):
     out_size = kwargs.get("output_size")
     if out_size is not None:
         return None
-    u = env.create_unbacked(kind=UnbackedKind.SIZE, what=f"sum of repeats (repeat_interleave at {_where(env)})")
+    u = _data(env, func, UnbackedKind.SIZE, DataRead.REPEATS)
     return torch.empty((sym_value(env, u),), dtype=repeats.dtype, device="meta"), {u: ("size", 0)}
 
 
@@ -162,14 +168,14 @@ def handle_slice(env, func, args, kwargs):
             length = FloorDiv(hi - lo + step - 1, step) if step != 1 else hi - lo
         elif known(sympy.Ge(lo, hi)):
             length = sympy.Integer(0)
-    where = _where(env)
+    where = capture(env.current_op())
     bindings = {}
     if length is None:
-        u = env.create_unbacked(kind=UnbackedKind.SIZE, what=f"length of a slice from data (at {where})")
+        u = _data(env, func, UnbackedKind.SIZE, DataRead.SLICE_LENGTH, where)
         env.add_op_axiom(sympy.Le(u, n_expr), "a slice is at most as long as its dim")
         length, bindings[u] = u, ("size", dim)
     if lo is None:
-        u = env.create_unbacked(kind=UnbackedKind.SIZE, what=f"start of a slice from data (at {where})")
+        u = _data(env, func, UnbackedKind.SIZE, DataRead.SLICE_START, where)
         lo, bindings[u] = u, ("storage_offset",)
         offset = u  # the binding reads the whole storage offset
     else:

@@ -8,23 +8,29 @@ read it (``x.sum().item()`` in ``if x.sum().item() > 0:``).
 
 Example::
 
-    >>> import sympy
-    >>> from shapes.data_names import name_from_origin
-    >>> name_from_origin("value of .item() at f.py:3 `if x.sum().item() > 0:`", "u0")
-    'x.sum().item()'
-    >>> name_from_origin("value of .item() at f.py:3 `n = x.sum().long().item()`", "u0")
-    'n'
-    >>> name_from_origin("number of nonzero elements (nonzero at f.py:8 `idx = torch.nonzero(x)`)", "u1")
-    'idx.shape[0]'
-    >>> name_from_origin("number of nonzero elements (nonzero at f.py:8 `n = m.nonzero().shape[0]`)", "u1")
-    'n'
+    >>> from shapes.data_names import name_from_source
+    >>> from shapes.symbols import DataRead, DataSource, UnbackedKind
+    >>> def read(what, code):
+    ...     kind = UnbackedKind.INT if what.is_value else UnbackedKind.SIZE
+    ...     return name_from_source(DataSource(kind=kind, read=what, code=code), "u0")
+    >>> read(DataRead.ITEM, "if x.sum().item() > 0:"), read(DataRead.ITEM, "n = x.sum().long().item()")
+    ('x.sum().item()', 'n')
+    >>> read(DataRead.NONZERO, "idx = torch.nonzero(x)"), read(DataRead.NONZERO, "n = m.nonzero().shape[0]")
+    ('idx.shape[0]', 'n')
+    >>> read(DataRead.ALLCLOSE, "if torch.allclose(a, b):"), name_from_source(None, "u3")
+    ('torch.allclose(a, b)', 'data_value_3')
+    >>> read(DataRead.TRUTH, "if x.sum() > 0:")  # a tensor's truth: torch._check takes a bool
+    'bool(x.sum() > 0)'
 """
 from __future__ import annotations
 
+import ast
 import re
+from typing import Optional
+
+from .symbols import DataRead, DataSource, UnbackedKind
 
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(.+?)\s*$")
-_CODE = re.compile(r"`([^`]*)`")
 _READS = (".item()", ".tolist()", ".nonzero()")
 
 
@@ -45,12 +51,11 @@ def _operand_before(code: str, end: int) -> str:
     return code[i:end]
 
 
-def name_from_origin(what: str, fallback: str) -> str:
-    """A Python name for a data-dependent value described as ``what`` (see the module doc)."""
-    m = _CODE.search(what or "")
-    code = m.group(1).strip() if m else ""
+def name_from_source(source: Optional[DataSource], fallback: str) -> str:
+    """A Python name for the data-dependent value that ``source`` produced (see the module doc)."""
+    code = source.code.strip() if source is not None else ""
     a = _ASSIGN.match(code)
-    is_value = what.startswith("value of") or what.startswith("truth value")
+    is_value = source is not None and source.read is not None and source.read.is_value
     if a and "," not in a.group(1) and "==" not in code.split("=", 1)[1][:1]:
         rhs = a.group(2).strip()
         is_size = re.search(r"\.shape\[-?\d+\]$|\.size\(-?\d*\)$|^len\(|\.numel\(\)$", rhs)
@@ -64,14 +69,29 @@ def name_from_origin(what: str, fallback: str) -> str:
         j = code.find(r)
         if j >= 0 and is_value and code[j + len(r):].strip():
             return _operand_before(code, j + len(r))
+    truth = source is not None and (source.read is DataRead.TRUTH
+                                    or (source.read is DataRead.ITEM and source.kind is UnbackedKind.BOOL))
+    if code and truth and not code.startswith("bool("):
+        # The branch tested a tensor's truth: torch._check needs a Python bool, not a tensor.
+        return f"bool({code})"
     if code:
-        return code if is_value else f"len({code})"
+        return _as_operand(code) if is_value else f"len({code})"
     return f"data_value_{fallback.lstrip('u')}"
+
+
+def _as_operand(code: str) -> str:
+    """``code`` as one operand: the name stands inside larger conditions (``(x.sum() > 0) == 1``;
+    unparenthesized it would read as a chained comparison)."""
+    try:
+        node = ast.parse(code, mode="eval").body
+    except SyntaxError:
+        return f"({code})"
+    return code if isinstance(node, (ast.Name, ast.Call, ast.Attribute, ast.Subscript, ast.Constant)) else f"({code})"
 
 
 def data_name(env, u) -> str:
     """The user's name for the data-dependent symbol ``u`` of ``env``."""
-    return name_from_origin(env.unbacked.get(u, ""), u.name)
+    return name_from_source(env.unbacked.get(u), u.name)
 
 
 def data_names(env) -> dict:

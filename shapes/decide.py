@@ -98,7 +98,7 @@ class DecisionProcedure:
 
     def log_step(self, kind: StepKind, before, after, rule: str) -> None:
         """Append one decision to the log and tell the observers."""
-        entry = LogEntry(kind, before, after, rule, len(self.facts.facts))
+        entry = LogEntry(kind=kind, before=before, after=after, rule=rule, n_facts=len(self.facts.facts))
         self.log.append(entry)
         if self.on_step is not None:
             self.on_step(entry)
@@ -363,7 +363,7 @@ class DecisionProcedure:
     def data_dependent(self, expr, prov: Provenance) -> DataDependentError:
         """The error for a decision on ``expr`` that needs data, kept as :attr:`last_data_dependent`."""
         unbacked = sorted((x for x in expr.free_symbols if x in self.table.unbacked), key=str)
-        err = DataDependentError(expr, prov, unbacked, describe=self.table.describe)
+        err = DataDependentError(expr, prov, unbacked, sources=self.table.unbacked)
         # torch's C++ may catch it on the way out and raise its text as a RuntimeError
         # ("unflatten got an unexpected error: ..."); the tracer finds it here again.
         self.last_data_dependent = err

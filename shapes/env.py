@@ -36,7 +36,7 @@ from .data_dependent_error import DataDependentError
 from .facts import FactStore, integer_valued
 from .guard import Decision, Guard, GuardKind, StepKind
 from .provenance import Provenance
-from .symbols import UNBACKED_PREFIX, SymbolTable, UnbackedKind
+from .symbols import UNBACKED_PREFIX, DataSource, SizeSource, SymbolTable, UnbackedKind
 from .value_ranges import INF, ValueRange
 
 __all__ = ["ShapeEnv", "DataDependentError", "UNBACKED_PREFIX", "integer_valued"]
@@ -74,7 +74,7 @@ class ShapeEnv:
     symbols = property(lambda self: self.table.symbols, doc="name -> symbol, in creation order")
     hints = property(lambda self: self.table.hints, doc="backed symbol -> example size")
     sources = property(lambda self: self.table.sources, doc="symbol -> where the user's inputs give it")
-    unbacked = property(lambda self: self.table.unbacked, doc="data-dependent symbol -> what produced it")
+    unbacked = property(lambda self: self.table.unbacked, doc="data-dependent symbol -> its DataSource")
     unbacked_float = property(lambda self: self.table.unbacked_float, doc="data-dependent real symbols")
     facts = property(lambda self: self.facts_store.facts, doc="every known fact, axioms included, in order")
     replacements = property(lambda self: self.facts_store.replacements, doc="symbol -> the expression it equals")
@@ -116,7 +116,7 @@ class ShapeEnv:
         hint: int,
         *,
         range: Optional[tuple] = None,
-        source: Optional[str] = None,
+        source: Optional[SizeSource] = None,
     ) -> sympy.Expr:
         """A backed size symbol named ``name`` with example value ``hint``.
 
@@ -134,7 +134,7 @@ class ShapeEnv:
         if self.specialize_zero_one:
             if hint in (0, 1):
                 # The spec, not whoever called trace(), is where this comes from.
-                prov = Provenance(filename="<input spec>", code=source or name)
+                prov = Provenance(filename="<input spec>", code=str(source) if source else name)
                 self.decisions.record(sympy.Eq(sym, hint), GuardKind.SPECIALIZATION, prov, Decision.ZERO_ONE,
                                       message=f"example size {hint}: sizes 0 and 1 are specialized")
                 return sympy.Integer(hint)
@@ -153,18 +153,26 @@ class ShapeEnv:
                    f"give dims={{{name!r}: (0, ...)}} to include size 0)" if r.lower == 1 else
                    f"the range given for {name}")
             self.constraints.append(Guard(expr=bounds, kind=GuardKind.GUARD, provenance=Provenance(
-                filename="<input spec>", code=source or name),
+                filename="<input spec>", code=str(source) if source else name),
                 decided_by=Decision.ZERO_ONE if policy else Decision.USER_RANGE, original=bounds,
                 message=why, index=-1, symbols=(sym,)))
         return sym
 
-    def create_unbacked(self, *, kind: UnbackedKind = UnbackedKind.INT, what: str = "",
+    def create_unbacked(self, *, kind: Optional[UnbackedKind] = None, source: Optional[DataSource] = None,
                         range: Optional[tuple] = None) -> sympy.Symbol:
         """A data-dependent symbol ``u<N>`` (no hint) of the :class:`~shapes.symbols.UnbackedKind` ``kind``:
-        a size (a count of elements: at least 0), any integer, a bool (0 or 1) or a float.
+        a size (a count of elements: at least 0), any integer (the default), a bool (0 or 1) or a float.
+        ``source`` says what produced it (its kind is the symbol's); without one only the kind is known.
+
+        >>> env = ShapeEnv(); u = env.create_unbacked(kind="size"); env.ranges[u], env.describe_symbol(u)
+        (ValueRange(0, inf), 'size')
         """
-        kind = UnbackedKind(kind)
-        sym = self.table.add_unbacked(kind, what)
+        if source is None:
+            source = DataSource(kind=UnbackedKind(kind or UnbackedKind.INT))
+        elif kind is not None and UnbackedKind(kind) is not source.kind:
+            raise ValueError(f"a {UnbackedKind(kind).value} symbol cannot come from a {source.kind.value} source")
+        kind = source.kind
+        sym = self.table.add_unbacked(source)
         default = {UnbackedKind.SIZE: (0, INF), UnbackedKind.BOOL: (0, 1)}.get(kind, (-INF, INF))
         lo, hi = range if range is not None else default
         self.ranges[sym] = ValueRange(lo, hi)

@@ -109,7 +109,7 @@ class StepKind(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LogEntry:
     """One engine decision, replayable by :mod:`validation`.
 
@@ -128,7 +128,7 @@ class LogEntry:
     taken: the step may only rely on those.
 
     >>> import sympy
-    >>> LogEntry(StepKind.AXIOM, sympy.true, sympy.Symbol("N") >= 2, "range", 0).kind
+    >>> LogEntry(kind=StepKind.AXIOM, before=sympy.true, after=sympy.Symbol("N") >= 2, rule="range", n_facts=0).kind
     <StepKind.AXIOM: 'axiom'>
     """
 

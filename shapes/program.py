@@ -280,7 +280,8 @@ class TracedProgram:
                     first = out[0] if isinstance(out, (tuple, list)) else out
                     for u, path in bindings.items():
                         sym_vals[u] = int(first.shape[path[1]]) if path[0] == "size" else \
-                            int(first.storage_offset()) if path[0] == "storage_offset" else _bound_value(first)
+                            int(first.storage_offset()) if path[0] == "storage_offset" else \
+                            int(first) if isinstance(first, bool) else first  # a truth value is 0/1
                     still = []
                     for g in pending:
                         if g.expr.free_symbols <= sym_vals.keys():
@@ -350,17 +351,6 @@ def world_values(world) -> dict:
     if isinstance(world.rank, sympy.Symbol):
         vals[world.rank] = dist.get_rank()
     return vals
-
-
-def _bound_value(v):
-    """The value a ``("value",)`` binding gives its symbol: a bool read from data
-    (``bool(t.all())``, ``.item()`` of a bool tensor) is the 0/1 integer its symbol
-    ranges over (the traced condition is ``Eq(u, 1)``; sympy's ``Eq(True, 1)`` is false).
-
-    >>> _bound_value(True), _bound_value(3), _bound_value(0.5)
-    (1, 3, 0.5)
-    """
-    return int(v) if isinstance(v, bool) else v
 
 
 def _holds(expr, subs):

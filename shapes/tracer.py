@@ -33,6 +33,7 @@ from .provenance import Provenance, capture
 from .recorder import ModuleScope, Recorder
 from .printers import to_python
 from .spec import Dim, DimExpr, default_hints, parse_dims, parse_specs
+from .symbols import SizeSource
 from .symnode import sym_value
 
 SymTypes = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -275,14 +276,13 @@ def _expr_of(s):
     return sympy.Integer(s)
 
 
-def _derived_source(d: DimExpr, name: str, where: str) -> Optional[str]:
+def _derived_source(d: DimExpr, name: str, input: str, dim: int) -> Optional[SizeSource]:
     """``(x.shape[1] - 1) // 2`` for T in ``2*T + 1`` at ``x.shape[1]``: how to read T off an input."""
     lin = _linear(d.sympy({name: sympy.Symbol(name, integer=True)})) if len(d.names) == 1 else None
     if lin is None:
         return None
     _, a, b = lin
-    src = where if not b else f"({where} {'-' if b > 0 else '+'} {abs(b)})"
-    return src if a == 1 else f"({src} // {a})"
+    return SizeSource.input_dim(input, dim, scale=a, offset=b)
 
 
 def _linear(e):
@@ -406,14 +406,14 @@ def _input_size(env, s, i, d, dmap, hints, plain, dim_symbols):
     """The size of dim ``i`` of input ``s`` from its spec ``d``: a new symbol, an expression of symbols, or an int."""
     if isinstance(d, str):
         dd = dmap.get(d, Dim())
-        e = env.create_symbol(d, hints[d], range=(dd.min, dd.max), source=f"{s.name}.shape[{i}]")
+        e = env.create_symbol(d, hints[d], range=(dd.min, dd.max), source=SizeSource.input_dim(s.name, i))
         dim_symbols.setdefault(d, env.symbols[d])
         return sym_value(env, e)
     if isinstance(d, DimExpr):
         vals = {}
         for n in d.names:
             dd = dmap.get(n, Dim())
-            src = None if n in plain or n in env.symbols else _derived_source(d, n, f"{s.name}.shape[{i}]")
+            src = None if n in plain or n in env.symbols else _derived_source(d, n, s.name, i)
             vals[n] = env.create_symbol(n, hints[n], range=(dd.min, dd.max), source=src)
             dim_symbols.setdefault(n, env.symbols[n])
         at = d.evaluate(hints)

@@ -79,7 +79,8 @@ def test_cuda_profile_runs_a_fused_attention_kernel(name):
     case = AM.BY_NAME[name]
     m = case.module().cuda().half()
     f = compiler.compile(m, *case.specs, dims=case.dims, target="triton")
-    ins = [t.cuda() for t in case.inputs({"B": 2, "T": 64})]
+    # T within the zoo configs' positions (GPT-2 and BERT have 40).
+    ins = [t.cuda() for t in case.inputs({"B": 2, "T": 32})]
     with torch.no_grad():
         f(*ins)
         torch.cuda.synchronize()

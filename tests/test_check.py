@@ -139,3 +139,29 @@ def test_contract_errors_are_one_line(tmp_path, capsys):
     bad.write_text('[[contract]]\nname = "x"\nprogram = "nope.py:f"\ninputs = ["x: f32[N]"]\nvalid = true\n')
     assert main(["check", str(bad)]) == 1
     assert "no such file" in capsys.readouterr().out
+
+
+def _two_paths(x):
+    if x.shape[0] > 16:
+        return x @ torch.ones(x.shape[1], 4)
+    return x @ torch.ones(x.shape[1], 8)
+
+
+def test_flops_are_counted_once_per_path_not_traced_once_per_class():
+    """A class whose point the example trace's guards accept reuses its FLOP report; the other
+    path is traced once, however many expectations ask (flops and comm asked it per class)."""
+    from validation.contracts.contract import Contract
+    from validation.contracts.facts import ProgramFacts
+    from validation.contracts.verify import verify as prove
+    c = Contract(name="two", program="-", inputs=["x: f32[B, D]"], dims={"B": (1, 64), "D": (1, 32)},
+                 expectations={"flops": "8*B*D", "max_guards": 1})
+    facts = ProgramFacts(c, _two_paths, time_budget=30)
+    totals = sorted(str(facts.report_of_class(k).total) for k in facts.space.ok_classes)
+    assert totals == ["16*B*D", "8*B*D"]  # B <= 16 multiplies by 8 columns, B >= 17 by 4
+    assert facts.traces == 2  # the example trace (B >= 17) and one for B <= 16
+    for k in facts.space.ok_classes:
+        facts.report_of_class(k)
+    assert facts.traces == 2
+    [guards, flops] = prove(c, _two_paths, time_budget=30).findings  # in EXPECTATIONS order
+    assert (str(flops.status), flops.counterexample) == ("fail", {"B": 1, "D": 1})
+    assert str(guards.status) == "pass"

@@ -1,5 +1,7 @@
 """The C++ path of compiler.compile: results equal eager at many sizes, one
 compiled artifact per guard set, ATen fallback for ops it does not lower."""
+import os
+
 import torch
 import pytest
 
@@ -184,3 +186,49 @@ def test_cpp_program_refuses_tensors_off_the_cpu():
     other = torch.device("cuda") if torch.cuda.is_available() else torch.device("meta")
     with pytest.raises(DeviceMismatch, match=r"input x is on .*target='triton'"):
         f(torch.empty(3, 8, device=other))
+
+
+_DEVICE_PROGRAM = """
+import torch, compiler
+def prog(x):
+    r = torch.arange(x.shape[1], device=x.device).to(x.dtype)
+    return (x + r) * (2.0 if x.device.type == "cpu" else -1.0)
+f = compiler.compile(prog, "x: f32[B, T]", target="triton", device="cuda")
+assert [str(v.tp.device) for v in f.variants] == ["cuda:0"]
+x = torch.randn(3, 5)
+assert torch.equal(f(x), prog(x)), (f(x), prog(x))
+assert [str(v.tp.device) for v in f.variants] == ["cuda:0", "cpu"] and f.stats["traces"] == 2
+y = torch.randn(4, 7)
+assert torch.equal(f(y), prog(y)) and f.stats["traces"] == 2
+print("DEVICES OK")
+"""
+
+
+@pytest.mark.triton
+def test_a_variant_serves_only_the_device_it_was_traced_for():
+    """A trace records where the program makes tensors and which device branches it took:
+    a variant traced for CUDA must not serve CPU tensors (on the H100 a CPU trace's
+    ``arange(device=cpu)`` reached a Triton kernel with CUDA inputs).  The CPU call gets
+    its own trace, with the CPU branch and CPU-made tensors (Triton under the interpreter)."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", _DEVICE_PROGRAM], capture_output=True, text=True, env=env, cwd=root,
+                       timeout=600)
+    assert "DEVICES OK" in r.stdout, r.stderr[-3000:]
+
+
+def test_cpp_target_traces_for_the_cpu_only():
+    from shapes.errors import SpecError
+    with pytest.raises(SpecError, match="target='triton'"):
+        compiler.compile(lambda x: x + 1, "x: f32[N]", target="cpp", device="cuda")
+
+
+def test_default_trace_device_follows_the_target():
+    from compiler.runtime import default_device
+    assert default_device("cpp") == torch.device("cpu")
+    f = compiler.compile(lambda x: x + torch.ones(x.shape[0], 1, device=x.device), "x: f32[B, 4]", target="cpp")
+    assert f.variants[0].tp.device == torch.device("cpu")
+    x = torch.randn(2, 4)
+    assert torch.equal(f(x), x + 1) and f.stats["traces"] == 1

@@ -148,7 +148,7 @@ output = ["B", "T", 16]
 
 
 def test_output_fix_is_the_general_formula_whichever_class_failed():
-    from cli.verify import _output_fix
+    from validation.contracts.expectations import output_fix as _output_fix
     sp = _space("attention")
     smallest = min(sp.ok_classes, key=lambda c: sum(c.example.values()))
     assert [list(map(str, s)) for s in smallest.output_shapes] == [["1", "1", "32"]] or smallest.output_shapes

@@ -80,6 +80,7 @@ def test_hf_llama_greedy_decode_through_the_backend_equals_eager():
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(conf).eval()
     torch._dynamo.reset()
+    compiler.register()  # backend="symshape" from this tree, whether or not the entry point is installed
     opt = torch.compile(model, backend="symshape", dynamic=True, options={"cuda_graphs": True})
     prompt = torch.randint(0, 128, (1, 9), generator=torch.Generator().manual_seed(1))
     toks = {}

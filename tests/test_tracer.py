@@ -180,6 +180,63 @@ def test_item_gives_unbacked_scalar():
     assert torch.allclose(tp.run(x, y), f(x, y))
 
 
+def test_data_dependent_symbols_record_their_producer_as_a_typed_source():
+    from shapes.data_names import data_name
+    from shapes.symbols import DataRead, DataSource, UnbackedKind
+    tp = shapes.trace(P.nonzero_slice, "x: f32[N, 4]", "mask: bool[M]")
+    (u, src), = tp.env.unbacked.items()
+    _, start = inspect.getsourcelines(P.nonzero_slice)
+    assert src == DataSource(kind=UnbackedKind.SIZE, read=DataRead.NONZERO, op="aten.nonzero",
+                             filename=inspect.getsourcefile(P), lineno=start + 1, code="n = mask.nonzero().shape[0]")
+    assert tp.env.describe_symbol(u) == (f"number of nonzero elements (nonzero at {src.filename}:{start + 1} "
+                                         f"`n = mask.nonzero().shape[0]`)")
+    assert data_name(tp.env, u) == "n"
+    with pytest.raises(TypeError, match="DataSource"):
+        tp.env.table.add_unbacked("number of nonzero elements")
+
+
+def _branch_on_allclose(a, b):
+    if torch.allclose(a, b):
+        return a
+    return b
+
+
+def test_a_truth_value_read_from_data_is_named_as_a_value():
+    # allclose's result is a value: named by its expression, never as a length (len(...)).
+    # allclose returns a Python bool (a trace can only decide it): the read suggested is isclose's.
+    with pytest.raises(DataDependentError, match=r"torch\.allclose\(a, b\) reads the data again.*"
+                       r"value = torch\.isclose\(a, b\)\.all\(\)\.item\(\); then torch\._check\(value\)"):
+        shapes.trace(_branch_on_allclose, "a: f32[N]", "b: f32[N]")
+
+
+def _branch_on_a_tensor(x):
+    if x.sum() > 0:
+        return x
+    return -x
+
+
+def _branch_on_a_tensor_checked(x):
+    value = (x.sum() > 0).item()
+    torch._check(torch.sym_not(value))
+    if value:
+        return x
+    return -x
+
+
+def test_the_suggested_check_for_a_tensor_truth_value_runs_and_settles_the_branch():
+    # A check on x.sum() > 0 itself would read the data again into another value (and torch._check
+    # refuses a tensor): the suggestion reads the value once, checks it, and branches on it.
+    with pytest.raises(DataDependentError, match=r"value = \(x\.sum\(\) > 0\)\.item\(\); then "
+                       r"torch\._check\(value\) or torch\._check\(torch\.sym_not\(value\)\)"):
+        shapes.trace(_branch_on_a_tensor, "x: f32[N]")
+    x = -torch.ones(3)
+    assert torch.equal(_branch_on_a_tensor_checked(x), -x)  # the suggestion as written runs in eager
+    tp = shapes.trace(_branch_on_a_tensor_checked, "x: f32[N]")
+    assert torch.equal(tp.run(x), -x)  # and settles the branch; the read truth value binds as 0/1
+    with pytest.raises(GuardViolation, match="sym_not"):
+        tp.run(torch.ones(3))
+
+
 # -- acceptance 4: differential against eager ---------------------------------------------------
 
 DIFFERENTIAL = [

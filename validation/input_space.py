@@ -43,7 +43,7 @@ class Status(str, enum.Enum):
     UNSUPPORTED = "unsupported"        # symshape could not trace it: unknown
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ClassError:
     """The exception a failing class raises and the user line that raised it."""
 

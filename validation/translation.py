@@ -543,7 +543,7 @@ def _check_final(env, chk: _Checker) -> Optional[StepResult]:
     axioms = [e.after for e in env.log if e.kind is StepKind.AXIOM]
     orig = sympy.And(*axioms, *[g.original for g in env.records])
     final = sympy.And(*axioms, *[g.expr for g in env.records])
-    entry = LogEntry(StepKind.FINAL, orig, final, "final_guards", 0)
+    entry = LogEntry(kind=StepKind.FINAL, before=orig, after=final, rule="final_guards", n_facts=0)
     try:
         claim = chk.tr.to_z3(orig) == chk.tr.to_z3(final)
     except UntranslatableExpression as err:

@@ -122,7 +122,7 @@ def task_explain(q) -> dict:
 
 def valid_iff(sp) -> str:
     """dinfer's ``valid iff`` summary when it has one, else the region the contract checker states."""
-    from cli.verify import valid_region_text
+    from validation.contracts.valid import valid_region_text
     return valid_region_text(sp)
 
 

@@ -39,6 +39,7 @@ import torch
 from ..errors import TracerLimitation, program_error
 from ..provenance import capture
 from ..spec import Dim
+from ..symbols import SizeSource, SourceKind
 from ..symnode import sym_value
 from .ops import Collective
 
@@ -128,7 +129,7 @@ class SymbolicWorld:
         self.builder = builder
         self.dim = dim
         size = env.create_symbol(name, world_hint(dim) if hint is None else hint, range=(dim.min, dim.max),
-                                 source="torch.distributed.get_world_size()")
+                                 source=SizeSource(kind=SourceKind.WORLD_SIZE))
         self.world = World(name=name, size=size)
         self.W = sym_value(env, size)
         if isinstance(size, sympy.Symbol) and size not in builder.sym_sources:
@@ -145,7 +146,7 @@ class SymbolicWorld:
         self._group(group, "get_rank")
         if self.world.rank is None:
             hi = self.dim.max - 1 if self.dim.max != float("inf") else self.dim.max
-            r = self.env.create_symbol(RANK, self.rank_hint, range=(0, hi), source="torch.distributed.get_rank()")
+            r = self.env.create_symbol(RANK, self.rank_hint, range=(0, hi), source=SizeSource(kind=SourceKind.RANK))
             self.env.add_op_axiom(sympy.Le(r, self.world.size - 1), "a rank is below the world size")
             if isinstance(r, sympy.Symbol):
                 node = self.builder.graph.call_function(_REAL_RANK, ())

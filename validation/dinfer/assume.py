@@ -111,7 +111,7 @@ def unbacked_name(env, u) -> str:
 
 def user_names(env) -> dict:
     """Symbol -> the user's name: ``x.shape[0]`` for a dim, the variable for a data value."""
-    out = {s: srcs[0] for s, srcs in env.sources.items() if srcs}
+    out = {s: str(srcs[0]) for s, srcs in env.sources.items() if srcs}
     for u in env.unbacked:
         out[u] = unbacked_name(env, u)
     return out

@@ -247,16 +247,17 @@ class _Search:
             if engine_limitation(exc):
                 return _Outcome(Status.UNSUPPORTED, e.env,
                                 message=f"unsupported by symshape: {_limitation_line(exc)}", limitation=exc)
-            err = ClassError(type(exc).__name__, _first_line(exc),
-                             getattr(prov, "filename", "<unknown>"), getattr(prov, "lineno", 0),
-                             getattr(prov, "code", ""), getattr(prov, "op", None))
+            err = ClassError(type=type(exc).__name__, message=_first_line(exc),
+                             filename=getattr(prov, "filename", "<unknown>"), lineno=getattr(prov, "lineno", 0),
+                             code=getattr(prov, "code", ""), op=getattr(prov, "op", None))
             return _Outcome(Status.ERROR, e.env, error=err)
         except DataDependentError as e:
             p, env = e.provenance, getattr(e, "env", None)
             names = dim_and_data_names(env, self.symbols.values()) if env is not None else None
             what = f"branches on data: {to_python(e.expr, names)}" + (_origins(env, [e.expr]) if env is not None else "")
             return _Outcome(Status.DATA_DEPENDENT, env, message=_first_line(e),
-                            decision=ClassError(type(e).__name__, what, p.filename, p.lineno, p.code, p.op))
+                            decision=ClassError(type=type(e).__name__, message=what, filename=p.filename,
+                                                lineno=p.lineno, code=p.code, op=p.op))
         except TracerLimitation as e:
             return _Outcome(Status.UNSUPPORTED, getattr(e, "env", None),
                             message=f"unsupported by symshape: {_limitation_line(e)}", limitation=e)
