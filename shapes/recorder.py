@@ -100,13 +100,7 @@ class Recorder(TorchDispatchMode):
             for cond, msg in eager_checks.checks(func, args, kwargs):
                 if not self.env.expect_true(cond, message=msg):
                     raise program_error(RuntimeError, msg)
-            handler = data_dependent.HANDLERS.get(func)
-            res = handler(self.env, func, args, kwargs) if handler else None
-            if res is None:
-                out = eager_checks.run_meta(func, args, meta_device_kwargs(kwargs))
-                bindings = {}
-            else:
-                out, bindings = res
+            out, bindings = self._kernel(func, args, kwargs)
             out = eager_checks.eager_output(func, args, kwargs, out)
         except (SymshapeError, DataDependentError):
             raise
@@ -172,6 +166,28 @@ class Recorder(TorchDispatchMode):
         if r.lo.is_Integer and r.lo == r.hi:
             return int(r.lo)
         return None
+
+    def _kernel(self, func, args, kwargs):
+        """``(out, unbacked bindings)``: the data-dependent handler of ``func``, else its meta kernel."""
+        handler = data_dependent.HANDLERS.get(func)
+        res = handler(self.env, func, args, kwargs) if handler else None
+        if res is None:
+            return eager_checks.run_meta(func, args, meta_device_kwargs(kwargs)), {}
+        out, bindings = res
+        if func in _ITEM:
+            self._bound_item(args[0], bindings)
+        return out, bindings
+
+    def _bound_item(self, t, bindings) -> None:
+        """``t.item()`` read from data lies within ``t``'s known value range: assumed, as
+        an op's semantics (``lengths.max().item() <= T`` for lengths counted over T)."""
+        r = self.builder.bounds_of(t)
+        if r is None or r.bits is not None or t.dtype.is_floating_point or t.dtype.is_complex \
+                or t.dtype is torch.bool:
+            return
+        for u in bindings:
+            self.env.add_op_axiom(sympy.And(sympy.Ge(u, r.lo), sympy.Le(u, r.hi)),
+                                  "a value read from a tensor lies in the tensor's value range")
 
     def _index_check(self, chk, prov):
         """Record one :class:`~shapes.index_bounds.IndexCheck`, or stop where eager's outcome is unknown."""

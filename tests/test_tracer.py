@@ -382,3 +382,17 @@ def test_runtime_assert_on_a_bool_read_from_data_holds_when_true():
     assert len(tp.runtime_asserts) == 1
     x = torch.randn(2, 3)
     assert torch.equal(tp.run(x), x * 2)
+
+
+def test_a_value_read_from_a_count_is_bounded_by_what_was_counted():
+    # Flaubert: `assert lengths.max().item() <= slen` with lengths = (ids != pad).sum(1):
+    # a count of T elements is at most T, so the assert needs no data.
+    def f(ids):
+        lengths = (ids != 0).sum(dim=1)
+        assert lengths.max().item() <= ids.shape[1]
+        return ids * 2
+
+    tp = shapes.trace(f, "ids: i64[B, T]")
+    assert not tp.guards and not tp.runtime_asserts
+    ids = torch.randint(0, 3, (3, 5))
+    assert torch.equal(tp.run(ids), f(ids))
