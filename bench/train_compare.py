@@ -10,7 +10,9 @@ loss), backward, and AdamW outside the compiled region; fp32 and bf16 autocast.
 Modes: ``eager``; ``ind_dyn`` (``torch.compile(dynamic=True)``); ``ind_static``
 (``dynamic=False``, automatic dynamic shapes off: one compile per length; each of
 its lengths runs twice, the second step timed);
-``symshape`` (``backend="symshape", dynamic=True``).  Per mode: median step ms
+``symshape`` (``backend="symshape", dynamic=True``); any mode with ``_nocudnn``
+appended (``eager_nocudnn``, ``ind_dyn_nocudnn``) runs with cuDNN's SDPA disabled,
+which plans per shape and so costs a new-length step milliseconds of host time.  Per mode: median step ms
 over steps that compiled nothing, compile seconds (the time of steps that
 compiled, less a median step each), dynamo graphs compiled after the first
 step (recompiles), symshape fallbacks, peak CUDA memory, and the largest
@@ -154,16 +156,31 @@ def grad_error(model, fn, batch, dtype, device) -> float:
 
 
 def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
-    """One mode's training run on ``lens``: the row's numbers for :func:`report`."""
+    """One mode's training run on ``lens``: the row's numbers for :func:`report`.
+
+    A mode ending in ``_nocudnn`` runs its base mode with cuDNN's SDPA disabled
+    (cuDNN builds a plan for every new shape: eager and Inductor pay it at every
+    new length; symshape's training graphs never pick it)."""
+    if mode.endswith("_nocudnn"):
+        was = torch.backends.cuda.cudnn_sdp_enabled()
+        torch.backends.cuda.enable_cudnn_sdp(False)
+        try:
+            return _run_mode(mode, name, dtype, device, lens, check_len, log)
+        finally:
+            torch.backends.cuda.enable_cudnn_sdp(was)
+    return _run_mode(mode, name, dtype, device, lens, check_len, log)
+
+
+def _run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
     model, batch = build(name, device, max(lens + [check_len]) + 1)
     g = torch.Generator().manual_seed(0)
     check = batch(check_len, g)
-    fn = _compiled(mode, model)
+    fn = _compiled(mode.removesuffix("_nocudnn"), model)
     res = {"ms": float("nan"), "compile_s": 0.0, "recompiles": 0, "fallbacks": 0, "peak_mib": float("nan"),
            "err": float("nan"), "steps": 0}
     cfg = torch._dynamo.config
     patches = dict(cache_size_limit=256, accumulated_cache_size_limit=1024)
-    if mode == "ind_static":
+    if mode.startswith("ind_static"):
         patches["automatic_dynamic_shapes"] = False
     fb0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
     with cfg.patch(**patches), warnings.catch_warnings():
@@ -216,7 +233,8 @@ def _geo(xs):
 
 def report(rows, modes, device, n_lens) -> str:
     lines = [f"step ms (median over steps that compiled nothing; {n_lens} random lengths)"]
-    hdr = f"{'model':<7}{'dtype':<9}" + "".join(f"{m:>12}" for m in modes) + "   sym/eager  sym/ind_dyn"
+    w = {m: max(12, len(m) + 2) for m in modes}
+    hdr = f"{'model':<7}{'dtype':<9}" + "".join(f"{m:>{w[m]}}" for m in modes) + "   sym/eager  sym/ind_dyn"
     lines += [hdr, "-" * len(hdr)]
     vs_eager, vs_dyn = [], []
     for (name, dt), res in rows.items():
@@ -225,7 +243,7 @@ def report(rows, modes, device, n_lens) -> str:
         b = ms.get("ind_dyn", float("nan")) / ms.get("symshape", float("nan"))
         vs_eager.append(a)
         vs_dyn.append(b)
-        lines.append(f"{name:<7}{dt:<9}" + "".join(f"{ms[m]:>12.2f}" for m in modes) + f"   {a:>8.2f}x  {b:>9.2f}x")
+        lines.append(f"{name:<7}{dt:<9}" + "".join(f"{ms[m]:>{w[m]}.2f}" for m in modes) + f"   {a:>8.2f}x  {b:>9.2f}x")
     lines += ["", "per mode: compile s, recompiles after the first step (graphs at first step), symshape retraces "
               "after the first step, fallbacks, "
               "peak MiB, max grad err vs fp32 eager"]
@@ -242,7 +260,12 @@ def report(rows, modes, device, n_lens) -> str:
     lines += ["", f"geomean symshape speedup: vs eager {ge:.2f}x, vs Inductor dynamic {gd:.2f}x"]
     want_e, want_d = (1.3, 1.0) if device == "cuda" else (1.0, 0.9)
     lines.append(f"acceptance ({device}): vs eager >= {want_e} {'MET' if ge >= want_e else 'MISSED'}; "
-                 f"vs Inductor dynamic >= {want_d} {'MET' if gd >= want_d else 'MISSED'}")
+                 f"vs Inductor dynamic >= {want_d} {'MET' if gd >= want_d else 'MISSED'}"
+                 + (" (torch's defaults: cuDNN SDPA on in eager and Inductor)" if device == "cuda" else ""))
+    for ref in ("eager_nocudnn", "ind_dyn_nocudnn"):
+        if ref in modes:
+            g = _geo([res[ref]["ms"] / res["symshape"]["ms"] for res in rows.values() if ref in res and "symshape" in res])
+            lines.append(f"  geomean symshape speedup vs {ref} (cuDNN SDPA off in that mode): {g:.2f}x")
     if device == "cuda":
         mem = [res["symshape"]["peak_mib"] / res["ind_dyn"]["peak_mib"] for res in rows.values()
                if "symshape" in res and "ind_dyn" in res]
@@ -269,6 +292,8 @@ def main(argv=None):
     ap.add_argument("--static-steps", type=int, default=None,
                     help="steps Inductor static runs (each new length compiles; default all, --quick 3)")
     ap.add_argument("--static-models", default=None, help="models Inductor static runs for (default: all)")
+    ap.add_argument("--mode-models", default="",
+                    help="MODE=MODEL+MODEL,...: run MODE for those models only (e.g. ind_dyn_nocudnn=gpt2)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     # Compiled steps are cheap on a GPU: 50 lengths there even with --quick (Inductor static,
@@ -277,6 +302,7 @@ def main(argv=None):
     lens = lengths(steps, a.min_len, a.max_len)
     static_steps = a.static_steps or (3 if a.quick else steps)
     modes = a.modes.split(",")
+    only = {k: v.split("+") for k, v in (x.split("=") for x in a.mode_models.split(",") if x)}
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     t_start = time.perf_counter()
     head = (f"{torch.cuda.get_device_name() if a.device == 'cuda' else 'CPU'} ({os.cpu_count()} cpus) "
@@ -292,6 +318,8 @@ def main(argv=None):
             rows[(name, dt)] = res = {}
             for m in modes:
                 if m == "ind_static" and a.static_models is not None and name not in a.static_models.split(","):
+                    continue
+                if m in only and name not in only[m]:
                     continue
                 try:
                     run_lens = lens[:static_steps] if m == "ind_static" else lens

@@ -170,6 +170,9 @@ def add_program_arguments(p, example: str = "x: f32[B, T, 768]", dim_help: str =
     p.add_argument("--world", type=parse_world, default=None, metavar="NAME=LO..HI",
                    help="trace torch.distributed against a symbolic world size NAME in LO..HI (one process, "
                         "no peers; see shapes.distributed)")
+    p.add_argument("--mesh", type=parse_mesh, default=None, metavar="dp=D,tp=T",
+                   help="a device mesh: each dim's size a name (its range by --dim D=1..2,T=1..4); the program "
+                        "is a shapes.distributed.per_world factory taking the sizes by dim, traced per mesh shape")
     p.add_argument("--device", default=None, metavar="DEVICE",
                    help="the device the program will run on, which its tensors report while traced "
                         "(cpu or cuda; default cpu)")
@@ -216,14 +219,39 @@ def parse_world(text: str) -> dict:
     return d
 
 
+def parse_mesh(text: str) -> dict:
+    """argparse type for ``--mesh dp=D,tp=T``: mesh dim -> the name of its size.
+
+    >>> parse_mesh("dp=D,tp=T")
+    {'dp': 'D', 'tp': 'T'}
+    """
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        dim, eq, name = (x.strip() for x in part.partition("="))
+        if not eq or not dim.isidentifier() or not name.isidentifier() or dim in out:
+            raise argparse.ArgumentTypeError(f"bad --mesh item {part!r}: write dp=D,tp=T (mesh dim = size name)")
+        out[dim] = name
+    if not out:
+        raise argparse.ArgumentTypeError("--mesh needs at least one dim, e.g. --mesh dp=D,tp=T")
+    return out
+
+
 def world_options(args) -> tuple:
-    """``(dims, world)``: ``--dim`` with ``--world``'s range added, and the world's name (or None).
+    """``(dims, world)``: ``--dim`` with ``--world``'s range added, and the world's name (or None), or with
+    ``--mesh`` the mesh (dim -> size name; the sizes' ranges are ``--dim``'s).
 
     >>> import argparse
     >>> world_options(argparse.Namespace(dim={"T": 4}, world={"W": (1, 8)}))
     ({'T': 4, 'W': (1, 8)}, 'W')
+    >>> world_options(argparse.Namespace(dim={"D": (1, 2)}, world=None, mesh={"dp": "D"}))
+    ({'D': (1, 2)}, {'dp': 'D'})
     """
     world = getattr(args, "world", None)
+    mesh = getattr(args, "mesh", None)
+    if mesh and world:
+        raise argparse.ArgumentTypeError("give --world or --mesh, not both (a mesh's sizes multiply to the world's)")
+    if mesh:
+        return args.dim, mesh
     if not world:
         return args.dim, None
     (name, rng), = world.items()

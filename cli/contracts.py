@@ -24,6 +24,12 @@ state the bytes each rank sends per collective kind, proved like ``flops``::
     dims = { S = "1..64", W = "1..8" }
     comm = { all_gather = "4*D*S*(W - 1)" } # per rank, ring convention (shapes.flops.comm)
 
+A program on a device mesh (a ``shapes.distributed.per_world`` factory taking the mesh's sizes
+by dim) names each dim's size instead, with their ranges in ``dims``::
+
+    mesh = { dp = "D", tp = "T" }
+    dims = { B = "1..8", D = "1..2", T = "1..4" }
+
 ``output``, ``valid`` and ``flops`` are proved for every class of sizes
 dinfer finds in the ranges (a formula that differs in one class fails with
 a point of that class).  ``no_specialization`` and ``max_guards`` are about
@@ -67,7 +73,7 @@ from validation.contracts.contract import EXPECTATIONS, Contract, toml_value  # 
 from .args import BoundsError, parse_bounds
 from .loader import CliError, as_program, exec_user_file, load_program
 
-_KEYS = {"name", "program", "factory", "factory_args", "inputs", "dims", "world", *EXPECTATIONS}
+_KEYS = {"name", "program", "factory", "factory_args", "inputs", "dims", "world", "mesh", *EXPECTATIONS}
 
 
 def default_contract_file(cwd: str = ".") -> str:
@@ -175,8 +181,18 @@ def load_contracts(path) -> list:
         world = e.get("world")
         if world is not None and (not isinstance(world, str) or not world.isidentifier()):
             raise CliError(f"{where}: world must name the world size's dim, like world = \"W\"")
+        mesh = e.get("mesh")
+        if mesh is not None:
+            if world is not None:
+                raise CliError(f"{where}: give world or mesh, not both (a mesh's sizes multiply to the world's)")
+            if not isinstance(mesh, dict) or not mesh or not all(
+                    isinstance(k, str) and k.isidentifier() and isinstance(v, str) and v.isidentifier()
+                    for k, v in mesh.items()):
+                raise CliError(f"{where}: mesh must map each mesh dim to its size's name, like "
+                               f"mesh = {{ dp = \"D\", tp = \"T\" }}")
+            world = dict(mesh)
         if "comm" in exp and world is None:
-            raise CliError(f"{where}: comm needs world = \"W\" (the world size's dim)")
+            raise CliError(f"{where}: comm needs world = \"W\" (the world size's dim) or a mesh")
         m = re.search(r'^\s*name\s*=\s*["\']' + re.escape(name) + r'["\']', text, re.M)
         out.append(Contract(name=name, program=prog, inputs=list(inputs), dims=parse_dims(e.get("dims", {}), where),
                             expectations=exp, factory=bool(e.get("factory", False) or fargs), factory_args=fargs,

@@ -48,6 +48,9 @@ def register(sub):
     p.add_argument("--mfu", metavar="step_s=0.35,peak=h100-sxm",
                    help="with --at: achieved TFLOP/s and MFU for a measured step time; peak is FLOP/s or an "
                         "accelerator name (h100-sxm, a100:tf32, ...); count=total to use torch's convention")
+    p.add_argument("--roofline", metavar="peak=h100-sxm,link=4.5e11",
+                   help="with --at and --world: the step time bound from a device's peak FLOP/s (or name) and its "
+                        "link bandwidth in bytes/s, with MFU per device and global (shapes.flops.roofline)")
     p.add_argument("--json", action="store_true", help="print JSON (expressions as strings, exact ints)")
     p.add_argument("--modules", action="store_true", help="also print the per-module breakdown")
     p.add_argument("--depth", type=int, default=2, help="module levels shown with --modules (default 2)")
@@ -75,6 +78,32 @@ def _parse_mfu(text: str) -> dict:
     return out
 
 
+def _parse_roofline(text: str) -> dict:
+    """``--roofline peak=NAME_OR_FLOPS,link=BYTES_PER_S[,model_flops=N]``.
+
+    >>> _parse_roofline("peak=h100-sxm,link=4.5e11")
+    {'peak': 'h100-sxm', 'link': 450000000000.0}
+    """
+    from shapes.errors import SpecError
+
+    out: dict = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = part.partition("=")
+        key = key.strip()
+        if not eq or key not in ("peak", "link", "model_flops"):
+            raise SpecError(f"bad --roofline item {part!r}: write peak=NAME_OR_FLOPS,link=BYTES_PER_S")
+        out[key] = value.strip()
+    if "peak" not in out or "link" not in out:
+        raise SpecError("--roofline needs peak=NAME_OR_FLOPS and link=BYTES_PER_S, e.g. peak=h100-sxm,link=4.5e11")
+    for key in ("link", "model_flops"):
+        if key in out:
+            try:
+                out[key] = float(out[key])
+            except ValueError:
+                raise SpecError(f"--roofline {key} must be a number, got {out[key]!r}") from None
+    return out
+
+
 def run(args) -> int:
     from .progress import Status, wanted
 
@@ -83,8 +112,6 @@ def run(args) -> int:
         from shapes.errors import SpecError
         from shapes.flops import count_flops
         from shapes.flops.check import parse_consts
-        from shapes.flops.comm import comm_table
-
         from .loader import parse_point, trace_target
 
         consts = {}
@@ -100,43 +127,75 @@ def run(args) -> int:
             from shapes.flops.train import default_requires_grad, training_step
             return {"backward": training_step(), "requires_grad": tuple(default_requires_grad(prog, args.input))}
 
-        _, traced = trace_target(args, status, points, train_options if args.train else None)
+        from .args import world_options
+        dims, world = world_options(args)
+        roof_args = _parse_roofline(args.roofline) if args.roofline else None
+        if roof_args and not (points and world):
+            raise SpecError("--roofline needs --world (or --mesh) and the sizes to bound the step at: give "
+                            "--at W=...,B=...")
+        prog, traced = trace_target(args, status, points, train_options if args.train else None)
         status.phase("counting FLOPs")
-        report = count_flops(traced, mode="train" if args.train else "forward")
+        from shapes.distributed import PerWorld
+        if isinstance(prog, PerWorld) and world and not args.train:
+            # Built per world size (a device mesh): traced at each one and joined (shapes.flops.worlds).
+            report = count_flops(prog, *args.input, dims=dims, world=world)
+        else:
+            report = count_flops(traced, mode="train" if args.train else "forward")
+        roofs = [report.roofline(pt, roof_args["peak"], roof_args["link"], roof_args.get("model_flops"))
+                 for pt in points] if roof_args else []
         # Evaluate everything before printing anything, so a bad --at is one error line.
         checked = report.check(args.check, consts, of=args.of) if args.check else None
         mfus = [report.mfu(pt, mfu_args["step_s"], mfu_args["peak"], mfu_args.get("count", "useful"))
                 for pt in points] if mfu_args else []
-        if args.json:
-            import json
-
-            d = report.to_dict(points)
-            if checked is not None:
-                d["check"] = {"formula": args.check, "of": args.of, "outcome": checked.outcome,
-                              "message": checked.message, "counterexample": checked.counterexample,
-                              "values": list(checked.values) if checked.values else None, "region": checked.region}
-            if report.comm.by_kind:
-                d["comm"] = {k: {"bytes_per_rank": str(e), "calls": report.comm.calls[k],
-                                 "at": [str(report.comm.evaluate(pt)[k]) for pt in points]}
-                             for k, e in report.comm.by_kind.items()}
-            if mfus:
-                d["mfu"] = [{"sizes": m.sizes, "flops": m.flops, "count": m.count, "seconds": m.seconds,
-                             "achieved_flops_per_s": m.achieved, "peak_flops_per_s": m.peak, "peak": m.peak_label,
-                             "mfu": m.mfu} for m in mfus]
-            out = json.dumps(d, indent=2)
-        else:
-            tables = [report.table(points or None, width=args.width)]
-            if args.modules:
-                if points:
-                    tables += [report.module_table(pt, depth=args.depth, width=args.width) for pt in points]
-                else:
-                    tables.append(report.module_table(depth=args.depth, width=args.width))
-            if checked is not None:
-                tables.append(f"check {args.check}" + (f" (against {args.of})" if args.of != "total" else "")
-                              + f"\n  {checked}")
-            tables += [f"MFU: {m}" for m in mfus]
-            if report.comm.by_kind:
-                tables.append(comm_table(report.comm, points))
-            out = "\n\n".join(tables)
+        out = (_json(args, report, points, checked, mfus, roofs) if args.json
+               else _text(args, report, points, checked, mfus, roofs))
     print(out)
     return 0 if checked is None or checked else 1
+
+
+def _json(args, report, points, checked, mfus, roofs) -> str:
+    """``--json``: the report, the check, communication, the roofline and MFU as JSON."""
+    import json
+
+    d = report.to_dict(points)
+    if checked is not None:
+        d["check"] = {"formula": args.check, "of": args.of, "outcome": checked.outcome,
+                      "message": checked.message, "counterexample": checked.counterexample,
+                      "values": list(checked.values) if checked.values else None, "region": checked.region}
+    if report.comm.by_kind:
+        d["comm"] = {k: {"bytes_per_rank": str(e), "calls": report.comm.calls[k],
+                         "at": [str(report.comm.evaluate(pt)[k]) for pt in points]}
+                     for k, e in report.comm.by_kind.items()}
+    if report.world_method:
+        d["world_method"] = report.world_method
+    if roofs:
+        d["roofline"] = [{"sizes": r.sizes, "compute_s": r.compute_s, "comm_s": r.comm_s, "step_s": r.step_s,
+                          "overlapped_s": r.overlapped_s, "mfu_per_device": r.mfu_per_device(),
+                          "mfu_global": r.mfu_global(), "global_flops": r.global_source} for r in roofs]
+    if mfus:
+        d["mfu"] = [{"sizes": m.sizes, "flops": m.flops, "count": m.count, "seconds": m.seconds,
+                     "achieved_flops_per_s": m.achieved, "peak_flops_per_s": m.peak, "peak": m.peak_label,
+                     "mfu": m.mfu} for m in mfus]
+    return json.dumps(d, indent=2)
+
+
+def _text(args, report, points, checked, mfus, roofs) -> str:
+    """The tables: the count, modules, the check, MFU, communication, the world and the roofline."""
+    from shapes.flops.comm import comm_table
+
+    tables = [report.table(points or None, width=args.width)]
+    if args.modules:
+        if points:
+            tables += [report.module_table(pt, depth=args.depth, width=args.width) for pt in points]
+        else:
+            tables.append(report.module_table(depth=args.depth, width=args.width))
+    if checked is not None:
+        tables.append(f"check {args.check}" + (f" (against {args.of})" if args.of != "total" else "")
+                      + f"\n  {checked}")
+    tables += [f"MFU: {m}" for m in mfus]
+    if report.comm.by_kind:
+        tables.append(comm_table(report.comm, points))
+    if report.world_method:
+        tables.append(f"world: {report.world_method}")
+    tables += [f"roofline: {r}" for r in roofs]
+    return "\n\n".join(tables)

@@ -74,6 +74,11 @@ def _print(args, tp) -> None:
         }, indent=2, default=repr))
         return
     print(f"traced {args.target} at " + ", ".join(f"{k}={v}" for k, v in tp.hints.items()))
+    w = tp.world
+    if w is not None and w.concrete:
+        at = ", ".join(f"{k}={v}" for _, k, v in w.mesh) if w.mesh else f"{w.name}={w.size}"
+        print(f"  world: traced at {at} as rank {w.rank} (a device mesh needs it concrete; dinfer and flops "
+              f"trace every size of the range and join them)")
     for o in outputs:
         print(f"  {o}")
     print(f"{len(tp.guards)} guard(s), {len(tp.runtime_asserts)} runtime assert(s)")

@@ -24,10 +24,8 @@ import weakref
 
 import torch
 
-from shapes.enums import TextEnum
-from shapes.spec import InputSpec
-
 from .cuda_graphs import GraphedProgram
+from .graph_inputs import plan_graph
 from .runtime import CompiledProgram
 from .training import FallbackKind, train_backend, warn_fallback
 
@@ -50,61 +48,6 @@ def graphed_programs() -> list:
     True
     """
     return list(_GRAPHED)
-
-
-def _hint(s) -> int:
-    if isinstance(s, int):
-        return s
-    h = s.node.hint
-    if h is None:
-        h = s.node.shape_env.size_hint(s.node.expr)
-    return int(h)
-
-
-class ArgKind(TextEnum):
-    """Where one of dynamo's arguments comes from when the compiled program is called:
-    a tensor input, a size of a tensor input, or a constant."""
-
-    TENSOR = "tensor"
-    SIZE = "size"
-    CONST = "const"
-
-
-def _plan_inputs(gm, example_inputs):
-    """Specs for the tensor inputs and how to rebuild dynamo's argument list from them."""
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    specs, dims, layout, where = [], {}, [], {}
-    tensors = 0
-    for i, ex in enumerate(example_inputs):
-        meta = placeholders[i].meta.get("example_value") if i < len(placeholders) else None
-        if not isinstance(ex, torch.Tensor):
-            continue
-        ev = meta if isinstance(meta, torch.Tensor) else ex
-        spec_dims = []
-        for d, (s, real) in enumerate(zip(ev.shape, ex.shape)):
-            if isinstance(s, torch.SymInt) and not s.node.expr.is_Integer:
-                e = s.node.expr
-                name = str(e) if e.is_Symbol else f"a{i}_{d}"  # a compound size: its own dim
-                spec_dims.append(name)
-                dims[name] = _hint(real) if isinstance(real, (int, torch.SymInt)) else int(real)
-                if e.is_Symbol:
-                    where.setdefault(e, (tensors, d))
-            else:
-                spec_dims.append(int(s))
-        specs.append(InputSpec(f"arg{i}", ex.dtype, tuple(spec_dims)))
-        tensors += 1
-    tensors = 0
-    for ex in example_inputs:
-        if isinstance(ex, torch.Tensor):
-            layout.append((ArgKind.TENSOR, tensors))
-            tensors += 1
-        elif isinstance(ex, torch.SymInt) and ex.node.expr in where:
-            layout.append((ArgKind.SIZE, where[ex.node.expr]))
-        elif isinstance(ex, (int, float, bool)) or (isinstance(ex, torch.SymInt) and ex.node.expr.is_Integer):
-            layout.append((ArgKind.CONST, int(ex) if isinstance(ex, torch.SymInt) else ex))
-        else:
-            return None
-    return specs, dims, layout
 
 
 def _specialize_scalars(gm, example_inputs):
@@ -156,22 +99,16 @@ def _compile(gm, example_inputs, options):
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
         # AOTAutograd plans its own graphs' inputs (sizes passed as SymInts included).
         return _compile_training(eager_gm, gm, scalars, example_inputs, target)
-    planned = _plan_inputs(gm, example_inputs)
-    if planned is None:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    # Dynamo's example inputs are real: their symbolic sizes are the placeholders' example values.
+    plan = plan_graph(list(example_inputs), [p.meta.get("example_value") for p in placeholders])
+    if plan is None:
         BACKEND_STATS["eager_graphs"] += 1
         return eager_gm.forward
-    specs, dims, layout = planned
+    specs, dims = plan.specs, plan.dims
 
     def program(*tensors):
-        args = []
-        for kind, v in layout:
-            if kind is ArgKind.TENSOR:
-                args.append(tensors[v])
-            elif kind is ArgKind.SIZE:
-                args.append(tensors[v[0]].shape[v[1]])
-            else:
-                args.append(v)
-        return gm(*args)
+        return gm(*plan.args(tensors))
 
     program.__signature__ = None  # takes *tensors; keeps the tracer's arity check quiet
     # Traced for the device the graph runs on (where it makes tensors, which branches it took).

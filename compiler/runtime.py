@@ -169,7 +169,9 @@ class Variant:
         for s in self.steps:
             if isinstance(s, Kernel):
                 names = self.launchers[s.name][0]
-                writes = [b for b, *_ in s.inner_stores + s.row_stores]
+                # A store may see its buffer permuted (the scheduler loops in memory order):
+                # the allocation keeps the buffer's own shape and strides.
+                writes = [lp.buffers.get(b.name, b) for b, *_ in s.inner_stores + s.row_stores]
                 allocs = [Alloc(b.name, tuple(slot(x) for x in b.shape), tuple(slot(x) for x in b.strides), b.dtype)
                           for b in writes]
                 contig = tuple(lp.buffers[n].kind is not BufferKind.KERNEL for n in names)

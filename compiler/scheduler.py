@@ -45,8 +45,16 @@ class _Scheduler:
             elif isinstance(item, StoreItem):
                 buf = item.buffer
                 if buf.shape and not self._reads_reduction_per_element(item.box, len(buf.shape)):
-                    outer = tuple(buf.shape[:-1])
-                    self.place(outer, lambda ov: item.box(ov + (JVAR,)), buf, inner=True)
+                    perm = memory_order(buf)
+                    if perm is None:
+                        outer = tuple(buf.shape[:-1])
+                        self.place(outer, lambda ov: item.box(ov + (JVAR,)), buf, inner=True)
+                    else:
+                        # A transposed buffer (the permuted view a weight gradient's matmul reads):
+                        # loop in its memory order, so stores and most loads run along stride 1.
+                        view = permuted(buf, perm)
+                        self.place(tuple(view.shape[:-1]),
+                                   lambda ov, perm=perm: item.box(unpermute(ov + (JVAR,), perm)), view, inner=True)
                 elif buf.shape:
                     # A reduction result itself (x.sum(-1) of shape (B, T)): one row per element.
                     self.place(tuple(buf.shape), lambda ov: item.box(ov), buf, inner=False)
@@ -140,6 +148,49 @@ class _Scheduler:
         else:
             k.row_stores.append((buf, value))
         self.pos[buf.name] = best
+
+
+def memory_order(buf: Buffer):
+    """The loop order (a permutation of ``buf``'s dims) that makes the innermost loop run
+    along stride 1, when the last dim does not and another (of size > 1) does; else None.
+
+    >>> import torch
+    >>> memory_order(Buffer("b", (256, 7), (1, 256), torch.float32, "kernel"))
+    (1, 0)
+    >>> memory_order(Buffer("b", (7, 256), (256, 1), torch.float32, "kernel")) is None
+    True
+    """
+    strides = [sympy.sympify(s) for s in buf.strides]
+    if not strides or strides[-1] == 1:
+        return None
+    unit = [d for d, s in enumerate(strides) if s == 1 and sympy.sympify(buf.shape[d]) != 1]
+    if len(unit) != 1:
+        return None
+    d = unit[0]
+    return tuple(i for i in range(len(strides)) if i != d) + (d,)
+
+
+def permuted(buf: Buffer, perm) -> Buffer:
+    """``buf`` seen with its dims in ``perm`` order (same name, same addresses).
+
+    >>> import torch
+    >>> permuted(Buffer("b", (256, 7), (1, 256), torch.float32, "kernel"), (1, 0)).strides
+    (256, 1)
+    """
+    return Buffer(buf.name, tuple(buf.shape[d] for d in perm), tuple(buf.strides[d] for d in perm), buf.dtype,
+                  buf.kind)
+
+
+def unpermute(index, perm) -> tuple:
+    """The index in the buffer's own dim order from an index in ``perm`` order.
+
+    >>> unpermute(("j", "x0"), (1, 0))
+    ('x0', 'j')
+    """
+    out = [None] * len(perm)
+    for pos, d in enumerate(perm):
+        out[d] = index[pos]
+    return tuple(out)
 
 
 def _same_rows(a, b) -> bool:

@@ -17,6 +17,12 @@ from the call's dims; mutated buffers (BatchNorm's running stats) are outputs
 of the forward graph that AOTAutograd copies back; dropout stays torch's
 ``native_dropout``, so it draws from torch's RNG.
 
+On CUDA, AOTAutograd traces with cuDNN's SDPA disabled (:func:`attention_without_plans`):
+cuDNN builds an execution plan per new shape, which a new sequence length at every
+step pays at every step; flash and memory-efficient attention do not.  Views in the
+(functional) ATen graphs become reshapes (:func:`views_as_reshapes`): symshape's
+retrace may lay an op's output out otherwise than the fake tensors AOTAutograd saw.
+
 A graph symshape cannot compile runs as AOTAutograd's ATen graph instead (the
 step is still correct), with a :class:`TrainingFallback` warning that says why,
 counted in ``BACKEND_STATS["eager_train_graphs"]``.
@@ -41,18 +47,16 @@ import enum
 import os
 import time
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Optional
+from dataclasses import dataclass
 
-import sympy
 import torch
 
 from shapes.errors import SymshapeError
-from shapes.spec import DimExpr, InputSpec
 
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from .graph_inputs import ArgKind, plan_graph
 from .runtime import CompiledProgram
 
 aten = torch.ops.aten
@@ -65,14 +69,6 @@ class FallbackKind(enum.Enum):
     TRACE = "trace"  # symshape's tracer stopped (a typed limitation or the graph's own error)
     COMPILE = "compile"  # lowering or code generation failed
     AOT = "aot"  # AOTAutograd itself could not trace the joint graph
-
-
-class ArgKind(enum.Enum):
-    """What one argument or output of an ATen graph is, for symshape's compiled program."""
-
-    TENSOR = "tensor"
-    EXPR = "expr"  # a SymInt: an expression of the dims
-    CONST = "const"
 
 
 class TrainingFallback(UserWarning):
@@ -99,141 +95,6 @@ def warn_fallback(stats: dict, *, graph: str, kind: FallbackKind, reason: str) -
     stats["eager_train_graphs"] = stats.get("eager_train_graphs", 0) + 1
     warnings.warn(f"symshape: the {graph} graph runs uncompiled ({kind.value}): {reason}", TrainingFallback,
                   stacklevel=3)
-
-
-def eval_size(e, values: dict):
-    """``e`` (a size expression from torch's ShapeEnv) at ``values`` (symbol -> int or SymInt).
-
-    >>> a, b = sympy.symbols("a b", integer=True)
-    >>> eval_size(a * b + 2, {a: 3, b: 5})
-    17
-    """
-    if e.is_Integer:
-        return int(e)
-    if e.is_Symbol:
-        return values[e]
-    args = [eval_size(a, values) for a in e.args]
-    if e.is_Add:
-        out = args[0]
-        for a in args[1:]:
-            out = out + a
-        return out
-    if e.is_Mul:
-        out = args[0]
-        for a in args[1:]:
-            out = out * a
-        return out
-    if e.is_Pow and e.exp.is_Integer and int(e.exp) >= 0:
-        return args[0] ** int(e.exp)
-    name = type(e).__name__
-    if name == "FloorDiv":
-        return args[0] // args[1]
-    if name in ("Mod", "PythonMod"):
-        return args[0] % args[1]
-    raise SymshapeError(f"size expression {e} ({name}) has no evaluation rule in symshape's training backend")
-
-
-def _hint(s) -> int:
-    if isinstance(s, int):
-        return s
-    h = s.node.hint
-    if h is None:
-        h = s.node.shape_env.size_hint(s.node.expr)
-    return int(h)
-
-
-@dataclass(kw_only=True)
-class GraphPlan:
-    """How one ATen graph's arguments map to symshape's tensor inputs and dims.
-
-    ``layout``: per argument, ``(ArgKind.TENSOR, k)`` (the k-th tensor input),
-    ``(ArgKind.EXPR, e)`` (a SymInt: its expression of the dims) or ``(ArgKind.CONST, v)``.
-    ``where``: each dim symbol -> (tensor input, axis) that carries it.
-
-    >>> [(k.value, v) for k, v in plan_graph([torch.randn(2, 3), 4]).layout]
-    [('tensor', 0), ('const', 4)]
-    """
-
-    specs: list
-    dims: dict
-    layout: list
-    where: dict
-    tensor_pos: list
-    symbols: list = field(default_factory=list)
-    _cache: dict = field(default_factory=dict)
-
-    def dim_values(self, tensors) -> tuple:
-        return tuple(int(tensors[k].shape[d]) for k, d in (self.where[s] for s in self.symbols))
-
-    def eval_exprs(self, exprs, tensors) -> list:
-        """Integer values of ``exprs`` (sympy, over the dims) for a call on ``tensors`` (cached per size)."""
-        vals = self.dim_values(tensors)
-        key = (id(exprs), vals)
-        got = self._cache.get(key)
-        if got is None:
-            sub = dict(zip(self.symbols, vals))
-            got = self._cache[key] = [int(eval_size(e, sub)) for e in exprs]
-        return got
-
-
-def plan_graph(example_inputs) -> Optional[GraphPlan]:
-    """A :class:`GraphPlan` for an ATen graph's example inputs (fake tensors, SymInts, numbers).
-
-    Returns None when a SymInt argument is no expression of sizes some tensor input carries.
-    """
-    tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
-    where: dict = {}
-    for k, i in enumerate(tensor_pos):
-        for d, s in enumerate(example_inputs[i].shape):
-            if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
-                where.setdefault(s.node.expr, (k, d))
-    specs, dims = [], {}
-    for k, i in enumerate(tensor_pos):
-        ex = example_inputs[i]
-        spec_dims = []
-        for d, s in enumerate(ex.shape):
-            e = s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(int(s))
-            if e.is_Integer:
-                spec_dims.append(int(e))
-            elif e.is_Symbol:
-                spec_dims.append(str(e))
-                dims[str(e)] = _hint(s)
-            else:
-                # A compound size (s0*s1 of a flattened view): an expression of named dims when
-                # the spec language writes it and every symbol is some tensor's dim; else its own dim.
-                expr = None
-                if e.free_symbols <= set(where):
-                    try:
-                        expr = DimExpr.parse(str(e))
-                    except ValueError:
-                        expr = None
-                if expr is not None and expr.sympy({n: sympy.Symbol(n, integer=True) for n in expr.names}) is not None:
-                    spec_dims.append(expr)
-                else:
-                    name = f"a{k}_{d}"
-                    spec_dims.append(name)
-                    dims[name] = _hint(s)
-        specs.append(InputSpec(f"arg{k}", ex.dtype, tuple(spec_dims)))
-    layout = []
-    counter = 0
-    for ex in example_inputs:
-        if isinstance(ex, torch.Tensor):
-            layout.append((ArgKind.TENSOR, counter))
-            counter += 1
-        elif isinstance(ex, torch.SymInt):
-            e = ex.node.expr
-            if e.is_Integer:
-                layout.append((ArgKind.CONST, int(e)))
-            elif e.free_symbols <= set(where):
-                layout.append((ArgKind.EXPR, e))
-            else:
-                return None
-        elif ex is None or isinstance(ex, (int, float, bool)):
-            layout.append((ArgKind.CONST, ex))
-        else:
-            return None
-    return GraphPlan(specs=specs, dims=dims, layout=layout, where=where, tensor_pos=tensor_pos,
-                     symbols=sorted(where, key=str))
 
 
 def _outputs(gm) -> list:
@@ -276,24 +137,15 @@ def compile_aten_graph(gm, example_inputs, *, target: str, graph: str, stats: di
 
 def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     stats["train_graphs"] = stats.get("train_graphs", 0) + 1
+    views_as_reshapes(gm)
     plan = plan_graph(list(example_inputs))
     outs = _outputs(gm)
     if plan is None or outs is None:
         warn_fallback(stats, graph=graph, kind=FallbackKind.INPUTS,
                       reason="a size argument or output is not an expression of input tensors' sizes")
         return make_boxed_func(gm)
-    layout = plan.layout
-
     def program(*tensors):
-        args = []
-        for kind, v in layout:
-            if kind is ArgKind.TENSOR:
-                args.append(tensors[v])
-            elif kind is ArgKind.EXPR:
-                args.append(eval_size(v, {s: tensors[k].shape[d] for s, (k, d) in plan.where.items()}))
-            else:
-                args.append(v)
-        res = gm(*args)
+        res = gm(*plan.args(tensors))
         return tuple(r for r, (kind, _) in zip(res, outs) if kind is ArgKind.TENSOR)
 
     program.__signature__ = None  # takes *tensors; keeps the tracer's arity check quiet
@@ -332,6 +184,51 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     return _boxed(run)
 
 
+def views_as_reshapes(gm) -> int:
+    """Turn ``aten.view`` into ``aten.reshape`` in a functional ATen graph; returns how many.
+
+    AOTAutograd's graphs hold no mutation, so a view and a reshape give equal
+    values; but a view is only valid for the strides the fake tensors had when
+    AOTAutograd traced (cuDNN attention's gradients come out in (B, T, H, D)
+    memory order, so their transpose flattens as a view), and symshape's retrace
+    may lay an op's output out otherwise.  A reshape is a view where one exists
+    and a copy where none does.
+
+    >>> g = torch.fx.symbolic_trace(lambda x: torch.ops.aten.view.default(x, [4]))
+    >>> views_as_reshapes(g), g(torch.ones(2, 2)).shape
+    (1, torch.Size([4]))
+    """
+    n = 0
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is aten.view.default:
+            node.target = aten.reshape.default
+            n += 1
+    if n:
+        gm.recompile()
+    return n
+
+
+def attention_without_plans(example_inputs):
+    """A context for AOTAutograd's trace: SDPA picks flash/efficient/math kernels, not cuDNN's.
+
+    AOTAutograd writes the attention kernel it picks into the forward and backward
+    graphs.  cuDNN's builds an execution plan for every new shape (milliseconds of
+    host time, forward and backward): with a new sequence length at every step that
+    is paid at every step.  Flash and memory-efficient attention take any length
+    as it comes.  Off CUDA (or where ``torch.nn.attention`` lacks it) nothing changes.
+
+    >>> with attention_without_plans([torch.ones(1)]):
+    ...     pass
+    """
+    import contextlib
+    if not any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs):
+        return contextlib.nullcontext()
+    if os.environ.get("SYMSHAPE_TRAIN_CUDNN_SDPA", "0") == "1":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+
+
 def _boxed(run):
     def call(args):
         return run(*args)
@@ -353,13 +250,24 @@ def train_backend(gm, example_inputs, *, target: str, stats: dict):
 
     backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=min_cut_rematerialization_partition,
                            decompositions=decompositions())
-    return backend(gm, example_inputs)
+    with attention_without_plans(example_inputs):
+        return backend(gm, example_inputs)
 
 
 def decompositions() -> dict:
-    """Backward ops written as pointwise ops and reductions, so symshape fuses them."""
+    """Ops written as pointwise ops and reductions, so symshape fuses them.
+
+    Backward ops, and the forward ops whose outputs the min-cut partition would
+    otherwise save whole: decomposed, the partition saves their (smaller, lower
+    precision) inputs and a row's reductions and the backward recomputes the rest
+    (``_log_softmax`` of bf16 logits saved an fp32 copy of the logits).
+
+    >>> aten._log_softmax.default in decompositions()
+    True
+    """
     from torch._decomp import get_decompositions
-    ops = [aten.gelu_backward, aten.threshold_backward, aten.tanh_backward, aten.sigmoid_backward,
+    ops = [aten._log_softmax, aten._softmax, aten.gelu, aten.silu, aten.detach, aten.zeros_like,
+           aten.gelu_backward, aten.threshold_backward, aten.tanh_backward, aten.sigmoid_backward,
            aten.silu_backward, aten._softmax_backward_data, aten._log_softmax_backward_data,
            aten.native_dropout_backward, aten.native_layer_norm_backward, aten.embedding_dense_backward,
            aten.nll_loss_backward, aten.nll_loss_forward, aten.hardtanh_backward]
@@ -368,5 +276,6 @@ def decompositions() -> dict:
     return get_decompositions(ops)
 
 
-__all__ = ["train_backend", "compile_aten_graph", "plan_graph", "GraphPlan", "TrainingFallback", "FallbackKind",
-           "Fallback", "FALLBACKS", "ArgKind", "warn_fallback", "decompositions"]
+__all__ = ["train_backend", "compile_aten_graph", "TrainingFallback", "FallbackKind",
+           "Fallback", "FALLBACKS", "warn_fallback", "decompositions",
+           "views_as_reshapes", "attention_without_plans"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import inspect
 
+import sys
+
 import torch
 
 from .errors import SpecError
@@ -79,13 +81,11 @@ def module_state(program, add_attr, *, trainable: bool) -> dict:
     """
     if not isinstance(program, torch.nn.Module):
         return {}
-    state = {}
+    state, local = {}, {}
     for n, p in program.named_parameters(remove_duplicate=False):
-        state[n] = meta_like(p)
-        if trainable and p.requires_grad:
-            state[n].requires_grad_()
+        state[n], local[n] = _meta_state(p, trainable and p.requires_grad)
     for n, bf in program.named_buffers(remove_duplicate=False):
-        state[n] = meta_like(bf)
+        state[n], local[n] = _meta_state(bf, False)
     by_id = {}
     for n, p in list(program.named_parameters(remove_duplicate=False)) + list(
             program.named_buffers(remove_duplicate=False)):
@@ -93,8 +93,51 @@ def module_state(program, add_attr, *, trainable: bool) -> dict:
             state[n] = state[by_id[id(p)]]
         else:
             by_id[id(p)] = n
-            add_attr(n, state[n])
+            add_attr(n, local[n])
     return state
+
+
+def fsdp_managed(program) -> bool:
+    """Whether FSDP2 (``fully_shard``) manages ``program``'s parameters: it swaps them itself (the sharded
+    ones for the gathered ones around each forward), so the trace leaves them in place.
+
+    >>> fsdp_managed(torch.nn.Linear(2, 2))
+    False
+    """
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return (isinstance(program, torch.nn.Module) and fsdp is not None
+            and any(isinstance(m, fsdp.FSDPModule) for m in program.modules()))
+
+
+def fsdp_lazy_init(program) -> None:
+    """FSDP2's first-forward setup of a root module, done before the trace: its lazy initialization and
+    one unshard/reshard of each group, which make the padded shards and the gathered parameters (views of
+    buffers FSDP2 allocates and frees) outside any op.  Every later forward gathers into them again, as the
+    traced one does; on a fake process group no data moves."""
+    if fsdp_managed(program):
+        from torch.distributed.fsdp import FSDPModule, fully_shard
+        fully_shard.state(program)._lazy_init()
+        for m in program.modules():
+            if isinstance(m, FSDPModule):
+                m.unshard()
+                m.reshard()
+
+
+def _meta_state(t: torch.Tensor, grad: bool):
+    """(what the module holds while traced, the tensor the graph records): a meta tensor twice, or for a
+    DTensor parameter (a tensor-parallel plan's shard) a DTensor of the same layout over a meta shard and that
+    shard: the ops the trace records run on each rank's shard."""
+    from torch.distributed.tensor import DTensor
+    if isinstance(t, DTensor):
+        shard = meta_like(t.to_local())
+        if grad:
+            shard.requires_grad_()
+        # The constructor, not from_local: from_local wraps a view of the shard, made outside the trace.
+        return DTensor(shard, t._spec, requires_grad=grad), shard
+    m = meta_like(t)
+    if grad:
+        m.requires_grad_()
+    return m, m
 
 
 def captured_modules(program) -> list:

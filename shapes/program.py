@@ -347,6 +347,9 @@ def world_values(world) -> dict:
     if not dist.is_initialized():
         raise SpecError(f"the program was traced with world={world.name!r}: run it on each rank of an "
                         f"initialized process group")
+    if getattr(world, "concrete", False) and (dist.get_world_size(), dist.get_rank()) != (world.size, world.rank):
+        raise SpecError(f"the program was traced at {world.name}={world.size} as rank {world.rank} (a device mesh "
+                        f"needs a concrete world): run it there, or trace it at this world size and rank")
     vals = {world.size: dist.get_world_size()} if isinstance(world.size, sympy.Symbol) else {}
     if isinstance(world.rank, sympy.Symbol):
         vals[world.rank] = dist.get_rank()

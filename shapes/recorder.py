@@ -13,9 +13,11 @@ Example::
 """
 from __future__ import annotations
 
+import sys
 from typing import Optional
 
 import sympy
+
 import torch
 from torch.utils import _pytree as pytree
 from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
@@ -81,6 +83,8 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         b = self.builder
+        if any(_is_dtensor(t) for t in types):
+            return NotImplemented  # DTensor's own dispatch runs first, then each rank's op on its shard comes here
         args = pytree.tree_map(b.adopt, args)
         kwargs = pytree.tree_map(b.adopt, kwargs)
         r = eager_checks.intercept(self, func, args, kwargs)
@@ -273,6 +277,11 @@ class ModuleScope:
         for h in self.handles:
             h.remove()
         self.builder.module_stack.clear()
+
+
+def _is_dtensor(t) -> bool:
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and issubclass(t, dtensor.DTensor)
 
 
 def meta_like(t: torch.Tensor) -> torch.Tensor:

@@ -11,6 +11,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import math
 import operator
 import os
 from typing import Any, Callable, Optional
@@ -22,7 +23,8 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch.utils import _pytree as pytree
 
 from . import devices, distributed, index_bounds, torch_patches
-from .binding import CapturedState, by_keyword, captured_modules, module_state
+from .binding import (CapturedState, by_keyword, captured_modules, fsdp_lazy_init, fsdp_managed,
+                      module_state)
 from .creation import CreationMode
 from .env import ShapeEnv
 from .errors import SpecError, SymshapeError, TracerLimitation, UnsupportedOpError
@@ -366,12 +368,49 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     """
     if not callable(program):
         raise SpecError(f"program must be a function or an nn.Module, got {type(program).__name__}")
+    opts = dict(dims=dims, specialize_zero_one=specialize_zero_one, translation_validation=translation_validation,
+                kwargs=kwargs, progress=progress, backward=backward, requires_grad=requires_grad, device=device)
+    if isinstance(program, distributed.PerWorld) and world is not None:
+        return _trace_per_world(program, specs, world, opts)
+    if world is not None and not isinstance(world, str):
+        raise SpecError("a device mesh (world={dim: size name}) needs the program built per world size: give it "
+                        "as shapes.distributed.per_world(factory), the factory taking the mesh sizes by dim")
+    return _trace(program, *specs, world=world, **opts)
+
+
+def _trace_per_world(program, specs, world, opts: dict) -> TracedProgram:
+    """Trace at one concrete world size or mesh shape (the examples in ``dims``; as ``dims["rank"]``, default 0)
+    in torch's fake process group of that size: a device mesh needs it (:mod:`shapes.distributed.mesh`)."""
+    _, names = parse_specs(specs)
+    syms = distributed.world_symbols(world)
+    dmap = parse_dims(opts["dims"], list(names) + syms + [distributed.RANK])
+    at = {n: distributed.world_hint(distributed.world_dim(n, dmap)) for n in syms}
+    size = math.prod(at.values())
+    mesh = tuple((k, v, at[v]) for k, v in world.items()) if not isinstance(world, str) else ()
+    rank = dmap[distributed.RANK].hint if distributed.RANK in dmap and dmap[distributed.RANK].hint else 0
+    rest = {k: v for k, v in dmap.items() if k not in syms and k != distributed.RANK}
+    name = world if isinstance(world, str) else "*".join(syms)
+    with distributed.fake_world(size, rank):
+        built = program.build(**{k: n for k, _, n in mesh})
+        fsdp_lazy_init(built)
+        tp = _trace(built, *specs, world=distributed.ConcreteWorld(name=name, size=size, rank=rank, mesh=mesh),
+                    **{**opts, "dims": rest})
+    tp.program = program
+    tp.trace_options["world"] = world
+    return tp
+
+
+def _trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = False,
+           translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
+           progress: Optional[Callable[[int], None]] = None, backward: Optional[Callable] = None,
+           requires_grad: tuple = (), device=None, world=None) -> TracedProgram:
+    """:func:`trace` at a symbolic world (``world`` its name), a concrete one (a ``ConcreteWorld``) or none."""
     parsed, names = parse_specs(specs)
     device = devices.parse_device(device)
     kwargs = dict(kwargs or {})
     keyword = by_keyword(program, [s.name for s in parsed], kwargs)
     # With a world, dims may give the world size's range and the rank to trace as (default 0).
-    dmap = parse_dims(dims, list(names) + ([world, distributed.RANK] if world is not None else []))
+    dmap = parse_dims(dims, list(names) + ([world, distributed.RANK] if isinstance(world, str) else []))
     hints = default_hints(names, dmap)
 
     env = ShapeEnv(specialize_zero_one=specialize_zero_one)
@@ -451,6 +490,9 @@ def _make_inputs(builder, parsed, dmap, hints, requires_grad=()):
 
 def _callable_of(program, builder, trainable: bool):
     """Step 2: the function to run (a module called with its traced state) and the traced parameters."""
+    if fsdp_managed(program):
+        # Its real shards are graph constants where FSDP2's all-gather reads them.
+        return program, {}
     state = module_state(program, builder.add_attr, trainable=trainable)
     if not isinstance(program, torch.nn.Module):
         return program, {}
@@ -463,6 +505,8 @@ def _callable_of(program, builder, trainable: bool):
 def _world_scope(builder, world, dmap, hints):
     """The stand-in for torch.distributed's default group (:func:`shapes.distributed.open_world`);
     the world size's example goes into ``hints``."""
+    if isinstance(world, distributed.ConcreteWorld):
+        return distributed.ConcreteWorldScope(builder, world)
     if world is not None:
         hints.setdefault(world, distributed.world_hint(distributed.world_dim(world, dmap)))
     rank = dmap.get(distributed.RANK)

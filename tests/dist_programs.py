@@ -1,110 +1,106 @@
-"""Sharded programs for tests/test_distributed.py, and the gloo harness that runs them for real.
+"""The gloo harness for tests/test_distributed.py: the programs of examples/sharded.py, run for real.
 
-Each program is one step as every rank runs it (Megatron-style explicit collectives).
-``run_grid(W, cases)`` starts ``W`` gloo processes on 127.0.0.1 and runs every case on
-each rank, recording the outcome, the output shape and the bytes each collective
-kind sent (by wrapping the collectives, with :func:`shapes.flops.comm.bytes_sent`'s convention).
+``run_grid(W, cases)`` starts ``W`` gloo processes on 127.0.0.1 and runs every case on each rank,
+recording the outcome, the output shape and the bytes each collective kind sent.  The bytes are
+measured under a dispatch mode that sees every collective op torch runs (``c10d.*`` from
+``torch.distributed``, ``_c10d_functional.*`` from DTensor and funcol, FSDP2's all-gathers), by
+:func:`shapes.flops.comm.bytes_sent`'s convention.
+
+Every error case of these programs fails on every rank before any collective (an ``assert`` on the
+sizes, funcol's split check, DTensor's sharding propagation, GPT-2's position embedding), so no rank
+waits in a collective that another left: there is no retry, and a gloo timeout turns a hang into a
+failure rather than a stuck test.
 """
 from __future__ import annotations
 
+import datetime
 import os
+import pickle
 import socket
 import tempfile
-import pickle
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
-N_HEADS = 8
+from examples import sharded
 
-
-def sp_mlp(x, w1, w2):
-    """Sequence-parallel MLP: gather the sequence, column- then row-parallel linear, reduce-scatter."""
-    W, r = dist.get_world_size(), dist.get_rank()
-    assert w1.shape[1] % W == 0, "the hidden size must divide by the world size"
-    full = x.new_empty(W * x.shape[0], x.shape[1])
-    dist.all_gather_into_tensor(full, x)
-    h = w1.shape[1] // W
-    y = torch.relu(full @ w1.narrow(1, r * h, h))
-    z = y @ w2.narrow(0, r * h, h)
-    out = z.new_empty(x.shape)
-    dist.reduce_scatter_tensor(out, z)
-    return out
+PROGRAMS = {"sp_mlp": sharded.sp_mlp, "tp_attention": sharded.tp_attention, "a2a_experts": sharded.a2a_experts}
+#: programs built for their world: name -> factory (run on each rank: build, then call).
+FACTORIES = {"tp_attention_plan": sharded.make_tp_attention, "fsdp_gpt2": sharded.make_fsdp_gpt2,
+             "tp_attention_2d": sharded.make_tp_attention_2d}
+#: integer inputs (token ids) and their upper bound
+TOKENS = {"fsdp_gpt2": 48}
 
 
-def tp_attention(x, wqkv, wo):
-    """Tensor-parallel causal self-attention, 8 heads split over the ranks, all-reduce at the end."""
-    W, r = dist.get_world_size(), dist.get_rank()
-    B, T, E = x.shape
-    assert N_HEADS % W == 0, "the heads must divide by the world size"
-    assert E % N_HEADS == 0, "the width must divide by the heads"
-    hl, hd = N_HEADS // W, E // N_HEADS
-    el = hl * hd
-    wl = wqkv.view(E, 3, E).narrow(2, r * el, el).reshape(E, 3 * el)
-    q, k, v = (x @ wl).view(B, T, 3, hl, hd).permute(2, 0, 3, 1, 4).unbind(0)
-    a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    y = a.transpose(1, 2).reshape(B, T, el) @ wo.narrow(0, r * el, el)
-    dist.all_reduce(y)
-    return y
+class CollectiveBytes(TorchDispatchMode):
+    """Counts the bytes each collective op sends per rank, by kind, as the ops run (``self.sent``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.sent: dict = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from shapes.distributed import Collective
+        from shapes.flops.comm import bytes_sent
+        kind = Collective.of(func)
+        if kind is not None:
+            hit = Collective.input_of(_Call(func, args))
+            ts = hit if isinstance(hit, (list, tuple)) else [hit]
+            n = sum(t.numel() * t.element_size() for t in ts)
+            self.sent[kind.value] = self.sent.get(kind.value, 0) + bytes_sent(kind, n, _size(func, args))
+        return func(*args, **(kwargs or {}))
 
 
-def a2a_experts(x):
-    """Expert-parallel dispatch: tokens to their expert's rank and back (functional all-to-all)."""
-    import torch.distributed._functional_collectives as funcol
-    y = funcol.all_to_all_single(x, None, None, dist.group.WORLD)
-    y = funcol.all_reduce(y * 2, "sum", dist.group.WORLD)
-    return funcol.all_to_all_single(y, None, None, dist.group.WORLD)
+class _Call:
+    """What Collective.input_of reads of an FX node: the target and the arguments."""
+
+    def __init__(self, target, args):
+        self.target, self.args = target, args
 
 
-PROGRAMS = {"sp_mlp": sp_mlp, "tp_attention": tp_attention, "a2a_experts": a2a_experts}
+def _size(func, args) -> int:
+    import torch.distributed.distributed_c10d as c10d
+    for a in args:
+        if isinstance(a, torch.ScriptObject):
+            return dist.ProcessGroup.unbox(a).size()
+    for a in args[1:]:
+        if isinstance(a, str) and a not in ("sum", "avg", "product", "min", "max"):
+            return c10d._resolve_process_group(a).size()
+    raise AssertionError(f"no group in the arguments of {func}")
 
-_WRAPPED = {"all_reduce": "all_reduce", "all_gather_into_tensor": "all_gather",
-            "reduce_scatter_tensor": "reduce_scatter", "all_to_all_single": "all_to_all", "broadcast": "broadcast"}
+
+def _inputs(name, shapes_):
+    if name in TOKENS:
+        return [torch.randint(0, TOKENS[name], s) for s in shapes_]
+    return [torch.randn(s) for s in shapes_]
 
 
-def _wrap_collectives(sent):
-    """Count what each collective sends, by the convention of shapes.flops.comm (bytes of the input)."""
-    from shapes.distributed import Collective
-    from shapes.flops.comm import bytes_sent
-    W = dist.get_world_size()
-    for fn, kind in _WRAPPED.items():
-        orig = getattr(dist, fn)
-
-        def wrapped(*a, _orig=orig, _kind=Collective(kind), _fn=fn, **k):
-            t = a[1] if _fn in ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single") else a[0]
-            sent[_kind.value] = sent.get(_kind.value, 0) + bytes_sent(_kind, t.numel() * t.element_size(), W)
-            return _orig(*a, **k)
-        setattr(dist, fn, wrapped)
-        setattr(dist.distributed_c10d, fn, wrapped)
-    import torch.distributed._functional_collectives as funcol
-    for fn, kind in {"all_reduce": "all_reduce", "all_gather_tensor": "all_gather",
-                     "reduce_scatter_tensor": "reduce_scatter", "all_to_all_single": "all_to_all",
-                     "broadcast": "broadcast"}.items():
-        orig = getattr(funcol, fn)
-
-        def fwrapped(t, *a, _orig=orig, _kind=Collective(kind), **k):
-            sent[_kind.value] = sent.get(_kind.value, 0) + bytes_sent(_kind, t.numel() * t.element_size(), W)
-            return _orig(t, *a, **k)
-        setattr(funcol, fn, fwrapped)
+def _run_case(name, shapes_, mesh):
+    torch.manual_seed(0)  # every rank the same inputs (a tensor-parallel plan's input is replicated)
+    args = _inputs(name, shapes_)
+    program = FACTORIES[name](**mesh) if name in FACTORIES else PROGRAMS[name]
+    counter = CollectiveBytes()
+    try:
+        with counter:
+            out = program(*args)
+            out = getattr(out, "logits", out)
+            if hasattr(out, "wait"):
+                out = out.wait()
+            out = out.full_tensor() if hasattr(out, "full_tensor") else out
+        return ("ok", tuple(out.shape), dict(counter.sent))
+    except Exception as e:  # the program's error, as each rank sees it
+        return (type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "", dict(counter.sent))
 
 
 def _worker(rank, W, port, cases, outdir):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=W)
-    _wrap_collectives(sent := {})
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=W,
+                            timeout=datetime.timedelta(seconds=120))
     results = []
-    for name, shapes_ in cases:
-        torch.manual_seed(0)
-        args = [torch.randn(s) for s in shapes_]
-        sent.clear()
-        try:
-            out = PROGRAMS[name](*args)
-            if hasattr(out, "wait"):
-                out = out.wait()
-            results.append(("ok", tuple(out.shape), dict(sent)))
-        except Exception as e:  # the program's error, as each rank sees it
-            results.append((type(e).__name__, str(e).splitlines()[0][:200], dict(sent)))
+    for name, shapes_, mesh in cases:
+        results.append(_run_case(name, shapes_, mesh))
         dist.barrier()
     with open(os.path.join(outdir, f"{rank}.pkl"), "wb") as f:
         pickle.dump(results, f)
@@ -119,24 +115,9 @@ def _free_port() -> int:
     return port
 
 
-def _spawn(worker, W, args_for_port, attempts: int = 3):
-    """``mp.spawn`` on a fresh port, again (up to ``attempts``) when a rank is killed by a signal:
-    where one rank raises and another is still inside a collective, gloo's C++ at times aborts
-    the process (``terminate called without an active exception``) instead of raising. A run
-    that completes is compared in full, so a retry hides no disagreement."""
-    for attempt in range(attempts):
-        try:
-            mp.spawn(worker, args=args_for_port(_free_port()), nprocs=W, join=True)
-            return
-        except mp.ProcessExitedException:
-            if attempt == attempts - 1:
-                raise
-
-
-def run_grid(W, cases):
-    """Run ``cases`` (program name, input shapes) on ``W`` gloo ranks; return results[rank][case]."""
+def _collect(worker, W, args_after_port):
     with tempfile.TemporaryDirectory() as d:
-        _spawn(_worker, W, lambda port: (W, port, cases, d))
+        mp.spawn(worker, args=(W, _free_port(), *args_after_port, d), nprocs=W, join=True)
         out = []
         for r in range(W):
             with open(os.path.join(d, f"{r}.pkl"), "rb") as f:
@@ -144,9 +125,16 @@ def run_grid(W, cases):
         return out
 
 
+def run_grid(W, cases):
+    """Run ``cases`` (program name, input shapes, mesh sizes by dim or {}) on ``W`` gloo ranks; return
+    results[rank][case]."""
+    return _collect(_worker, W, (cases,))
+
+
 def _traced_worker(rank, W, port, name, specs, shapes_, outdir):
     import shapes
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=W)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=W,
+                            timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(rank)
     args = [torch.randn(s) for s in shapes_]
     tp = shapes.trace(PROGRAMS[name], *specs, world="W", dims={"W": (1, 8)})
@@ -159,10 +147,4 @@ def _traced_worker(rank, W, port, name, specs, shapes_, outdir):
 
 def run_traced(W, name, specs, shapes_):
     """Trace ``name`` on each of ``W`` gloo ranks, run the traced graph there; whether it equals eager, per rank."""
-    with tempfile.TemporaryDirectory() as d:
-        _spawn(_traced_worker, W, lambda port: (W, port, name, specs, shapes_, d))
-        out = []
-        for r in range(W):
-            with open(os.path.join(d, f"{r}.pkl"), "rb") as f:
-                out.append(pickle.load(f))
-        return out
+    return _collect(_traced_worker, W, (name, specs, shapes_))

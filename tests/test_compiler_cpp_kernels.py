@@ -111,3 +111,42 @@ def test_index_simplification_is_logged_and_validated():
     assert "sym_floordiv(" not in kernels and "sym_mod(" not in kernels
     report = validate_env(tp.env)
     assert report.ok and not report.unknown, str(report)
+
+
+def test_transposed_store_loops_in_memory_order():
+    """A pointwise value stored transposed (the ``t(act)`` a weight gradient's matmul reads):
+    the kernel's rows run over the buffer's outer memory dim, so its inner loop writes (and
+    reads ``x``) along stride 1; values equal eager at every size."""
+    from compiler.ir import Kernel
+    f = lambda x, w: torch.mm((torch.tanh(x) * 0.5).t(), w)  # noqa: E731
+    tp = shapes.trace(f, "x: f32[T, 64]", "w: f32[T, 8]")
+    lp = lower(tp)
+    kernels = [s for s in schedule(lp) if isinstance(s, Kernel)]
+    stores = [(k, b) for k in kernels for b, *_ in k.inner_stores]
+    assert stores and all(tuple(b.strides)[-1] == 1 for _, b in stores), [(b.shape, b.strides) for _, b in stores]
+    assert [tuple(lp.buffers[b.name].strides) for _, b in stores] == [(1, 64)]  # the buffer itself is transposed
+    g = compiler.compile(f, "x: f32[T, 64]", "w: f32[T, 8]")
+    for T in (1, 7, 33):
+        x, w = torch.randn(T, 64), torch.randn(T, 8)
+        torch.testing.assert_close(g(x, w), f(x, w), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["sum0", "fused", "row_scale", "half"])
+def test_column_reductions_sum_down_columns_with_stride_1(case):
+    """Sums over the row dim of ``[T, C]`` values (bias and LayerNorm weight gradients) run
+    rows outer, a block of columns inner: the kernel takes the column form, and the sums
+    equal eager at every size (1 and a prime included)."""
+    from compiler.codegen.cpp import column_reduction
+    f, specs, make = {
+        "sum0": (lambda g: g.sum(0), ["g: f32[T, 64]"], lambda T: [torch.randn(T, 64)]),
+        "fused": (lambda g, x: (g * torch.tanh(x)).sum(0) * 2 + 1, ["g: f32[T, 96]", "x: f32[T, 96]"],
+                  lambda T: [torch.randn(T, 96), torch.randn(T, 96)]),
+        "row_scale": (lambda g, m: (g * m[:, None]).sum(0), ["g: f32[T, 70]", "m: f32[T]"],
+                      lambda T: [torch.randn(T, 70), torch.randn(T)]),
+        "half": (lambda g: g.bfloat16().sum(0), ["g: f32[T, 130]"], lambda T: [torch.randn(T, 130)]),
+    }[case]
+    c = compiler.compile(f, *specs)
+    assert [column_reduction(k) for k in c.variants[0].kernels] == [True]
+    for T in (1, 7, 33, 100):
+        args = make(T)
+        torch.testing.assert_close(c(*args), f(*args), atol=1e-3, rtol=1e-3)

@@ -34,15 +34,38 @@ def test_dropout_follows_torch_rng_cpp():
     assert 0.25 < got["dropped"] < 0.35
 
 
+_INTERPRETER: dict = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _interpreter_run_beside(request):
+    """Start the Triton-interpreter run of every case when this module's first test starts,
+    when Triton tests are selected and no GPU runs them: it runs beside the C++ cases (one
+    core each) instead of after them, and :func:`triton_results` collects it."""
+    wanted = any(item.get_closest_marker("triton") is not None and item.module is request.module
+                 for item in request.session.items)
+    if torch.cuda.is_available() or not wanted:
+        yield
+        return
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "train_cases.py")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    _INTERPRETER["proc"] = proc
+    try:
+        yield
+    finally:
+        if proc.poll() is None:  # the module ended first (-x, an interrupt): end the run this module started
+            proc.kill()
+            proc.communicate()
+
+
 @pytest.fixture(scope="module")
 def triton_results():
     if torch.cuda.is_available():
         return None  # each test runs its case on the GPU itself
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "train_cases.py")],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=1200)
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert line, f"the training cases did not run:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    out, err = _INTERPRETER["proc"].communicate(timeout=1200)
+    line = [ln for ln in out.splitlines() if ln.startswith("RESULTS ")]
+    assert line, f"the training cases did not run:\n{out[-2000:]}\n{err[-4000:]}"
     return json.loads(line[-1][len("RESULTS "):])
 
 

@@ -33,3 +33,32 @@ def results():
 @pytest.mark.parametrize("case", cases.CASES)
 def test_triton_case(results, case):
     assert results[case] == "ok", results[case]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="direct launches need CUDA (the interpreter launches generically)")
+def test_a_new_size_launches_direct_through_the_shared_kernel():
+    """Sizes are not specialized: after one size, every kernel launch at a new size goes
+    straight to the compiled kernel (no generic JIT launch), and the values stay right."""
+    import compiler
+    from compiler.codegen import triton_launch
+    f = compiler.compile(lambda x: torch.softmax(x * 2, -1) + 1, "x: f32[N, 64]", target="triton")
+    x = torch.randn(5, 64, device="cuda")
+    torch.testing.assert_close(f(x), torch.softmax(x * 2, -1) + 1)
+    fns = list(triton_launch._SHARED.keys())
+    assert fns, "no compiled kernel was shared after the first size"
+    generic = []
+    for fn in fns:
+        run = fn.run
+
+        def counted(*a, _run=run, **kw):
+            generic.append(1)
+            return _run(*a, **kw)
+        fn.run = counted
+    try:
+        for n in (6, 7, 33):
+            x = torch.randn(n, 64, device="cuda")
+            torch.testing.assert_close(f(x), torch.softmax(x * 2, -1) + 1)
+    finally:
+        for fn in fns:
+            del fn.run
+    assert not generic, f"{len(generic)} generic launches at new sizes"

@@ -213,6 +213,7 @@ class InputSpace:
         overlaps: ``(i, j, point)`` for classes whose predicates share a
             point (the engine's path conditions are then imprecise).
         warnings: anything else the user should know (engine imprecision).
+        world_method: how a sharded program's world size was traced (see the field).
         valid_ranges: dim name -> ``(smallest, largest)`` size over the ok
             classes (each dim on its own; None where Z3 gave no answer).  For
             a conv net this is the minimum spatial size, for GPT-2 the
@@ -236,6 +237,9 @@ class InputSpace:
     summary: object = None
     suggestion: object = None
     timed_out: bool = False
+    #: how a sharded program was traced: "" (no world), "symbolic world size W", or
+    #: "traced per world size W=1..4, joined" (a device mesh needs it concrete)
+    world_method: str = ""
 
     # -- queries ----------------------------------------------------------------------
     def _point(self, sizes, kw) -> dict:
@@ -306,6 +310,7 @@ class InputSpace:
                              for n, r in self.valid_ranges.items()},
             "summary": self.summary.to_dict() if self.summary is not None else None,
             "timed_out": self.timed_out,
+            "world_method": self.world_method,
             "suggested_spec": self.suggestion.text() if self.suggestion is not None else None,
             "classes": [c.to_dict() for c in self.classes],
             "overlaps": [{"classes": [i, j], "point": p} for i, j, p in self.overlaps],
@@ -327,6 +332,8 @@ class InputSpace:
         for n in self.defaulted:
             lo, hi = self.dims[n]
             lines.append(f"  note: no range given for {n}; searched the default {_range_text(lo, hi)}")
+        if self.world_method:
+            lines.append(f"  world: {self.world_method}")
         if self.summary is not None and self.classes:
             lines.extend(self.summary.lines(width))
             if self.suggestion is not None:

@@ -40,7 +40,7 @@ import torch
 from shapes.kernel_helpers import CPP_SOURCE
 from shapes.printers import to_cpp
 
-from ..ir import JVAR, RVAR, OpKind, ReductionKind, compute_dtype, flat_index
+from ..ir import JVAR, RVAR, Load, OpKind, RedRef, ReductionKind, compute_dtype, flat_index, walk
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 
@@ -228,7 +228,7 @@ class CppTarget(Target):
     def kernel_source(self, g: KernelGen):
         k = g.kernel
         simd = not (set(k.reads) & g.written)  # no buffer is both read and written: lanes are independent
-        variants = size_classes(g) if simd else [("any", None)]
+        variants = size_classes(g) if simd and not column_reduction(k) else [("any", None)]
         fns, checks = [], []
         for tag, cls in variants:
             fname = f"{k.name}__{tag}"
@@ -247,15 +247,21 @@ class CppTarget(Target):
         return [f"  const int64_t {g.sym_names[s]} = sizes[{i}]; (void){g.sym_names[s]};"
                 for i, s in enumerate(g.lp.symbols)]
 
-    def _body(self, g: KernelGen, cls, simd: bool):
-        """One size-class variant's statements; ``cls`` None is the general one."""
-        k, lp = g.kernel, g.lp
-        out = self._sym_lines(g)
+    def _pointers(self, g: KernelGen) -> list:
+        out = []
         for i, name in enumerate(g.args):
-            ct = BUF_CTYPES[lp.buffers[name].dtype]
+            ct = BUF_CTYPES[g.lp.buffers[name].dtype]
             q = "" if name in g.written else "const "
             out.append(f"  {q}{ct}* __restrict__ {g.ptr[name]} = ({q}{ct}*)bufs[{i}];")
+        return out
+
+    def _body(self, g: KernelGen, cls, simd: bool):
+        """One size-class variant's statements; ``cls`` None is the general one."""
+        k = g.kernel
+        out = self._sym_lines(g) + self._pointers(g)
         vec = simd
+        if simd and column_reduction(k):
+            return out + self._column_body(g)
 
         def extent(e):
             # Under the aligned class every extent is a multiple of the vector width: saying so
@@ -349,6 +355,81 @@ class CppTarget(Target):
             _calls[_tags[i]] += 1
         launch.variant_calls = calls  # size-class tag -> launches (selected by the kernel's C++ predicate)
         return launch
+
+
+    def _column_body(self, g: KernelGen) -> list:
+        """A column reduction's statements: per block of :data:`COLUMN_BLOCK` columns, one
+        accumulator per column, rows outer and the block's columns inner (stride 1, vectorized),
+        then the row stores of each column."""
+        k = g.kernel
+        (x0,), (cols,) = k.outer_vars, k.outer
+        n_rows, ncols = g.expr(k.reductions[0][0].rsize), g.expr(cols)
+        out = [f"  const int64_t nt = std::min<int64_t>(omp_get_max_threads(), ((int64_t)({ncols}) * "
+               f"(int64_t)({n_rows}) * {len(k.reductions)}) / {PARALLEL_WORK});",
+               "  #pragma omp parallel for num_threads(nt > 1 ? nt : 1) if(parallel: nt > 1)",
+               f"  for (int64_t xb = 0; xb < {ncols}; xb += {COLUMN_BLOCK}) {{",
+               f"    const int64_t xe = std::min<int64_t>({ncols}, xb + {COLUMN_BLOCK});"]
+        cts = [CTYPES[compute_dtype(red.dtype)] for red, _, _ in k.reductions]
+        out += [f"    {ct} acc{n}[{COLUMN_BLOCK}] = {{}};" for n, ct in enumerate(cts)]
+        out += [f"    for (int64_t {RVAR} = 0; {RVAR} < {n_rows}; {RVAR}++) {{", "      #pragma omp simd",
+                f"      for (int64_t {x0} = xb; {x0} < xe; {x0}++) {{"]
+        body = Scope(g, "        ")
+        upd = [f"        acc{n}[{x0} - xb] += {body.emit(g.accumulated(v))};" for n, (_, _, v) in enumerate(k.reductions)]
+        out += body.lines + upd + ["      }", "    }", f"    for (int64_t {x0} = xb; {x0} < xe; {x0}++) {{"]
+        row = Scope(g, "      ")
+        row.lines += [f"      const {ct} red{n} = acc{n}[{x0} - xb];" for n, ct in enumerate(cts)]
+        for buf, value in k.row_stores:
+            v = row.emit(value)
+            row.lines.append(f"      {g.ptr[buf.name]}[{g.index(flat_index((x0,), buf.strides))}] = {v};")
+        return out + row.lines + ["    }", "  }"]
+
+
+#: Columns per block of a column reduction (its accumulators live on the stack).
+COLUMN_BLOCK = 64
+
+
+def column_reduction(k) -> bool:
+    """Whether kernel ``k`` sums down columns: one row dim, float sums only (none reading
+    another), no per-element stores, and some load walking the rows with a stride while the
+    row dim is its stride-1 dim (a bias gradient: ``g.sum(0)`` of a ``[T, C]`` gradient).
+    Looping rows inside columns there reads memory with stride C and cannot vectorize.
+
+    >>> import torch, shapes
+    >>> from compiler.lowering import lower
+    >>> from compiler.scheduler import schedule
+    >>> col = schedule(lower(shapes.trace(lambda g: g.sum(0), "g: f32[T, 64]")))[0]
+    >>> row = schedule(lower(shapes.trace(lambda g: g.sum(1), "g: f32[T, 64]")))[0]
+    >>> column_reduction(col), column_reduction(row)
+    (True, False)
+    """
+    if len(k.outer) != 1 or k.inner_stores or not k.reductions:
+        return False
+    if len({sympy.sympify(r.rsize) for r, _, _ in k.reductions}) != 1:
+        return False
+    x0 = k.outer_vars[0]
+    strided = False
+    for red, _, body in k.reductions:
+        if red.op != "sum" or not compute_dtype(red.dtype).is_floating_point:
+            return False
+        for n in walk(body):
+            if isinstance(n, RedRef):
+                return False
+            if not isinstance(n, Load):
+                continue
+            e = sympy.sympify(n.index)
+            if RVAR not in e.free_symbols:
+                continue
+            try:
+                poly = sympy.Poly(e, x0, RVAR)
+            except sympy.PolynomialError:
+                return False
+            cx, cr = e.diff(x0), e.diff(RVAR)
+            if poly.total_degree() > 1 or cx not in (0, 1) or cr.free_symbols & {x0, RVAR}:
+                return False
+            if cx == 1 and cr == 1:
+                return False  # contiguous along the rows: the row form reads it with stride 1
+            strided = strided or cx == 1
+    return strided
 
 
 CPP = CppTarget()

@@ -32,6 +32,8 @@ Example (under ``TRITON_INTERPRET=1`` the generic path runs)::
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 try:  # the hooks Triton's own launch passes to the launcher (HookChain in 3.6+, None before)
@@ -68,17 +70,39 @@ def _direct_parts(kernel, tensors):
     return run, function, packed, aligned, _get_device()
 
 
+#: Direct-launch parts per (JIT function, options, integer argument types): the kernel Triton
+#: compiled for one binding serves every other binding with the same key.  Size arguments are
+#: ``do_not_specialize``: Triton keys its compiled kernels on their type (i32 or i64 by value) and
+#: not on their values, so a new size (a new binding) needs no generic launch to find the kernel.
+_SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _int_types(args) -> tuple:
+    """Triton's type for each integer argument (``i32`` within 32 bits, else wider).
+
+    >>> _int_types([5, 2 ** 40, 1.5])
+    ('i32', 'i64', None)
+    """
+    return tuple(("i32" if -2 ** 31 <= a < 2 ** 31 else "i64") if isinstance(a, int) else None for a in args)
+
+
 def bind_launch(fn, grid, args, options):
     """``launch(tensors)`` for JIT function ``fn`` at a fixed ``grid``, size ``args`` and
     ``options`` (constexprs and ``num_warps``): direct through the compiled kernel's
-    launcher after the first call where that is safe (see the module docstring)."""
+    launcher after the first call where that is safe (see the module docstring); a binding
+    of ``fn`` at other sizes with the same options and argument types starts direct."""
     g0 = grid[0]
     g1 = grid[1] if len(grid) > 1 else 1
     g2 = grid[2] if len(grid) > 2 else 1
     constexprs = tuple(v for k, v in options.items() if k != "num_warps" and k != "num_stages")
     tail = (*args, *constexprs)
-    direct = None
-    tried = False
+    key = (tuple(options.items()), _int_types(args))
+    try:
+        shared = _SHARED.setdefault(fn, {})
+    except TypeError:  # not weak-referenceable: no sharing
+        shared = {}
+    direct = shared.get(key)
+    tried = direct is not None
 
     def launch(tensors):
         nonlocal direct, tried
@@ -96,6 +120,8 @@ def bind_launch(fn, grid, args, options):
         if not tried:
             tried = True
             direct = _direct_parts(kernel, tensors)
+            if direct is not None:
+                shared.setdefault(key, direct)
 
     return launch
 

@@ -17,4 +17,7 @@ Example::
     ([(W, (N//W))], ['Eq((N % W), 0)'])
 """
 from .ops import Collective  # noqa: F401
+from .mesh import (ConcreteWorld, ConcreteWorldScope, PerWorld, fake_world, mesh_label, per_world,  # noqa: F401
+                   world_points, world_symbols)
+from .world import NeedsConcreteWorld  # noqa: F401
 from .world import DEFAULT_WORLD, RANK, World, open_world, world_dim, world_hint  # noqa: F401

@@ -55,11 +55,53 @@ class Collective(enum.Enum):
 
     @classmethod
     def of(cls, target) -> Optional["Collective"]:
-        """The kind whose op ``target`` is (an FX node's target), or None."""
+        """The kind whose op ``target`` is (an FX node's target): ours, or torch's own collective ops
+        as DTensor and FSDP2 issue them (:data:`TORCH_OPS`); None for any other target."""
         for k in cls:
             if target is k.op:
                 return k
+        hit = _torch_ops().get(target)
+        return hit[0] if hit is not None else None
+
+    @staticmethod
+    def input_of(node):
+        """The argument of a collective node that holds what the rank contributes (a node, or a list of them)."""
+        hit = _torch_ops().get(node.target)
+        return node.args[hit[1] if hit is not None else 0]
+
+    @staticmethod
+    def group_name_of(node) -> Optional[str]:
+        """The group name a ``_c10d_functional`` node names (None for other ops)."""
+        if getattr(node.target, "namespace", None) != "_c10d_functional":
+            return None
+        for a in node.args[1:]:
+            if isinstance(a, str) and a not in ("sum", "avg", "product", "min", "max", "premul_sum"):
+                return a
         return None
+
+
+#: torch's collective ops (namespace, name) -> (kind, index of the argument the rank contributes).
+TORCH_OPS = {
+    ("_c10d_functional", "all_reduce"): ("ALL_REDUCE", 0), ("_c10d_functional", "all_reduce_"): ("ALL_REDUCE", 0),
+    ("_c10d_functional", "all_gather_into_tensor"): ("ALL_GATHER", 0),
+    ("_c10d_functional", "reduce_scatter_tensor"): ("REDUCE_SCATTER", 0),
+    ("_c10d_functional", "all_to_all_single"): ("ALL_TO_ALL", 0),
+    ("_c10d_functional", "broadcast"): ("BROADCAST", 0), ("_c10d_functional", "broadcast_"): ("BROADCAST", 0),
+    ("c10d", "allreduce_"): ("ALL_REDUCE", 0), ("c10d", "_allgather_base_"): ("ALL_GATHER", 1),
+    ("c10d", "_reduce_scatter_base_"): ("REDUCE_SCATTER", 1), ("c10d", "alltoall_base_"): ("ALL_TO_ALL", 1),
+    ("c10d", "broadcast_"): ("BROADCAST", 0),
+}
+_RESOLVED: dict = {}
+
+
+def _torch_ops() -> dict:
+    """:data:`TORCH_OPS` by op overload (those this torch has)."""
+    if not _RESOLVED:
+        for (ns, name), (kind, arg) in TORCH_OPS.items():
+            packet = getattr(getattr(torch.ops, ns), name, None)
+            if packet is not None:
+                _RESOLVED[packet.default] = (Collective[kind], arg)
+    return _RESOLVED
 
 
 # -- meta kernels: the shape each rank gets ------------------------------------------------

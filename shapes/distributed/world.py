@@ -14,8 +14,9 @@ user's line: a program valid for some world sizes only says so as a rule.
 What it does not model raises :class:`~shapes.errors.TracerLimitation` naming
 it, never a guessed shape: other process groups, point-to-point and list
 collectives, ``ReduceOp.AVG``/``PREMUL_SUM`` (gloo has neither), uneven
-all-to-all splits, ``DeviceMesh``/DTensor/FSDP2 and any other c10d call that
-needs the default group.
+all-to-all splits and any other c10d call that needs the default group.  A
+``DeviceMesh`` (DTensor, FSDP2) raises :class:`~shapes.distributed.mesh.NeedsConcreteWorld`:
+such a program is traced once per world size (:mod:`shapes.distributed.mesh`).
 
 Example::
 
@@ -65,6 +66,10 @@ class World:
     size: Any
     rank: Any = None
     collectives: list = field(default_factory=list)
+    #: traced at one world size (a device mesh needs it concrete: :mod:`shapes.distributed.mesh`)
+    concrete: bool = False
+    #: a device mesh's dims, for a per-world trace with one: ((dim, size name, size), ...)
+    mesh: tuple = ()
 
 
 def world_dim(world: Optional[str], dmap: dict) -> Optional[Dim]:
@@ -101,8 +106,18 @@ class _DoneWork:
         return True
 
 
-class _Patches:
-    """setattr with restore, in reverse order."""
+class NeedsConcreteWorld(TracerLimitation):
+    """The program builds a ``DeviceMesh`` (DTensor, FSDP2): it is traced per world size
+    (:mod:`shapes.distributed.mesh`), not with a symbolic one."""
+
+
+class Patches:
+    """setattr with restore, in reverse order.
+
+    >>> class A: x = 1
+    >>> p = Patches(); p.set(A, "x", 2); p.restore(); A.x
+    1
+    """
 
     def __init__(self):
         self.saved = []
@@ -321,7 +336,7 @@ class WorldScope:
     def __init__(self, env, builder, name, dim, hint, rank_hint):
         self.args = (env, builder, name, dim, hint, rank_hint)
         self.world: Optional[World] = None
-        self._patches = _Patches()
+        self._patches = Patches()
 
     def __enter__(self):
         env, builder, name, dim, hint, rank_hint = self.args
@@ -352,7 +367,7 @@ def open_world(env, builder, name: Optional[str], dim: Optional[Dim], hint: Opti
     return WorldScope(env, builder, name, dim, hint, rank_hint)
 
 
-def _patch_world(p: _Patches, sw: SymbolicWorld) -> None:
+def _patch_world(p: Patches, sw: SymbolicWorld) -> None:
     """Point torch.distributed's modeled calls at ``sw`` and its unmodeled ones at a TracerLimitation."""
     import importlib
 
@@ -374,15 +389,19 @@ def _patch_world(p: _Patches, sw: SymbolicWorld) -> None:
     p.set(c10d, "_get_default_group", _unmodeled("_get_default_group (a c10d call that needs the default group)"))
 
     def no_mesh(*a, **k):
-        raise TracerLimitation("DeviceMesh (DTensor, parallelize_module, FSDP2 fully_shard) is not modeled "
-                               "by symshape's symbolic world yet; explicit collectives are")
+        raise NeedsConcreteWorld("DeviceMesh (DTensor, parallelize_module, FSDP2 fully_shard) needs a concrete "
+                                 "world size: such a program is traced once per world size; give it as "
+                                 "shapes.distributed.per_world(factory), the factory building it for its world")
     p.set(DeviceMesh, "__init__", no_mesh)
     p.set(OpDispatcher, "dispatch", no_mesh)
     # Entry points that reach into the world before a DeviceMesh exists, wherever the program looks them up.
+    # Every module is imported before any is patched: one imported later would bind the patched name for good.
+    mods = []
     for mod_name, fn in _MESH_ENTRY_POINTS:
         try:
-            mod = importlib.import_module(mod_name)
+            mods.append((importlib.import_module(mod_name), fn))
         except ImportError:
             continue
+    for mod, fn in mods:
         if hasattr(mod, fn):
             p.set(mod, fn, no_mesh)

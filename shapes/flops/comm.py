@@ -93,6 +93,12 @@ def _expr(a):
     return sympy.Integer(int(a))
 
 
+def _nbytes(x):
+    if not isinstance(x, torch.fx.Node):
+        return sympy.Integer(0)
+    return sympy.Mul(*x.meta["shape"]) * x.meta["dtype"].itemsize
+
+
 def count_comm(traced) -> CommCount:
     """The :class:`CommCount` of a traced program's collective ops (zero kinds for a program without).
 
@@ -106,15 +112,74 @@ def count_comm(traced) -> CommCount:
         kind = Collective.of(node.target) if node.op == "call_function" else None
         if kind is None:
             continue
-        x, world = node.args[0], _expr(node.args[1])
-        numel = sympy.Mul(*node.args[0].meta["shape"]) if isinstance(x, torch.fx.Node) else sympy.Integer(1)
-        nbytes = numel * x.meta["dtype"].itemsize
+        x = Collective.input_of(node)
+        world = sympy.Integer(node.meta["world"]) if "world" in node.meta else _expr(node.args[1])
+        nbytes = sum((_nbytes(t) for t in (x if isinstance(x, (list, tuple)) else [x])), sympy.Integer(0))
         b = sympy.simplify(bytes_sent(kind, nbytes, world))
         c.by_kind[kind.value] = sympy.simplify(c.by_kind.get(kind.value, 0) + b)
         c.calls[kind.value] = c.calls.get(kind.value, 0) + 1
         total = total + b
     c.total = sympy.simplify(total)
     return c
+
+
+def _factor(kind: Collective, world):
+    """``bytes_sent(kind, n, world) / n``."""
+    return bytes_sent(kind, sympy.Integer(1), world)
+
+
+def _condition(point: dict, symbols: dict):
+    return sympy.And(*[sympy.Eq(symbols[n], v) for n, v in point.items()])
+
+
+def join_over_worlds(per_point: list, symbols: dict, candidates: dict = None) -> CommCount:
+    """One :class:`CommCount` over the world size (or mesh sizes) from counts traced at each one.
+
+    ``per_point`` is ``[(point, CommCount)]`` with ``point`` a dict size name -> int; ``symbols`` maps
+    each size name to its sympy symbol.  Where one group size fits every point -- a size symbol or
+    their product (a collective over the mesh's ``tp`` dim, or the whole world) -- with the same bytes
+    contributed at each, a kind's bytes are :func:`bytes_sent` of them over that symbol: exact at every
+    traced point and one rule.  ``candidates`` (kind -> a formula of the bytes contributed over the
+    world size, e.g. FSDP2's padded shards: :func:`shapes.distributed.mesh.fsdp_gather_bytes`) are tried
+    the same way, each kept only where it equals the traced bytes at every point.  Otherwise (collectives
+    of one kind over several groups) a ``Piecewise`` over the traced points.
+
+    >>> W, N = sympy.symbols("W N", integer=True)
+    >>> cc = [({"W": w}, CommCount(by_kind={"all_reduce": sympy.simplify(bytes_sent(Collective.ALL_REDUCE, 4 * N, w))},
+    ...                             calls={"all_reduce": 1})) for w in (1, 2, 4)]
+    >>> join_over_worlds(cc, {"W": W}).by_kind
+    {'all_reduce': 8*N*(W - 1)/W}
+    """
+    out = CommCount()
+    kinds: list = []
+    for _, c in per_point:
+        kinds += [k for k in c.by_kind if k not in kinds]
+    groups = list(symbols.values()) + ([sympy.Mul(*symbols.values())] if len(symbols) > 1 else [])
+    for k in kinds:
+        kind = Collective(k)
+        at = [(p, sympy.sympify(c.by_kind.get(k, 0))) for p, c in per_point]
+        out.by_kind[k] = _fit(kind, at, groups, symbols, (candidates or {}).get(k))
+        out.calls[k] = max(c.calls.get(k, 0) for _, c in per_point)
+    out.total = sympy.simplify(sum(out.by_kind.values(), sympy.Integer(0)))
+    return out
+
+
+def _fit(kind: Collective, at: list, groups: list, symbols: dict, candidate=None):
+    """``bytes_sent(kind, n, g)`` for the first group size ``g`` that fits every point (or, over the whole
+    world, the ``candidate`` bytes ``n``), else a Piecewise."""
+    if candidate is not None and len(symbols) == 1:
+        (W,) = symbols.values()
+        if all(sympy.simplify(e - bytes_sent(kind, candidate.subs(W, p[W.name]), sympy.Integer(p[W.name]))) == 0
+               for p, e in at):
+            return sympy.simplify(bytes_sent(kind, candidate, W))
+    for g in groups:
+        sizes = [int(g.subs({symbols[n]: v for n, v in p.items()})) for p, _ in at]
+        if any(size == 1 and e != 0 for size, (_, e) in zip(sizes, at)):
+            continue
+        sent = [sympy.simplify(e / _factor(kind, size)) for size, (_, e) in zip(sizes, at) if size > 1]
+        if sent and all(sympy.simplify(n - sent[0]) == 0 for n in sent):
+            return sympy.simplify(bytes_sent(kind, sent[0], g))
+    return sympy.Piecewise(*[(e, _condition(p, symbols)) for p, e in at])
 
 
 def comm_table(comm: CommCount, points=()) -> str:

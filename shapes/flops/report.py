@@ -159,6 +159,12 @@ class FlopReport:
         self.total_bytes = costs.total_bytes
         #: per-rank bytes sent by each collective kind (:mod:`shapes.flops.comm`); empty without collectives
         self.comm = count_comm(traced)
+        #: how a sharded program's world size was traced ("" without one; see shapes.distributed.mesh)
+        self.world_method = "" if traced.world is None else (
+            f"traced at {traced.world.name}={traced.world.size}" if traced.world.concrete
+            else f"symbolic world size {traced.world.name}")
+        #: world size -> its report, for a program traced per world size (shapes.flops.worlds); else empty
+        self.per_world: dict = {}
         #: reports of the other paths evaluated so far (see :meth:`piece_at`)
         self.pieces: list["FlopReport"] = []
         #: "forward", or "train" when the trace recorded a training step.
@@ -184,7 +190,9 @@ class FlopReport:
                 if d not in names:
                     names.append(d)
         world = getattr(self.traced, "world", None)
-        if world is not None:
+        if world is not None and self.per_world:
+            names += self._world_names()  # the counts are joined over them (shapes.flops.worlds)
+        elif world is not None:
             used = set().union(*(sympy.sympify(e).free_symbols for e in (self.total, self.total_bytes,
                                                                           self.comm.total)))
             for sym in (world.size, world.rank):
@@ -213,8 +221,20 @@ class FlopReport:
                 f"of the program: {', '.join(dims)}")
         return given
 
+    def _world_names(self) -> list:
+        """The size names a report joined over world sizes is joined over (``W``, or a mesh's ``D``, ``T``)."""
+        w = self.traced.world
+        return [v for _, v, _ in w.mesh] if w.mesh else [w.name]
+
+    def _off_world(self, given: dict) -> dict:
+        """``given`` without the world sizes, for a report joined over them (its pieces have none)."""
+        if not self.per_world:
+            return given
+        return {k: v for k, v in given.items() if k not in self._world_names()}
+
     def _subs(self, given: dict) -> dict:
         env = self.traced.env
+        # A report joined over world sizes: each world size's own trace has no world symbol.
         return {env.symbols[k]: sympy.Integer(v) for k, v in given.items()}
 
     def piece_at(self, sizes: Mapping) -> "FlopReport":
@@ -223,7 +243,15 @@ class FlopReport:
         kept in :attr:`pieces`.  Raises :class:`~shapes.errors.GuardViolation`
         where the program raises or a dim's range excludes the sizes."""
         from .pieces import piece_for
-        return piece_for(self, self._given(sizes))
+        given = self._given(sizes)
+        if self.per_world:
+            key = tuple(given[n] for n in self._world_names())
+            rep = self.per_world.get(key)
+            if rep is None:
+                raise GuardViolation(f"{self.name} raises at {', '.join(f'{n}={given[n]}' for n in self._world_names())}"
+                                     f" (or was not traced there)", values=given)
+            return piece_for(rep, self._off_world(given))
+        return piece_for(self, given)
 
     def piecewise(self):
         """FLOPs as one closed form per path (a :class:`~shapes.flops.pieces.PiecewiseCount`),
@@ -274,6 +302,10 @@ class FlopReport:
         """
         given = self._given(sizes)
         piece = self.piece_at(given)
+        if self.per_world:
+            # That world size's own report, its own counts (the joined forms are the same there).
+            same = {id(self.total): piece.total, id(self.useful): piece.useful, id(self.total_bytes): piece.total_bytes}
+            return piece.evaluate(self._off_world(given), expr=None if expr is None else same.get(id(expr), expr))
         if expr is not None and piece is not self:
             from .pieces import to_python
             bad = self.traced.failing_guards(given)[0]
@@ -288,7 +320,7 @@ class FlopReport:
         given = self._given(sizes)
         piece = self.piece_at(given)
         if piece is not self:
-            return piece.at(given)
+            return piece.at(self._off_world(given))
         subs = self._subs(given)
         ops = {n: (c.calls, self._eval(c.flops, subs), self._eval(c.bytes, subs)) for n, c in self.ops.items()}
         mods = {n: (self._eval(m.flops, subs), self._eval(m.bytes, subs)) for n, m in self.by_module.items()}
@@ -332,6 +364,12 @@ class FlopReport:
         """
         from .mfu import mfu
         return mfu(self, sizes, seconds, peak_flops, count)
+
+    def roofline(self, sizes: Mapping, peak_flops, link_bytes_per_s: float, model_flops=None):
+        """A sharded step's time bound and MFU per device and global at ``sizes`` (the world size among
+        them): :func:`shapes.flops.roofline.roofline`, whose module doc states each convention."""
+        from .roofline import roofline
+        return roofline(self, sizes, peak_flops, link_bytes_per_s, model_flops=model_flops)
 
     @property
     def compute_dtype(self):
@@ -489,6 +527,11 @@ def count_flops(program, *specs, dims=None, specialize_zero_one: bool = False, m
             kw = {"backward": training_step(optimizer),
                   "requires_grad": tuple(default_requires_grad(program, specs) if requires_grad is None
                                          else check_requires_grad(requires_grad, specs))}
+        from ..distributed import PerWorld
+        if world is not None and isinstance(program, PerWorld):
+            from .worlds import per_world_report
+            return per_world_report(program, specs, dims, world, FlopReport, name=_name_of(program),
+                                    specialize_zero_one=specialize_zero_one, **kw)
         traced = trace(program, *specs, dims=dims, specialize_zero_one=specialize_zero_one, world=world, **kw)
     return FlopReport(traced, name=_name_of(program))
 

@@ -36,7 +36,8 @@ class Contract:
     base_dir: str = "."
     source: str = ""      # the contract file
     line: int = 0         # the entry's line in it (its ``name =``)
-    world: Optional[str] = None  # the world size's dim name, for a sharded program
+    #: the world size's dim name for a sharded program, or a device mesh's dims -> their sizes' names
+    world: Optional[object] = None
 
 
 def toml_value(v) -> str:

@@ -103,6 +103,8 @@ def _covers(tp, box: dict, point: dict) -> bool:
     same ranges, decided only about these dims, and every record it made holds at the point."""
     if set(tp.dims) != set(box):
         return False
+    if tp.world is not None and tp.world.concrete:
+        return False  # traced at one world size (a device mesh): its counts hold at that size only
     for n, (lo, hi) in box.items():
         d = tp.dims[n]
         if (d.min, d.max if d.max is not None else math.inf) != (lo, hi):

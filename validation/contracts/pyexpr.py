@@ -44,7 +44,7 @@ _CMP = {ast.Lt: sympy.Lt, ast.LtE: sympy.Le, ast.Gt: sympy.Gt, ast.GtE: sympy.Ge
         ast.Eq: sympy.Eq, ast.NotEq: sympy.Ne}
 
 
-def _parse(text: str, names, want: str):
+def _parse(text: str, names, want: str, rational: bool = False):
     if not isinstance(text, str) or not text.strip():
         raise ExprError(f"expected a {want} in Python syntax over {', '.join(names) or 'no dims'}, got {text!r}")
     try:
@@ -71,6 +71,8 @@ def _parse(text: str, names, want: str):
             return sympy.Not(conv(node.operand, True))
         if isinstance(node, ast.BinOp) and type(node.op) in _BIN:
             return _BIN[type(node.op)](num(node.left), num(node.right))
+        if rational and isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            return num(node.left) / num(node.right)  # exact (a ring all-reduce sends 2*(W-1)/W of a tensor)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
             exp = num(node.right)
             if not (exp.is_Integer and exp >= 0):
@@ -109,9 +111,14 @@ def _parse(text: str, names, want: str):
     return out
 
 
-def parse_expr(text: str, names) -> sympy.Expr:
-    """A size expression over ``names`` (``"B*T*768"``, ``"T // 8"``) as sympy."""
-    return _parse(text, names if isinstance(names, dict) else list(names), "expression")
+def parse_expr(text: str, names, rational: bool = False) -> sympy.Expr:
+    """A size expression over ``names`` (``"B*T*768"``, ``"T // 8"``) as sympy; with ``rational``, ``/`` is
+    exact division too (communication bytes averaged over ranks).
+
+    >>> parse_expr("8*N*(W - 1)/W", ["N", "W"], rational=True)
+    8*N*(W - 1)/W
+    """
+    return _parse(text, names if isinstance(names, dict) else list(names), "expression", rational)
 
 
 def parse_condition(text: str, names) -> sympy.Basic:

@@ -14,7 +14,12 @@ Example::
 """
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import sympy
+
+from shapes.distributed import world_symbols
 
 #: A bound past which the conjunction is not built (the world's range is too wide).
 MAX_RANKS = 1024
@@ -34,3 +39,30 @@ def for_all_ranks(cond, rank, world, world_max: int):
         c = cond.subs(rank, r)
         parts.append(c if r == 0 else sympy.Or(sympy.Lt(world, r + 1), c))
     return sympy.And(*parts)
+
+
+def every_rank(search, point, conds, oc, Status):
+    """A per-world trace's class for the whole job at ``point``: ``(conds, outcome)``.
+
+    The trace ran as rank 0 at ``W == point[W]`` (:mod:`shapes.distributed.mesh`), so each
+    condition gets ``W == w``; the other ranks are traced at the same point: the first that
+    raises gives the job's error (its path, which every size of it takes on that rank), an
+    ok job takes every rank's path, and ranks whose outputs differ in shape are not a class
+    (symshape reports one output shape per class).
+    """
+    at = [sympy.Eq(search.symbols[n], point[n]) for n in world_symbols(search.world)]
+    w = math.prod(point[n] for n in world_symbols(search.world))
+    conds = list(conds) + at
+    if oc.status is not Status.OK:
+        return conds, oc
+    for r in range(1, w):
+        other = search._trace(point, rank=r)
+        if other.status is Status.OK and tuple(map(str, other.output_shapes)) != tuple(map(str, oc.output_shapes)):
+            return conds, replace(other, status=Status.UNSUPPORTED, message=(
+                f"unsupported by symshape: rank {r}'s output shapes {other.output_shapes} differ from rank 0's "
+                f"{oc.output_shapes} at {point}"))
+        more, _ = search._conditions(other.env)
+        if more is None or other.status is not Status.OK:
+            return (None if more is None else list(more) + at), other
+        conds += list(more)
+    return conds, oc

@@ -21,9 +21,9 @@ from shapes.tracer import trace
 
 from ..input_space import ClassError, InputSpace, ShapeClass, Status, holds, to_python
 from ..z3_translate import UntranslatableExpression
-from shapes.distributed import RANK, world_dim, world_hint
+from shapes.distributed import RANK, PerWorld, mesh_label, world_dim, world_hint, world_symbols
 from .assume import assume_data_branches, dim_and_data_names
-from .ranks import for_all_ranks
+from .ranks import every_rank, for_all_ranks
 from .limits import TraceTimeout, engine_limitation, time_limit
 from .suggest import suggest_spec
 from .summary import summarize
@@ -111,12 +111,14 @@ def dinfer(program: Callable, *specs, dims: Optional[Mapping] = None, max_classe
 def _resolve_dims(specs, dims, world=None):
     """Names in order, their ``(lo, hi)`` boxes, the first point, and which got the default range."""
     parsed, names = parse_specs(specs)
-    if world is not None and world not in names:
-        names = list(names) + [world]
+    for w in world_symbols(world):
+        if w in names:
+            continue
+        names = list(names) + [w]
         dims = dict(dims or {})
-        wd = world_dim(world, {k: v for k, v in dims.items() if isinstance(v, Dim)}) if world not in dims else None
+        wd = world_dim(w, {k: v for k, v in dims.items() if isinstance(v, Dim)}) if w not in dims else None
         if wd is not None:
-            dims[world] = (wd.min, wd.max, world_hint(wd))
+            dims[w] = (wd.min, wd.max, world_hint(wd))
     given = dict(dims or {})
     pinned = {k: v for k, v in given.items() if isinstance(v, int) and not isinstance(v, bool)}
     # An int pins the dim (a one-point range); everything else is checked by the engine's parser.
@@ -220,12 +222,17 @@ class _Search:
         name = getattr(program, "__qualname__", None) or type(program).__name__
         self.space = InputSpace(specs=self.specs, dims=dict(self.box), symbols=dict(self.symbols),
                                 defaulted=self.defaulted, program_name=name)
+        # A program built per world (a device mesh) is traced at each world size, every rank, and joined.
+        self.per_world = world is not None and isinstance(program, PerWorld)
+        if world is not None:
+            self.space.world_method = (f"traced per {mesh_label(world, self.box)}, joined" if self.per_world
+                                       else f"symbolic world size {world}")
 
     # -- one trace -------------------------------------------------------------------
     def _trace(self, point, rank: int = 0) -> _Outcome:
         tdims = {n: Dim(self.box[n][0], self.box[n][1], point[n]) for n in self.names}
         if rank:
-            tdims[RANK] = Dim(0, self.box[self.world][1] - 1, rank)
+            tdims[RANK] = Dim(0, math.prod(self.box[w][1] for w in world_symbols(self.world)) - 1, rank)
         left = self.search_deadline - time.monotonic()
         limit = min(self.trace_timeout, max(left, 0.001))
         assume = assume_data_branches() if self.assume_data else contextlib.nullcontext()
@@ -345,7 +352,9 @@ class _Search:
         records = tuple(oc.env.records) if oc.env is not None else ()
         subs = {self.symbols[n]: sympy.Integer(v) for n, v in point.items()}
         imprecise = ""
-        if conds is not None:
+        if conds is not None and self.per_world:
+            conds, oc = every_rank(self, point, conds, oc, Status)
+        elif conds is not None:
             conds, data, oc = self._for_the_job(point, conds, data, oc)
         if conds is None:
             imprecise = "the engine gave no path condition for this trace; the class is this one point"

@@ -1,0 +1,135 @@
+"""Where one training step's time goes: kernels by kind, launches, host time, per mode.
+
+Builds a model of :mod:`bench.train_compare` (same sizes), compiles it in each
+``--modes`` mode, warms it up at three lengths, then profiles ``--steps`` steps
+at one more length with ``torch.profiler`` and prints, side by side per mode:
+wall ms per step, device busy ms per step (the sum of kernel times), host ms not
+covered by kernels (wall - busy), kernel launches per step, and busy ms by kernel
+kind (matmul libraries, symshape/Inductor Triton kernels, C++ kernels, other ATen
+kernels), then each mode's top kernels.
+
+Usage::
+
+    python bench/train_profile.py --model gpt2 --dtype bf16 --modes eager,symshape
+
+Example::
+
+    >>> kernel_kind("sm90_xmma_gemm_bf16bf16_bf16f32")
+    'matmul'
+    >>> kernel_kind("triton_poi_fused_add_0")
+    'inductor'
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections import defaultdict
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import train_compare as tc  # noqa: E402
+
+_MATMUL = ("gemm", "cutlass", "xmma", "sm90_", "sm80_", "cublas", "matmul", "mm_", "addmm", "bmm", "flash",
+           "fmha", "attention", "cudnn")
+
+
+def kernel_kind(name: str) -> str:
+    """A kernel's kind from its name: ``matmul`` (cuBLAS, CUTLASS, attention), ``inductor``
+    (``triton_*``), ``symshape`` (its scheduler names kernels ``kernelN``) or ``aten``.
+
+    >>> kernel_kind("kernel12"), kernel_kind("void at::native::reduce_kernel<128>")
+    ('symshape', 'aten')
+    """
+    low = name.lower()
+    if any(k in low for k in _MATMUL):
+        return "matmul"
+    if low.startswith("triton"):
+        return "inductor"
+    if low.startswith("kernel") and low[6:].isdigit():
+        return "symshape"
+    return "aten"
+
+
+def _step(fn, b, opt, device, dtype):
+    with torch.autocast(device_type=device, dtype=dtype, enabled=dtype != torch.float32):
+        loss = fn(**b).loss
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def profile_mode(mode, name, dtype, device, warm, length, steps) -> dict:
+    """Profile ``steps`` steps of ``mode`` at ``length`` after warm-up steps at ``warm`` lengths."""
+    model, batch = tc.build(name, device, max(warm + [length]) + 1)
+    g = torch.Generator().manual_seed(0)
+    fn = tc._compiled(mode, model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    t0 = time.perf_counter()
+    for L in warm:
+        _step(fn, batch(L, g), opt, device, dtype)
+    tc._sync(device)
+    warm_s = time.perf_counter() - t0
+    b = batch(length, g)
+    _step(fn, b, opt, device, dtype)  # a first step at this length outside the profile
+    tc._sync(device)
+    t = time.perf_counter()
+    for _ in range(steps):
+        _step(fn, b, opt, device, dtype)
+    tc._sync(device)
+    wall = (time.perf_counter() - t) / steps * 1e3
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(steps):
+            _step(fn, b, opt, device, dtype)
+        tc._sync(device)
+    by_kind, by_name, launches = defaultdict(float), defaultdict(float), 0
+    for e in prof.events():
+        if device == "cuda" and e.device_type == torch.autograd.DeviceType.CUDA:
+            us = e.device_time if hasattr(e, "device_time") else e.cuda_time
+            by_kind[kernel_kind(e.name)] += us / 1e3 / steps
+            by_name[e.name[:90]] += us / 1e3 / steps
+            launches += 1
+        elif device == "cpu" and e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::"):
+            by_name[e.name] += e.self_cpu_time_total / 1e3 / steps
+    busy = sum(by_kind.values())
+    return dict(wall=wall, busy=busy, host=wall - busy, launches=launches / steps, by_kind=dict(by_kind),
+                top=sorted(by_name.items(), key=lambda kv: -kv[1])[:18], warm_s=warm_s)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--model", default="gpt2")
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--modes", default="eager,symshape")
+    ap.add_argument("--length", type=int, default=587)
+    ap.add_argument("--steps", type=int, default=3)
+    a = ap.parse_args(argv)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
+    import compiler
+    res = {}
+    for m in a.modes.split(","):
+        fb0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
+        res[m] = profile_mode(m, a.model, dtype, a.device, [928, 458, 105], a.length, a.steps)
+        res[m]["fallbacks"] = compiler.BACKEND_STATS.get("eager_train_graphs", 0) - fb0
+    kinds = sorted({k for r in res.values() for k in r["by_kind"]})
+    print(f"{a.model} {a.dtype} {a.device} length {a.length} "
+          f"({torch.cuda.get_device_name() if a.device == 'cuda' else 'CPU'}, torch {torch.__version__})")
+    print(f"{'':<14}" + "".join(f"{m:>12}" for m in res))
+    for key in ("wall", "busy", "host", "launches", "fallbacks", "warm_s"):
+        print(f"{key + (' ms' if key in ('wall', 'busy', 'host') else ''):<14}"
+              + "".join(f"{r[key]:>12.2f}" for r in res.values()))
+    for k in kinds:
+        print(f"{'  ' + k + ' ms':<14}" + "".join(f"{r['by_kind'].get(k, 0.0):>12.2f}" for r in res.values()))
+    for m, r in res.items():
+        print(f"\ntop kernels, {m} (ms per step)")
+        for n, ms in r["top"]:
+            print(f"  {ms:8.3f}  [{kernel_kind(n)}] {n}")
+
+
+if __name__ == "__main__":
+    main()

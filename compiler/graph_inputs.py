@@ -1,0 +1,195 @@
+"""How a graph's arguments (dynamo's or AOTAutograd's) become symshape's input specs and dims.
+
+Dynamo and AOTAutograd hand a backend example inputs whose sizes are torch's
+SymInts.  :func:`plan_graph` turns them into what :class:`~compiler.runtime.CompiledProgram`
+takes -- one :class:`~shapes.spec.InputSpec` per tensor argument, whose dynamic
+sizes are named dims (``s0``... from torch's symbols, so graphs of one frame
+share their dims) or expressions of them, with each dim's example value -- and
+a layout that rebuilds the graph's argument list from the tensors at a call:
+a tensor, a SymInt (an expression of dims that some tensor carries) or a constant.
+
+Example::
+
+    >>> import torch
+    >>> plan = plan_graph([torch.randn(2, 3), 4])
+    >>> [s.dims for s in plan.specs], [(k.value, v) for k, v in plan.layout]
+    ([(2, 3)], [('tensor', 0), ('const', 4)])
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+import sympy
+import torch
+
+from shapes.errors import SymshapeError
+from shapes.spec import DimExpr, InputSpec
+
+
+class ArgKind(enum.Enum):
+    """What one argument or output of an ATen graph is, for symshape's compiled program."""
+
+    TENSOR = "tensor"
+    EXPR = "expr"  # a SymInt: an expression of the dims
+    CONST = "const"
+
+
+def eval_size(e, values: dict):
+    """``e`` (a size expression from torch's ShapeEnv) at ``values`` (symbol -> int or SymInt).
+
+    >>> a, b = sympy.symbols("a b", integer=True)
+    >>> eval_size(a * b + 2, {a: 3, b: 5})
+    17
+    """
+    if e.is_Integer:
+        return int(e)
+    if e.is_Symbol:
+        return values[e]
+    args = [eval_size(a, values) for a in e.args]
+    if e.is_Add:
+        out = args[0]
+        for a in args[1:]:
+            out = out + a
+        return out
+    if e.is_Mul:
+        out = args[0]
+        for a in args[1:]:
+            out = out * a
+        return out
+    if e.is_Pow and e.exp.is_Integer and int(e.exp) >= 0:
+        return args[0] ** int(e.exp)
+    name = type(e).__name__
+    if name == "FloorDiv":
+        return args[0] // args[1]
+    if name in ("Mod", "PythonMod"):
+        return args[0] % args[1]
+    raise SymshapeError(f"size expression {e} ({name}) has no evaluation rule in symshape's training backend")
+
+
+def _hint(s) -> int:
+    if isinstance(s, int):
+        return s
+    h = s.node.hint
+    if h is None:
+        h = s.node.shape_env.size_hint(s.node.expr)
+    return int(h)
+
+
+@dataclass(kw_only=True)
+class GraphPlan:
+    """How one ATen graph's arguments map to symshape's tensor inputs and dims.
+
+    ``layout``: per argument, ``(ArgKind.TENSOR, k)`` (the k-th tensor input),
+    ``(ArgKind.EXPR, e)`` (a SymInt: its expression of the dims) or ``(ArgKind.CONST, v)``.
+    ``where``: each dim symbol -> (tensor input, axis) that carries it.
+
+    >>> plan = plan_graph([torch.randn(2, 3), 4])
+    >>> plan.args([torch.randn(5, 3)])[1]
+    4
+    """
+
+    specs: list
+    dims: dict
+    layout: list
+    where: dict
+    tensor_pos: list
+    symbols: list = field(default_factory=list)
+    _cache: dict = field(default_factory=dict)
+
+    def dim_values(self, tensors) -> tuple:
+        return tuple(int(tensors[k].shape[d]) for k, d in (self.where[s] for s in self.symbols))
+
+    def args(self, tensors) -> list:
+        """The graph's argument list for a call on ``tensors`` (SymInts computed from their sizes)."""
+        out = []
+        for kind, v in self.layout:
+            if kind is ArgKind.TENSOR:
+                out.append(tensors[v])
+            elif kind is ArgKind.EXPR:
+                out.append(eval_size(v, {s: tensors[k].shape[d] for s, (k, d) in self.where.items()}))
+            else:
+                out.append(v)
+        return out
+
+    def eval_exprs(self, exprs, tensors) -> list:
+        """Integer values of ``exprs`` (sympy, over the dims) for a call on ``tensors`` (cached per size)."""
+        vals = self.dim_values(tensors)
+        key = (id(exprs), vals)
+        got = self._cache.get(key)
+        if got is None:
+            sub = dict(zip(self.symbols, vals))
+            got = self._cache[key] = [int(eval_size(e, sub)) for e in exprs]
+        return got
+
+
+def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
+    """A :class:`GraphPlan` for a graph's example inputs (tensors, SymInts, numbers).
+
+    ``symbolic``: where the example tensors are real (dynamo's backend call), the
+    same arguments with symbolic sizes (placeholders' ``example_value``; None for
+    an argument that has none): sizes are read from them, example values from the
+    real tensors.  Returns None when a SymInt argument is no expression of sizes
+    some tensor input carries.
+    """
+    tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
+    sym = [symbolic[i] if symbolic is not None and i < len(symbolic) and isinstance(symbolic[i], torch.Tensor)
+           else example_inputs[i] for i in tensor_pos]
+    where: dict = {}
+    for k, i in enumerate(tensor_pos):
+        for d, s in enumerate(sym[k].shape):
+            if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
+                where.setdefault(s.node.expr, (k, d))
+    specs, dims = [], {}
+    for k, i in enumerate(tensor_pos):
+        ex = example_inputs[i]
+        spec_dims = []
+        for d, (s, real) in enumerate(zip(sym[k].shape, ex.shape)):
+            e = s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(int(s))
+            if e.is_Integer:
+                spec_dims.append(int(e))
+            elif e.is_Symbol:
+                spec_dims.append(str(e))
+                dims[str(e)] = _hint(real)
+            else:
+                # A compound size (s0*s1 of a flattened view): an expression of named dims when
+                # the spec language writes it and every symbol is some tensor's dim; else its own dim.
+                expr = None
+                if e.free_symbols <= set(where):
+                    try:
+                        expr = DimExpr.parse(str(e))
+                    except ValueError:
+                        expr = None
+                if expr is not None and expr.sympy({n: sympy.Symbol(n, integer=True) for n in expr.names}) is not None:
+                    spec_dims.append(expr)
+                else:
+                    name = f"a{k}_{d}"
+                    spec_dims.append(name)
+                    dims[name] = _hint(real)
+        specs.append(InputSpec(f"arg{i}", ex.dtype, tuple(spec_dims)))
+    layout = []
+    counter = 0
+    for i, ex in enumerate(example_inputs):
+        if symbolic is not None and i < len(symbolic) and isinstance(symbolic[i], torch.SymInt):
+            ex = symbolic[i]
+        if isinstance(ex, torch.Tensor):
+            layout.append((ArgKind.TENSOR, counter))
+            counter += 1
+        elif isinstance(ex, torch.SymInt):
+            e = ex.node.expr
+            if e.is_Integer:
+                layout.append((ArgKind.CONST, int(e)))
+            elif e.free_symbols <= set(where):
+                layout.append((ArgKind.EXPR, e))
+            else:
+                return None
+        elif ex is None or isinstance(ex, (int, float, bool)):
+            layout.append((ArgKind.CONST, ex))
+        else:
+            return None
+    return GraphPlan(specs=specs, dims=dims, layout=layout, where=where, tensor_pos=tensor_pos,
+                     symbols=sorted(where, key=str))
+
+
+__all__ = ["plan_graph", "GraphPlan", "ArgKind", "eval_size"]
