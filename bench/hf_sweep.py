@@ -23,6 +23,9 @@ Usage::
     python bench/hf_sweep.py                       # every architecture (long)
     python bench/hf_sweep.py --only llama,bert,vit --timeout 60
     python bench/hf_sweep.py --limit 20 --out bench/results/hf_sweep_2026-11-26.txt
+    python bench/hf_sweep.py --shard 0/2 --out /tmp/s0.txt &   # the registry in 2 processes ...
+    python bench/hf_sweep.py --shard 1/2 --out /tmp/s1.txt &
+    python bench/hf_sweep.py --merge /tmp/s0.txt.jsonl /tmp/s1.txt.jsonl --out table.txt  # ... one table
 """
 from __future__ import annotations
 
@@ -31,11 +34,12 @@ import contextlib
 import gc
 import inspect
 import io
+import json
 import os
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import torch
@@ -66,8 +70,16 @@ _SHRINK = {
     "shared_expert_intermediate_size": HIDDEN, "max_source_positions": 32,
     # multi-head latent attention (DeepSeek-style): every head dim and rank shrunk together
     "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": HIDDEN // HEADS, "kv_lora_rank": HIDDEN // 2,
-    "q_lora_rank": HIDDEN // 2, "n_group": 1, "topk_group": 1,
+    "q_lora_rank": HIDDEN // 2, "n_group": 1, "topk_group": 1, "num_experts_per_tok": 2,
+    "rotary_dim": HIDDEN // HEADS // 2,
 }
+# The second try, for configs whose sizes are tied in ways the first breaks (rope or latent
+# head dims, conv subsampling, per-layer lists): depth, vocabulary and experts only.
+_SHRINK_DEPTH = {k: v for k, v in _SHRINK.items()
+                 if "layer" in k or k in ("vocab_size", "num_experts", "num_local_experts", "n_routed_experts",
+                                          "num_experts_per_tok", "n_group", "topk_group")}
+# Parameters a model built by the second try may have (it keeps the default widths).
+MAX_PARAMS = 120_000_000
 
 
 @dataclass
@@ -77,6 +89,7 @@ class Row:
     model_type: str
     model: str = ""
     inputs: str = ""
+    config: str = ""  # which shrinking built it: "tiny" or "depth only" (see build)
     status: str = ""  # ok, or the failure class
     symshape: str = ""  # traced / the error type
     export: str = ""
@@ -91,12 +104,18 @@ class Row:
 
 
 # -- tiny configs ------------------------------------------------------------------------
-def shrink(cfg, depth: int = 0):
-    """Shrink ``cfg`` in place: sizes from :data:`_SHRINK`, sub-configs too."""
-    for k, v in _SHRINK.items():
+def shrink(cfg, depth: int = 0, sizes: Optional[dict] = None):
+    """Shrink ``cfg`` in place: sizes from ``sizes`` (default :data:`_SHRINK`), sub-configs too.
+
+    With :data:`_SHRINK_DEPTH` only the depth, vocabulary and experts shrink.
+    """
+    sizes = _SHRINK if sizes is None else sizes
+    for k, v in sizes.items():
         if hasattr(cfg, k) and isinstance(getattr(cfg, k), int) and not isinstance(getattr(cfg, k), bool):
             with contextlib.suppress(Exception):
                 setattr(cfg, k, v)
+    if sizes is not _SHRINK:
+        return _shrink_tokens_and_subconfigs(cfg, depth, sizes)
     for k in ("image_size", "img_size"):
         if isinstance(getattr(cfg, k, None), int):
             setattr(cfg, k, IMAGE)
@@ -104,18 +123,22 @@ def shrink(cfg, depth: int = 0):
         v = getattr(cfg, k, None)
         if isinstance(v, (list, tuple)) and v and all(isinstance(x, int) for x in v):
             setattr(cfg, k, [min(x, HIDDEN if k != "depths" else 1) for x in v])
+    if isinstance(getattr(cfg, "num_attention_heads", None), list):
+        cfg.num_attention_heads = [HEADS] * len(cfg.num_attention_heads)
+    return _shrink_tokens_and_subconfigs(cfg, depth, sizes)
+
+
+def _shrink_tokens_and_subconfigs(cfg, depth, sizes):
     for k in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
               "cls_token_id", "mask_token_id", "unk_token_id"):
         v = getattr(cfg, k, None)
         if isinstance(v, int) and v >= VOCAB and hasattr(cfg, "vocab_size"):
             with contextlib.suppress(Exception):
                 setattr(cfg, k, VOCAB - 1 - len(k) % 4)
-    if isinstance(getattr(cfg, "num_attention_heads", None), list):
-        cfg.num_attention_heads = [HEADS] * len(cfg.num_attention_heads)
     if depth < 2:
         for k, v in list(vars(cfg).items()):
             if hasattr(v, "to_dict") and hasattr(v, "model_type"):
-                shrink(v, depth + 1)
+                shrink(v, depth + 1, sizes)
     return cfg
 
 
@@ -215,9 +238,38 @@ def _err(e: BaseException) -> str:
 
 
 def _close(a, b) -> bool:
-    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        return a.shape == b.shape and torch.allclose(a, b, atol=1e-4, rtol=1e-4, equal_nan=True)
-    return a == b
+    """Equal structure, and every tensor leaf of equal shape and close values."""
+    from torch.utils import _pytree as pytree
+    la, sa = pytree.tree_flatten(a)
+    lb, sb = pytree.tree_flatten(b)
+    if sa != sb:
+        return False
+    for x, y in zip(la, lb):
+        if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
+            if x.shape != y.shape or not torch.allclose(x, y, atol=1e-4, rtol=1e-4, equal_nan=True):
+                return False
+        elif isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor) or x != y:
+            return False
+    return True
+
+
+def _shapes_agree(tp, got, ref, point) -> bool:
+    """The shapes ``.run`` returned, and the traced symbolic shapes at ``point``, are eager's."""
+    from torch.utils import _pytree as pytree
+
+    from validation.concrete import evaluate
+    got_t = [t for t in pytree.tree_leaves(got) if isinstance(t, torch.Tensor)]
+    ref_t = [t for t in pytree.tree_leaves(ref) if isinstance(t, torch.Tensor)]
+    if [tuple(t.shape) for t in got_t] != [tuple(t.shape) for t in ref_t]:
+        return False
+    syms = {tp.env.symbols[n]: v for n, v in point.items() if n in tp.env.symbols}
+    traced = [o.shape for o in tp.outputs() if o.shape is not None]
+    if len(traced) != len(ref_t):
+        return False
+    # A size read from data (VITS' waveform length) has no value before the run: its
+    # run-time value is what .run's shape above already matched.
+    return all(int(evaluate(e, syms)) == n for shape, t in zip(traced, ref_t) for e, n in zip(shape, t.shape)
+               if e.free_symbols <= syms.keys())
 
 
 def sweep_one(mt, cname, mname, timeout: float) -> Row:
@@ -234,32 +286,65 @@ def sweep_one(mt, cname, mname, timeout: float) -> Row:
     return row
 
 
+def _first_line(e: BaseException, n: int = 100) -> str:
+    return f"{_err(e)}: {str(e).strip().splitlines()[0][:n] if str(e).strip() else ''}"
+
+
+def _param_count(mcls, cfg) -> Optional[int]:
+    """Parameters of ``mcls(cfg)``, counted on the meta device (None: it does not build there)."""
+    try:
+        with torch.device("meta"):
+            m = mcls(cfg)
+    except Exception:  # noqa: BLE001 -- a model that builds only with data is not tried wide
+        return None
+    return sum(p.numel() for p in m.parameters())
+
+
+def build(row, ccls, mcls, timeout):
+    """``(model, cfg, plan, prog, example inputs)`` from the first config that builds and runs
+    in eager at the example (:data:`_SHRINK`, then :data:`_SHRINK_DEPTH` within
+    :data:`MAX_PARAMS`), or None with ``row.status`` and ``row.note`` set by the first failure."""
+    first = None
+    for label, sizes in (("tiny", _SHRINK), ("depth only", _SHRINK_DEPTH)):
+        torch.manual_seed(0)
+        try:
+            cfg = shrink(ccls(), sizes=sizes)
+            if sizes is _SHRINK_DEPTH and (_param_count(mcls, cfg) or MAX_PARAMS + 1) > MAX_PARAMS:
+                break
+            model = mcls(cfg).eval()
+        except Exception as e:  # noqa: BLE001 -- the config derivation is heuristic
+            first = first or ("no tiny config", _first_line(e))
+            continue
+        plan = plan_inputs(model, cfg)
+        if plan is None:
+            first = first or ("inputs not derived", "")
+            continue
+        names, specs, dims, points = plan
+        prog = Call(model, names)
+        ex_inputs = make_inputs(specs, dims)
+        try:
+            with torch.no_grad(), time_limit(timeout):
+                prog(*ex_inputs)
+        except TraceTimeout:
+            raise
+        except Exception as e:  # noqa: BLE001
+            first = first or ("eager fails at the example", _first_line(e))
+            continue
+        row.config, row.inputs = label, "; ".join(specs)
+        return model, cfg, plan, prog, ex_inputs
+    row.status, row.note = first
+    return None
+
+
 def _sweep(row, cname, mname, timeout):
     ccls, mcls = _cls(cname), _cls(mname)
     if ccls is None or mcls is None:
         row.status = "not importable"
         return
-    torch.manual_seed(0)
-    try:
-        cfg = shrink(ccls())
-        model = mcls(cfg).eval()
-    except Exception as e:  # noqa: BLE001 -- the config derivation is heuristic
-        row.status, row.note = "no tiny config", f"{_err(e)}: {str(e).splitlines()[0][:100] if str(e) else ''}"
+    built = build(row, ccls, mcls, timeout)
+    if built is None:
         return
-    plan = plan_inputs(model, cfg)
-    if plan is None:
-        row.status = "inputs not derived"
-        return
-    names, specs, dims, points = plan
-    row.inputs = "; ".join(specs)
-    prog = Call(model, names)
-    ex_inputs = make_inputs(specs, dims)
-    try:
-        with torch.no_grad(), time_limit(timeout):
-            prog(*ex_inputs)
-    except Exception as e:  # noqa: BLE001
-        row.status, row.note = "eager fails at the example", f"{_err(e)}: {str(e).splitlines()[0][:100] if str(e) else ''}"
-        return
+    _, _, (names, specs, dims, points), prog, ex_inputs = built
     # Alternate which tracer goes first, so that neither always meets the model cold.
     order = (_trace_symshape, _trace_export) if sum(map(ord, row.model_type)) % 2 else (_trace_export, _trace_symshape)
     found = {}
@@ -279,46 +364,46 @@ def _sweep(row, cname, mname, timeout):
         row.status = "ok"
 
 
-def _trace_symshape(row, prog, specs, dims, ex_inputs, timeout) -> dict:
+def _timed_step(row, tracer: str, fn, timeout):
+    """Run ``fn()`` (one tracer) under ``timeout``, timed; set ``row.<tracer>`` to "traced",
+    "timeout" or the error's type (its message into the note), ``row.<tracer>_s`` to the
+    seconds it took.  Returns what ``fn`` returned, None when it failed."""
     t0 = time.perf_counter()
     try:
-        with torch.no_grad(), time_limit(timeout):
-            tp = shapes.trace(prog, *specs, dims=dims)
-        row.symshape = "traced"
+        with torch.no_grad(), warnings.catch_warnings(), time_limit(timeout):
+            warnings.simplefilter("ignore")
+            got = fn()
+        status = "traced"
     except TraceTimeout:
-        tp, row.symshape = None, "timeout"
-    except Exception as e:  # noqa: BLE001
-        tp = None
-        row.symshape = _err(e)
-        row.note = str(e).splitlines()[0][:160] if str(e) else ""
-    row.symshape_s = time.perf_counter() - t0
-    return {"tp": tp}
+        got, status = None, "timeout"
+    except Exception as e:  # noqa: BLE001 -- a process boundary: the tracer's failure is the row's outcome
+        got, status = None, _err(e)
+        msg = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        if tracer == "symshape":
+            row.note = msg
+        elif not row.note:
+            row.note = f"{tracer}: {msg}"
+    setattr(row, tracer, status)
+    setattr(row, f"{tracer}_s", time.perf_counter() - t0)
+    return got
+
+
+def _trace_symshape(row, prog, specs, dims, ex_inputs, timeout) -> dict:
+    return {"tp": _timed_step(row, "symshape", lambda: shapes.trace(prog, *specs, dims=dims), timeout)}
 
 
 def _trace_export(row, prog, specs, dims, ex_inputs, timeout) -> dict:
     from torch.export import Dim, export
-    t0 = time.perf_counter()
-    try:
-        spec = tuple({i: Dim.AUTO for i in range(t.dim())} for t in ex_inputs)
-        with torch.no_grad(), warnings.catch_warnings(), time_limit(timeout):
-            warnings.simplefilter("ignore")
-            ep = export(prog, tuple(ex_inputs), dynamic_shapes=(spec,), strict=False)
-        row.export = "traced"
-    except TraceTimeout:
-        ep, row.export = None, "timeout"
-    except Exception as e:  # noqa: BLE001
-        ep = None
-        row.export = _err(e)
-        if not row.note:
-            row.note = "export: " + (str(e).strip().splitlines()[0][:160] if str(e).strip() else "")
-    row.export_s = time.perf_counter() - t0
-    return {"ep": ep}
+    spec = tuple({i: Dim.AUTO for i in range(t.dim())} for t in ex_inputs)
+    return {"ep": _timed_step(row, "export", lambda: export(prog, tuple(ex_inputs), dynamic_shapes=(spec,),
+                                                            strict=False), timeout)}
 
 
 def _check_point(row, prog, tp, ep, specs, point):
     x = make_inputs(specs, point, seed=1)
     try:
         with torch.no_grad():
+            torch.manual_seed(2)  # each run from one RNG state: models that sample (VITS) compare too
             ref = prog(*x)
         eager = "runs"
     except Exception as e:  # noqa: BLE001
@@ -333,8 +418,9 @@ def _check_point(row, prog, tp, ep, specs, point):
         else:
             try:
                 with torch.no_grad():
+                    torch.manual_seed(2)
                     got = tp.run(*x)
-                if isinstance(ref, torch.Tensor) and tuple(got.shape) != tuple(ref.shape):
+                if not _shapes_agree(tp, got, ref, point):
                     sym = "WRONG SHAPE"
                     row.wrong_shapes += 1
                 elif not _close(got, ref):
@@ -342,13 +428,6 @@ def _check_point(row, prog, tp, ep, specs, point):
                     row.mismatches += 1
                 else:
                     sym = "= eager"
-                    shape = tp.output_shapes[0] if tp.output_shapes else None
-                    if shape is not None and isinstance(ref, torch.Tensor):
-                        from validation.concrete import evaluate
-                        syms = {tp.env.symbols[n]: v for n, v in point.items() if n in tp.env.symbols}
-                        if [int(evaluate(e, syms)) for e in shape] != list(ref.shape):
-                            sym = "WRONG SHAPE"
-                            row.wrong_shapes += 1
             except shapes.GuardViolation:
                 sym = "refused"
             except Exception as e:  # noqa: BLE001
@@ -358,6 +437,7 @@ def _check_point(row, prog, tp, ep, specs, point):
     if ep is not None:
         try:
             with torch.no_grad():
+                torch.manual_seed(2)
                 got = ep.module()(*x)
             exp = "= eager" if ref is not None and _close(got, ref) else ("runs, eager fails" if ref is None else "MISMATCH")
         except Exception as e:  # noqa: BLE001
@@ -369,13 +449,20 @@ def _check_point(row, prog, tp, ep, specs, point):
 def table(rows) -> str:
     out = io.StringIO()
     w = max([len(r.model_type) for r in rows] + [10])
-    out.write(f"{'model_type':<{w}}  {'symshape':<22} {'sym s':>6}  {'export':<22} {'exp s':>6}  status\n")
+    out.write(f"{'model_type':<{w}}  {'config':<10} {'symshape':<22} {'sym s':>6}  {'export':<22} {'exp s':>6} "
+              f"{'ratio':>6}  status\n")
     for r in rows:
         ss = f"{r.symshape_s:.2f}" if r.symshape_s is not None else "-"
         es = f"{r.export_s:.2f}" if r.export_s is not None else "-"
-        out.write(f"{r.model_type:<{w}}  {r.symshape or '-':<22} {ss:>6}  {r.export or '-':<22} {es:>6}  "
+        ratio = f"{r.symshape_s / r.export_s:.2f}" if _both_traced(r) and r.export_s else "-"
+        out.write(f"{r.model_type:<{w}}  {r.config or '-':<10} {r.symshape or '-':<22} {ss:>6}  "
+                  f"{r.export or '-':<22} {es:>6} {ratio:>6}  "
                   f"{r.status}{('  ' + r.note) if r.note and r.status != 'ok' else ''}\n")
     return out.getvalue()
+
+
+def _both_traced(r) -> bool:
+    return r.symshape == "traced" and r.export == "traced"
 
 
 def summary(rows) -> str:
@@ -385,18 +472,22 @@ def summary(rows) -> str:
     exp = [r for r in built if r.export == "traced"]
     exp_not_sym = [r.model_type for r in exp if r.symshape != "traced"]
     neither = [r for r in built if r.symshape != "traced" and r.export != "traced"]
-    both = [r for r in built if r.symshape == "traced" and r.export == "traced"]
+    both = [r for r in built if _both_traced(r)]
     ts = sum(r.symshape_s for r in both)
     te = sum(r.export_s for r in both)
+    ratios = sorted(r.symshape_s / r.export_s for r in both if r.export_s)
+    median = ratios[len(ratios) // 2] if ratios else float("nan")
     lines = [
-        f"architectures: {len(rows)}; built with a tiny config and run by eager: {len(built)}",
+        f"architectures: {len(rows)}; built with a tiny config and run by eager: {len(built)} "
+        f"({sum(r.config == 'depth only' for r in built)} with only depth, vocabulary and experts shrunk)",
         f"symshape traces {len(sym)}/{len(built)}; torch.export (Dim.AUTO) traces {len(exp)}/{len(built)}",
         f"torch.export traces but symshape does not: {len(exp_not_sym)} {exp_not_sym}",
         f"wrong shapes: {sum(r.wrong_shapes for r in rows)}; sizes accepted where eager fails: "
         f"{sum(r.accepted_eager_fails for r in rows)}; .run errors where eager runs: {sum(r.run_errors for r in rows)}; "
         f"value mismatches: {sum(r.mismatches for r in rows)}",
         f"trace time on the {len(both)} both trace: symshape {ts:.1f} s, torch.export {te:.1f} s "
-        f"({ts / te if te else float('nan'):.2f}x)",
+        f"({ts / te if te else float('nan'):.2f}x); per model (same process, robust to load): median "
+        f"{median:.2f}x, symshape slower on {sum(x > 1 for x in ratios)}",
         "failure classes:",
     ]
     for k, n in Counter(r.status for r in rows if r.status != "ok").most_common():
@@ -413,22 +504,31 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, help="at most this many architectures")
     ap.add_argument("--timeout", type=float, default=120.0,
                     help="seconds per step of an architecture (the eager call, each trace, each size)")
-    ap.add_argument("--out", help="also write the table and summary to this file")
+    ap.add_argument("--out", help="also write the table and summary to this file (and its rows to OUT.jsonl)")
     ap.add_argument("--shuffle", type=int, metavar="SEED",
                     help="visit the architectures in a random order (a partial run is then a sample)")
+    ap.add_argument("--shard", metavar="K/N", help="only every N-th architecture, from the K-th (0-based)")
+    ap.add_argument("--merge", nargs="+", metavar="JSONL",
+                    help="sweep nothing: one table and summary from the rows of these runs (--out's .jsonl); "
+                         "a later file's row of an architecture replaces an earlier one's")
     args = ap.parse_args(argv)
     import transformers
     transformers.logging.set_verbosity_error()
-    archs = architectures()
-    if args.only:
-        want = set(args.only.split(","))
-        archs = [a for a in archs if a[0] in want]
-    if args.shuffle is not None:
-        import random
-        random.Random(args.shuffle).shuffle(archs)
-    if args.limit:
-        archs = archs[: args.limit]
+    if args.merge:
+        # A later run of an architecture (a rerun after a fix) replaces an earlier one.
+        by_type = {}
+        for path in args.merge:
+            for line in open(path):
+                if line.strip():
+                    r = Row(**json.loads(line))
+                    by_type[r.model_type] = r
+        rows = sorted(by_type.values(), key=lambda r: r.model_type)
+        if args.out:
+            _write(args.out, rows, torch.__version__, transformers.__version__, partial=False)
+        print(table(rows) + "\n" + summary(rows))
+        return 0
     rows = []
+    archs = select(architectures(), args)
     for i, (mt, cname, mname) in enumerate(archs):
         r = sweep_one(mt, cname, mname, args.timeout)
         rows.append(r)
@@ -436,9 +536,27 @@ def main(argv=None) -> int:
               file=sys.stderr, flush=True)
         if args.out:
             _write(args.out, rows, torch.__version__, transformers.__version__, partial=i + 1 < len(archs))
+            with open(args.out + ".jsonl", "a" if i else "w") as f:
+                f.write(json.dumps(asdict(r)) + "\n")
     text = table(rows) + "\n" + summary(rows)
     print(text)
     return 0
+
+
+def select(archs, args) -> list:
+    """The architectures ``--only``, ``--shuffle``, ``--shard`` and ``--limit`` pick, in order."""
+    if args.only:
+        want = set(args.only.split(","))
+        archs = [a for a in archs if a[0] in want]
+    if args.shuffle is not None:
+        import random
+        random.Random(args.shuffle).shuffle(archs)
+    if args.shard:
+        k, n = map(int, args.shard.split("/"))
+        archs = archs[k::n]
+    if args.limit:
+        archs = archs[: args.limit]
+    return archs
 
 
 def _write(path, rows, tv, hv, partial):

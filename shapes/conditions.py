@@ -10,6 +10,7 @@ from typing import Optional
 
 import sympy
 
+from .functions import factor
 from .value_ranges import UnsupportedExpression, ValueRange, bound
 
 
@@ -159,8 +160,8 @@ def _decided_by_ranges(rel, ranges) -> Optional[bool]:
         if nf is not None:
             d, op = nf
             v = decide_normal(bound(d, ranges), op)
-            if v is None and sympy.factor(d) != d:
-                v = decide_normal(bound(sympy.factor(d), ranges), op)
+            if v is None and factor(d) != d:
+                v = decide_normal(bound(factor(d), ranges), op)
             return v
         return bound(rel, ranges).known_bool()
     except (UnsupportedExpression, ZeroDivisionError):

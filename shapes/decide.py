@@ -30,7 +30,7 @@ from .conditions import canonical_condition, decide_normal, normal_form
 from .data_dependent_error import DataDependentError
 from .errors import TracerLimitation
 from .facts import FactStore
-from .functions import FloorDiv, divisors, substitute
+from .functions import FloorDiv, divisors, factor, is_number, substitute
 from .guard import Decision, Guard, GuardKind, LogEntry, StepKind
 from .printers import to_python
 from .provenance import Provenance, capture
@@ -79,6 +79,11 @@ class DecisionProcedure:
         self.log: list[LogEntry] = []
         self.simplify_cache: dict = {}
         self.static_cache: dict = {}
+        # s -> decide_generic(s): asked again and again by torch's contiguity and
+        # broadcasting helpers; valid until the facts change (cleared with the others).
+        self.generic_cache: dict = {}
+        # expr -> hint_of(expr): the replacements it applies change only with the facts.
+        self.hint_cache: dict = {}
         # The size-1 policy (see shapes.size_oblivious): layout predicates handed to
         # torch's C++ side, and the size atoms each size-oblivious log step assumed >= 2.
         self.layout_exprs: set = set()
@@ -124,12 +129,14 @@ class DecisionProcedure:
         self.facts.add(expr, record_index)
         self.simplify_cache.clear()
         self.static_cache.clear()
+        self.generic_cache.clear()
+        self.hint_cache.clear()
 
     # ------------------------------------------------------------------ simplification
 
     def simplify(self, expr):
         """Apply replacements and the rewrite rules; every step is logged."""
-        if expr.is_number or expr is sympy.true or expr is sympy.false:
+        if expr is sympy.true or expr is sympy.false or is_number(expr):
             return expr
         cached = self.simplify_cache.get(expr)
         if cached is not None:
@@ -209,7 +216,7 @@ class DecisionProcedure:
         if isinstance(e, sympy.Rel) and e.lhs.is_integer and e.rhs.is_integer:
             # Interval arithmetic forgets that B and B*T share B; the factored
             # difference B*(T - 1) keeps it.
-            diff = sympy.factor(e.lhs - e.rhs)
+            diff = factor(e.lhs - e.rhs)
             if diff != e.lhs - e.rhs:
                 try:
                     v = bound(type(e)(diff, 0), ranges).known_bool()
@@ -230,7 +237,7 @@ class DecisionProcedure:
                 ex = e.xreplace(exact)
                 if isinstance(ex, sympy.Rel):
                     try:
-                        v = bound(type(ex)(sympy.factor(ex.lhs - ex.rhs), 0), ranges).known_bool()
+                        v = bound(type(ex)(factor(ex.lhs - ex.rhs), 0), ranges).known_bool()
                     except UnsupportedExpression:
                         v = None
                     if v is not None:
@@ -298,15 +305,18 @@ class DecisionProcedure:
         """The value of ``expr`` at the example sizes, or None if it depends on data."""
         if expr.is_number:
             return as_python(expr)
+        try:
+            return self.hint_cache[expr]
+        except KeyError:
+            pass
         e = self.facts.apply_replacements(expr)
         if self.table.has_unbacked(e):
-            return None
-        v = substitute(e, self.table.hint_subs)
-        if v is sympy.true or v is sympy.false:
-            return bool(v)
-        if not v.is_number:
-            return None
-        return as_python(v)
+            v = None
+        else:
+            v = substitute(e, self.table.hint_subs)
+            v = bool(v) if v is sympy.true or v is sympy.false else as_python(v) if v.is_number else None
+        self.hint_cache[expr] = v
+        return v
 
     # ------------------------------------------------------------------ decisions
 
@@ -365,18 +375,39 @@ class DecisionProcedure:
         site = oblivious.site_of(self, expr, size_oblivious, cpp_site)
         if site is None:
             return None
-        got = oblivious.decide_generic(self, s)
+        got = self.generic_answer(s)
         if got is None:
             return None
         v, atoms = got
-        if site in oblivious.VIEW_SITES and v != self.hint_of(s):
+        hint = self.hint_of(s)
+        if site in oblivious.VIEW_SITES and v != hint:
             return None  # a view eager finds at this degenerate example point: follow eager (a guard)
-        if v != self.hint_of(s):
+        if v != hint:
             self.hint_departures.append(len(self.log))
         self.oblivious_atoms[len(self.log)] = atoms
         self.layout_answers[expr] = v
         self.log_step(StepKind.STATIC, s, sympy.true if v else sympy.false, "size_oblivious")
         return v
+
+    def generic_answer(self, s) -> Optional[tuple]:
+        """:func:`shapes.size_oblivious.decide_generic` of ``s``, remembered until a fact is added.
+
+        torch's contiguity and broadcasting helpers ask the same questions over
+        and over; the answer depends on ``s`` and the facts only.
+
+        >>> from shapes.symbols import SymbolTable
+        >>> table = SymbolTable(); facts = FactStore(table)
+        >>> d = DecisionProcedure(table, facts)
+        >>> N = table.add_backed("N", 8); facts.ranges[N] = ValueRange(1, 64)
+        >>> d.generic_answer(sympy.Ne(N, 1))        # True wherever N >= 2
+        (True, (N,))
+        >>> d.add_axiom(sympy.Le(N, 1), "range")    # N is 1: no generic point left
+        >>> d.generic_answer(sympy.Ne(N, 1)) is None
+        True
+        """
+        if s not in self.generic_cache:
+            self.generic_cache[s] = oblivious.decide_generic(self, s)
+        return self.generic_cache[s]
 
     def departure_since(self, log_index: int):
         """The first layout-only answer logged at or after ``log_index`` that differs from

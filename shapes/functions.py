@@ -17,6 +17,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import sympy
@@ -199,6 +200,34 @@ def divisors(expr) -> list:
         if not d.is_number and d not in out:
             out.append(d)
     return sorted(out, key=sympy.default_sort_key)
+
+
+def is_number(e) -> bool:
+    """``e.is_number``, remembered for compound expressions (sympy walks every
+    argument each time it is asked, and the tracer asks of every size it touches).
+
+    >>> N = sympy.Symbol("N", integer=True)
+    >>> is_number(N + 1), is_number(sympy.Integer(2) * 3)
+    (False, True)
+    """
+    return e.is_number if e.is_Atom else _compound_is_number(e)
+
+
+@functools.lru_cache(maxsize=65536)
+def _compound_is_number(e) -> bool:
+    return e.is_number
+
+
+@functools.lru_cache(maxsize=16384)
+def factor(e):
+    """``sympy.factor(e)``, remembered: the decision procedure factors the same
+    differences of sizes again and again (a pure function of ``e``).
+
+    >>> B, T = sympy.symbols("B T", integer=True)
+    >>> factor(B * T - B)
+    B*(T - 1)
+    """
+    return sympy.factor(e)
 
 
 def substitute(cond, subs):

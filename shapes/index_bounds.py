@@ -105,6 +105,8 @@ _SAME_VALUES = {
 }
 # Ops whose output holds some of input 0's values.
 _SUBSET = {aten.slice.Tensor, aten.select.int, aten.narrow.default, aten.diagonal.default}
+# Reductions whose values are some of the input's.
+_REDUCE_SUBSET = {aten.max.default, aten.min.default, aten.amax.default, aten.amin.default}
 # Factories of a tensor filled with one value: (index of the fill value or None for the op's own).
 _FILLS = {
     aten.ones.default: 1, aten.zeros.default: 0, aten.ones_like.default: 1, aten.zeros_like.default: 0,
@@ -189,6 +191,28 @@ def _loosen(r: IndexRange, lo=None, hi=None) -> IndexRange:
     return IndexRange(r.lo if lo is None else lo, r.hi if hi is None else hi, False, False, None, r.bits)
 
 
+def _sum(args, kwargs, b0: IndexRange) -> Optional[IndexRange]:
+    """A count: the sum of ``n`` values in ``[0, 1]`` lies in ``[n*lo, n*hi]`` (Flaubert's
+    ``(ids != pad).sum(1)`` is at most T).  Only counts, summed in int64: they never
+    overflow (``n`` is at most a tensor's numel), where other sums may wrap around."""
+    x = args[0]
+    if b0.bits is not None or x.dtype.is_floating_point or x.dtype.is_complex:
+        return None
+    if kwargs.get("dtype") not in (None, torch.int64) or not (b0.lo.is_Integer and b0.hi.is_Integer
+                                                              and 0 <= b0.lo <= b0.hi <= 1):
+        return None
+    dims = args[1] if len(args) > 1 else None
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):
+        dims = range(x.dim())
+    n = sympy.Integer(1)
+    for d in dims:
+        size = _e(x.shape[d % max(x.dim(), 1)]) if x.dim() else sympy.Integer(1)
+        if size is None:
+            return None
+        n = n * size
+    return IndexRange(n * b0.lo, n * b0.hi, False)
+
+
 def _fill(func, args, kwargs) -> Optional[IndexRange]:
     spec = _FILLS[func]
     v = _e(args[spec[1]] if spec[1] < len(args) else kwargs.get("fill_value")) if isinstance(spec, tuple) \
@@ -265,8 +289,10 @@ def _output_bounds(func, args, kwargs, bounds_of, nonempty, is_free) -> Optional
         return b0
     if func is aten.slice.Tensor and _whole_slice(args):
         return b0
-    if func in _SUBSET:
+    if func in _SUBSET or func in _REDUCE_SUBSET:
         return _loosen(b0)
+    if func in (aten.sum.default, aten.sum.dim_IntList):
+        return _sum(args, kwargs, b0)
     if func is aten.cumsum.default:
         return _cumsum(args, b0)
     if func in (aten.add.Tensor, aten.sub.Tensor) and len(args) >= 2:

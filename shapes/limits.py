@@ -31,6 +31,8 @@ Example::
 """
 from __future__ import annotations
 
+import functools
+
 import sympy
 import torch
 
@@ -51,6 +53,13 @@ def allocates(func, i: int = 0) -> bool:
     return r.alias_info is None
 
 
+@functools.lru_cache(maxsize=16384)
+def _at_most(e, bound: int):
+    # One per allocated tensor, mostly of sizes seen before: sympy's evaluating
+    # Le (which asks assumptions of the product) is not cached by sympy.
+    return sympy.Le(e, bound)
+
+
 def storage_conditions(sizes, itemsize: int, maybe_zero=lambda s: True):
     """[(condition, what)] for eager's storage-size overflow check of a
     contiguous tensor of ``sizes`` (sympy) and ``itemsize`` bytes.
@@ -64,10 +73,10 @@ def storage_conditions(sizes, itemsize: int, maybe_zero=lambda s: True):
     prod = sympy.Integer(1)
     for i, s in enumerate(sizes):
         if i > 0 and not s.is_number and maybe_zero(s) and not prod.is_number:
-            out.append((sympy.Le(prod, U64_MAX), "size product"))
+            out.append((_at_most(prod, U64_MAX), "size product"))
         prod = prod * s
     if not prod.is_number:
-        out.append((sympy.Le(prod * itemsize, I64_MAX), "storage size"))
+        out.append((_at_most(prod * itemsize, I64_MAX), "storage size"))
     return out
 
 

@@ -28,6 +28,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Mapping, Optional
 
 import sympy
@@ -255,7 +256,15 @@ class GuardPythonPrinter(PythonPrinter):
 
 def to_python(expr, names: Optional[Mapping] = None) -> str:
     """``expr`` as a Python expression for people; ``names`` renames symbols (e.g. to ``x.shape[0]``)."""
+    if names is None:
+        return _to_python_plain(expr)
     return PythonPrinter(names).doprint(expr)
+
+
+@functools.lru_cache(maxsize=16384)
+def _to_python_plain(expr) -> str:
+    # Eager's messages (kept with each check and limit) print the same sizes op after op.
+    return PythonPrinter(None).doprint(expr)
 
 
 def to_guard_python(expr, names: Optional[Mapping] = None) -> str:

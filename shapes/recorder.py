@@ -30,6 +30,9 @@ from .printers import to_python
 from .provenance import capture
 
 
+_ITEM = (torch.ops.aten.item.default, torch.ops.aten._local_scalar_dense.default)
+
+
 class OpStack:
     """The ATen ops running now, innermost last (an op's meta kernel may run others).
 
@@ -87,6 +90,10 @@ class Recorder(TorchDispatchMode):
         r = eager_checks.intercept(self, func, args, kwargs)
         if r is not NotImplemented:
             return r
+        if func in _ITEM:
+            known = self._known_item(args[0])
+            if known is not None:
+                return known
         op = str(func)
         prov = capture(op)
         self.ops.push(op)
@@ -97,13 +104,7 @@ class Recorder(TorchDispatchMode):
             for cond, msg in eager_checks.checks(func, args, kwargs):
                 if not self.env.expect_true(cond, message=msg):
                     raise program_error(RuntimeError, msg)
-            handler = data_dependent.HANDLERS.get(func)
-            res = handler(self.env, func, args, kwargs) if handler else None
-            if res is None:
-                out = eager_checks.run_meta(func, args, meta_device_kwargs(kwargs))
-                bindings = {}
-            else:
-                out, bindings = res
+            out, bindings = self._kernel(func, args, kwargs)
             out = eager_checks.eager_output(func, args, kwargs, out)
         except (SymshapeError, DataDependentError):
             raise
@@ -155,6 +156,42 @@ class Recorder(TorchDispatchMode):
             # An in-place write of values the sizes do not determine makes its target data.
             b.determined.difference_update(id(t) for _, t in limits.tensor_outputs(out))
         return out
+
+    def _known_item(self, t) -> Optional[int]:
+        """``t.item()`` where the sizes and constants fix it (``torch.IntTensor([n])[0]`` used
+        as a slice bound): the int, as eager reads it, and no data-dependent value."""
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype is torch.bool:
+            return None
+        if any(isinstance(d, torch.SymInt) for d in t.shape) or t.numel() != 1:
+            return None  # (eager's item() raises for other sizes: the op's own check decides)
+        r = self.builder.bounds_of(t)
+        if r is None or r.bits is not None or not self.builder.determines(t):
+            return None
+        if r.lo.is_Integer and r.lo == r.hi:
+            return int(r.lo)
+        return None
+
+    def _kernel(self, func, args, kwargs):
+        """``(out, unbacked bindings)``: the data-dependent handler of ``func``, else its meta kernel."""
+        handler = data_dependent.HANDLERS.get(func)
+        res = handler(self.env, func, args, kwargs) if handler else None
+        if res is None:
+            return eager_checks.run_meta(func, args, meta_device_kwargs(kwargs)), {}
+        out, bindings = res
+        if func in _ITEM:
+            self._bound_item(args[0], bindings)
+        return out, bindings
+
+    def _bound_item(self, t, bindings) -> None:
+        """``t.item()`` read from data lies within ``t``'s known value range: assumed, as
+        an op's semantics (``lengths.max().item() <= T`` for lengths counted over T)."""
+        r = self.builder.bounds_of(t)
+        if r is None or r.bits is not None or t.dtype.is_floating_point or t.dtype.is_complex \
+                or t.dtype is torch.bool:
+            return
+        for u in bindings:
+            self.env.add_op_axiom(sympy.And(sympy.Ge(u, r.lo), sympy.Le(u, r.hi)),
+                                  "a value read from a tensor lies in the tensor's value range")
 
     def _index_check(self, chk, prov):
         """Record one :class:`~shapes.index_bounds.IndexCheck`, or stop where eager's outcome is unknown."""

@@ -12,6 +12,7 @@ a deliberately wrong version and check that validation catches it.
 """
 from __future__ import annotations
 
+import functools
 import math
 from typing import Callable, Optional
 
@@ -151,9 +152,15 @@ def rule_mod_cancel(ctx, e):
     return sympy.Integer(0)
 
 
+@functools.lru_cache(maxsize=16384)
+def _gcd(a, b):
+    # Convolution and pooling sizes ask for the same quotients again and again.
+    return sympy.gcd_terms(sympy.gcd(a, b))
+
+
 def _common_factor(ctx, a, b):
     """A factor g with a = g*a', b = g*b' and g > 0 known; None if only 1."""
-    g = sympy.gcd_terms(sympy.gcd(a, b)) if not (a.is_number and b.is_number) else None
+    g = _gcd(a, b) if not (a.is_number and b.is_number) else None
     if g is None or g == 1 or g == -1 or g == 0:
         return None
     if g.is_number:

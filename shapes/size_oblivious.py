@@ -247,6 +247,20 @@ def size_atoms(expr, ranges) -> tuple:
     return tuple(out)
 
 
+# The i-th generic size of a question.  The same symbols serve every question:
+# sympy caches what it derives about an expression (assumptions, evaluated
+# relations), and fresh symbols per question made each one new to it.  They
+# stand for nothing outside one decide_generic call (their ranges are passed
+# in with it), and never appear in a logged step or a result.
+_GENERIC_SIZES: list = []
+
+
+def _generic_size(i: int) -> sympy.Dummy:
+    while len(_GENERIC_SIZES) <= i:
+        _GENERIC_SIZES.append(sympy.Dummy(f"size{len(_GENERIC_SIZES)}", integer=True))
+    return _GENERIC_SIZES[i]
+
+
 def decide_generic(ctx: Reasoner, expr) -> Optional[tuple]:
     """``(value, atoms)``: the value of ``expr`` wherever each of its size atoms
     is at least 2 (given ``ctx``'s ranges), or None when that does not decide it.
@@ -263,7 +277,7 @@ def decide_generic(ctx: Reasoner, expr) -> Optional[tuple]:
     subs = {}
     for i, a in enumerate(atoms):
         r = bound(a, ctx.ranges)
-        d = sympy.Dummy(f"size{i}", integer=True)
+        d = _generic_size(i)
         subs[a] = d
         ranges[d] = ValueRange(max(2, r.lower), r.upper)
     generic = expr.xreplace(subs)

@@ -257,6 +257,8 @@ class SymbolTable:
         return s in self.unbacked
 
     def has_unbacked(self, e) -> bool:
+        if not self.unbacked:
+            return False  # most programs read no sizes from data: no free_symbols walk
         return any(s in self.unbacked for s in e.free_symbols)
 
     def creation_index(self, s) -> int:

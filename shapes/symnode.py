@@ -19,13 +19,14 @@ Example::
 from __future__ import annotations
 
 import builtins
+import functools
 
 import sympy
 import torch
 
 from . import torch_adapter
 from .errors import UnhandledExprKind
-from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where
+from .functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt, Where, is_number
 from .provenance import capture
 from .printers import to_python
 
@@ -39,12 +40,19 @@ def _rel(op):
     # here and leave the rest unevaluated for the engine's (logged) reasoning.
     def f(self, other):
         a, b = self.expr, other.expr
-        if a.is_number and b.is_number:
+        if is_number(a) and is_number(b):
             return self.wrap_bool(builtins.bool(op(a, b)))
         if a == b:
             return self.wrap_bool(_REFLEXIVE[op])
         return SymExprNode(self.env, op(a, b, evaluate=False), builtins.bool)
     return f
+
+
+@functools.lru_cache(maxsize=16384)
+def _logic(op, a, b):
+    # torch's contiguity helpers join the same comparisons over and over, and sympy's
+    # And/Or constructors (which flatten and evaluate) are not cached by sympy.
+    return op(a, b)
 
 
 class SymExprNode:
@@ -78,7 +86,9 @@ class SymExprNode:
         return None
 
     def is_symbolic(self):
-        return not self.expr.is_number and self.expr not in (sympy.true, sympy.false)
+        # sympy's truth values are singletons: identity, not sympy's slower ==.
+        e = self.expr
+        return not (e is sympy.true or e is sympy.false or is_number(e))
 
     def is_constant(self):
         # torch's user magic turns a constant result into a Python value only for SymInt and
@@ -313,10 +323,10 @@ class SymExprNode:
         return self._make(sympy.Not(self.expr), builtins.bool)
 
     def sym_and(self, other):
-        return self._make(sympy.And(self.expr, other.expr), builtins.bool)
+        return self._make(_logic(sympy.And, self.expr, other.expr), builtins.bool)
 
     def sym_or(self, other):
-        return self._make(sympy.Or(self.expr, other.expr), builtins.bool)
+        return self._make(_logic(sympy.Or, self.expr, other.expr), builtins.bool)
 
     and_ = sym_and
     or_ = sym_or

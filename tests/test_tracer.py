@@ -356,3 +356,43 @@ def test_a_data_dependent_question_torch_rewraps_stays_data_dependent():
     with pytest.raises(DataDependentError) as ei:
         shapes.trace(f, "x: f32[N, 4]", "mask: bool[M]")
     assert not isinstance(ei.value, TraceError)
+
+
+def test_item_of_a_constant_tensor_is_its_value():
+    # VITS slices with `torch.IntTensor([hidden])[0]`: the constant's value, as eager
+    # reads it (and torch.export's fake tensors), not a value read from data.
+    def f(x):
+        n = torch.IntTensor([3])
+        return x[:, : n[0]]
+
+    tp = shapes.trace(f, "x: f32[B, T]", dims={"T": 8})
+    assert tp.output_shapes == [(tp.symbol("B"), 3)]
+    assert not tp.runtime_asserts
+    x = torch.randn(2, 5)
+    assert torch.equal(tp.run(x), f(x))
+
+
+def test_runtime_assert_on_a_bool_read_from_data_holds_when_true():
+    # The assert is Eq(u0, 1) over a 0/1 symbol; at run time .item() gives the bool True.
+    def f(x):
+        torch._check_tensor_all(x.abs() >= 0)
+        return x * 2
+
+    tp = shapes.trace(f, "x: f32[B, T]")
+    assert len(tp.runtime_asserts) == 1
+    x = torch.randn(2, 3)
+    assert torch.equal(tp.run(x), x * 2)
+
+
+def test_a_value_read_from_a_count_is_bounded_by_what_was_counted():
+    # Flaubert: `assert lengths.max().item() <= slen` with lengths = (ids != pad).sum(1):
+    # a count of T elements is at most T, so the assert needs no data.
+    def f(ids):
+        lengths = (ids != 0).sum(dim=1)
+        assert lengths.max().item() <= ids.shape[1]
+        return ids * 2
+
+    tp = shapes.trace(f, "ids: i64[B, T]")
+    assert not tp.guards and not tp.runtime_asserts
+    ids = torch.randint(0, 3, (3, 5))
+    assert torch.equal(tp.run(ids), f(ids))
