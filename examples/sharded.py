@@ -89,15 +89,19 @@ def make_tp_attention_2d(dp: int, tp: int):
 
 def make_fsdp_gpt2():
     """A tiny GPT-2 from transformers, each block and the whole model wrapped by FSDP2's ``fully_shard``."""
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from transformers import GPT2Config, GPT2LMHeadModel
     torch.manual_seed(0)
     cfg = GPT2Config(n_layer=2, n_head=2, n_embd=16, vocab_size=48, n_positions=16, bos_token_id=0,
                      eos_token_id=0)
     model = GPT2LMHeadModel(cfg).eval()
+    # An explicit CPU mesh: without one, fully_shard takes the accelerator where there is one,
+    # and these gloo ranks hold CPU inputs.
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     for block in model.transformer.h:
-        fully_shard(block)
-    return fully_shard(model)
+        fully_shard(block, mesh=mesh)
+    return fully_shard(model, mesh=mesh)
 
 
 def _per_world(factory):
