@@ -17,6 +17,7 @@ process-wide): is_compiling() is True there, for example.
 | Meta ``py_kernels`` of composite ops with a decomposition, backward traces only (:func:`composite_autograd_on_meta`) | autograd must see the composite's decomposition, not a Meta kernel with no derivative | 2.11 | restoring them |
 | the builtin ``scaled_dot_product_attention`` wherever a module bound it (``torch.nn.functional``, ``from torch.nn.functional import ...``) (:func:`sdpa_bool_flags`) | a decided size comparison passed as ``is_causal`` is a SymBool where eager has a bool; torch's argument parser rejects it *before* any TorchFunctionMode or dispatch mode sees the call, so only a Python wrapper bound where the program looks the name up can pass its value | 2.11 | rebinding the builtin |
 | ``torch.Tensor.device``, ``is_cuda``, ``is_cpu``, ``is_meta``, ``get_device``, ``__repr__`` (``devices.ReportedDevice``, entered by the tracer inside :func:`tracing`) | the trace's meta tensors report the device the program will run on to the program's code (library code branches on it), as torch.export's fake tensors do; torch's kernels still see ``meta`` | 2.11 | restoring the class attributes |
+| ``torch.Tensor.tolist`` on meta tensors (:func:`tolist_by_items`) | ``tolist()`` copies storage in C++, below the dispatcher, and a meta tensor has none; read element by element (``.item()``, which the tracer records as data reads) it gives the values symbolically, as torch.export's fake tensors do | 2.11 | rebinding the method |
 | global ``nn.Module`` forward hooks (``recorder.ModuleScope``, entered by the tracer inside :func:`tracing`) | which module emitted each node | 2.11 | removing the hooks |
 | ``torch.distributed`` (and ``distributed_c10d``) ``is_initialized``, ``get_world_size``, ``get_rank``, the five modeled collectives, ``barrier``, the unmodeled c10d calls, ``_get_default_group``; ``_functional_collectives``' five; ``DeviceMesh.__init__`` and DTensor's ``OpDispatcher.dispatch`` (``shapes.distributed.open_world``, entered by the tracer inside :func:`tracing` for ``trace(..., world=)`` only) | the program runs against a symbolic world size in one process; what is not modeled raises a TracerLimitation rather than touching a real process group | 2.11 | restoring each attribute |
 
@@ -67,6 +68,7 @@ def tracing(*, backward: bool = False):
         stack.enter_context(as_exporting())
         stack.enter_context(eager_kernels())
         stack.enter_context(sdpa_bool_flags())
+        stack.enter_context(tolist_by_items())
         if backward:
             stack.enter_context(composite_autograd_on_meta())
         yield
@@ -240,3 +242,30 @@ def sdpa_bool_flags():
         for d, k in rebound:
             if d.get(k) is sdpa_with_bool_flags:
                 d[k] = SDPA
+
+
+_TOLIST = torch.Tensor.tolist
+
+
+def _tolist(t):
+    # The dispatch keys, not t.device: a trace's tensors report the program's device.
+    if not torch._C._dispatch_keys(t).has(DispatchKey.Meta):
+        return _TOLIST(t)
+    if t.dim() == 0:
+        return t.item()
+    return [_tolist(row) for row in t.unbind(0)]
+
+
+@contextlib.contextmanager
+def tolist_by_items():
+    """``Tensor.tolist`` of a meta tensor reads its elements one by one (see the table above).
+
+    >>> with tolist_by_items():
+    ...     torch.tensor([[1, 2]]).tolist()
+    [[1, 2]]
+    """
+    torch.Tensor.tolist = _tolist
+    try:
+        yield
+    finally:
+        torch.Tensor.tolist = _TOLIST

@@ -396,3 +396,20 @@ def test_a_value_read_from_a_count_is_bounded_by_what_was_counted():
     assert not tp.guards and not tp.runtime_asserts
     ids = torch.randint(0, 3, (3, 5))
     assert torch.equal(tp.run(ids), f(ids))
+
+
+def _split_by_counts(x, counts):
+    parts = torch.split(x, counts.tolist())
+    return torch.cat([p * 2 for p in parts])
+
+
+def test_tolist_reads_values_from_data_and_run_checks_them_as_eager_does():
+    # tolist() copies storage below the dispatcher; the trace reads element by element instead
+    # (jetmoe's expert sizes). Before, a meta tensor's missing storage was blamed on the program.
+    tp = shapes.trace(_split_by_counts, "x: f32[N, 4]", "counts: i64[3]")
+    x, counts = torch.randn(6, 4), torch.tensor([1, 2, 3])
+    assert torch.equal(tp.run(x, counts), _split_by_counts(x, counts))
+    with pytest.raises(RuntimeError):
+        _split_by_counts(x, torch.tensor([1, 2, 4]))  # eager refuses these counts ...
+    with pytest.raises(GuardViolation, match="split"):
+        tp.run(x, torch.tensor([1, 2, 4]))  # ... and so does the traced program
