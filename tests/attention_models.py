@@ -35,6 +35,27 @@ class PlanCase:
         return Z.ZooCase(self.name, self.build, self.specs).inputs(sizes, seed)
 
 
+class Logits(torch.nn.Module):
+    """A causal LM's logits from ``ids`` with no cache (bench/gpu_models.py's LMLogits)."""
+
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+
+    def forward(self, ids):
+        return self.m(input_ids=ids, use_cache=False).logits
+
+
+def tiny_llama_lm():
+    """A 2-layer GQA ``LlamaForCausalLM`` on SDPA (4 heads, 2 KV heads, d=64), seeded, in eval mode."""
+    t = Z._t()
+    conf = t.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return t.LlamaForCausalLM(conf).eval()
+
+
 def mistral_sliding_window():
     t = Z._t()
     return t.MistralModel(t.MistralConfig(**Z._DEC, num_key_value_heads=2, sliding_window=4))

@@ -10,6 +10,7 @@ import torch
 
 import shapes
 from shapes.devices import DeviceMismatch
+from tests.attention_models import Logits
 
 
 def routing(x):
@@ -76,18 +77,11 @@ def _moe(kind):
     return MixtralForCausalLM(MixtralConfig(**common, num_local_experts=4)).eval()
 
 
-class _Logits(torch.nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, ids):
-        return self.m(input_ids=ids, use_cache=False).logits
 
 
 @pytest.mark.parametrize("kind", ["qwen2_moe", "mixtral"])
 def test_moe_runs_as_eager_on_the_cpu_at_every_size_the_guards_accept(kind):
-    model = _Logits(_moe(kind))
+    model = Logits(_moe(kind))
     tp = shapes.trace(model, "ids: i64[B, T]", dims={"B": 2, "T": 5})
     assert any("modeling_" in r.provenance.filename for r in tp.device_reads)
     accepted = 0

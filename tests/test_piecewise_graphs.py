@@ -9,6 +9,7 @@ import torch.nn as nn
 
 import compiler
 from compiler.piecewise import PiecewiseRun
+from tests.attention_models import tiny_llama_lm
 
 
 class CacheStep(nn.Module):
@@ -74,11 +75,7 @@ def test_a_program_that_needs_the_dim_everywhere_keeps_a_graph_per_size():
 
 def test_hf_llama_greedy_decode_through_the_backend_equals_eager():
     transformers = pytest.importorskip("transformers")
-    conf = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    conf._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(conf).eval()
+    model = tiny_llama_lm()
     torch._dynamo.reset()
     compiler.register()  # backend="symshape" from this tree, whether or not the entry point is installed
     opt = torch.compile(model, backend="symshape", dynamic=True, options={"cuda_graphs": True})

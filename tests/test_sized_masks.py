@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 import compiler
 from compiler.sized_masks import MaskClass
+from tests.attention_models import Logits, tiny_llama_lm
 
 
 def _window(q, k, v):
@@ -75,25 +76,12 @@ def test_a_mask_from_an_input_is_never_classified():
     torch.testing.assert_close(f(q, q, q, keep), padded(q, q, q, keep), atol=1e-5, rtol=1e-5)
 
 
-class _Logits(torch.nn.Module):
-    """A causal LM's logits (bench/gpu_models.py's LMLogits)."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m = m
-
-    def forward(self, ids):
-        return self.m(input_ids=ids, use_cache=False).logits
 
 
 def test_hf_llama_runs_causal_without_its_mask_and_equals_eager():
     transformers = pytest.importorskip("transformers")
-    conf = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
-    conf._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(conf).eval()
-    f = compiler.compile(_Logits(model), "ids: i64[B, T]")
+    model = tiny_llama_lm()
+    f = compiler.compile(Logits(model), "ids: i64[B, T]")
     v = f.variants[0]
     assert len(v.masks) == 2  # one mask buffer read by both layers' SDPA
     ids = torch.randint(0, 128, (2, 11), generator=torch.Generator().manual_seed(1))
