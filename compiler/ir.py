@@ -203,7 +203,7 @@ class Reduction:
         return f"Reduction#{self.id}({self.op}, outer={self.outer}, r={self.rsize})"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Buffer:
     """A tensor the compiled program holds at run time.
 
@@ -241,7 +241,7 @@ class Store:
     value: Callable  # idx tuple -> Val
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Kernel:
     """One fused loop nest: rows over ``outer``, per row reductions, then stores.
 

@@ -76,7 +76,7 @@ class RefKind(str, Enum):
     DEVICE = "device"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class ExternItem:
     target: Any
     args: Any
@@ -85,13 +85,13 @@ class ExternItem:
     node: Optional[torch.fx.Node] = None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StoreItem:
     buffer: Buffer
     box: TensorBox
 
 
-@dataclass
+@dataclass(kw_only=True)
 class LoweredProgram:
     inputs: list
     consts: list  # (Buffer, attribute target)

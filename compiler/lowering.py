@@ -65,8 +65,9 @@ class Lowerer:
         while name in self.buffers:
             name = f"{base}_{k}"
             k += 1
-        b = Buffer(name, tuple(shape), tuple(strides) if strides is not None else contiguous_strides(shape),
-                   dtype, kind)
+        b = Buffer(name=name, shape=tuple(shape),
+                   strides=tuple(strides) if strides is not None else contiguous_strides(shape),
+                   dtype=dtype, kind=kind)
         self.buffers[name] = b
         return b
 
@@ -87,8 +88,8 @@ class Lowerer:
         if box.view_of is not None and box.node is not None and _replayable(box.view_of):
             self.realize(box.view_of)  # a chain of views: replay each on the real tensor, no copies
             buf = self.new_buffer(name, box.shape, box.dtype, "extern")
-            self.items.append(ExternItem(box.node.target, self.template(box.node.args),
-                                         self.template(box.node.kwargs), buf, box.node))
+            self.items.append(ExternItem(target=box.node.target, args=self.template(box.node.args),
+                                         kwargs=self.template(box.node.kwargs), out=buf, node=box.node))
         else:
             strides = None
             val = box.node.meta.get("val") if box.node is not None else None
@@ -98,7 +99,7 @@ class Lowerer:
                 if _is_dense(box.shape, st, self.hints):
                     strides = st
             buf = self.new_buffer(name, box.shape, box.dtype, "kernel", strides)
-            self.items.append(StoreItem(buf, box))
+            self.items.append(StoreItem(buffer=buf, box=box))
         box.buf = buf
         return buf
 
@@ -153,8 +154,10 @@ class Lowerer:
                 for a in node.args[0]:
                     outputs.append(self.template(a) if isinstance(a, torch.fx.Node) else a)
         syms = sorted(self.tp.env.hints.keys(), key=lambda s: s.name)
-        return LoweredProgram(inputs, consts, self.buffers, self.items, self.reductions, outputs,
-                              [s for s in syms if s.name in self.tp.env.symbols], self.externs, self.tp.env)
+        return LoweredProgram(inputs=inputs, consts=consts, buffers=self.buffers, items=self.items,
+                              reductions=self.reductions, outputs=outputs,
+                              symbols=[s for s in syms if s.name in self.tp.env.symbols], externs=self.externs,
+                              env=self.tp.env)
 
     def call(self, node, force_extern=False):
         if "expr" in node.meta and "val" not in node.meta:
@@ -168,7 +171,7 @@ class Lowerer:
             if isinstance(src, tuple):
                 return src[node.args[1]]
             buf = self.new_buffer(node.name, node.meta["shape"], node.meta["val"].dtype, "extern")
-            self.items.append(ExternItem(operator.getitem, (src, node.args[1]), {}, buf, node))
+            self.items.append(ExternItem(target=operator.getitem, args=(src, node.args[1]), kwargs={}, out=buf, node=node))
             return self.buffer_box(buf, node)
         handler = None if force_extern else ops_lowering.HANDLERS.get(node.target)
         if handler is not None and _kernel_dtypes_ok(node):
@@ -192,10 +195,10 @@ class Lowerer:
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
             buf = self.new_buffer(node.name, node.meta["shape"], val.dtype, "extern")
-            self.items.append(ExternItem(node.target, args, kwargs, buf, node))
+            self.items.append(ExternItem(target=node.target, args=args, kwargs=kwargs, out=buf, node=node))
             return self.buffer_box(buf, node)
         key = Ref(RefKind.BUF, self.new_buffer(node.name, (), torch.float32, "tuple").name)
-        self.items.append(ExternItem(node.target, args, kwargs, key, node))
+        self.items.append(ExternItem(target=node.target, args=args, kwargs=kwargs, out=key, node=node))
         return key
 
     # -- helpers for op handlers -----------------------------------------------------------

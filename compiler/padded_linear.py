@@ -83,7 +83,7 @@ def padded_steps(plan, buffers, device_type) -> list:
     output width that :func:`wants_padding` names calling :func:`padded_linear` instead.
 
     >>> from compiler.ir import Buffer
-    >>> w = Buffer("w", (sympy.Integer(50257), sympy.Integer(768)), (), torch.float16, "const")
+    >>> w = Buffer(name="w", shape=(sympy.Integer(50257), sympy.Integer(768)), strides=(), dtype=torch.float16, kind="const")
     >>> step = ExternStep(torch.nn.functional.linear, (BufSlot("x"), BufSlot("w")), {}, "y")
     >>> [s.target.__name__ for s in padded_steps([step], {"w": w}, "cuda")]
     ['padded_linear']

@@ -76,7 +76,8 @@ class _Scheduler:
     def materialize(self, red) -> Buffer:
         """A buffer holding reduction ``red`` for every outer point (computed once)."""
         if red.buffer is None:
-            buf = Buffer(f"red{red.id}", red.outer, contiguous_strides(red.outer), red.dtype, "kernel")
+            buf = Buffer(name=f"red{red.id}", shape=red.outer, strides=contiguous_strides(red.outer), dtype=red.dtype,
+                             kind="kernel")
             self.lp.buffers[buf.name] = buf
             red.buffer = buf.name
             self.place(red.outer, lambda ov: RedRef(red.id, ov, red.dtype), buf, inner=False)
@@ -135,7 +136,7 @@ class _Scheduler:
                 if score >= best_score:
                     best, best_score = p, score
         if best is None:
-            self.steps.append(Kernel("", outer))
+            self.steps.append(Kernel(name="", outer=outer))
             best = len(self.steps) - 1
         k = self.steps[best]
         have = {(r.id, i) for r, i, _ in k.reductions}
@@ -155,9 +156,9 @@ def memory_order(buf: Buffer):
     along stride 1, when the last dim does not and another (of size > 1) does; else None.
 
     >>> import torch
-    >>> memory_order(Buffer("b", (256, 7), (1, 256), torch.float32, "kernel"))
+    >>> memory_order(Buffer(name="b", shape=(256, 7), strides=(1, 256), dtype=torch.float32, kind="kernel"))
     (1, 0)
-    >>> memory_order(Buffer("b", (7, 256), (256, 1), torch.float32, "kernel")) is None
+    >>> memory_order(Buffer(name="b", shape=(7, 256), strides=(256, 1), dtype=torch.float32, kind="kernel")) is None
     True
     """
     strides = [sympy.sympify(s) for s in buf.strides]
@@ -174,11 +175,11 @@ def permuted(buf: Buffer, perm) -> Buffer:
     """``buf`` seen with its dims in ``perm`` order (same name, same addresses).
 
     >>> import torch
-    >>> permuted(Buffer("b", (256, 7), (1, 256), torch.float32, "kernel"), (1, 0)).strides
+    >>> permuted(Buffer(name="b", shape=(256, 7), strides=(1, 256), dtype=torch.float32, kind="kernel"), (1, 0)).strides
     (256, 1)
     """
-    return Buffer(buf.name, tuple(buf.shape[d] for d in perm), tuple(buf.strides[d] for d in perm), buf.dtype,
-                  buf.kind)
+    return Buffer(name=buf.name, shape=tuple(buf.shape[d] for d in perm),
+                  strides=tuple(buf.strides[d] for d in perm), dtype=buf.dtype, kind=buf.kind)
 
 
 def unpermute(index, perm) -> tuple:

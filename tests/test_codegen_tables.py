@@ -65,8 +65,8 @@ def test_unknown_kind_is_a_named_error():
 
 def test_codegen_without_a_spelling_raises_codegen_error():
     t = TARGETS["cpp"]
-    k = Kernel("kernel0", (), reads={"a"})
-    lp = LoweredProgram([], [], {"a": Buffer("a", (N,), (1,), F32, "input")}, [], {}, [], [N])
+    k = Kernel(name="kernel0", outer=(), reads={"a"})
+    lp = LoweredProgram(inputs=[], consts=[], buffers={"a": Buffer(name="a", shape=(N,), strides=(1,), dtype=F32, kind="input")}, items=[], reductions={}, outputs=[], symbols=[N])
     scope = Scope(KernelGen(t, k, lp, {N: "ks0"}), "  ")
     saved = t.op_table.pop(OpKind.EXP)
     try:
@@ -92,13 +92,13 @@ def _half():
 
 def _kernel_for(kind):
     dtypes, out_dt, _ = REFERENCE[kind]
-    bufs = {f"in{i}": Buffer(f"in{i}", (N,), (1,), dt, "input") for i, dt in enumerate(dtypes)}
-    out = Buffer("out", (N,), (1,), out_dt, "kernel")
+    bufs = {f"in{i}": Buffer(name=f"in{i}", shape=(N,), strides=(1,), dtype=dt, kind="input") for i, dt in enumerate(dtypes)}
+    out = Buffer(name="out", shape=(N,), strides=(1,), dtype=out_dt, kind="kernel")
     bufs["out"] = out
     loads = [_prepare(kind, i, Load(f"in{i}", JVAR, dt)) for i, dt in enumerate(dtypes)]
     value = Op(kind, tuple(loads), out_dt)
-    k = Kernel("kernel0", (), inner_stores=[(out, N, value)], reads=set(bufs) - {"out"})
-    lp = LoweredProgram([bufs[n] for n in bufs if n != "out"], [], bufs, [], {}, [], [N])
+    k = Kernel(name="kernel0", outer=(), inner_stores=[(out, N, value)], reads=set(bufs) - {"out"})
+    lp = LoweredProgram(inputs=[bufs[n] for n in bufs if n != "out"], consts=[], buffers=bufs, items=[], reductions={}, outputs=[], symbols=[N])
     return lp, k
 
 
@@ -150,9 +150,9 @@ def check_precise(target, kind, device="cpu"):
     x = torch.tensor(PRECISE_POINTS, dtype=F32)
     if kind is OpKind.LOG1P:
         x = x.clamp(min=-0.5)  # log1p's domain
-    inp, out = Buffer("in0", (N,), (1,), F32, "input"), Buffer("out", (N,), (1,), F32, "kernel")
-    k = Kernel("kernel0", (), inner_stores=[(out, N, Op(kind, (Load("in0", JVAR, F32),), F32))], reads={"in0"})
-    lp = LoweredProgram([inp], [], {"in0": inp, "out": out}, [], {}, [], [N])
+    inp, out = Buffer(name="in0", shape=(N,), strides=(1,), dtype=F32, kind="input"), Buffer(name="out", shape=(N,), strides=(1,), dtype=F32, kind="kernel")
+    k = Kernel(name="kernel0", outer=(), inner_stores=[(out, N, Op(kind, (Load("in0", JVAR, F32),), F32))], reads={"in0"})
+    lp = LoweredProgram(inputs=[inp], consts=[], buffers={"in0": inp, "out": out}, items=[], reductions={}, outputs=[], symbols=[N])
     names, launch = TARGETS[target].make_launchers(lp, [k])["kernel0"]
     got = torch.empty(len(x), dtype=F32, device=device)
     by_name = {"in0": x.to(device), "out": got}

@@ -1,5 +1,6 @@
 """compiler.padded_linear: the padded weight's linear equals eager's, follows weight updates,
 and the compiler picks it exactly for half-precision linears of odd static width on CUDA."""
+import dataclasses
 import gc
 
 import pytest
@@ -59,7 +60,7 @@ def test_compiled_lm_head_plan_is_padded_on_cuda_only():
     assert torch.allclose(c(x), head(x), atol=1e-5)
     v = c.variants[0]
     # The plan's weight is the const [1030, 32]: as fp16 on CUDA it would run padded.
-    half = {n: type(b)(b.name, b.shape, b.strides, torch.float16, b.kind) for n, b in v.lp.buffers.items()}
+    half = {n: dataclasses.replace(b, dtype=torch.float16) for n, b in v.lp.buffers.items()}
     names = lambda plan: [getattr(s.target, "__name__", "") for s in plan]  # noqa: E731
     assert "linear" in names(v.plan) and "padded_linear" not in names(v.plan)
     assert "padded_linear" in names(pl.padded_steps(v.plan, half, "cuda"))

@@ -95,8 +95,8 @@ class KernelSignature:
 
     >>> import sympy, torch
     >>> from compiler.ir import Buffer, Kernel
-    >>> out = Buffer("buf1", (), (), torch.float32, "kernel")
-    >>> k = Kernel("kernel0", (), row_stores=[(out, None)], reads={"arg0"})
+    >>> out = Buffer(name="buf1", shape=(), strides=(), dtype=torch.float32, kind="kernel")
+    >>> k = Kernel(name="kernel0", outer=(), row_stores=[(out, None)], reads={"arg0"})
     >>> sig = KernelSignature(k)
     >>> sig.args, sig.ptr["buf1"], sig.written
     (['arg0', 'buf1'], 'b1', {'buf1'})
