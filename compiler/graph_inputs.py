@@ -167,7 +167,7 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
                     name = f"a{k}_{d}"
                     spec_dims.append(name)
                     dims[name] = _hint(real)
-        specs.append(InputSpec(f"arg{i}", ex.dtype, tuple(spec_dims)))
+        specs.append(InputSpec(name=f"arg{i}", dtype=ex.dtype, dims=tuple(spec_dims)))
     layout = []
     counter = 0
     for i, ex in enumerate(example_inputs):

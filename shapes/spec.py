@@ -140,7 +140,7 @@ def dim_names(dims) -> list[str]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InputSpec:
     """One tensor input: its name, dtype, dims (names or ints), and the values it may hold.
 
@@ -240,7 +240,7 @@ def parse_spec(text: Union[str, InputSpec]) -> InputSpec:
                         f"bad dim {part!r} at position {i} of input spec {text!r} ({e}): a dim is a name "
                         f"(B, seq_len), a non-negative integer, or an expression over names (2*T, T + 1)"
                     ) from None
-    return InputSpec(name, DTYPES[dt.lower()], tuple(dims), text, values)
+    return InputSpec(name=name, dtype=DTYPES[dt.lower()], dims=tuple(dims), text=text, values=values)
 
 
 @dataclass(frozen=True)

@@ -144,7 +144,7 @@ class _Case:
                 names.append(name)
                 self.hints[name] = int(s)
             self.dims.append(names)
-            self.specs.append(InputSpec(f"x{j}", t.dtype, tuple(names)))
+            self.specs.append(InputSpec(name=f"x{j}", dtype=t.dtype, dims=tuple(names)))
 
     def __call__(self, *ts):
         leaves = list(self.leaves)
