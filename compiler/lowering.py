@@ -28,8 +28,8 @@ import torch.fx
 from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt
 
 from . import ops_lowering
-from .ir import KERNEL_DTYPES, Buffer, BufferKind, Const, Load, RedRef, Reduction, SizeVal, contiguous_strides, \
-    flat_index
+from .ir import KERNEL_DTYPES, Buffer, BufferKind, Const, Load, Op, OpKind, RedRef, Reduction, SizeVal, \
+    contiguous_strides, flat_index, loop_var, walk
 from .lowered import ExternItem, LoweredProgram, Ref, RefKind, SizeExpr, StoreItem, TensorBox, Unsupported, cast
 
 
@@ -176,11 +176,42 @@ class Lowerer:
         handler = None if force_extern else ops_lowering.HANDLERS.get(node.target)
         if handler is not None and _kernel_dtypes_ok(node):
             try:
-                return handler(self, node, *[self.arg(a) for a in node.args],
-                               **{k: self.arg(v) for k, v in node.kwargs.items()})
+                out = handler(self, node, *[self.arg(a) for a in node.args],
+                              **{k: self.arg(v) for k, v in node.kwargs.items()})
             except Unsupported:
                 pass
+            else:
+                if isinstance(out, TensorBox) and self.store_broadcast(node, out):
+                    return self.buffer_box(self.realize(out), node)
+                return out
         return self.extern(node)
+
+    def store_broadcast(self, node, box: TensorBox) -> bool:
+        """Whether ``box`` is computed once into a buffer rather than inlined into its users:
+        a pointwise value with transcendental ops (no reduction) that some user reads broadcast
+        to more elements.  Inlined there it is recomputed per broadcast copy: a rotary
+        embedding's cos and sin of ``[B, T, D]`` positions, read by every head of q and k of
+        every layer, would cost H x 2 x layers sin/cos per element instead of one."""
+        if box.buf is not None or box.view_of is not None or not box.shape:
+            return False
+        mine = self.numel(box.shape)
+        if mine is None or not any((n or 0) > mine for n in _user_numels(node, self.numel)):
+            return False
+        ov = tuple(loop_var(f"x{i}") for i in range(len(box.shape)))
+        kinds = set()
+        for n in walk(box(ov)):
+            if isinstance(n, RedRef):
+                return False  # a per-row reduction's epilogue (a norm's rsqrt) stays in its kernel
+            if isinstance(n, Op):
+                kinds.add(OpKind(n.op))
+        return bool(kinds & TRANSCENDENTAL)
+
+    def numel(self, shape):
+        """Elements of ``shape`` at the trace's size hints (None: not a number)."""
+        try:
+            return int(sympy.Mul(*[sympy.sympify(d) for d in shape]).xreplace(self.hints))
+        except (TypeError, ValueError):
+            return None
 
     def arg(self, a):
         if isinstance(a, torch.fx.Node):
@@ -257,6 +288,28 @@ class Lowerer:
         out = TensorBox(shape, dtype, fn, node=node)
         out.rsize = rsize
         return out
+
+
+#: Ops worth computing once rather than per broadcast copy (see :meth:`Lowerer.store_broadcast`).
+TRANSCENDENTAL = frozenset({OpKind.EXP, OpKind.LOG, OpKind.SIN, OpKind.COS, OpKind.TANH, OpKind.ERF, OpKind.POW,
+                            OpKind.SIGMOID, OpKind.LOG1P, OpKind.EXPM1})
+#: Ops whose result is a view of their input: a broadcast is seen through them.
+_VIEW_OPS = frozenset(getattr(torch.ops.aten, n) for n in (
+    "view", "_unsafe_view", "unsqueeze", "squeeze", "expand", "permute", "t", "alias", "clone", "reshape", "slice",
+    "select", "narrow", "transpose"))
+
+
+def _user_numels(node, numel, depth: int = 4) -> list:
+    """Output elements of the ops that read ``node``'s value, seen through views (None where unknown)."""
+    out = []
+    for u in node.users:
+        target = getattr(u, "target", None)
+        shape = u.meta.get("shape")
+        if depth and getattr(target, "overloadpacket", None) in _VIEW_OPS:
+            out += _user_numels(u, numel, depth - 1)
+        elif shape is not None and isinstance(u.meta.get("val"), torch.Tensor):
+            out.append(numel(shape))
+    return out
 
 
 _SIZE_OPS = {operator.add: operator.add, operator.mul: operator.mul, operator.sub: operator.sub,

@@ -434,7 +434,7 @@ class CppPrinter(KernelPrinter):
 
     analysis = "the C++ printer"
     div_op, mod_op, floordiv_fn, mod_fn = "/", "%", CPP.floordiv, CPP.mod
-    min_fn, max_fn, and_op, or_op = "std::min<int64_t>", "std::max<int64_t>", "&&", "||"
+    min_fn, max_fn, and_op, or_op = CPP.min, CPP.max, "&&", "||"
     not_fmt, where_fmt = "(!{})", "({} ? {} : {})"
     true_div_fmt = "((double)({}) / (double)({}))"
     to_float_fmt, trunc_fmt = "((double)({}))", "((int64_t)({}))"
@@ -462,7 +462,7 @@ class TritonPrinter(KernelPrinter):
 
     analysis = "the Triton printer"
     div_op, mod_op, floordiv_fn, mod_fn = "//", "%", TRITON.floordiv, TRITON.mod
-    min_fn, max_fn, and_op, or_op = "tl.minimum", "tl.maximum", "&", "|"
+    min_fn, max_fn, and_op, or_op = TRITON.min, TRITON.max, "&", "|"
     not_fmt, where_fmt = "({} == 0)", "tl.where({}, {}, {})"
     to_float_fmt, trunc_fmt = "({}).to(tl.float64)", "({}).to(tl.int64)"
     floor_fmt, ceil_fmt = "tl.floor({}).to(tl.int64)", "tl.ceil({}).to(tl.int64)"

@@ -150,3 +150,61 @@ def test_column_reductions_sum_down_columns_with_stride_1(case):
     for T in (1, 7, 33, 100):
         args = make(T)
         torch.testing.assert_close(c(*args), f(*args), atol=1e-3, rtol=1e-3)
+
+
+def _rotary(q, k, pos, inv_freq):
+    # HF Llama's rotary embedding: cos/sin of [B, T, D] positions, read by every head of q and k.
+    freqs = pos[:, :, None].float() * inv_freq[None, None, :]
+    emb = torch.cat([freqs, freqs], -1)
+    cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+
+    def rot(x):
+        h = x.shape[-1] // 2
+        return torch.cat([-x[..., h:], x[..., :h]], -1)
+    return q * cos + rot(q) * sin, k * cos + rot(k) * sin
+
+
+ROTARY_SPECS = ("q: f32[B, 4, T, 64]", "k: f32[B, 4, T, 64]", "pos: i64[B, T]", "inv_freq: f32[32]")
+
+
+def test_rotary_cos_sin_computed_once_and_vectorized():
+    """cos and sin of the positions are stored once ([B, T, 64]) rather than recomputed for every
+    head of q and k; the loops computing them and the rotation (a gather at min/max indices)
+    vectorize: the module calls glibc's vector sin and cos, not the scalar sincos that gcc makes
+    of sin(x) and cos(x) of one argument.  Values equal eager at sizes 1 and primes."""
+    from compiler.ir import Kernel, Op, OpKind, walk
+    lp = lower(shapes.trace(_rotary, *ROTARY_SPECS))
+    kernels = [s for s in schedule(lp) if isinstance(s, Kernel)]
+
+    def kinds(k):
+        return {OpKind(n.op) for _, _, v in k.inner_stores for n in walk(v) if isinstance(n, Op)}
+    big = [k for k in kernels if len(k.outer) == 3]  # the kernels writing [B, 4, T, 64]
+    assert big and not any(kinds(k) & {OpKind.SIN, OpKind.COS} for k in big)
+    assert any({OpKind.SIN, OpKind.COS} <= kinds(k) for k in kernels)
+    src, _ = CPP.generate(lp, schedule(lp))
+    if platform.machine() in ("x86_64", "AMD64"):
+        with open(cpp_codegen.build(src)._name, "rb") as fh:
+            blob = fh.read()
+        assert b"v_sinf" in blob and b"v_cosf" in blob and b"sincos" not in blob
+    f = compiler.compile(_rotary, *ROTARY_SPECS)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, 64, 2).float() / 64))
+    for B, T in [(1, 1), (2, 7), (1, 13), (3, 32)]:
+        q, k = torch.randn(B, 4, T, 64), torch.randn(B, 4, T, 64)
+        pos = torch.arange(T).expand(B, T) + torch.randint(0, 50, (B, 1))
+        for out, ref in zip(f(q, k, pos, inv_freq), _rotary(q, k, pos, inv_freq)):
+            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_cube_is_a_product_like_eagers():
+    """``x ** 3`` (GELU's tanh form) lowers to ``x * x * x``, the product ATen's kernel computes:
+    no pow call in the kernel; the cube equals eager bit for bit, GELU's inner term within
+    rounding (gcc contracts its multiply-add)."""
+    f = lambda x: torch.pow(x, 3) * 0.044715 + x  # noqa: E731
+    lp = lower(shapes.trace(f, "x: f32[N]"))
+    src, _ = CPP.generate(lp, schedule(lp))
+    assert "std::pow" not in src[src.index("kernel0__"):]
+    g, cube = compiler.compile(f, "x: f32[N]"), compiler.compile(lambda x: x ** 3, "x: f32[N]")
+    for n in (1, 17, 1000):
+        x = torch.randn(n) * 3
+        assert torch.equal(cube(x), x ** 3)
+        torch.testing.assert_close(g(x), f(x), atol=1e-5, rtol=1e-6)

@@ -159,7 +159,11 @@ OP_TABLE = {
                            log1p="std::log1p", expm1="std::expm1", tanh="std::tanh")),
     OpKind.CAST: _cast, OpKind.MAXIMUM: _minmax("max"), OpKind.MINIMUM: _minmax("min"),
     **{k: call(f"std::{k.value}") for k in (OpKind.ABS, OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.ERF,
-                                          OpKind.SIN, OpKind.COS, OpKind.FLOOR, OpKind.CEIL, OpKind.POW)},
+                                          OpKind.SIN, OpKind.FLOOR, OpKind.CEIL, OpKind.POW)},
+    # gcc merges sin(x) and cos(x) of one argument into a scalar sincos call (no vector variant:
+    # a rotary embedding's loop stays scalar).  cos is even, so cos(x + 0) is cos(x) for every x
+    # (-0 becomes +0), and the argument differs from sin's.
+    OpKind.COS: lambda a, v, t: f"std::cos({a[0]} + ({t})0)",
 }
 
 
