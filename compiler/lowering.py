@@ -85,7 +85,10 @@ class Lowerer:
         if box.buf is not None:
             return box.buf
         name = box.node.name if box.node is not None else "tmp"
-        if box.view_of is not None and box.node is not None and _replayable(box.view_of):
+        root = _reshape_root(box)
+        if root is not None and self.realize(root).strides != _eager_strides(root.node):
+            root = None  # stored at other strides than eager's: its views are not replayed on it
+        if box.view_of is not None and box.node is not None and (root is not None or _replayable(box.view_of)):
             self.realize(box.view_of)  # a chain of views: replay each on the real tensor, no copies
             buf = self.new_buffer(name, box.shape, box.dtype, "extern")
             self.items.append(ExternItem(target=box.node.target, args=self.template(box.node.args),
@@ -181,7 +184,7 @@ class Lowerer:
             except Unsupported:
                 pass
             else:
-                if isinstance(out, TensorBox) and self.store_broadcast(node, out):
+                if isinstance(out, TensorBox) and (self.store_broadcast(node, out) or self.store_shared(node, out)):
                     return self.buffer_box(self.realize(out), node)
                 return out
         return self.extern(node)
@@ -205,6 +208,23 @@ class Lowerer:
             if isinstance(n, Op):
                 kinds.add(OpKind(n.op))
         return bool(kinds & TRANSCENDENTAL)
+
+    def store_shared(self, node, box: TensorBox) -> bool:
+        """Whether ``box`` is stored once because several ops read it and it sums at least
+        :data:`SHARED_LOADS` loads: a transformer's residual stream, which every later norm would
+        otherwise recompute from the embeddings on, once per pass of its reductions."""
+        copy = getattr(node.target, "overloadpacket", None) is torch.ops.aten.clone  # lowered as a view
+        if box.buf is not None or (box.view_of is not None and not copy) or not box.shape:
+            return False
+        if len(_user_numels(node, self.numel)) < 2:
+            return False
+        ov = tuple(loop_var(f"x{i}") for i in range(len(box.shape)))
+        loads = 0
+        for n in walk(box(ov)):
+            if isinstance(n, RedRef):
+                return False
+            loads += isinstance(n, Load)
+        return loads >= SHARED_LOADS
 
     def numel(self, shape):
         """Elements of ``shape`` at the trace's size hints (None: not a number)."""
@@ -293,6 +313,8 @@ class Lowerer:
 #: Ops worth computing once rather than per broadcast copy (see :meth:`Lowerer.store_broadcast`).
 TRANSCENDENTAL = frozenset({OpKind.EXP, OpKind.LOG, OpKind.SIN, OpKind.COS, OpKind.TANH, OpKind.ERF, OpKind.POW,
                             OpKind.SIGMOID, OpKind.LOG1P, OpKind.EXPM1})
+#: Loads in a value read by several ops from which it is stored once (see :meth:`Lowerer.store_shared`).
+SHARED_LOADS = 3
 #: Ops whose result is a view of their input: a broadcast is seen through them.
 _VIEW_OPS = frozenset(getattr(torch.ops.aten, n) for n in (
     "view", "_unsafe_view", "unsqueeze", "squeeze", "expand", "permute", "t", "alias", "clone", "reshape", "slice",
@@ -307,14 +329,44 @@ def _user_numels(node, numel, depth: int = 4) -> list:
         shape = u.meta.get("shape")
         if depth and getattr(target, "overloadpacket", None) in _VIEW_OPS:
             out += _user_numels(u, numel, depth - 1)
-        elif shape is not None and isinstance(u.meta.get("val"), torch.Tensor):
-            out.append(numel(shape))
+        else:
+            out.append(numel(shape) if shape is not None and isinstance(u.meta.get("val"), torch.Tensor) else None)
     return out
 
 
 _SIZE_OPS = {operator.add: operator.add, operator.mul: operator.mul, operator.sub: operator.sub,
              operator.neg: operator.neg, operator.floordiv: FloorDiv, operator.mod: PyMod,
              torch.sym_min: sympy.Min, torch.sym_max: sympy.Max}
+
+
+#: View ops that keep every element (a reshape): storing their base instead costs nothing more.
+_RESHAPES = frozenset({torch.ops.aten.view, torch.ops.aten._unsafe_view, torch.ops.aten.reshape,
+                       torch.ops.aten.unsqueeze, torch.ops.aten.squeeze})
+
+
+def _reshape_root(box):
+    """The computed value a chain of reshapes starts from, where ``box`` is one; else None.
+
+    Several reshapes of one value (q, k and v projections each viewing a norm's ``[B, T, D]``
+    output as ``[B * T, D]``) then share one stored base rather than storing it once each."""
+    b = box
+    while b.view_of is not None:
+        if b.node is None or getattr(b.node.target, "overloadpacket", None) not in _RESHAPES:
+            return None
+        b = b.view_of
+    if b is box or b.node is None or b.buf is not None and b.buf.kind is not BufferKind.KERNEL:
+        return None
+    return b if _eager_strides(b.node) is not None else None
+
+
+def _eager_strides(node):
+    """The strides eager gives ``node``'s tensor (sympy), where dense and known; else None."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not tuple(val.shape):
+        return None
+    if not all(isinstance(s, (int, torch.SymInt)) for s in val.stride()):
+        return None
+    return tuple(sympy.sympify(s.node.expr if isinstance(s, torch.SymInt) else s) for s in val.stride())
 
 
 def _replayable(box) -> bool:

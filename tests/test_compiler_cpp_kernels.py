@@ -208,3 +208,48 @@ def test_cube_is_a_product_like_eagers():
         x = torch.randn(n) * 3
         assert torch.equal(cube(x), x ** 3)
         torch.testing.assert_close(g(x), f(x), atol=1e-5, rtol=1e-6)
+
+
+def _qkv(x, wq, wk, wv):
+    # Three projections of one norm's output, each through its own reshape (as in HF attention).
+    h = torch.nn.functional.layer_norm(x, x.shape[-1:])
+    B, T, D = x.shape
+    return [torch.mm(h.view(B * T, D), w) for w in (wq, wk, wv)]
+
+
+def test_reshapes_of_one_value_share_one_stored_buffer():
+    """q, k and v read one norm output through three reshapes: it is stored once and each reshape
+    replayed on it (not stored three times); results equal eager at sizes 1 and primes."""
+    from compiler.lowered import StoreItem
+    specs = ("x: f32[B, T, 64]", "wq: f32[64, 64]", "wk: f32[64, 64]", "wv: f32[64, 64]")
+    lp = lower(shapes.trace(_qkv, *specs))
+    assert len([i for i in lp.items if isinstance(i, StoreItem)]) == 1
+    f = compiler.compile(_qkv, *specs)
+    w = [torch.randn(64, 64) for _ in range(3)]
+    for B, T in [(1, 1), (2, 7), (3, 13)]:
+        x = torch.randn(B, T, 64)
+        for out, ref in zip(f(x, *w), _qkv(x, *w)):
+            torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-5)
+
+
+def _residual(x, a, b, w):
+    # A residual stream: each norm reads the running sum, which also feeds the next sum.
+    h = x + a + b
+    n1 = torch.nn.functional.layer_norm(h, h.shape[-1:])
+    h2 = h + torch.mm(n1.view(-1, h.shape[-1]), w).view(h.shape)
+    return torch.nn.functional.layer_norm(h2, h2.shape[-1:])
+
+
+def test_residual_stream_read_by_several_ops_is_stored_once():
+    """``x + a + b`` read by a norm and by the next residual sum is stored once, so the norm's
+    passes and the next sum read it instead of recomputing it; values equal eager at 1 and primes."""
+    from compiler.lowered import StoreItem
+    specs = ("x: f32[B, T, 32]", "a: f32[B, T, 32]", "b: f32[B, T, 32]", "w: f32[32, 32]")
+    lp = lower(shapes.trace(_residual, *specs))
+    stored = {i.buffer.name for i in lp.items if isinstance(i, StoreItem)}
+    assert "add_tensor_1" in stored, stored
+    f = compiler.compile(_residual, *specs)
+    w = torch.randn(32, 32)
+    for B, T in [(1, 1), (2, 5), (1, 17)]:
+        x, a, b = (torch.randn(B, T, 32) for _ in range(3))
+        torch.testing.assert_close(f(x, a, b, w), _residual(x, a, b, w), atol=1e-4, rtol=1e-5)
