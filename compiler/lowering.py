@@ -172,7 +172,10 @@ class Lowerer:
         if node.target is operator.getitem:
             src = self.vals[node.args[0]]
             if isinstance(src, tuple):
-                return src[node.args[1]]
+                out = src[node.args[1]]
+                if isinstance(out, TensorBox) and self.store_shared(node, out):
+                    return self.buffer_box(self.realize(out), node)  # a norm's output read twice
+                return out
             buf = self.new_buffer(node.name, node.meta["shape"], node.meta["val"].dtype, "extern")
             self.items.append(ExternItem(target=operator.getitem, args=(src, node.args[1]), kwargs={}, out=buf, node=node))
             return self.buffer_box(buf, node)
@@ -210,21 +213,19 @@ class Lowerer:
         return bool(kinds & TRANSCENDENTAL)
 
     def store_shared(self, node, box: TensorBox) -> bool:
-        """Whether ``box`` is stored once because several ops read it and it sums at least
-        :data:`SHARED_LOADS` loads: a transformer's residual stream, which every later norm would
-        otherwise recompute from the embeddings on, once per pass of its reductions."""
+        """Whether ``box`` is stored once because several ops read it and it combines at least
+        :data:`SHARED_LOADS` loads or reduction results: a transformer's residual stream, which
+        every later norm would otherwise recompute from the embeddings on, once per pass of its
+        reductions."""
         copy = getattr(node.target, "overloadpacket", None) is torch.ops.aten.clone  # lowered as a view
         if box.buf is not None or (box.view_of is not None and not copy) or not box.shape:
             return False
         if len(_user_numels(node, self.numel)) < 2:
             return False
         ov = tuple(loop_var(f"x{i}") for i in range(len(box.shape)))
-        loads = 0
-        for n in walk(box(ov)):
-            if isinstance(n, RedRef):
-                return False
-            loads += isinstance(n, Load)
-        return loads >= SHARED_LOADS
+        # A norm's output counts too (its reductions' results are read like loads): post-norm
+        # blocks (BERT) read it in the next residual sum and the next norm.
+        return sum(isinstance(n, (Load, RedRef)) for n in walk(box(ov))) >= SHARED_LOADS
 
     def numel(self, shape):
         """Elements of ``shape`` at the trace's size hints (None: not a number)."""

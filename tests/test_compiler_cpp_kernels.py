@@ -253,3 +253,25 @@ def test_residual_stream_read_by_several_ops_is_stored_once():
     for B, T in [(1, 1), (2, 5), (1, 17)]:
         x, a, b = (torch.randn(B, T, 32) for _ in range(3))
         torch.testing.assert_close(f(x, a, b, w), _residual(x, a, b, w), atol=1e-4, rtol=1e-5)
+
+
+def _post_norm(x, a, w):
+    # BERT's post-norm block: the norm's output feeds the next matmul and the next residual sum.
+    n1 = torch.nn.functional.layer_norm(x + a, x.shape[-1:])
+    h = torch.mm(n1.view(-1, x.shape[-1]), w).view(x.shape)
+    return torch.nn.functional.layer_norm(n1 + h, x.shape[-1:])
+
+
+def test_post_norm_output_read_twice_is_stored_not_recomputed():
+    """A norm's output read by a matmul and by the next residual sum is stored once by the norm's
+    kernel; the next norm reads it rather than recomputing the first norm's reductions."""
+    from compiler.ir import Kernel
+    specs = ("x: f32[B, T, 32]", "a: f32[B, T, 32]", "w: f32[32, 32]")
+    lp = lower(shapes.trace(_post_norm, *specs))
+    kernels = [s for s in schedule(lp) if isinstance(s, Kernel)]
+    assert [len(k.reductions) for k in kernels] == [2, 2], [len(k.reductions) for k in kernels]
+    f = compiler.compile(_post_norm, *specs)
+    w = torch.randn(32, 32)
+    for B, T in [(1, 1), (2, 5), (1, 17)]:
+        x, a = torch.randn(B, T, 32), torch.randn(B, T, 32)
+        torch.testing.assert_close(f(x, a, w), _post_norm(x, a, w), atol=1e-4, rtol=1e-5)
