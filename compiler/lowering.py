@@ -287,16 +287,21 @@ class Lowerer:
         rsizes = [box.shape[i] for i in dims]
         rsize = sympy.Mul(*rsizes) if rsizes else sympy.Integer(1)
 
+        # Reduced dims of extent 1 take index 0: the others split the reduction index without a
+        # modulo by a size the index never reaches (``r % T`` for a ``[1, T, C]`` sum over (0, 1)
+        # would hide that the loads walk the rows with a fixed stride).
+        split = [d for d in dims if sympy.sympify(box.shape[d]) != 1]
+
         def body(ov, r):
-            idx = [None] * n
+            idx = [sympy.Integer(0)] * n
             for i, v in zip(outer_dims, ov):
                 idx[i] = v
             rem = r
-            for d in reversed(dims[1:]):
+            for d in reversed(split[1:]):
                 idx[d] = PyMod(rem, box.shape[d])
                 rem = FloorDiv(rem, box.shape[d])
-            if dims:
-                idx[dims[0]] = rem
+            if split:
+                idx[split[0]] = rem
             return cast(box(idx), dtype)
 
         red = self.reduction(op, outer, rsize, body, dtype)

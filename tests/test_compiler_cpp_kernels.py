@@ -131,7 +131,7 @@ def test_transposed_store_loops_in_memory_order():
         torch.testing.assert_close(g(x, w), f(x, w), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("case", ["sum0", "fused", "row_scale", "half"])
+@pytest.mark.parametrize("case", ["sum0", "fused", "row_scale", "half", "batch_of_one", "over_batch_of_one"])
 def test_column_reductions_sum_down_columns_with_stride_1(case):
     """Sums over the row dim of ``[T, C]`` values (bias and LayerNorm weight gradients) run
     rows outer, a block of columns inner: the kernel takes the column form, and the sums
@@ -144,6 +144,10 @@ def test_column_reductions_sum_down_columns_with_stride_1(case):
         "row_scale": (lambda g, m: (g * m[:, None]).sum(0), ["g: f32[T, 70]", "m: f32[T]"],
                       lambda T: [torch.randn(T, 70), torch.randn(T)]),
         "half": (lambda g: g.bfloat16().sum(0), ["g: f32[T, 130]"], lambda T: [torch.randn(T, 130)]),
+        # A batch of one (training a GPT-2 on one sequence): the rows [1, C], an extent-1 dim.
+        "batch_of_one": (lambda g: g.sum(1, keepdim=True), ["g: f32[1, T, 72]"], lambda T: [torch.randn(1, T, 72)]),
+        # Summed over (batch, T) with the batch 1: no ``r % T`` in the index.
+        "over_batch_of_one": (lambda g: (g * g).sum((0, 1)), ["g: f32[1, T, 72]"], lambda T: [torch.randn(1, T, 72)]),
     }[case]
     c = compiler.compile(f, *specs)
     assert [column_reduction(k) for k in c.variants[0].kernels] == [True]

@@ -366,9 +366,11 @@ class CppTarget(Target):
         accumulator per column, rows outer and the block's columns inner (stride 1, vectorized),
         then the row stores of each column."""
         k = g.kernel
-        (x0,), (cols,) = k.outer_vars, k.outer
+        c = _column_dim(k)
+        x0, cols = k.outer_vars[c], k.outer[c]
         n_rows, ncols = g.expr(k.reductions[0][0].rsize), g.expr(cols)
-        out = [f"  const int64_t nt = std::min<int64_t>(omp_get_max_threads(), ((int64_t)({ncols}) * "
+        ones = [f"  const int64_t {v} = 0;" for i, v in enumerate(k.outer_vars) if i != c]  # extent-1 dims
+        out = ones + [f"  const int64_t nt = std::min<int64_t>(omp_get_max_threads(), ((int64_t)({ncols}) * "
                f"(int64_t)({n_rows}) * {len(k.reductions)}) / {PARALLEL_WORK});",
                "  #pragma omp parallel for num_threads(nt > 1 ? nt : 1) if(parallel: nt > 1)",
                f"  for (int64_t xb = 0; xb < {ncols}; xb += {COLUMN_BLOCK}) {{",
@@ -384,8 +386,15 @@ class CppTarget(Target):
         row.lines += [f"      const {ct} red{n} = acc{n}[{x0} - xb];" for n, ct in enumerate(cts)]
         for buf, value in k.row_stores:
             v = row.emit(value)
-            row.lines.append(f"      {g.ptr[buf.name]}[{g.index(flat_index((x0,), buf.strides))}] = {v};")
+            row.lines.append(f"      {g.ptr[buf.name]}[{g.index(flat_index(k.outer_vars, buf.strides))}] = {v};")
         return out + row.lines + ["    }", "  }"]
+
+
+def _column_dim(k):
+    """The one row dim of kernel ``k`` whose extent is not 1 (others are 1: a ``[1, C]`` bias
+    gradient), or None."""
+    dims = [i for i, e in enumerate(k.outer) if sympy.sympify(e) != 1]
+    return dims[0] if len(dims) == 1 else None
 
 
 #: Columns per block of a column reduction (its accumulators live on the stack).
@@ -393,7 +402,7 @@ COLUMN_BLOCK = 64
 
 
 def column_reduction(k) -> bool:
-    """Whether kernel ``k`` sums down columns: one row dim, float sums only (none reading
+    """Whether kernel ``k`` sums down columns: one row dim (others of extent 1), float sums only (none reading
     another), no per-element stores, and some load walking the rows with a stride while the
     row dim is its stride-1 dim (a bias gradient: ``g.sum(0)`` of a ``[T, C]`` gradient).
     Looping rows inside columns there reads memory with stride C and cannot vectorize.
@@ -406,11 +415,12 @@ def column_reduction(k) -> bool:
     >>> column_reduction(col), column_reduction(row)
     (True, False)
     """
-    if len(k.outer) != 1 or k.inner_stores or not k.reductions:
+    c = _column_dim(k)
+    if c is None or k.inner_stores or not k.reductions:
         return False
     if len({sympy.sympify(r.rsize) for r, _, _ in k.reductions}) != 1:
         return False
-    x0 = k.outer_vars[0]
+    x0 = k.outer_vars[c]
     strided = False
     for red, _, body in k.reductions:
         if red.op != "sum" or not compute_dtype(red.dtype).is_floating_point:
