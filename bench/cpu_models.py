@@ -11,8 +11,9 @@ model and (B, T) point, in one process on the same inputs:
 * ``compiler.compile(target="cpp")`` once, every point on the same object;
 * ``torch.compile(backend="symshape", dynamic=True)`` once.
 
-ms per point (fastest of ``--reps`` calls after warm-up: the machine is shared), max error of the first output
-against eager, speedups, geomeans.  Caches start cold in a temporary folder.  The machine's
+ms per point (fastest of ``--reps`` calls after warm-up, the modes called in turn: the machine
+is shared, see :func:`interleaved_ms`), max error of the first output against eager, speedups,
+geomeans.  Caches start cold in a temporary folder.  The machine's
 load average is printed: on a shared machine compare columns within one run only.
 
 Usage::
@@ -24,6 +25,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
 import tempfile
@@ -91,13 +93,71 @@ def cases(small: bool):
     return out
 
 
-def median_ms(fn, args, reps):
-    # The fastest rep: on a shared, loaded machine the least disturbed one (medians swing 100x).
-    return min(rep_times(fn, args, reps)) * 1e3
-
-
 def err_of(out, ref):
     return (AM.last_hidden(out).float() - AM.last_hidden(ref).float()).abs().max().item()
+
+
+def interleaved_ms(fns: dict, args, reps) -> dict:
+    """{mode: fastest of ``reps`` calls in ms}, the modes called in turn (round robin) after two
+    warm-up rounds: the machine is shared, and its slow spells (seconds long, 10x) then hit
+    every mode alike rather than whichever mode ran during one.
+
+    >>> sorted(interleaved_ms({"a": lambda: None, "b": lambda: None}, (), 2))
+    ['a', 'b']
+    """
+    for _ in range(2):
+        for fn in fns.values():
+            fn(*args)
+    best = dict.fromkeys(fns, float("inf"))
+    for _ in range(reps):
+        for mode, fn in fns.items():
+            t0 = time.perf_counter()
+            fn(*args)
+            best[mode] = min(best[mode], time.perf_counter() - t0)
+    return {mode: t * 1e3 for mode, t in best.items()}
+
+
+def compiled_modes(m, case, inputs, modes, notes) -> list:
+    """Per point, {mode: callable}: every mode compiled (and run once) before any is timed.
+
+    Each Inductor mode compiles its own copy of the module (dynamo keeps one cache per
+    ``forward`` code object: a copy's guards keep its entries apart), Inductor static one copy
+    per point; ``compiler.compile`` and the backend serve every point with one object."""
+    per_point = [dict() for _ in inputs]
+    for mode in modes:
+        try:
+            if mode == "eager":
+                fns = [m] * len(inputs)
+            elif mode == "ind_static":
+                fns = [torch.compile(copy.deepcopy(m), dynamic=False) for _ in inputs]
+                for g, x in zip(fns, inputs):
+                    g(*x)
+            elif mode == "ind_dyn":
+                g0 = graphs()
+                g = torch.compile(copy.deepcopy(m), dynamic=True)
+                for x in inputs:
+                    g(*x)
+                notes.append(f"ind_dyn graphs {graphs() - g0}")
+                fns = [g] * len(inputs)
+            elif mode == "compile":
+                t0 = time.perf_counter()
+                f = compiler.compile(m, *case.specs, target="cpp")
+                f(*inputs[0])
+                notes.append(f"compile first call {time.perf_counter() - t0:.1f}s")
+                fns = [f] * len(inputs)
+            else:
+                g0 = graphs()
+                g = torch.compile(copy.deepcopy(m), backend="symshape", dynamic=True)
+                for x in inputs:
+                    g(*x)
+                notes.append(f"backend graphs {graphs() - g0}")
+                fns = [g] * len(inputs)
+        except Exception as e:  # noqa: BLE001 - a mode that fails is a column that says so
+            notes.append(f"{mode} failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+            continue
+        for d, fn in zip(per_point, fns):
+            d[mode] = fn
+    return per_point
 
 
 def run_model(case, points, reps, modes):
@@ -105,50 +165,16 @@ def run_model(case, points, reps, modes):
     m = case.module()
     inputs = [case.inputs({"B": B, "T": T}) for B, T in points]
     refs = [m(*x) for x in inputs]
-    ms, errs, notes = {}, {}, []
-    for mode in modes:
-        try:
-            if mode == "eager":
-                fns = [m] * len(points)
-            elif mode == "ind_static":
-                fns = []
-                for x in inputs:  # one fresh compile per point
-                    torch._dynamo.reset()
-                    g = torch.compile(m, dynamic=False)
-                    g(*x)
-                    ms.setdefault(mode, []).append(median_ms(g, x, reps))
-                    errs.setdefault(mode, []).append(err_of(g(*x), refs[len(fns)]))
-                    fns.append(g)
-                torch._dynamo.reset()
-                continue
-            elif mode == "ind_dyn":
-                torch._dynamo.reset()
-                g0 = graphs()
-                g = torch.compile(m, dynamic=True)
-                fns = [g] * len(points)
-                for x in inputs:
-                    g(*x)
-                notes.append(f"ind_dyn graphs {graphs() - g0}")
-            elif mode == "compile":
-                t0 = time.perf_counter()
-                f = compiler.compile(m, *case.specs, target="cpp")
-                f(*inputs[0])
-                notes.append(f"compile first call {time.perf_counter() - t0:.1f}s")
-                fns = [f] * len(points)
-            else:
-                torch._dynamo.reset()
-                g0 = graphs()
-                g = torch.compile(m, backend="symshape", dynamic=True)
-                fns = [g] * len(points)
-                for x in inputs:
-                    g(*x)
-                notes.append(f"backend graphs {graphs() - g0}")
-            ms[mode] = [median_ms(fn, x, reps) for fn, x in zip(fns, inputs)]
-            errs[mode] = [err_of(fn(*x), ref) for fn, x, ref in zip(fns, inputs, refs)]
-        except Exception as e:  # noqa: BLE001 - a mode that fails is a row that says so
-            notes.append(f"{mode} failed: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
-            ms[mode] = [float("nan")] * len(points)
-            errs[mode] = [float("nan")] * len(points)
+    notes = []
+    torch._dynamo.reset()
+    per_point = compiled_modes(m, case, inputs, modes, notes)
+    nan = float("nan")
+    ms = {mode: [nan] * len(points) for mode in modes}
+    errs = {mode: [nan] * len(points) for mode in modes}
+    for i, (fns, x, ref) in enumerate(zip(per_point, inputs, refs)):
+        for mode, t in interleaved_ms(fns, x, reps).items():
+            ms[mode][i] = t
+            errs[mode][i] = err_of(fns[mode](*x), ref)
     torch._dynamo.reset()
     return ms, errs, notes
 
@@ -163,9 +189,21 @@ def _print_row(row, modes):
           + f" {errs.get('compile', nan):>8.1e} {errs.get('ind_static', nan):>8.1e}", flush=True)
 
 
+def _revision() -> str:
+    """The checkout's branch and commit (with ``+dirty`` for uncommitted changes), for the header."""
+    import subprocess
+    try:
+        run = lambda *c: subprocess.run(["git", "-C", ROOT, *c], capture_output=True, text=True,  # noqa: E731
+                                        timeout=10).stdout.strip()
+        return f"{run('rev-parse', '--abbrev-ref', 'HEAD')}@{run('rev-parse', '--short', 'HEAD')}" + \
+            ("+dirty" if run("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown revision"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--only", default=None, help="models whose name contains one of these (comma-separated)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--small", action="store_true", help="the tests' d = 32 configs (quick)")
@@ -176,7 +214,7 @@ def main(argv=None):
         torch.set_num_threads(a.threads)
     modes = a.modes.split(",")
     torch.manual_seed(0)
-    print(f"torch={torch.__version__} threads={torch.get_num_threads()} fp32 reps={a.reps} "
+    print(f"symshape {_revision()} torch={torch.__version__} threads={torch.get_num_threads()} fp32 reps={a.reps} "
           f"load average at start: {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     rows = []
     hdr = f"{'model':<16} {'B,T':<6} " + " ".join(f"{m + ' ms':>13}" for m in modes) + \

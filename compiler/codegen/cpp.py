@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import math
 import os
@@ -74,6 +75,13 @@ static inline uint16_t f2bf(float f) {
   uint32_t u; std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
+// A 16-bit element read through the aligned 32-bit word that holds it: gcc 12 has no 16-bit gather,
+// so a loop loading half values at a non-affine index (a cat, a head transpose) would stay scalar;
+// 32-bit gathers vectorize.  The word never leaves the element's 4-byte block (never its page).
+typedef uint32_t __attribute__((__may_alias__)) symshape_u32a;
+static inline uint16_t gather16(const uint16_t* p, int64_t i) {
+  const uintptr_t a = (uintptr_t)(p + i);
+  return (uint16_t)(*(const symshape_u32a*)(a & ~(uintptr_t)3) >> ((a & 2) * 8)); }
 template <typename T> static inline T nan_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <typename T> static inline T nan_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 """ + CPP_SOURCE
@@ -221,7 +229,10 @@ class CppTarget(Target):
         return f"const {CTYPES[dtype]} {name} = {code};"
 
     def load(self, scope: Scope, v) -> str:
-        return f"{scope.g.ptr[v.buf]}[{scope.g.index(v.index)}]"
+        g = scope.g
+        if BUF_CTYPES[g.lp.buffers[v.buf].dtype] == "uint16_t" and not affine_in_loops(v.index):
+            return f"gather16({g.ptr[v.buf]}, {g.index(v.index)})"
+        return f"{g.ptr[v.buf]}[{g.index(v.index)}]"
 
     def size_value(self, gen, v):
         return declare(f"(({CTYPES[v.dtype]})({gen.expr(v.expr)}))")
@@ -395,6 +406,24 @@ def _column_dim(k):
     gradient), or None."""
     dims = [i for i, e in enumerate(k.outer) if sympy.sympify(e) != 1]
     return dims[0] if len(dims) == 1 else None
+
+
+@functools.lru_cache(maxsize=4096)
+def affine_in_loops(index) -> bool:
+    """Whether a load's ``index`` is affine in the row loops' variables (``j``, ``r``): then
+    consecutive lanes read at a fixed stride; otherwise (a cat's ``min``, a head split's ``//``
+    and ``%``) it is a gather.
+
+    >>> affine_in_loops(JVAR * 3 + 5), affine_in_loops(sympy.Min(JVAR, 31))
+    (True, False)
+    """
+    e = sympy.sympify(index)
+    if not e.free_symbols & {JVAR, RVAR}:
+        return True
+    try:
+        return sympy.Poly(e, JVAR, RVAR).total_degree() <= 1
+    except sympy.PolynomialError:
+        return False
 
 
 #: Columns per block of a column reduction (its accumulators live on the stack).
