@@ -304,3 +304,25 @@ def test_half_gathers_vectorize_and_read_the_right_half(dtype):
         x, y = base[1:4 * T * 16 + 1].view(4, T, 16), base[4 * T * 16 + 1:].view(4, T, 16)  # odd offsets
         assert x.data_ptr() % 4 == 2
         assert torch.equal(f(x, y), _heads_cat(x, y))
+
+
+def _seams(x, y, z):
+    # Seams at constant columns: a cat's, and rotate_half's (as in a rotary embedding).
+    return torch.cat([x, y], -1) * 2, torch.cat([-z[..., 20:], z[..., :20]], -1) + 1
+
+
+def test_rows_with_seams_loop_once_per_piece():
+    """A row that a cat splits at a constant column (``j < c``) loops once per piece (bounds
+    clipped to the row, also in the aligned size class); values equal eager at sizes 1 and primes."""
+    from compiler.ir import Kernel
+    specs = ("x: f32[T, 32]", "y: f32[T, N]", "z: f32[T, 40]")
+    lp = lower(shapes.trace(_seams, *specs))
+    steps = schedule(lp)
+    src, _ = CPP.generate(lp, steps)
+    assert "std::min<int64_t>(32, " in src and "std::min<int64_t>(20, " in src
+    assert all(isinstance(s, Kernel) for s in steps)
+    f = compiler.compile(_seams, *specs)
+    for T, N in [(1, 1), (3, 7), (2, 40), (5, 41), (1, 64)]:
+        x, y, z = torch.randn(T, 32), torch.randn(T, N), torch.randn(T, 40)
+        for out, ref in zip(f(x, y, z), _seams(x, y, z)):
+            torch.testing.assert_close(out, ref)

@@ -41,7 +41,7 @@ import torch
 from shapes.kernel_helpers import CPP_SOURCE
 from shapes.printers import to_cpp
 
-from ..ir import JVAR, RVAR, Load, OpKind, RedRef, ReductionKind, compute_dtype, flat_index, walk
+from ..ir import JVAR, RVAR, Const, Load, Op, OpKind, RedRef, ReductionKind, SizeVal, compute_dtype, flat_index, walk
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 
@@ -334,16 +334,20 @@ class CppTarget(Target):
             v = row.emit(value)
             row.lines.append(f"{ind}{g.ptr[buf.name]}[{g.index(flat_index(ov, buf.strides))}] = {v};")
         for buf, L, value in k.inner_stores:
-            if not ov and not k.reductions:
-                row.lines.append(f"{ind}#pragma omp parallel for{' simd' if vec else ''} "
-                                 f"num_threads(nt > 1 ? nt : 1) if(parallel: nt > 1)")
-            elif vec:
-                row.lines.append(f"{ind}#pragma omp simd")
-            row.lines.append(f"{ind}for (int64_t {JVAR} = 0; {JVAR} < {extent(L)}; {JVAR}++) {{")
-            inner = Scope(g, ind + "  ", parent=row)
-            v = inner.emit(value)
-            idx = g.index(flat_index(ov + (JVAR,), buf.strides))
-            row.lines += inner.lines + [f"{ind}  {g.ptr[buf.name]}[{idx}] = {v};", f"{ind}}}"]
+            flat = not ov and not k.reductions
+            # A row stored piecewise (a cat, a rotary's rotate_half) loops once per piece: in each,
+            # gcc knows j's range, folds the piece's select and min/max, and loads run at stride 1.
+            for lo, hi in ([("0", extent(L))] if flat else row_pieces(value, extent(L))):
+                if flat:
+                    row.lines.append(f"{ind}#pragma omp parallel for{' simd' if vec else ''} "
+                                     f"num_threads(nt > 1 ? nt : 1) if(parallel: nt > 1)")
+                elif vec:
+                    row.lines.append(f"{ind}#pragma omp simd")
+                row.lines.append(f"{ind}for (int64_t {JVAR} = {lo}; {JVAR} < {hi}; {JVAR}++) {{")
+                inner = Scope(g, ind + "  ", parent=row)
+                v = inner.emit(value)
+                idx = g.index(flat_index(ov + (JVAR,), buf.strides))
+                row.lines += inner.lines + [f"{ind}  {g.ptr[buf.name]}[{idx}] = {v};", f"{ind}}}"]
         out += row.lines
         if ov:
             out.append(f"{ind[:-2]}}}")
@@ -406,6 +410,47 @@ def _column_dim(k):
     gradient), or None."""
     dims = [i for i, e in enumerate(k.outer) if sympy.sympify(e) != 1]
     return dims[0] if len(dims) == 1 else None
+
+
+_SPLITS = {OpKind.LT: 0, OpKind.GE: 0, OpKind.LE: 1, OpKind.GT: 1}
+#: At most this many pieces per row loop (each is a copy of the loop body).
+MAX_PIECES = 4
+
+
+def row_pieces(value, extent: str) -> list:
+    """``[(lo, hi)]`` C++ bounds covering ``0 <= j < extent``, split where ``value`` compares
+    ``j`` with an integer constant (``j < 32``: a cat's or rotate_half's seam).
+
+    >>> import torch
+    >>> from compiler.ir import SizeVal
+    >>> j, c = SizeVal(JVAR, torch.int64), SizeVal(sympy.Integer(32), torch.int64)
+    >>> row_pieces(Op(OpKind.LT, (j, c), torch.bool), "L")
+    [('0', 'std::min<int64_t>(32, L)'), ('std::min<int64_t>(32, L)', 'L')]
+    """
+    cuts = set()
+    for n in walk(value):
+        if not (isinstance(n, Op) and OpKind(n.op) in _SPLITS and len(n.args) == 2):
+            continue
+        a, b = (_int_of(x) for x in n.args)
+        if isinstance(a, sympy.Symbol) and a == JVAR and isinstance(b, int):
+            cuts.add(b + _SPLITS[OpKind(n.op)])
+        elif isinstance(b, sympy.Symbol) and b == JVAR and isinstance(a, int):
+            cuts.add(a + 1 - _SPLITS[OpKind(n.op)])  # c < j is j >= c + 1; c <= j is j >= c
+    cuts = sorted(c for c in cuts if c > 0)[:MAX_PIECES - 1]
+    if not cuts:
+        return [("0", extent)]
+    bounds = ["0"] + [f"std::min<int64_t>({c}, {extent})" for c in cuts] + [extent]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def _int_of(v):
+    """An IR value as JVAR or a Python int where it is one (else None)."""
+    if isinstance(v, SizeVal):
+        e = sympy.sympify(v.expr)
+        return int(e) if e.is_Integer else e if e == JVAR else None
+    if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool):
+        return v.value
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
