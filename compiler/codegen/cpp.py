@@ -26,7 +26,6 @@ Example::
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import math
 import os
@@ -41,7 +40,8 @@ import torch
 from shapes.kernel_helpers import CPP_SOURCE
 from shapes.printers import to_cpp
 
-from ..ir import JVAR, RVAR, Const, Load, Op, OpKind, RedRef, ReductionKind, SizeVal, compute_dtype, flat_index, walk
+from ..ir import JVAR, RVAR, OpKind, ReductionKind, compute_dtype, flat_index
+from .cpp_loops import COLUMN_BLOCK, column_dim, affine_in_loops, column_reduction, row_pieces
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 
@@ -334,24 +334,29 @@ class CppTarget(Target):
             v = row.emit(value)
             row.lines.append(f"{ind}{g.ptr[buf.name]}[{g.index(flat_index(ov, buf.strides))}] = {v};")
         for buf, L, value in k.inner_stores:
-            flat = not ov and not k.reductions
-            # A row stored piecewise (a cat, a rotary's rotate_half) loops once per piece: in each,
-            # gcc knows j's range, folds the piece's select and min/max, and loads run at stride 1.
-            for lo, hi in ([("0", extent(L))] if flat else row_pieces(value, extent(L))):
-                if flat:
-                    row.lines.append(f"{ind}#pragma omp parallel for{' simd' if vec else ''} "
-                                     f"num_threads(nt > 1 ? nt : 1) if(parallel: nt > 1)")
-                elif vec:
-                    row.lines.append(f"{ind}#pragma omp simd")
-                row.lines.append(f"{ind}for (int64_t {JVAR} = {lo}; {JVAR} < {hi}; {JVAR}++) {{")
-                inner = Scope(g, ind + "  ", parent=row)
-                v = inner.emit(value)
-                idx = g.index(flat_index(ov + (JVAR,), buf.strides))
-                row.lines += inner.lines + [f"{ind}  {g.ptr[buf.name]}[{idx}] = {v};", f"{ind}}}"]
+            self._store_loops(g, row, ind, buf, value, extent(L), vec)
         out += row.lines
         if ov:
             out.append(f"{ind[:-2]}}}")
         return out
+
+    def _store_loops(self, g: KernelGen, row: Scope, ind: str, buf, value, extent: str, vec: bool):
+        """The loops storing one row of ``buf`` (``extent`` elements) into ``row``'s lines."""
+        k, ov = g.kernel, g.kernel.outer_vars
+        flat = not ov and not k.reductions
+        # A row stored piecewise (a cat, a rotary's rotate_half) loops once per piece: in each,
+        # gcc knows j's range, folds the piece's select and min/max, and loads run at stride 1.
+        for lo, hi in ([("0", extent)] if flat else row_pieces(value, extent)):
+            if flat:
+                row.lines.append(f"{ind}#pragma omp parallel for{' simd' if vec else ''} "
+                                 f"num_threads(nt > 1 ? nt : 1) if(parallel: nt > 1)")
+            elif vec:
+                row.lines.append(f"{ind}#pragma omp simd")
+            row.lines.append(f"{ind}for (int64_t {JVAR} = {lo}; {JVAR} < {hi}; {JVAR}++) {{")
+            inner = Scope(g, ind + "  ", parent=row)
+            v = inner.emit(value)
+            idx = g.index(flat_index(ov + (JVAR,), buf.strides))
+            row.lines += inner.lines + [f"{ind}  {g.ptr[buf.name]}[{idx}] = {v};", f"{ind}}}"]
 
     def module_source(self, parts) -> str:
         return "\n\n".join([PRELUDE] + parts)
@@ -381,7 +386,7 @@ class CppTarget(Target):
         accumulator per column, rows outer and the block's columns inner (stride 1, vectorized),
         then the row stores of each column."""
         k = g.kernel
-        c = _column_dim(k)
+        c = column_dim(k)
         x0, cols = k.outer_vars[c], k.outer[c]
         n_rows, ncols = g.expr(k.reductions[0][0].rsize), g.expr(cols)
         ones = [f"  const int64_t {v} = 0;" for i, v in enumerate(k.outer_vars) if i != c]  # extent-1 dims
@@ -403,121 +408,6 @@ class CppTarget(Target):
             v = row.emit(value)
             row.lines.append(f"      {g.ptr[buf.name]}[{g.index(flat_index(k.outer_vars, buf.strides))}] = {v};")
         return out + row.lines + ["    }", "  }"]
-
-
-def _column_dim(k):
-    """The one row dim of kernel ``k`` whose extent is not 1 (others are 1: a ``[1, C]`` bias
-    gradient), or None."""
-    dims = [i for i, e in enumerate(k.outer) if sympy.sympify(e) != 1]
-    return dims[0] if len(dims) == 1 else None
-
-
-_SPLITS = {OpKind.LT: 0, OpKind.GE: 0, OpKind.LE: 1, OpKind.GT: 1}
-#: At most this many pieces per row loop (each is a copy of the loop body).
-MAX_PIECES = 4
-
-
-def row_pieces(value, extent: str) -> list:
-    """``[(lo, hi)]`` C++ bounds covering ``0 <= j < extent``, split where ``value`` compares
-    ``j`` with an integer constant (``j < 32``: a cat's or rotate_half's seam).
-
-    >>> import torch
-    >>> from compiler.ir import SizeVal
-    >>> j, c = SizeVal(JVAR, torch.int64), SizeVal(sympy.Integer(32), torch.int64)
-    >>> row_pieces(Op(OpKind.LT, (j, c), torch.bool), "L")
-    [('0', 'std::min<int64_t>(32, L)'), ('std::min<int64_t>(32, L)', 'L')]
-    """
-    cuts = set()
-    for n in walk(value):
-        if not (isinstance(n, Op) and OpKind(n.op) in _SPLITS and len(n.args) == 2):
-            continue
-        a, b = (_int_of(x) for x in n.args)
-        if isinstance(a, sympy.Symbol) and a == JVAR and isinstance(b, int):
-            cuts.add(b + _SPLITS[OpKind(n.op)])
-        elif isinstance(b, sympy.Symbol) and b == JVAR and isinstance(a, int):
-            cuts.add(a + 1 - _SPLITS[OpKind(n.op)])  # c < j is j >= c + 1; c <= j is j >= c
-    cuts = sorted(c for c in cuts if c > 0)[:MAX_PIECES - 1]
-    if not cuts:
-        return [("0", extent)]
-    bounds = ["0"] + [f"std::min<int64_t>({c}, {extent})" for c in cuts] + [extent]
-    return list(zip(bounds[:-1], bounds[1:]))
-
-
-def _int_of(v):
-    """An IR value as JVAR or a Python int where it is one (else None)."""
-    if isinstance(v, SizeVal):
-        e = sympy.sympify(v.expr)
-        return int(e) if e.is_Integer else e if e == JVAR else None
-    if isinstance(v, Const) and isinstance(v.value, int) and not isinstance(v.value, bool):
-        return v.value
-    return None
-
-
-@functools.lru_cache(maxsize=4096)
-def affine_in_loops(index) -> bool:
-    """Whether a load's ``index`` is affine in the row loops' variables (``j``, ``r``): then
-    consecutive lanes read at a fixed stride; otherwise (a cat's ``min``, a head split's ``//``
-    and ``%``) it is a gather.
-
-    >>> affine_in_loops(JVAR * 3 + 5), affine_in_loops(sympy.Min(JVAR, 31))
-    (True, False)
-    """
-    e = sympy.sympify(index)
-    if not e.free_symbols & {JVAR, RVAR}:
-        return True
-    try:
-        return sympy.Poly(e, JVAR, RVAR).total_degree() <= 1
-    except sympy.PolynomialError:
-        return False
-
-
-#: Columns per block of a column reduction (its accumulators live on the stack).
-COLUMN_BLOCK = 64
-
-
-def column_reduction(k) -> bool:
-    """Whether kernel ``k`` sums down columns: one row dim (others of extent 1), float sums only (none reading
-    another), no per-element stores, and some load walking the rows with a stride while the
-    row dim is its stride-1 dim (a bias gradient: ``g.sum(0)`` of a ``[T, C]`` gradient).
-    Looping rows inside columns there reads memory with stride C and cannot vectorize.
-
-    >>> import torch, shapes
-    >>> from compiler.lowering import lower
-    >>> from compiler.scheduler import schedule
-    >>> col = schedule(lower(shapes.trace(lambda g: g.sum(0), "g: f32[T, 64]")))[0]
-    >>> row = schedule(lower(shapes.trace(lambda g: g.sum(1), "g: f32[T, 64]")))[0]
-    >>> column_reduction(col), column_reduction(row)
-    (True, False)
-    """
-    c = _column_dim(k)
-    if c is None or k.inner_stores or not k.reductions:
-        return False
-    if len({sympy.sympify(r.rsize) for r, _, _ in k.reductions}) != 1:
-        return False
-    x0 = k.outer_vars[c]
-    strided = False
-    for red, _, body in k.reductions:
-        if red.op != "sum" or not compute_dtype(red.dtype).is_floating_point:
-            return False
-        for n in walk(body):
-            if isinstance(n, RedRef):
-                return False
-            if not isinstance(n, Load):
-                continue
-            e = sympy.sympify(n.index)
-            if RVAR not in e.free_symbols:
-                continue
-            try:
-                poly = sympy.Poly(e, x0, RVAR)
-            except sympy.PolynomialError:
-                return False
-            cx, cr = e.diff(x0), e.diff(RVAR)
-            if poly.total_degree() > 1 or cx not in (0, 1) or cr.free_symbols & {x0, RVAR}:
-                return False
-            if cx == 1 and cr == 1:
-                return False  # contiguous along the rows: the row form reads it with stride 1
-            strided = strided or cx == 1
-    return strided
 
 
 CPP = CppTarget()
