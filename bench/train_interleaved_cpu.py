@@ -1,0 +1,102 @@
+"""CPU training steps timed side by side: eager, Inductor dynamic and symshape in turn.
+
+:mod:`bench.train_compare` times each mode's run of random lengths apart (medians over
+steps, one mode after another): on this shared 2-core machine its ratios move by 1.5x
+between runs.  This bench builds the same models (:func:`bench.train_compare.build`, CPU
+sizes), compiles each mode once, warms every mode at each length, then runs the modes in
+turn (round robin) ``--reps`` times per length and keeps each mode's fastest step: a slow
+spell of the machine hits every mode alike.  A step is forward (the model's loss) and
+backward under ``--dtype`` autocast; gradients are zeroed, no optimizer.
+
+Usage::
+
+    OMP_NUM_THREADS=1 python bench/train_interleaved_cpu.py --models gpt2,llama,bert --lengths 257,700
+
+Example::
+
+    >>> sorted(fastest({"a": lambda: None, "b": lambda: None}, 2))
+    ['a', 'b']
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import compiler  # noqa: E402
+from bench import train_compare as tc  # noqa: E402
+from bench.cpu_compare import geomean  # noqa: E402
+
+MODES = ("eager", "ind_dyn", "symshape")
+
+
+def fastest(steps: dict, reps: int) -> dict:
+    """{mode: fastest of ``reps`` runs in ms}, the modes' ``steps()`` run in turn."""
+    best = dict.fromkeys(steps, float("inf"))
+    for _ in range(reps):
+        for mode, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            best[mode] = min(best[mode], time.perf_counter() - t0)
+    return {mode: t * 1e3 for mode, t in best.items()}
+
+
+def _step(fn, model, batch, dtype):
+    with torch.autocast("cpu", dtype=dtype, enabled=dtype != torch.float32):
+        loss = fn(**batch).loss
+    loss.backward()
+    model.zero_grad(set_to_none=True)
+
+
+def run_model(name, lengths, reps, dtype) -> dict:
+    """{length: {mode: ms}} for one model."""
+    compiled = {}
+    for mode in MODES:
+        model, batch = tc.build(name, "cpu", max(lengths) + 1)
+        if mode == "eager":
+            fn = model
+        elif mode == "ind_dyn":
+            fn = torch.compile(model, dynamic=True)
+        else:
+            compiler.register()
+            fn = torch.compile(model, backend="symshape", dynamic=True)
+        compiled[mode] = (fn, model)
+    g = torch.Generator().manual_seed(0)
+    batches = {L: batch(L, g) for L in lengths}
+    for fn, model in compiled.values():  # compile (and warm) every mode at every length first
+        for L in lengths:
+            _step(fn, model, batches[L], dtype)
+    return {L: fastest({mode: (lambda f=fn, m=model, b=batches[L]: _step(f, m, b, dtype))
+                        for mode, (fn, model) in compiled.items()}, reps) for L in lengths}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="gpt2,llama,bert")
+    ap.add_argument("--lengths", default="257,700")
+    ap.add_argument("--reps", type=int, default=6)
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    a = ap.parse_args(argv)
+    dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
+    lengths = [int(v) for v in a.lengths.split(",")]
+    print(f"torch={torch.__version__} threads={torch.get_num_threads()} {a.dtype} reps={a.reps} "
+          f"sizes={tc._sizes('cpu')} load average at start: {os.getloadavg()[0]:.1f}")
+    print(f"{'model':<6} {'L':>5} " + " ".join(f"{m + ' ms':>12}" for m in MODES) + f" {'sym/eager':>10} {'sym/ind':>8}")
+    rows = []
+    for name in a.models.split(","):
+        for L, ms in run_model(name, lengths, a.reps, dtype).items():
+            rows.append(ms)
+            print(f"{name:<6} {L:>5} " + " ".join(f"{ms[m]:>12.2f}" for m in MODES)
+                  + f" {ms['eager'] / ms['symshape']:>9.2f}x {ms['ind_dyn'] / ms['symshape']:>7.2f}x", flush=True)
+    print(f"geomean symshape: vs eager {geomean([r['eager'] / r['symshape'] for r in rows]):.2f}x, "
+          f"vs Inductor dynamic {geomean([r['ind_dyn'] / r['symshape'] for r in rows]):.2f}x; "
+          f"load average at end: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
