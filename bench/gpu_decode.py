@@ -173,11 +173,29 @@ def _profile(fn, tok, cache, method, S, device, profile_dir):
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=acts) as p:
-        for _ in range(5):
+        for _ in range(10):
             out = fn(input_ids=tok[:, None], past_key_values=cache, use_cache=True)
             tok = out.logits[:, -1].argmax(-1)
         _sync(device)
     os.makedirs(profile_dir, exist_ok=True)
+    # The host side of the same steps, by Python function (torch.profiler shows ATen calls only).
+    import cProfile
+    import io
+    import pstats
+    pr = cProfile.Profile()
+    _sync(device)
+    pr.enable()
+    for _ in range(20):
+        out = fn(input_ids=tok[:, None], past_key_values=cache, use_cache=True)
+        tok = out.logits[:, -1].argmax(-1)
+    _sync(device)
+    pr.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(pr, stream=text)
+    stats.sort_stats("tottime").print_stats(45)
+    stats.sort_stats("cumtime").print_stats(45)
+    with open(os.path.join(profile_dir, f"decode_{method}_S{S}_cprofile.txt"), "w") as f:
+        f.write(f"cProfile of 20 decode steps ({method}, S from {S})\n" + text.getvalue())
     with open(os.path.join(profile_dir, f"decode_{method}_S{S}.txt"), "w") as f:
         sort = "cuda_time_total" if device == "cuda" else "cpu_time_total"
         f.write(p.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=80))
