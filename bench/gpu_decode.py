@@ -155,6 +155,7 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
         gps = graphed_programs()
         row["cuda_graphs"] = sum(gp.graph_count() for gp in gps)
         row["graph_mib"] = sum(gp.graph_bytes() for gp in gps) / 2 ** 20
+        row["piecewise"] = [p.report().splitlines()[0] for gp in gps for p in gp.pieces.values() if p is not None]
         if profile_dir:
             with open(os.path.join(profile_dir, "decode_symshape_graphs_report.txt"), "w") as f:
                 f.write("\n".join(gp.report() for gp in gps))
@@ -207,7 +208,8 @@ def print_table(rows, lengths, device):
     print(f"\ndecode: Llama (4 layers, d=1024, 16/4 heads, fp16) greedy with a growing KV cache, B=1, on "
           f"{torch.cuda.get_device_name() if device == 'cuda' else device}; ms per token (median) at the S the "
           f"timed steps start from")
-    eager = next((r for r in rows if r.get("method") == "eager" and "ms" in r), None)
+    eager = next((r for r in rows if r.get("method") == "eager" and "ms" in r), None) or next(
+        (r for r in rows if r.get("method") == "eager_nocudnn" and "ms" in r), None)
     dyn = next((r for r in rows if r.get("method") == "inductor_dyn" and "ms" in r), None)
     dyn_nc = next((r for r in rows if r.get("method") == "inductor_dyn_nocudnn" and "ms" in r), None)
     head = f"{'method':<20}" + "".join(f"{'S=' + str(s):>10}" for s in lengths) + \
@@ -233,6 +235,8 @@ def print_table(rows, lengths, device):
               f"{r['kv_mib']:>8.1f}{firsts:>7.1f}  {same}")
         if r.get("fail"):
             print(f"{'':<20} (then failed: {r['fail']})")
+        for line in r.get("piecewise", []):
+            print(f"{'':<20} {line}")
 
 
 def main(argv=None):

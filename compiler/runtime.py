@@ -36,7 +36,7 @@ from shapes.guard import GuardKind
 from shapes.program import violation_message
 from shapes.spec import Dim, DimExpr, check_declared_values, parse_dims, parse_spec
 
-from . import sized_masks
+from . import mask_proofs, sized_masks
 from .attention import fuse_causal_attention
 from .sdpa_calls import tune_calls
 from .codegen import TARGETS
@@ -193,6 +193,12 @@ class Variant:
         self.masks = sized_masks.find(plan, outside, lp.buffers, slot)
         self.plan = plan = sized_masks.rewrite(plan, self.masks, len(exprs))
         self._classifier = None
+        # Masks whose class holds at every size (compiler.mask_proofs) need no classification:
+        # a decode step runs unmasked attention at its first call, without a sync.
+        self.proven = mask_proofs.proven_classes(self.tp, self.masks, list(exprs))
+        #: The classes a shape's first call runs at: the proved ones, else KEEP (the mask as it is).
+        self.fixed_classes = tuple(sized_masks.MaskClass.KEEP if c is None else c for c in self.proven)
+        self.all_proven = all(c is not None for c in self.proven)
         #: The size slots' expressions (slot i is ``size_exprs[i]``), and their compiled function.
         self.size_exprs = list(exprs)
         self.size_fn = compile_exprs(self.size_exprs, lp.symbols)
@@ -273,11 +279,12 @@ class Variant:
         sizes = self.size_fn(*kvals)
         if not self.masks:
             return sizes
-        if not classify:
-            return (*sizes, *(sized_masks.MaskClass.KEEP,) * len(self.masks))
+        if not classify or self.all_proven:
+            return (*sizes, *self.fixed_classes)
         if self._classifier is None:
             self._classifier = sized_masks.MaskClassifier(self.plan, self.masks, self.tp.device)
-        return (*sizes, *self._classifier.classes(kvals, sizes))
+        got = self._classifier.classes(kvals, sizes)
+        return (*sizes, *(c if p is None else p for p, c in zip(self.proven, got)))
 
     def run_bound(self, tensors, sizes, launches):
         """Run with the size values and bound launches of :meth:`bind_sizes` (asserts checked)."""
@@ -291,11 +298,16 @@ class Variant:
         fn = self._fns.get(classes)
         if fn is None:
             lp = self.lp
-            plan = sized_masks.without_masks(self.plan, self.masks, classes)
-            skip = sized_masks.droppable(plan, template_buffers(list(self.outputs), set()), self.masks, classes)
+            plan, skip = self.plan_at(classes)
             fn = self._fns[classes] = straight_line(plan, [b.name for b in lp.inputs],
                                                     [b.name for b, _ in lp.consts], self.outputs, skip=skip)[1]
         return fn
+
+    def plan_at(self, classes: tuple) -> tuple:
+        """``(plan, skip)``: the plan at these mask classes (dropped masks not passed) and the
+        indices of its steps that only made them."""
+        plan = sized_masks.without_masks(self.plan, self.masks, classes)
+        return plan, sized_masks.droppable(plan, template_buffers(list(self.outputs), set()), self.masks, classes)
 
 
 def default_device(target: str) -> torch.device:
@@ -467,7 +479,7 @@ class CompiledProgram:
         sizes, launches = v.bind_sizes(values, classify=False)
         out = v.run_bound(tensors, sizes, launches)
         if key is not None and len(self._bound) < 4096:
-            self._bound[key] = (v, sizes, launches, values if v.masks else None)
+            self._bound[key] = (v, sizes, launches, values if v.masks and not v.all_proven else None)
         return out
 
 
