@@ -70,6 +70,12 @@ def make_model(smoke: bool, device):
     return model, conf, dtype
 
 
+def _gap(logits) -> float:
+    """The top-1 minus top-2 logit: how near a tie this step's greedy choice was."""
+    top = logits.float().topk(2).values
+    return float(top[0] - top[1])
+
+
 def _sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
@@ -129,22 +135,29 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
             t0 = time.perf_counter()
             out = fn(input_ids=prompt, past_key_values=cache, use_cache=True)
             tok = out.logits[:, -1].argmax(-1)
-            toks, times = [int(tok)], []
+            toks, times, host, gaps = [int(tok)], [], [], [_gap(out.logits[0, -1])]
             for k in range(warm + steps):
                 _sync(device)
                 t1 = time.perf_counter()
                 out = fn(input_ids=tok[:, None], past_key_values=cache, use_cache=True)
+                t2 = time.perf_counter()  # the host's part: the call returned, its kernels queued
                 tok = out.logits[:, -1].argmax(-1)
                 _sync(device)
                 if k == 0:
                     row["first_s"][S] = time.perf_counter() - t0
                 if k >= warm:
                     times.append(time.perf_counter() - t1)
+                    host.append(t2 - t1)
                 toks.append(int(tok))
+                gaps.append(_gap(out.logits[0, -1]))
             row["ms"][S] = statistics.median(times) * 1e3
+            row.setdefault("host_ms", {})[S] = statistics.median(host) * 1e3
+            row.setdefault("step_ms", {})[S] = [round(t * 1e3, 3) for t in times]
+            row.setdefault("gaps", {})[S] = gaps
             row["tokens"][S] = toks
-            if profile_dir and method in ("symshape", "symshape_graphs", "inductor_dyn") and S == lengths[
-                    len(lengths) // 2]:
+            # The graphed way at every S (its ms per token varies with S); the others at the largest.
+            if profile_dir and (method == "symshape_graphs" or method in ("symshape", "inductor_dyn") and S == lengths[
+                    -1]):
                 _profile(fn, tok, cache, method, S, device, profile_dir)
             del cache, out
     row["dynamo_graphs"] = _dynamo_graphs() - g0
@@ -237,6 +250,21 @@ def print_table(rows, lengths, device):
             print(f"{'':<20} (then failed: {r['fail']})")
         for line in r.get("piecewise", []):
             print(f"{'':<20} {line}")
+        if "host_ms" in r:
+            print(f"{'  host ms':<20}" + "".join(f"{r['host_ms'].get(s, float('nan')):>10.3f}" for s in lengths) +
+                  "   (median time until the call returned: the host's part of a token)")
+            for s in lengths:
+                st = r["step_ms"].get(s, [])
+                if st:
+                    print(f"{'':<20} S={s}: timed steps ms min {min(st):.3f} max {max(st):.3f}: "
+                          + " ".join(f"{t:.2f}" for t in st))
+        if eager and r is not eager:
+            for s in lengths:
+                ta, tb = r["tokens"][s], eager["tokens"][s]
+                k = next((i for i, (a, b) in enumerate(zip(ta, tb)) if a != b), None)
+                if k is not None:
+                    print(f"{'':<20} S={s}: first token unlike eager's at step {k}; eager's top-1 minus top-2 "
+                          f"logit there {eager['gaps'][s][k]:.4f}, this way's {r['gaps'][s][k]:.4f}")
 
 
 def main(argv=None):
@@ -279,8 +307,9 @@ def main(argv=None):
         except subprocess.TimeoutExpired:
             row = {"method": m, "fail": f"timed out after {a.timeout:.0f} s"}
         for S in list(row.get("ms", {})):  # JSON keys are strings
-            for k in ("ms", "tokens", "first_s"):
-                row[k][int(S)] = row[k].pop(S)
+            for k in ("ms", "tokens", "first_s", "host_ms", "step_ms", "gaps"):
+                if k in row:
+                    row[k][int(S)] = row[k].pop(S)
         rows.append(row)
         print(f"[{m} done in {time.perf_counter() - t0:.0f}s]" + (f" {row['fail']}" if "fail" in row else ""),
               flush=True)
