@@ -85,13 +85,40 @@ def _scalar(a):
     raise Unproved(f"{a!r}: not a number")
 
 
-def _broadcast(node, idx):
-    """``idx`` (the output's indices) as indices of ``node`` broadcast into it."""
+def _broadcast(node, idx, out: tuple):
+    """``idx`` (indices into a tensor of shape ``out``) as indices of ``node`` broadcast into it:
+    its dims of size 1 read index 0, the others must be the output's own size."""
     shape = _shape(node)
     lead = len(idx) - len(shape)
     if lead < 0:
         raise Unproved("broadcast to fewer dims")
-    return tuple(sympy.Integer(0) if d == 1 else i for d, i in zip(shape, idx[lead:]))
+    got = []
+    for d, o, i in zip(shape, out[lead:], idx[lead:]):
+        if d == 1:
+            got.append(sympy.Integer(0))
+        elif sympy.simplify(d - o) == 0:
+            got.append(i)
+        else:
+            raise Unproved("a dim that may broadcast at some sizes")
+    return tuple(got)
+
+
+def _is_truth(x) -> bool:
+    # A sympy Symbol is a Boolean too: a truth value is a Boolean that is not an expression.
+    return isinstance(x, sympy.logic.boolalg.Boolean) and not isinstance(x, sympy.Expr)
+
+
+def _number(x):
+    """``x`` where arithmetic or an order comparison reads it: an integer, never a truth value."""
+    if _is_truth(x):
+        raise Unproved("arithmetic on a boolean tensor")
+    return x
+
+
+def _operands(node, idx):
+    out = _shape(node)
+    return [element(a, _broadcast(a, idx, out)) if isinstance(a, torch.fx.Node) and "shape" in a.meta
+            else _scalar(a) for a in node.args[:2]]
 
 
 def element(node, idx: tuple):
@@ -122,25 +149,26 @@ def element(node, idx: tuple):
         step = _scalar(args[2]) if len(args) > 2 else sympy.Integer(1)
         return start + step * idx[0]
     if name in _SAME or (name == "_to_copy" and set(kw) <= {"dtype", "device", "layout"}):
+        src = args[0].meta.get("dtype") if isinstance(args[0], torch.fx.Node) else None
+        if src is None or (src is torch.bool) != (dtype is torch.bool):
+            raise Unproved("a cast between truth values and integers")
         return element(args[0], idx)
     if name in _ARITH:
         if set(kw) - {"alpha"} or len(args) != 2 or kw.get("alpha", 1) != 1:
             raise Unproved(f"{name} with alpha")
-        x, y = (element(a, _broadcast(a, idx)) if isinstance(a, torch.fx.Node) and "shape" in a.meta
-                else _scalar(a) for a in args)
+        x, y = (_number(v) for v in _operands(node, idx))
         return _ARITH[name](x, y)
     if name in _CMP:
-        x, y = (element(a, _broadcast(a, idx)) if isinstance(a, torch.fx.Node) and "shape" in a.meta
-                else _scalar(a) for a in args[:2])
+        x, y = (_number(v) for v in _operands(node, idx))
         return _CMP[name](x, y)
     if name in ("bitwise_and", "logical_and", "bitwise_or", "logical_or"):
-        x, y = (element(a, _broadcast(a, idx)) for a in args[:2])
-        if not all(isinstance(v, sympy.logic.boolalg.Boolean) for v in (x, y)):
+        x, y = _operands(node, idx)
+        if not (_is_truth(x) and _is_truth(y)):
             raise Unproved(f"{name} of integers")
         return sympy.And(x, y) if name.endswith("and") else sympy.Or(x, y)
     if name in ("bitwise_not", "logical_not"):
         x = element(args[0], idx)
-        if not isinstance(x, sympy.logic.boolalg.Boolean):
+        if not _is_truth(x):
             raise Unproved(f"{name} of integers")
         return sympy.Not(x)
     return element(args[0], _view_index(name, node, idx))
@@ -169,8 +197,7 @@ def _view_index(name, node, idx) -> tuple:
             raise Unproved("slice from a negative or symbolic start")
         return idx[:d] + (start + step * idx[d],) + idx[d + 1:]
     if name == "expand":
-        lead = len(idx) - len(src)
-        return tuple(sympy.Integer(0) if s == 1 else i for s, i in zip(src, idx[lead:]))
+        return _broadcast(args[0], idx, _shape(node))
     if name in ("view", "_unsafe_view", "reshape", "view_as_traced"):
         # Only views that add or drop size-1 dims: the other dims keep their indices.
         out = _shape(node)

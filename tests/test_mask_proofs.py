@@ -134,3 +134,26 @@ def test_hf_llama_decode_mask_is_proved_and_tokens_equal_eager(monkeypatch):
         # No step of any segment makes the mask, and every SDPA step is passed no mask.
         steps = [st for s in pw.segments for st in s.steps]
         assert not any(getattr(st, "out", None) == m.mask for m in v.masks for st in steps)
+
+
+def _odd_keys(q, k, v):
+    # Integer bitwise and: not a logical And of truth values.
+    S = k.shape[-2]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=((torch.arange(S) & 1) == 1)[None, None, None])
+
+
+def _cast_twice(q, k, v):
+    # A truth value cast to an integer and compared: no closed form taken for it.
+    S = k.shape[-2]
+    keep = (torch.arange(S)[None, :] <= torch.arange(1)[:, None] + (S - 1)).to(torch.int64) > 0
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=keep[None, None])
+
+
+@pytest.mark.parametrize("fn", [_odd_keys, _cast_twice])
+def test_integer_bit_ops_and_casts_are_not_taken_for_logic(fn):
+    f = compiler.compile(fn, "q: f32[1, 2, 1, 8]", "k: f32[1, 2, S, 8]", "v: f32[1, 2, S, 8]", dims={"S": (2, 64)})
+    (v,) = f.variants
+    assert v.proven == (None,)
+    for S in (2, 3, 8):
+        q, k = torch.randn(1, 2, 1, 8), torch.randn(1, 2, S, 8)
+        torch.testing.assert_close(f(q, k, k), fn(q, k, k), atol=1e-5, rtol=1e-5)
