@@ -41,7 +41,16 @@ def _dt(node):
 
 
 def _meta(a):
-    return a.meta["val"] if hasattr(a, "meta") else a
+    """What type promotion sees of an argument: a tensor node's meta value; for a size passed
+    as a scalar (a SymInt node, ``x <= k.shape[-2]``), a Python number of its kind."""
+    if not hasattr(a, "meta"):
+        return a
+    if "val" in a.meta:
+        return a.meta["val"]
+    expr = a.meta.get("expr")
+    if expr is not None:
+        return 1 if getattr(expr, "is_integer", False) else 1.0
+    return a.meta["val"]  # no rule: the KeyError says which node
 
 
 def _pointwise(lw, node, args, f, compute=None):

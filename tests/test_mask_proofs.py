@@ -157,3 +157,18 @@ def test_integer_bit_ops_and_casts_are_not_taken_for_logic(fn):
     for S in (2, 3, 8):
         q, k = torch.randn(1, 2, 1, 8), torch.randn(1, 2, S, 8)
         torch.testing.assert_close(f(q, k, k), fn(q, k, k), atol=1e-5, rtol=1e-5)
+
+
+def _against_a_size(q, k, v):
+    # A size compared as a scalar: le.Scalar with a SymInt (the lowering raised KeyError 'val'
+    # on it: a size node has no meta value, only its expression).
+    S = k.shape[-2]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=(torch.arange(S) <= S - 1)[None, None, None])
+
+
+def test_a_mask_compared_with_a_size_compiles_and_is_proved():
+    f = compiler.compile(_against_a_size, "q: f32[1, 2, 1, 8]", "k: f32[1, 2, S, 8]", "v: f32[1, 2, S, 8]")
+    assert f.variants[0].proven == (MaskClass.NONE,)
+    for S in (2, 3, 11):
+        q, k = torch.randn(1, 2, 1, 8), torch.randn(1, 2, S, 8)
+        torch.testing.assert_close(f(q, k, k), _against_a_size(q, k, k), atol=1e-5, rtol=1e-5)
