@@ -121,13 +121,41 @@ def measure(form, bufs, out, rows) -> dict:
     return dict(first=statistics.median(first), second=statistics.median(second), first_max=max(first), segs=segs)
 
 
+def sequence(dtype, forms, *, groups=3, per=12, bucket=1, seed=100) -> list:
+    """A training run's view: per form, ``groups * per`` calls at row counts ``8 * T`` (``T``
+    drawn in 64..1024, rounded up to ``bucket`` rows; a row count may repeat, as lengths do),
+    one call each; the median host us of each group in order (a cost that decays as kernels
+    and shapes are met, or one paid at every new shape)."""
+    mmax = 8 * 1024 + 1024
+    bufs = _bufs(dtype, mmax)
+    rng = random.Random(seed)
+    out = []
+    for f in forms:
+        f.call(bufs, 8 * 1100, None)
+        times = []
+        for _ in range(groups * per):
+            m = -(-8 * rng.randint(64, 1024) // bucket) * bucket
+            times.append(_host_us(lambda: f.call(bufs, m, None)))
+        out.append((f.name, [statistics.median(times[g * per:(g + 1) * per]) for g in range(groups)]))
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dtypes", default="bf16,fp32")
     ap.add_argument("--libs", default="cublas,cublaslt")
     ap.add_argument("--new", type=int, default=12, help="new row counts per (config, form)")
     ap.add_argument("--buckets", type=int, default=1)
+    ap.add_argument("--sequence", action="store_true", help="bf16 cuBLAS: group medians of one call per drawn "
+                    "row count (see sequence), unrounded and rounded up to --buckets")
     a = ap.parse_args(argv)
+    if a.sequence:
+        forms = [f for f in FORMS if f.name in ("fwd_addmm_conv1d", "fwd_linear", "dgrad_mm", "head_mm", "wgrad_mm_sumM")]
+        for k, bucket in enumerate(sorted({1, a.buckets})):
+            for name, meds in sequence(torch.bfloat16, forms, bucket=bucket, seed=100 + k):
+                print(f"sequence bf16 rows rounded to {bucket:<5} {name:<18} group medians us "
+                      + " ".join(f"{x:8.1f}" for x in meds), flush=True)
+        return
     dtypes = {"bf16": torch.bfloat16, "fp32": torch.float32}
     mmax = 8 * 1024 + 1024
     used: set = set()
