@@ -264,13 +264,37 @@ def _run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
         res["fallbacks"] = compiler.BACKEND_STATS.get("eager_train_graphs", 0) - fb0
         if device == "cuda":
             res["peak_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
+            res["mem"] = memory_phases(fn, batch(max(lens), g), opt, dtype)
         if mode.startswith("symshape"):
             res.update({k: v - parts0[k] for k, v in _parts().items()})
     print(f"  {name:<6} {str(dtype)[6:]:<8} {mode:<10} ms={res['ms']:8.2f} compile={res['compile_s']:6.1f}s "
           f"recompiles={res['recompiles']} fallbacks={res['fallbacks']} peak={res['peak_mib']:.0f}MiB "
-          f"err={res['err']:.1e}" + (f" {_split(res)}" if "sym_graphs_s" in res else ""),
+          f"err={res['err']:.1e}" + (f" {_split(res)}" if "sym_graphs_s" in res else "")
+          + (" mem at the longest length MiB: " + ", ".join(f"{k} {v:.0f}" for k, v in res["mem"].items())
+             if "mem" in res else ""),
           file=log, flush=True)
     return res
+
+
+def memory_phases(fn, b, opt, dtype) -> dict:
+    """CUDA memory of one more step (after the timed ones), in MiB: allocated before it (weights,
+    AdamW state), the forward's peak above that, what the forward leaves for the backward (saved
+    activations, the loss, logits), and the backward's peak above the start."""
+    mib = 2 ** 20
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.autocast(device_type="cuda", dtype=dtype, enabled=dtype != torch.float32):
+        loss = fn(**b).loss
+    torch.cuda.synchronize()
+    fwd_peak, saved = torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loss.backward()
+    torch.cuda.synchronize()
+    bwd_peak = torch.cuda.max_memory_allocated()
+    opt.zero_grad(set_to_none=True)
+    return {"base": base / mib, "fwd_peak": (fwd_peak - base) / mib, "saved": (saved - base) / mib,
+            "bwd_peak": (bwd_peak - base) / mib}
 
 
 def _split(r) -> str:
