@@ -185,7 +185,8 @@ def grad_error(model, fn, batch, dtype, device) -> float:
 
 def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
     """See :func:`_run_mode`; ``symshape_buckets`` is symshape with its half-precision CUDA matmuls'
-    rows rounded up to few buckets (:mod:`compiler.row_buckets`), ``symshape_nobuckets`` without."""
+    rows rounded up to few buckets (:mod:`compiler.row_buckets`; the default for training graphs),
+    ``symshape_nobuckets`` without."""
     if mode in ("symshape_buckets", "symshape_nobuckets"):
         from compiler import row_buckets
         was, row_buckets.ENABLED = row_buckets.ENABLED, mode == "symshape_buckets"
@@ -460,6 +461,7 @@ def main(argv=None):
                 run_lens = run_lens[:static_steps] if m == "ind_static" else run_lens
                 if a.isolate:
                     res[m] = _in_subprocess(a, name, dt, m, run_lens)
+                    _write(a, head, rows, modes, steps, static_steps, t_start)  # a run cut short keeps each mode
                     continue
                 try:
                     res[m] = run_mode(m, name, dtypes[dt], a.device, run_lens, 127, sys.stdout)
@@ -469,12 +471,18 @@ def main(argv=None):
                 if a.device == "cuda":
                     torch.cuda.empty_cache()
             # The table so far after every row: a run cut short keeps what it measured.
-            table = (head + f"\nInductor static ran the first {static_steps} steps (one compile per length)\n\n"
-                     + report(rows, modes, a.device, steps) + f"\n\nwall {time.perf_counter() - t_start:.0f}s")
-            if a.out:
-                with open(a.out, "w") as f:
-                    f.write(table + "\n")
+            table = _write(a, head, rows, modes, steps, static_steps, t_start)
     print(table)
+
+
+def _write(a, head, rows, modes, steps, static_steps, t_start) -> str:
+    """The table of ``rows`` so far, written to ``--out`` when given."""
+    table = (head + f"\nInductor static ran the first {static_steps} steps (one compile per length)\n\n"
+             + report(rows, modes, a.device, steps) + f"\n\nwall {time.perf_counter() - t_start:.0f}s")
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(table + "\n")
+    return table
 
 
 if __name__ == "__main__":

@@ -288,6 +288,33 @@ def _scatter_value(lw, node, self, dim, index, value):
     return lw.out_box(node, fn)
 
 
+@register(aten.gather.default)
+def _gather(lw, node, self, dim, index, sparse_grad=False):
+    """``gather(self, dim, index)`` with one index per row along ``dim`` (``index`` of ``self``'s
+    sizes, 1 along ``dim``): the sum along ``dim`` of ``where(i_dim == index, self, 0)``, one term
+    picked and zeros (exact in any dtype), so the NLL loss's pick from the log-probabilities
+    fuses with the log-softmax that makes them instead of an ATen gather reading a
+    ``[rows, vocabulary]`` fp32 tensor.  Other index shapes stay ATen's gather; like
+    :func:`_scatter_value`, the fused form does not check the index range."""
+    shape, dt = tuple(node.meta["shape"]), _dt(node)
+    n = len(shape)
+    if not isinstance(self, TensorBox) or not isinstance(index, TensorBox) or n == 0 or len(self.shape) != n \
+            or dt == torch.bool or dt.is_complex:
+        raise Unsupported("gather of non-tensors, 0-d or bool")
+    d = dim % n
+    if sympy.sympify(index.shape[d]) != 1 or any(sympy.sympify(index.shape[i]) != sympy.sympify(self.shape[i])
+                                                  for i in range(n) if i != d):
+        raise Unsupported("gather with more than one index per row")
+    acc = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+
+    def pick(idx):
+        at = tuple(sympy.Integer(0) if i == d else idx[i] for i in range(n))
+        hit = Op("eq", (SizeVal(idx[d], torch.int64), cast(index(at), torch.int64)), torch.bool)
+        return Op("where", (hit, cast(self(idx), acc), Const(0, acc)), acc)
+    red = lw.reduce(TensorBox(tuple(self.shape), acc, pick), [d], True, "sum", acc)
+    return lw.out_box(node, lambda idx: cast(red(idx), dt))
+
+
 @register(aten.scalar_tensor.default)
 def _scalar_tensor(lw, node, value, dtype=None, layout=None, device=None, pin_memory=None):
     return _full(lw, node, (), value)

@@ -56,6 +56,7 @@ from shapes.errors import SymshapeError
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from . import row_buckets
 from .graph_inputs import ArgKind, plan_graph
 from .runtime import CompiledProgram
 
@@ -155,7 +156,8 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
         # The graph already holds autocast's casts (AOTAutograd traced them): retrace as written.
         # AOTAutograd calls its compilers with its fake mode (and its tracing context) still
         # set: symshape's own trace runs outside them, as dynamo's backend call does.
-        with torch._C._DisableAutocast(), unset_fake_temporarily(), torch._guards.tracing(None):
+        with torch._C._DisableAutocast(), unset_fake_temporarily(), torch._guards.tracing(None), \
+                row_buckets.training_graphs():
             compiled = CompiledProgram(program, plan.specs, plan.dims, target, device=_traced_for(example_inputs, target))
     except SymshapeError as e:
         warn_fallback(stats, graph=graph, kind=FallbackKind.TRACE, reason=f"{type(e).__name__}: {e}")
@@ -174,7 +176,7 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
 
     def run(*args):
         tensors = [args[i] for i in tensor_pos]
-        with torch._C._DisableAutocast():
+        with torch._C._DisableAutocast(), row_buckets.training_graphs():  # a retrace plans as training
             got = compiled(*tensors)
         if simple:
             return list(got)

@@ -168,7 +168,8 @@ def test_backward_graph_ops_fuse_instead_of_aten_buffers():
         y = aten._to_copy.default(hot * x, dtype=torch.bfloat16, layout=torch.strided, device=torch.device("cpu"))
         z = torch.ops.prims.convert_element_type.default(x, torch.bfloat16)
         s = aten.slice_backward.default(x, [x.shape[0], x.shape[1] + 3], 1, 2, x.shape[1] + 2, 1)
-        return y, z, s
+        picked = aten.gather.default(torch.log_softmax(x, 1), 1, t.unsqueeze(1))  # the NLL loss's pick
+        return y, z, s, picked
 
     c = compiler.compile(f, "x: f32[N, C]", "t: i64[N]", target="cpp")
     assert [s.target for s in c.variants[0].steps if not hasattr(s, "inner_stores")] == []
