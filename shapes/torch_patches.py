@@ -13,6 +13,7 @@ process-wide): is_compiling() is True there, for example.
 | patch | why | since torch | undone by |
 | --- | --- | --- | --- |
 | ``torch.compiler._is_compiling_flag``, ``_is_exporting_flag`` (:func:`as_exporting`) | libraries take their trace-safe path (no ``.item()`` fast paths, ``torch._check`` rather than ``raise``) when ``is_compiling()``/``is_exporting()`` is True, as torch.export sets them | 2.11 | restoring the flags |
+| ``torch.compiler.is_compiling``, ``is_exporting`` (:func:`as_exporting`) | wrapped to count the reads made from outside torch (:func:`library_flag_reads`): a trace that raises in a library's compile path after such a read is traced again on eager's path (``shapes.tracer.trace``) | 2.11 | rebinding the functions |
 | ``OpOverload.py_kernels`` of the ops in ``eager_checks.dispatch.PY_KERNELS`` (:func:`eager_kernels`) | the Python kernels torch registers in front of the tracer differ from eager's kernel (shapes, checks); eager's take their place; ``scaled_dot_product_attention`` (CompositeImplicitAutograd) gets one that hands it whole to the tracer's mode (its math decomposition is not what eager runs), however the program bound the function | 2.11 | restoring each entry, clearing the dispatch cache |
 | Meta ``py_kernels`` of composite ops with a decomposition, backward traces only (:func:`composite_autograd_on_meta`) | autograd must see the composite's decomposition, not a Meta kernel with no derivative | 2.11 | restoring them |
 | the builtin ``scaled_dot_product_attention`` wherever a module bound it (``torch.nn.functional``, ``from torch.nn.functional import ...``) (:func:`sdpa_bool_flags`) | a decided size comparison passed as ``is_causal`` is a SymBool where eager has a bool; torch's argument parser rejects it *before* any TorchFunctionMode or dispatch mode sees the call, so only a Python wrapper bound where the program looks the name up can pass its value | 2.11 | rebinding the builtin |
@@ -34,6 +35,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import types
@@ -56,16 +58,22 @@ _MISSING = object()
 
 
 @contextlib.contextmanager
-def tracing(*, backward: bool = False):
+def tracing(*, backward: bool = False, compile_path: bool = True):
     """Apply every patch of the table above (with ``backward``, the backward-only one too), under :data:`LOCK`.
+
+    ``compile_path=False`` leaves torch's "am I compiled?" flags as eager has them (see :func:`as_exporting`).
 
     >>> with tracing():
     ...     with tracing():          # re-entrant in one thread
     ...         torch.compiler.is_exporting()
     True
+    >>> with tracing(compile_path=False):
+    ...     torch.compiler.is_exporting()
+    False
     """
     with LOCK, contextlib.ExitStack() as stack:
-        stack.enter_context(as_exporting())
+        if compile_path:
+            stack.enter_context(as_exporting())
         stack.enter_context(eager_kernels())
         stack.enter_context(sdpa_bool_flags())
         stack.enter_context(tolist_by_items())
@@ -99,13 +107,47 @@ def as_exporting():
     """
     mod = torch.compiler
     saved = {f: getattr(mod, f) for f in _FLAGS if hasattr(mod, f)}
+    readers = {name: getattr(mod, name) for name in _READERS if hasattr(mod, name)}
     try:
         for f in saved:
             setattr(mod, f, True)
+        for name, fn in readers.items():
+            setattr(mod, name, _counted_read(fn))
         yield
     finally:
         for f, v in saved.items():
             setattr(mod, f, v)
+        for name, fn in readers.items():
+            setattr(mod, name, fn)
+
+
+# The predicates libraries call; torch's own calls (nn.Module.__call__ reads one at every call) are not counted.
+_READERS = ("is_compiling", "is_exporting")
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_library_reads = [0]
+
+
+def _counted_read(fn):
+    def read() -> bool:
+        if not sys._getframe(1).f_code.co_filename.startswith(_TORCH_DIR):
+            _library_reads[0] += 1
+        return fn()
+    read.__wrapped__ = fn
+    return read
+
+
+def library_flag_reads() -> int:
+    """How many times code outside torch has asked ``torch.compiler.is_compiling()`` or ``is_exporting()``
+    under :func:`as_exporting`, in this process so far.  A difference across a trace says the program's
+    libraries chose a path by it (their compile path, which eager does not take).
+
+    >>> before = library_flag_reads()
+    >>> with as_exporting():
+    ...     _ = torch.compiler.is_compiling()
+    >>> library_flag_reads() - before
+    1
+    """
+    return _library_reads[0]
 
 
 @contextlib.contextmanager

@@ -27,7 +27,7 @@ from .binding import (CapturedState, by_keyword, captured_modules, fsdp_lazy_ini
                       module_state)
 from .creation import CreationMode
 from .env import ShapeEnv
-from .errors import SpecError, SymshapeError, TracerLimitation, UnsupportedOpError
+from .errors import SpecError, SymshapeError, TraceError, TracerLimitation, UnsupportedOpError
 from .expr_graph import FxExprBuilder
 from .failures import trace_failure
 from .program import TracedProgram, UntracedOutput
@@ -327,7 +327,8 @@ def _load_checkers(enabled: Optional[bool]):
 def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = False,
           translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
           progress: Optional[Callable[[int], None]] = None, backward: Optional[Callable] = None,
-          requires_grad: tuple = (), device=None, world: Optional[str] = None) -> TracedProgram:
+          requires_grad: tuple = (), device=None, world: Optional[str] = None,
+          compile_path: Optional[bool] = None) -> TracedProgram:
     """Trace ``program`` (a function or nn.Module) at symbolic input sizes.
 
     Args:
@@ -359,6 +360,10 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
             ``dims``): ``torch.distributed`` runs against it in this process
             (see :mod:`shapes.distributed`); ``dims={"rank": r}`` traces as
             rank ``r`` (default 0) where the program asks for its rank.
+        compile_path: whether ``torch.compiler.is_compiling()`` and ``is_exporting()`` answer True, as under
+            torch.export, so that libraries take their trace-safe path.  None (the default): True, and if the
+            program raises there after a library asked, traced again with False (eager's path).  The traced
+            program's ``trace_options["compile_path"]`` says which path it holds.
 
     Returns a :class:`~shapes.program.TracedProgram`.
 
@@ -371,11 +376,38 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     opts = dict(dims=dims, specialize_zero_one=specialize_zero_one, translation_validation=translation_validation,
                 kwargs=kwargs, progress=progress, backward=backward, requires_grad=requires_grad, device=device)
     if isinstance(program, distributed.PerWorld) and world is not None:
-        return _trace_per_world(program, specs, world, opts)
+        return _trace_per_world(program, specs, world, {**opts, "compile_path": compile_path is not False})
     if world is not None and not isinstance(world, str):
         raise SpecError("a device mesh (world={dim: size name}) needs the program built per world size: give it "
                         "as shapes.distributed.per_world(factory), the factory taking the mesh sizes by dim")
-    return _trace(program, *specs, world=world, **opts)
+    if compile_path is not None:
+        return _trace(program, *specs, world=world, compile_path=compile_path, **opts)
+    return _trace_as_eager_runs(program, specs, world, opts)
+
+
+def _trace_as_eager_runs(program, specs, world, opts: dict) -> TracedProgram:
+    """:func:`_trace` on the libraries' compile path (as torch.export traces); if the program raises there after
+    a library asked whether it is compiled, again on eager's path, which eager runs.
+
+    A library's compile path is the trace-safe one, but it is not eager's: transformers' LongT5 and
+    Switch Transformers raise on theirs where eager runs.  That is no error of the program as eager runs it.
+    """
+    reads = torch_patches.library_flag_reads()
+    try:
+        return _trace(program, *specs, world=world, **opts)
+    except TraceError as on_compile_path:
+        if type(on_compile_path) is not TraceError or torch_patches.library_flag_reads() == reads:
+            raise
+        try:
+            return _trace(program, *specs, world=world, compile_path=False, **opts)
+        except TraceError:
+            raise on_compile_path from None
+        except SymshapeError as on_eager_path:
+            e = on_compile_path
+            raise TraceError(
+                f"{e} (on its libraries' compile path: torch.compiler.is_compiling() is True while symshape traces, "
+                f"as under torch.export; on eager's path the trace stops at: {str(on_eager_path).splitlines()[0]})",
+                exc=e.exc, provenance=e.provenance, path=e.path, env=e.env) from None
 
 
 def _trace_per_world(program, specs, world, opts: dict) -> TracedProgram:
@@ -403,8 +435,9 @@ def _trace_per_world(program, specs, world, opts: dict) -> TracedProgram:
 def _trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = False,
            translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
            progress: Optional[Callable[[int], None]] = None, backward: Optional[Callable] = None,
-           requires_grad: tuple = (), device=None, world=None) -> TracedProgram:
-    """:func:`trace` at a symbolic world (``world`` its name), a concrete one (a ``ConcreteWorld``) or none."""
+           requires_grad: tuple = (), device=None, world=None, compile_path: bool = True) -> TracedProgram:
+    """:func:`trace` at a symbolic world (``world`` its name), a concrete one (a ``ConcreteWorld``) or none;
+    ``compile_path=False`` runs the libraries' eager path (:func:`_trace_as_eager_runs`)."""
     parsed, names = parse_specs(specs)
     device = devices.parse_device(device)
     kwargs = dict(kwargs or {})
@@ -422,7 +455,7 @@ def _trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fal
     world_scope = _world_scope(builder, world, dmap, hints)
     out, device_reads = _run_program(program, builder, args, kw, backward=backward, progress=progress,
                                      at=", ".join(f"{n}={hints[n]}" for n in hints), device=device,
-                                     world_scope=world_scope)
+                                     world_scope=world_scope, compile_path=compile_path)
     if world_scope.world is not None and isinstance(world_scope.world.size, sympy.Symbol):
         dim_symbols.setdefault(world, world_scope.world.size)
     output_shapes, out_spec = _record_outputs(builder, out)
@@ -435,7 +468,7 @@ def _trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fal
     )
     # How to trace the same program again at other sizes (a FLOP count's other paths).
     tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad, "device": device,
-                        "world": world}
+                        "world": world, "compile_path": compile_path}
     for c in checkers:
         c.finish(tp)
     return tp
@@ -514,7 +547,8 @@ def _world_scope(builder, world, dmap, hints):
                                   rank.hint if rank is not None and rank.hint is not None else 0)
 
 
-def _run_program(program, builder, args, kwargs, *, backward, progress, at: str, device, world_scope=None):
+def _run_program(program, builder, args, kwargs, *, backward, progress, at: str, device, world_scope=None,
+                 compile_path: bool = True):
     """Step 3: run the program (and ``backward``) under the recorder, with torch patched for tracing,
     its tensors reporting ``device`` and ``torch.distributed`` answered by ``world_scope``
     (:func:`shapes.distributed.open_world`) where given.
@@ -540,7 +574,7 @@ def _run_program(program, builder, args, kwargs, *, backward, progress, at: str,
     # What the program's tensors report as their device (process-wide: entered under tracing()'s lock).
     reported = devices.ReportedDevice(device, recorder)
     device_args = devices.DeviceArgs(device) if device.type != "cpu" else contextlib.nullcontext()
-    with torch_patches.tracing(backward=backward is not None), grad_mode, enable_python_dispatcher(), \
+    with torch_patches.tracing(backward=backward is not None, compile_path=compile_path), grad_mode, enable_python_dispatcher(), \
             ModuleScope(program, builder), recorder, reported, CreationMode(builder), device_args, \
             (world_scope if world_scope is not None else contextlib.nullcontext()), captured:
         try:

@@ -248,15 +248,22 @@ comm = {{ all_gather = "4*D*S*(W - 1)", reduce_scatter = "{rs}" }}
 '''
 
 
-@pytest.mark.parametrize("rs, rc", [("4*D*S*(W - 1)", 0), ("4*D*S*W", 1)])
-def test_check_proves_a_sharded_contract(rs, rc, tmp_path, capsys):
+def _check_contract(template, tmp_path, capsys, **fields):
+    """Write a contract from its template beside the repository's examples, run `symshape check` on it,
+    and return (exit code, printed report)."""
     import os
     from cli.main import main
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = tmp_path / "symshape.toml"
-    path.write_text(_CONTRACT.format(root=root, rs=rs))
-    assert main(["check", str(path)]) == rc
-    out = capsys.readouterr().out
+    path.write_text(template.format(root=root, **fields))
+    rc = main(["check", str(path)])
+    return rc, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("rs, rc", [("4*D*S*(W - 1)", 0), ("4*D*S*W", 1)])
+def test_check_proves_a_sharded_contract(rs, rc, tmp_path, capsys):
+    got, out = _check_contract(_CONTRACT, tmp_path, capsys, rs=rs)
+    assert got == rc, out
     assert ("reduce_scatter sends 4*D*S*(W - 1) bytes per rank" in out) == (rc == 1), out
 
 
@@ -289,13 +296,8 @@ comm = {{ all_reduce = "{ar}" }}
 
 @pytest.mark.parametrize("ar, rc", [("128*B*T*(W - 1)/W", 0), ("64*B*T*(W - 1)", 1)])
 def test_check_proves_a_per_world_contract(ar, rc, tmp_path, capsys):
-    import os
-    from cli.main import main
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = tmp_path / "symshape.toml"
-    path.write_text(_PLAN_CONTRACT.format(root=root, ar=ar))
-    assert main(["check", str(path)]) == rc
-    out = capsys.readouterr().out
+    got, out = _check_contract(_PLAN_CONTRACT, tmp_path, capsys, ar=ar)
+    assert got == rc, out
     assert "the region W != 3 is accepted" in out, out
     assert ("all_reduce sends" in out) == (rc == 1), out
 
@@ -313,13 +315,9 @@ comm = {{ all_reduce = "128*B*S*(T - 1)/T" }}
 
 
 def test_check_proves_a_mesh_contract(tmp_path, capsys):
-    import os
-    from cli.main import main
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    path = tmp_path / "symshape.toml"
-    path.write_text(_MESH_CONTRACT.format(root=root))
-    assert main(["check", str(path)]) == 0, capsys.readouterr().out
-    assert "bytes per rank of all_reduce proved equal" in capsys.readouterr().out
+    rc, out = _check_contract(_MESH_CONTRACT, tmp_path, capsys)
+    assert rc == 0, out
+    assert "bytes per rank of all_reduce proved equal" in out, out
 
 
 def _colwise_local():

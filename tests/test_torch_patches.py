@@ -1,4 +1,5 @@
 """The process-wide torch patches of a trace (shapes.torch_patches): early-bound names, threads, restoration."""
+import pytest
 import threading
 
 import torch
@@ -105,3 +106,58 @@ def test_the_lock_is_held_for_a_whole_trace():
 
     shapes.trace(probe, "x: f32[B]")
     assert seen == [False, True]
+
+
+# -- the libraries' compile path and eager's ---------------------------------------------------------------
+
+def _blocks(x):
+    """Like transformers' LongT5 before its fix: the compile path drops a tensor that eager's path keeps."""
+    mask = None if torch.compiler.is_compiling() else torch.ones_like(x[:, :1])
+    return x * mask.sum()
+
+
+def test_a_program_that_raises_only_on_its_compile_path_is_traced_on_eagers():
+    tp = shapes.trace(_blocks, "x: f32[B, T]")
+    assert tp.trace_options["compile_path"] is False
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(tp.run(x), _blocks(x))
+
+
+def test_a_program_that_runs_on_its_compile_path_stays_there():
+    def scaled(x):
+        return x * 2 if torch.compiler.is_compiling() else x * 3
+    tp = shapes.trace(scaled, "x: f32[B]")
+    assert tp.trace_options["compile_path"] is True
+    # explicitly on eager's path, the other branch
+    assert shapes.trace(scaled, "x: f32[B]", compile_path=False).run(torch.ones(2)).tolist() == [3.0, 3.0]
+
+
+def test_a_program_error_that_asks_no_flag_is_not_traced_twice():
+    calls = []
+
+    def bad(x):
+        calls.append(1)
+        return x.reshape(3, -1)
+    with pytest.raises(shapes.TraceError, match="the program raised"):
+        shapes.trace(torch.nn.Sequential(torch.nn.Identity(), _Call(bad)), "x: f32[4]")
+    assert len(calls) == 1  # nn.Module.__call__ asks is_compiling(), but torch's own reads do not count
+
+
+def test_raising_on_the_compile_path_and_undecided_on_eagers_says_both():
+    def prog(x):
+        if torch.compiler.is_compiling():
+            return x.reshape(3, -1)
+        if (x > 0).all():
+            return x
+        return -x
+    with pytest.raises(shapes.TraceError, match=r"compile path.*on eager's path the trace stops at: data-dependent"):
+        shapes.trace(prog, "x: f32[4]")
+
+
+class _Call(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
