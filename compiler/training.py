@@ -23,6 +23,11 @@ step pays at every step; flash and memory-efficient attention do not.  Views in 
 (functional) ATen graphs become reshapes (:func:`views_as_reshapes`): symshape's
 retrace may lay an op's output out otherwise than the fake tensors AOTAutograd saw.
 
+On CUDA the half-precision matmuls of training graphs run on row counts rounded up to
+few buckets (:mod:`compiler.row_buckets`): cuBLAS pays milliseconds of host time at the
+first call of every new bf16 shape, and a new sequence length is a new shape in every
+linear of the step.
+
 A graph symshape cannot compile runs as AOTAutograd's ATen graph instead (the
 step is still correct), with a :class:`TrainingFallback` warning that says why,
 counted in ``BACKEND_STATS["eager_train_graphs"]``.
