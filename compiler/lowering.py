@@ -85,8 +85,11 @@ class Lowerer:
         if box.buf is not None:
             return box.buf
         name = box.node.name if box.node is not None else "tmp"
-        if box.view_of is not None and box.node is not None and _replayable(box.view_of):
-            self.realize(box.view_of)  # a chain of views: replay each on the real tensor, no copies
+        if box.view_of is not None and box.node is not None and (_replayable(box.view_of) or _matrix_transpose(box)):
+            # A chain of views: replay each on the real tensor, no copies.  A matrix's transpose
+            # (a matmul operand: the backward's grad.t() @ x) is a view of any tensor, so its
+            # source is stored once and transposed as a view, not stored twice in two layouts.
+            self.realize(box.view_of)
             buf = self.new_buffer(name, box.shape, box.dtype, "extern")
             self.items.append(ExternItem(target=box.node.target, args=self.template(box.node.args),
                                          kwargs=self.template(box.node.kwargs), out=buf, node=box.node))
@@ -262,6 +265,12 @@ class Lowerer:
 _SIZE_OPS = {operator.add: operator.add, operator.mul: operator.mul, operator.sub: operator.sub,
              operator.neg: operator.neg, operator.floordiv: FloorDiv, operator.mod: PyMod,
              torch.sym_min: sympy.Min, torch.sym_max: sympy.Max}
+
+
+def _matrix_transpose(box) -> bool:
+    """``box`` is a 2-D transpose (``t``, ``transpose``, ``permute``): valid on any strides."""
+    return (box.node.target in (torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.permute.default)
+            and len(box.shape) == 2 and box.view_of.node is not None)
 
 
 def _replayable(box) -> bool:

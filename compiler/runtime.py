@@ -46,6 +46,7 @@ from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
 from .padded_linear import padded_steps
+from .row_buckets import bucketed_steps
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
 
@@ -122,6 +123,7 @@ class Variant:
         self.eager_reason = None
         self.fused_attention = fuse_causal_attention(tp)
         self.sdpa_calls = tune_calls(tp, target)
+        t0 = time.perf_counter()
         try:
             self.lp = lower(tp)
             self.steps = schedule(self.lp)
@@ -134,7 +136,11 @@ class Variant:
             return
         self.kernels = [s for s in self.steps if isinstance(s, Kernel)]
         STATS["kernels"] += len(self.kernels)
+        t1 = time.perf_counter()
         self.launchers = TARGETS[target].make_launchers(self.lp, self.steps)
+        # Where compile seconds go (lowering + scheduling, kernel sources, kernel builds: warm_s).
+        STATS["lower_s"] = STATS.get("lower_s", 0.0) + t1 - t0
+        STATS["codegen_s"] = STATS.get("codegen_s", 0.0) + time.perf_counter() - t1
         # Every size class of every kernel is built now, in parallel: a later call at a new
         # size finds its kernels compiled (no stall at the first call of a size).
         t0 = time.perf_counter()
@@ -187,6 +193,8 @@ class Variant:
         plan = linear_calls(plan, self.outputs)
         # Half-precision linears of odd static width run on a padded weight (compiler.padded_linear).
         plan = padded_steps(plan, lp.buffers, getattr(self.tp.device, "type", None))
+        # Half-precision CUDA matmuls at few row counts where enabled (compiler.row_buckets).
+        plan = bucketed_steps(plan, getattr(self.tp.device, "type", None))
         # SDPA masks made from sizes alone: classified per size, then causal or dropped
         # (compiler.sized_masks); their classes follow the size slots in the sizes tuple.
         outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}

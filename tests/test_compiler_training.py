@@ -153,3 +153,28 @@ def test_interpolate_scale_is_a_float_in_kernels(target):
     p = torch.randn(1, 2, 4, 4)
     for n in (3, 5, 7, 8):
         torch.testing.assert_close(f(p, torch.empty(n)), up(p, torch.empty(n)), atol=1e-5, rtol=1e-5)
+
+
+def test_backward_graph_ops_fuse_instead_of_aten_buffers():
+    """The ops AOTAutograd's backward graphs hold around the loss and autocast -- casts naming the
+    program's device, ``prims.convert_element_type``, ``full_like`` under the NLL one-hot
+    ``scatter``, ``slice_backward`` -- lower to kernels (no ATen step, no [rows, vocab] buffer)
+    and equal eager at sizes 1, 2 and a prime."""
+    import compiler
+    aten = torch.ops.aten
+
+    def f(x, t):
+        hot = aten.scatter.value(aten.full_like.default(x, 0.0), 1, t.unsqueeze(1), -1.0)
+        y = aten._to_copy.default(hot * x, dtype=torch.bfloat16, layout=torch.strided, device=torch.device("cpu"))
+        z = torch.ops.prims.convert_element_type.default(x, torch.bfloat16)
+        s = aten.slice_backward.default(x, [x.shape[0], x.shape[1] + 3], 1, 2, x.shape[1] + 2, 1)
+        picked = aten.gather.default(torch.log_softmax(x, 1), 1, t.unsqueeze(1))  # the NLL loss's pick
+        return y, z, s, picked
+
+    c = compiler.compile(f, "x: f32[N, C]", "t: i64[N]", target="cpp")
+    assert [s.target for s in c.variants[0].steps if not hasattr(s, "inner_stores")] == []
+    for n in (1, 2, 7):
+        x, t = torch.randn(n, 5), torch.randint(0, 5, (n,))
+        for got, want in zip(c(x, t), f(x, t)):
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want)
