@@ -21,6 +21,7 @@ import torch
 
 from shapes.functions import FloorDiv, PyMod
 
+from .index_checks import checked_index
 from .ir import Const, Op, RedRef, SizeVal
 from .lowered import TensorBox, Unsupported, cast
 
@@ -281,14 +282,15 @@ def _scatter_value(lw, node, self, dim, index, value):
     """``scatter(self, dim, index, value)`` with one index per row along ``dim`` (``index`` of
     ``self``'s sizes, 1 along ``dim``): ``where(i_dim == index, value, self)``, pointwise, so the
     NLL loss backward's one-hot (a ``[rows, vocabulary]`` fp32 tensor as an ATen scatter) fuses
-    into the kernel that uses it.  Other index shapes stay ATen's scatter.  Like Inductor's, the
-    fused form does not check the index range (eager raises on an index outside ``self``)."""
+    into the kernel that uses it.  Other index shapes stay ATen's scatter.  The index is range-checked
+    first (:mod:`compiler.index_checks`): eager raises on an index outside ``self``."""
     shape, dt = tuple(node.meta["shape"]), _dt(node)
     d = dim % len(shape) if shape else 0
     if (not isinstance(index, TensorBox) or not shape or len(index.shape) != len(shape)
             or sympy.sympify(index.shape[d]) != 1
             or any(sympy.sympify(index.shape[i]) != sympy.sympify(shape[i]) for i in range(len(shape)) if i != d)):
         raise Unsupported("scatter with more than one index per row")
+    index = checked_index(lw, node, index, shape[d], d)
 
     def fn(idx):
         at = tuple(sympy.Integer(0) if i == d else idx[i] for i in range(len(shape)))
@@ -304,7 +306,7 @@ def _gather(lw, node, self, dim, index, sparse_grad=False):
     picked and zeros (exact in any dtype), so the NLL loss's pick from the log-probabilities
     fuses with the log-softmax that makes them instead of an ATen gather reading a
     ``[rows, vocabulary]`` fp32 tensor.  Other index shapes stay ATen's gather; like
-    :func:`_scatter_value`, the fused form does not check the index range."""
+    :func:`_scatter_value`, the index is range-checked first."""
     shape, dt = tuple(node.meta["shape"]), _dt(node)
     n = len(shape)
     if not isinstance(self, TensorBox) or not isinstance(index, TensorBox) or n == 0 or len(self.shape) != n \
@@ -314,6 +316,7 @@ def _gather(lw, node, self, dim, index, sparse_grad=False):
     if sympy.sympify(index.shape[d]) != 1 or any(sympy.sympify(index.shape[i]) != sympy.sympify(self.shape[i])
                                                   for i in range(n) if i != d):
         raise Unsupported("gather with more than one index per row")
+    index = checked_index(lw, node, index, self.shape[d], d)
     acc = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
 
     def pick(idx):
