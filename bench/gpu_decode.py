@@ -70,6 +70,12 @@ def make_model(smoke: bool, device):
     return model, conf, dtype
 
 
+def _gap(logits) -> float:
+    """The top-1 minus top-2 logit: how near a tie this step's greedy choice was."""
+    top = logits.float().topk(2).values
+    return float(top[0] - top[1])
+
+
 def _sync(device):
     if device == "cuda":
         torch.cuda.synchronize()
@@ -129,22 +135,29 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
             t0 = time.perf_counter()
             out = fn(input_ids=prompt, past_key_values=cache, use_cache=True)
             tok = out.logits[:, -1].argmax(-1)
-            toks, times = [int(tok)], []
+            toks, times, host, gaps = [int(tok)], [], [], [_gap(out.logits[0, -1])]
             for k in range(warm + steps):
                 _sync(device)
                 t1 = time.perf_counter()
                 out = fn(input_ids=tok[:, None], past_key_values=cache, use_cache=True)
+                t2 = time.perf_counter()  # the host's part: the call returned, its kernels queued
                 tok = out.logits[:, -1].argmax(-1)
                 _sync(device)
                 if k == 0:
                     row["first_s"][S] = time.perf_counter() - t0
                 if k >= warm:
                     times.append(time.perf_counter() - t1)
+                    host.append(t2 - t1)
                 toks.append(int(tok))
+                gaps.append(_gap(out.logits[0, -1]))
             row["ms"][S] = statistics.median(times) * 1e3
+            row.setdefault("host_ms", {})[S] = statistics.median(host) * 1e3
+            row.setdefault("step_ms", {})[S] = [round(t * 1e3, 3) for t in times]
+            row.setdefault("gaps", {})[S] = gaps
             row["tokens"][S] = toks
-            if profile_dir and method in ("symshape", "symshape_graphs", "inductor_dyn") and S == lengths[
-                    len(lengths) // 2]:
+            # The graphed way at every S (its ms per token varies with S); the others at the largest.
+            if profile_dir and (method == "symshape_graphs" or method in ("symshape", "inductor_dyn") and S == lengths[
+                    -1]):
                 _profile(fn, tok, cache, method, S, device, profile_dir)
             del cache, out
     row["dynamo_graphs"] = _dynamo_graphs() - g0
@@ -155,6 +168,7 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
         gps = graphed_programs()
         row["cuda_graphs"] = sum(gp.graph_count() for gp in gps)
         row["graph_mib"] = sum(gp.graph_bytes() for gp in gps) / 2 ** 20
+        row["piecewise"] = [p.report().splitlines()[0] for gp in gps for p in gp.pieces.values() if p is not None]
         if profile_dir:
             with open(os.path.join(profile_dir, "decode_symshape_graphs_report.txt"), "w") as f:
                 f.write("\n".join(gp.report() for gp in gps))
@@ -173,11 +187,29 @@ def _profile(fn, tok, cache, method, S, device, profile_dir):
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=acts) as p:
-        for _ in range(5):
+        for _ in range(10):
             out = fn(input_ids=tok[:, None], past_key_values=cache, use_cache=True)
             tok = out.logits[:, -1].argmax(-1)
         _sync(device)
     os.makedirs(profile_dir, exist_ok=True)
+    # The host side of the same steps, by Python function (torch.profiler shows ATen calls only).
+    import cProfile
+    import io
+    import pstats
+    pr = cProfile.Profile()
+    _sync(device)
+    pr.enable()
+    for _ in range(20):
+        out = fn(input_ids=tok[:, None], past_key_values=cache, use_cache=True)
+        tok = out.logits[:, -1].argmax(-1)
+    _sync(device)
+    pr.disable()
+    text = io.StringIO()
+    stats = pstats.Stats(pr, stream=text)
+    stats.sort_stats("tottime").print_stats(45)
+    stats.sort_stats("cumtime").print_stats(45)
+    with open(os.path.join(profile_dir, f"decode_{method}_S{S}_cprofile.txt"), "w") as f:
+        f.write(f"cProfile of 20 decode steps ({method}, S from {S})\n" + text.getvalue())
     with open(os.path.join(profile_dir, f"decode_{method}_S{S}.txt"), "w") as f:
         sort = "cuda_time_total" if device == "cuda" else "cpu_time_total"
         f.write(p.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=80))
@@ -189,7 +221,8 @@ def print_table(rows, lengths, device):
     print(f"\ndecode: Llama (4 layers, d=1024, 16/4 heads, fp16) greedy with a growing KV cache, B=1, on "
           f"{torch.cuda.get_device_name() if device == 'cuda' else device}; ms per token (median) at the S the "
           f"timed steps start from")
-    eager = next((r for r in rows if r.get("method") == "eager" and "ms" in r), None)
+    eager = next((r for r in rows if r.get("method") == "eager" and "ms" in r), None) or next(
+        (r for r in rows if r.get("method") == "eager_nocudnn" and "ms" in r), None)
     dyn = next((r for r in rows if r.get("method") == "inductor_dyn" and "ms" in r), None)
     dyn_nc = next((r for r in rows if r.get("method") == "inductor_dyn_nocudnn" and "ms" in r), None)
     head = f"{'method':<20}" + "".join(f"{'S=' + str(s):>10}" for s in lengths) + \
@@ -215,6 +248,23 @@ def print_table(rows, lengths, device):
               f"{r['kv_mib']:>8.1f}{firsts:>7.1f}  {same}")
         if r.get("fail"):
             print(f"{'':<20} (then failed: {r['fail']})")
+        for line in r.get("piecewise", []):
+            print(f"{'':<20} {line}")
+        if "host_ms" in r:
+            print(f"{'  host ms':<20}" + "".join(f"{r['host_ms'].get(s, float('nan')):>10.3f}" for s in lengths) +
+                  "   (median time until the call returned: the host's part of a token)")
+            for s in lengths:
+                st = r["step_ms"].get(s, [])
+                if st:
+                    print(f"{'':<20} S={s}: timed steps ms min {min(st):.3f} max {max(st):.3f}: "
+                          + " ".join(f"{t:.2f}" for t in st))
+        if eager and r is not eager:
+            for s in lengths:
+                ta, tb = r["tokens"][s], eager["tokens"][s]
+                k = next((i for i, (a, b) in enumerate(zip(ta, tb)) if a != b), None)
+                if k is not None:
+                    print(f"{'':<20} S={s}: first token unlike eager's at step {k}; eager's top-1 minus top-2 "
+                          f"logit there {eager['gaps'][s][k]:.4f}, this way's {r['gaps'][s][k]:.4f}")
 
 
 def main(argv=None):
@@ -257,8 +307,9 @@ def main(argv=None):
         except subprocess.TimeoutExpired:
             row = {"method": m, "fail": f"timed out after {a.timeout:.0f} s"}
         for S in list(row.get("ms", {})):  # JSON keys are strings
-            for k in ("ms", "tokens", "first_s"):
-                row[k][int(S)] = row[k].pop(S)
+            for k in ("ms", "tokens", "first_s", "host_ms", "step_ms", "gaps"):
+                if k in row:
+                    row[k][int(S)] = row[k].pop(S)
         rows.append(row)
         print(f"[{m} done in {time.perf_counter() - t0:.0f}s]" + (f" {row['fail']}" if "fail" in row else ""),
               flush=True)

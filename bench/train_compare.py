@@ -141,6 +141,15 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+def _parts() -> dict:
+    """symshape's compile counters: seconds in its graphs' compiles (``sym_graphs_s``: trace,
+    lowering, code generation, kernel builds), of which lowering + scheduling (``lower_s``),
+    kernel sources (``codegen_s``), kernel builds (``kernel_build_s``, ``kernel_variants`` built)."""
+    return {"sym_graphs_s": compiler.BACKEND_STATS.get("train_graph_s", 0.0),
+            "lower_s": compiler.STATS.get("lower_s", 0.0), "codegen_s": compiler.STATS.get("codegen_s", 0.0),
+            "kernel_build_s": compiler.STATS.get("warm_s", 0.0), "kernel_variants": compiler.STATS.get("warmed", 0)}
+
+
 def _compiled(mode, model):
     torch._dynamo.reset()
     if mode == "eager":
@@ -149,6 +158,7 @@ def _compiled(mode, model):
         return torch.compile(model, dynamic=True)
     if mode == "ind_static":
         return torch.compile(model, dynamic=False)
+    assert mode.startswith("symshape"), mode
     compiler.register()  # a source tree that was not pip-installed has no entry point
     return torch.compile(model, backend="symshape", dynamic=True)
 
@@ -174,6 +184,20 @@ def grad_error(model, fn, batch, dtype, device) -> float:
 
 
 def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
+    """See :func:`_run_mode`; ``symshape_buckets`` is symshape with its half-precision CUDA matmuls'
+    rows rounded up to few buckets (:mod:`compiler.row_buckets`; the default for training graphs),
+    ``symshape_nobuckets`` without."""
+    if mode in ("symshape_buckets", "symshape_nobuckets"):
+        from compiler import row_buckets
+        was, row_buckets.ENABLED = row_buckets.ENABLED, mode == "symshape_buckets"
+        try:
+            return _run_mode_cudnn(mode, name, dtype, device, lens, check_len, log)
+        finally:
+            row_buckets.ENABLED = was
+    return _run_mode_cudnn(mode, name, dtype, device, lens, check_len, log)
+
+
+def _run_mode_cudnn(mode, name, dtype, device, lens, check_len, log) -> dict:
     """One mode's training run on ``lens``: the row's numbers for :func:`report`.
 
     A mode ending in ``_nocudnn`` runs its base mode with cuDNN's SDPA disabled
@@ -201,6 +225,9 @@ def _run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
     if mode.startswith("ind_static"):
         patches["automatic_dynamic_shapes"] = False
     fb0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
+    # Where symshape's compile seconds go: its graphs' compiles (trace, lowering, codegen) of
+    # which the Triton/C++ kernel builds (warm_s); the rest of compile_s is dynamo + AOTAutograd.
+    parts0 = _parts()
     with cfg.patch(**patches), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -238,10 +265,45 @@ def _run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
         res["fallbacks"] = compiler.BACKEND_STATS.get("eager_train_graphs", 0) - fb0
         if device == "cuda":
             res["peak_mib"] = torch.cuda.max_memory_allocated() / 2 ** 20
+            res["mem"] = memory_phases(fn, batch(max(lens), g), opt, dtype)
+        if mode.startswith("symshape"):
+            res.update({k: v - parts0[k] for k, v in _parts().items()})
     print(f"  {name:<6} {str(dtype)[6:]:<8} {mode:<10} ms={res['ms']:8.2f} compile={res['compile_s']:6.1f}s "
           f"recompiles={res['recompiles']} fallbacks={res['fallbacks']} peak={res['peak_mib']:.0f}MiB "
-          f"err={res['err']:.1e}", file=log, flush=True)
+          f"err={res['err']:.1e}" + (f" {_split(res)}" if "sym_graphs_s" in res else "")
+          + (" mem at the longest length MiB: " + ", ".join(f"{k} {v:.0f}" for k, v in res["mem"].items())
+             if "mem" in res else ""),
+          file=log, flush=True)
     return res
+
+
+def memory_phases(fn, b, opt, dtype) -> dict:
+    """CUDA memory of one more step (after the timed ones), in MiB: allocated before it (weights,
+    AdamW state), the forward's peak above that, what the forward leaves for the backward (saved
+    activations, the loss, logits), and the backward's peak above the start."""
+    mib = 2 ** 20
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.autocast(device_type="cuda", dtype=dtype, enabled=dtype != torch.float32):
+        loss = fn(**b).loss
+    torch.cuda.synchronize()
+    fwd_peak, saved = torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    loss.backward()
+    torch.cuda.synchronize()
+    bwd_peak = torch.cuda.max_memory_allocated()
+    opt.zero_grad(set_to_none=True)
+    return {"base": base / mib, "fwd_peak": (fwd_peak - base) / mib, "saved": (saved - base) / mib,
+            "bwd_peak": (bwd_peak - base) / mib}
+
+
+def _split(r) -> str:
+    """Where symshape's compile seconds went (see :func:`_parts`)."""
+    trace = r["sym_graphs_s"] - r["lower_s"] - r["codegen_s"] - r["kernel_build_s"]
+    return (f"[compile: symshape graphs {r['sym_graphs_s']:.1f}s = trace+plan {trace:.1f} + lower {r['lower_s']:.1f} "
+            f"+ codegen {r['codegen_s']:.1f} + kernel builds {r['kernel_build_s']:.1f} ({r['kernel_variants']} "
+            f"variants); the rest is dynamo + AOTAutograd]")
 
 
 def _geo(xs):
@@ -273,7 +335,8 @@ def report(rows, modes, device, n_lens) -> str:
             r = res[m]
             lines.append(f"  {name:<6} {dt:<8} {m:<10} compile {r['compile_s']:>7.1f}s  recompiles {r['recompiles']:>3} "
                          f"({r.get('first_graphs', 0)})  retraces {r.get('retraces', 0)}  fallbacks {r['fallbacks']}  peak {r['peak_mib']:>8.0f}  "
-                         f"err {r['err']:.1e}" + (f"  FAIL {r['fail']}" if "fail" in r else ""))
+                         f"err {r['err']:.1e}" + (f"  FAIL {r['fail']}" if "fail" in r else "")
+                         + (f"  {_split(r)}" if "sym_graphs_s" in r else ""))
     ge, gd = _geo(vs_eager), _geo(vs_dyn)
     lines += ["", f"geomean symshape speedup: vs eager {ge:.2f}x, vs Inductor dynamic {gd:.2f}x"]
     want_e, want_d = (1.3, 1.0) if device == "cuda" else (1.0, 0.9)
@@ -284,6 +347,10 @@ def report(rows, modes, device, n_lens) -> str:
         if ref in modes:
             g = _geo([res[ref]["ms"] / res["symshape"]["ms"] for res in rows.values() if ref in res and "symshape" in res])
             lines.append(f"  geomean symshape speedup vs {ref} (cuDNN SDPA off in that mode): {g:.2f}x")
+    for var in (m for m in modes if m.startswith("symshape_")):
+        rel = {ref: _geo([res[ref]["ms"] / res[var]["ms"] for res in rows.values() if ref in res and var in res])
+               for ref in ("symshape", "eager", "ind_dyn", "eager_nocudnn", "ind_dyn_nocudnn")}
+        lines.append(f"  {var}: geomean speedup " + ", ".join(f"vs {k} {v:.2f}x" for k, v in rel.items()))
     if device == "cuda":
         mem = [res["symshape"]["peak_mib"] / res["ind_dyn"]["peak_mib"] for res in rows.values()
                if "symshape" in res and "ind_dyn" in res]
@@ -294,6 +361,43 @@ def report(rows, modes, device, n_lens) -> str:
                      f"compile / Inductor dynamic: max {max(comp, default=float('nan')):.2f} (target <= 0.33); "
                      f"symshape recompiles {rec} (target 0)")
     return "\n".join(lines)
+
+
+def _failed(why: str) -> dict:
+    return {"ms": float("nan"), "compile_s": float("nan"), "recompiles": -1, "fallbacks": -1,
+            "peak_mib": float("nan"), "err": float("nan"), "fail": why}
+
+
+def _worker(a) -> None:
+    """``--worker MODE``: one mode of one (model, dtype) row in this process; prints ``RESULT {json}``."""
+    import json
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
+    lens = [int(x) for x in a.lens.split(",")]
+    try:
+        res = run_mode(a.worker, a.models, dtypes[a.dtypes], a.device, lens, 127, sys.stdout)
+    except Exception as e:  # noqa: BLE001 -- a process boundary: the parent's table says why
+        res = _failed(f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+def _in_subprocess(a, name, dt, mode, lens) -> dict:
+    """One mode run by :func:`_worker` in a fresh Python process (its log lines passed through)."""
+    import json
+    import subprocess
+    cmd = [sys.executable, os.path.abspath(__file__), "--device", a.device, "--models", name, "--dtypes", dt,
+           "--worker", mode, "--lens", ",".join(map(str, lens))]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    res = None
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            res = json.loads(line[len("RESULT "):])
+        elif line.startswith("  "):
+            print(line, flush=True)
+    if res is None:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:160]
+        res = _failed(f"worker exited {proc.returncode}: {tail}")
+        print(f"  {name} {dt} {mode}: FAIL {res['fail']}", flush=True)
+    return res
 
 
 def main(argv=None):
@@ -315,7 +419,16 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     ap.add_argument("--same-lengths", dest="distinct_lengths", action="store_false",
                     help="every mode runs the very same lengths (default: each its own, see mode_lengths)")
+    ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                    help="each mode in a fresh process (default on CUDA): per-process first-use costs "
+                         "(cuBLAS kernels loaded at their first call, cuDNN plans) charged to no other mode")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # MODE: run it alone, print RESULT json
+    ap.add_argument("--lens", default=None, help=argparse.SUPPRESS)  # the worker's lengths
     a = ap.parse_args(argv)
+    if a.isolate is None:
+        a.isolate = a.device == "cuda"
+    if a.worker is not None:
+        return _worker(a)
     # Compiled steps are cheap on a GPU: 50 lengths there even with --quick (Inductor static,
     # which compiles per length, runs --static-steps of them).
     steps = a.steps or (8 if a.quick and a.device == "cpu" else 50)
@@ -328,7 +441,8 @@ def main(argv=None):
     head = (f"{torch.cuda.get_device_name() if a.device == 'cuda' else 'CPU'} ({os.cpu_count()} cpus) "
             f"torch={torch.__version__} steps={steps} lengths={lens} sizes={_sizes(a.device)}"
             + (f"\nmode k of {len(modes)} runs mode_lengths(lengths, k, {len(modes)}): no shape met by two modes"
-               if a.distinct_lengths else "\nevery mode runs the same lengths: later modes find per-shape caches warm"))
+               if a.distinct_lengths else "\nevery mode runs the same lengths: later modes find per-shape caches warm")
+            + ("\neach mode in a fresh process (--isolate)" if a.isolate else "\nall modes in one process"))
     print(head, flush=True)
     rows = {}
     table = head
@@ -343,24 +457,32 @@ def main(argv=None):
                     continue
                 if m in only and name not in only[m]:
                     continue
+                run_lens = (mode_lengths(lens, k, len(modes)) if a.distinct_lengths else lens)
+                run_lens = run_lens[:static_steps] if m == "ind_static" else run_lens
+                if a.isolate:
+                    res[m] = _in_subprocess(a, name, dt, m, run_lens)
+                    _write(a, head, rows, modes, steps, static_steps, t_start)  # a run cut short keeps each mode
+                    continue
                 try:
-                    run_lens = (mode_lengths(lens, k, len(modes)) if a.distinct_lengths else lens)
-                    run_lens = run_lens[:static_steps] if m == "ind_static" else run_lens
                     res[m] = run_mode(m, name, dtypes[dt], a.device, run_lens, 127, sys.stdout)
                 except Exception as e:  # noqa: BLE001 -- a mode that fails is a row of the table, not the end
-                    res[m] = {"ms": float("nan"), "compile_s": float("nan"), "recompiles": -1, "fallbacks": -1,
-                              "peak_mib": float("nan"), "err": float("nan"),
-                              "fail": f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"}
+                    res[m] = _failed(f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
                     print(f"  {name} {dt} {m}: FAIL {res[m]['fail']}", flush=True)
                 if a.device == "cuda":
                     torch.cuda.empty_cache()
             # The table so far after every row: a run cut short keeps what it measured.
-            table = (head + f"\nInductor static ran the first {static_steps} steps (one compile per length)\n\n"
-                     + report(rows, modes, a.device, steps) + f"\n\nwall {time.perf_counter() - t_start:.0f}s")
-            if a.out:
-                with open(a.out, "w") as f:
-                    f.write(table + "\n")
+            table = _write(a, head, rows, modes, steps, static_steps, t_start)
     print(table)
+
+
+def _write(a, head, rows, modes, steps, static_steps, t_start) -> str:
+    """The table of ``rows`` so far, written to ``--out`` when given."""
+    table = (head + f"\nInductor static ran the first {static_steps} steps (one compile per length)\n\n"
+             + report(rows, modes, a.device, steps) + f"\n\nwall {time.perf_counter() - t_start:.0f}s")
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(table + "\n")
+    return table
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Builds a model of :mod:`bench.train_compare` (same sizes), compiles it in each
 ``--modes`` mode, warms it up at three lengths, then profiles ``--steps`` steps
 at one more length with ``torch.profiler`` and prints, side by side per mode:
-wall ms per step at new lengths (one step each) and at a fixed length,
+wall ms per step at new lengths (one step each; three groups one after the other,
+and the CUDA segments allocated per new-length step) and at a fixed length,
 wall ms per step, device busy ms per step (the sum of kernel times), host ms not
 covered by kernels (wall - busy), kernel launches per step, and busy ms by kernel
 kind (matmul libraries, symshape/Inductor Triton kernels, C++ kernels, other ATen
@@ -63,6 +64,11 @@ def _step(fn, b, opt, device, dtype):
     opt.zero_grad(set_to_none=True)
 
 
+def _segments(device) -> int:
+    """CUDA segments the caching allocator got from the driver so far (``cudaMalloc`` calls)."""
+    return torch.cuda.memory_stats().get("num_device_alloc", 0) if device == "cuda" else 0
+
+
 def _busy_ms(prof, steps) -> float:
     """Device busy ms per step: the sum of the CUDA kernel times ``prof`` recorded."""
     return sum((e.device_time if hasattr(e, "device_time") else e.cuda_time) for e in prof.events()
@@ -96,9 +102,16 @@ def new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=F
             _step(fn, bb, opt, device, dtype)
         tc._sync(device)
 
-    t = time.perf_counter()
-    run_new(n)
-    newl = (time.perf_counter() - t) / n * 1e3
+    # Three groups of new lengths, one after the other: a per-shape cost that decays (kernel
+    # variants loaded at their first launch) against one paid at every new shape.
+    groups, segs = [], 0
+    for _ in range(3):
+        s0 = _segments(device)
+        t = time.perf_counter()
+        run_new(n)
+        groups.append((time.perf_counter() - t) / n * 1e3)
+        segs += _segments(device) - s0
+    newl = groups[0]
     busy_new = float("nan")
     if device == "cuda":
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
@@ -114,7 +127,8 @@ def new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=F
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
         text = out.getvalue()
-    return dict(new_ms=newl, fixed_ms=fixed, busy_new=busy_new, host_profile=text)
+    return dict(new_ms=newl, new2_ms=groups[1], new3_ms=groups[2], segs_per_new=segs / (3 * n), fixed_ms=fixed,
+                busy_new=busy_new, host_profile=text)
 
 
 def profile_mode(mode, name, dtype, device, warm, length, steps, offset=0, stride=1) -> dict:
@@ -186,7 +200,7 @@ def main(argv=None):
     print(f"{a.model} {a.dtype} {a.device} length {a.length} "
           f"({torch.cuda.get_device_name() if a.device == 'cuda' else 'CPU'}, torch {torch.__version__})")
     print(f"{'':<14}" + "".join(f"{m:>12}" for m in res))
-    for key in ("new_ms", "fixed_ms", "busy_new", "wall", "busy", "host", "launches", "fallbacks", "warm_s"):
+    for key in ("new_ms", "new2_ms", "new3_ms", "segs_per_new", "fixed_ms", "busy_new", "wall", "busy", "host", "launches", "fallbacks", "warm_s"):
         print(f"{key + (' ms' if key in ('wall', 'busy', 'host', 'busy_new') else ''):<14}"
               + "".join(f"{r[key]:>12.2f}" for r in res.values()))
     for k in kinds:

@@ -132,6 +132,8 @@ class GraphedProgram:
         self.piecewise = piecewise
         self.max_graph_bytes = max_graph_bytes
         self.pieces: dict = {}  # id(variant) -> PiecewiseRun
+        self.piece_dims: dict = {}  # id(variant) -> the dim names its PiecewiseRun splits on
+        self._last_values: dict = {}  # id(variant) -> dim values at its last new route
         self.stats = {"calls": 0, "replays": 0, "padded_calls": 0, "graphs": 0, "ungraphed_calls": 0}
 
     # -- planning --------------------------------------------------------------------------
@@ -238,8 +240,10 @@ class GraphedProgram:
             # A dim that cannot pad: graphs of the steps that never see it, the others run as
             # they are (compiler.piecewise) -- a few graphs for every size, not one per size.
             # Where most steps see the dim, little is left to graph: a graph per size, as below.
-            if id(variant) not in self.pieces:
-                split = {variant.tp.env.symbols[n] for n in plan.exact} & set(variant.lp.symbols)
+            names = self._piece_dims(variant, plan, values)
+            if self.piece_dims.get(id(variant)) != names:
+                self.piece_dims[id(variant)] = names
+                split = {variant.tp.env.symbols[n] for n in names} & set(variant.lp.symbols)
                 pw = PiecewiseRun(variant, split, self.recorder, self.capture) if split else None
                 self.pieces[id(variant)] = pw if pw is not None and pw.worth_it() else None
             pw = self.pieces[id(variant)]
@@ -275,6 +279,21 @@ class GraphedProgram:
             slices.append(tuple(idx))
         return Route(variant, values, entry, key != values, views, slices,
                      single=pytree.tree_structure(0) == variant.tp.out_spec)
+
+    def _piece_dims(self, variant, plan, values) -> frozenset:
+        """The dims piecewise graphs split on: the ones that cannot pad, and every dim seen to
+        change in the same call as one of them.  A decoder traced with each layer's cache length
+        its own symbol (dynamo does so when the first length equals a static size) has one
+        unpaddable length and others equal to it at every call: graphs keyed on those would be
+        recorded once per token and never replayed."""
+        names = self.piece_dims.get(id(variant), frozenset(plan.exact))
+        last = self._last_values.get(id(variant))
+        self._last_values[id(variant)] = values
+        if last is not None:
+            changed = {n for n, a, b in zip(self.compiled.names, values, last) if a != b}
+            if changed & names and changed - names:
+                names = names | changed
+        return frozenset(names)
 
     def _small(self, variant, key) -> bool:
         """Whether a graph at ``key`` is estimated within ``max_graph_bytes`` (every buffer at that

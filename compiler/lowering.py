@@ -88,8 +88,12 @@ class Lowerer:
         root = _reshape_root(box)
         if root is not None and self.realize(root).strides != _eager_strides(root.node):
             root = None  # stored at other strides than eager's: its views are not replayed on it
-        if box.view_of is not None and box.node is not None and (root is not None or _replayable(box.view_of)):
-            self.realize(box.view_of)  # a chain of views: replay each on the real tensor, no copies
+        if box.view_of is not None and box.node is not None and (
+                root is not None or _replayable(box.view_of) or _matrix_transpose(box)):
+            # A chain of views: replay each on the real tensor, no copies.  A matrix's transpose
+            # (a matmul operand: the backward's grad.t() @ x) is a view of any tensor, so its
+            # source is stored once and transposed as a view, not stored twice in two layouts.
+            self.realize(box.view_of)
             buf = self.new_buffer(name, box.shape, box.dtype, "extern")
             self.items.append(ExternItem(target=box.node.target, args=self.template(box.node.args),
                                          kwargs=self.template(box.node.kwargs), out=buf, node=box.node))
@@ -373,6 +377,12 @@ def _eager_strides(node):
     if not all(isinstance(s, (int, torch.SymInt)) for s in val.stride()):
         return None
     return tuple(sympy.sympify(s.node.expr if isinstance(s, torch.SymInt) else s) for s in val.stride())
+
+
+def _matrix_transpose(box) -> bool:
+    """``box`` is a 2-D transpose (``t``, ``transpose``, ``permute``): valid on any strides."""
+    return (box.node.target in (torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.permute.default)
+            and len(box.shape) == 2 and box.view_of.node is not None)
 
 
 def _replayable(box) -> bool:

@@ -21,6 +21,7 @@ import torch
 
 from shapes.functions import FloorDiv, PyMod
 
+from .index_checks import checked_index
 from .ir import Const, Op, RedRef, SizeVal
 from .lowered import TensorBox, Unsupported, cast
 
@@ -41,7 +42,16 @@ def _dt(node):
 
 
 def _meta(a):
-    return a.meta["val"] if hasattr(a, "meta") else a
+    """What type promotion sees of an argument: a tensor node's meta value; for a size passed
+    as a scalar (a SymInt node, ``x <= k.shape[-2]``), a Python number of its kind."""
+    if not hasattr(a, "meta"):
+        return a
+    if "val" in a.meta:
+        return a.meta["val"]
+    expr = a.meta.get("expr")
+    if expr is not None:
+        return 1 if getattr(expr, "is_integer", False) else 1.0
+    return a.meta["val"]  # no rule: the KeyError says which node
 
 
 def _pointwise(lw, node, args, f, compute=None):
@@ -227,11 +237,29 @@ def _masked_fill(lw, node, x, mask, v):
     return lw.out_box(node, fn)
 
 
+def _same_device(lw, device) -> bool:
+    """Whether ``_to_copy(..., device=device)`` stays on the device the program was traced for.
+
+    A program's tensors all live on its traced device (the wrapper allocates there and kernels
+    read every input there), so a cast naming that device (AOTAutograd writes autocast's
+    backward casts as ``_to_copy(x, dtype=..., device=cuda)``) changes the dtype only, and fuses."""
+    d, home = torch.device(device), getattr(lw.tp, "device", None)
+    if d.type == "meta":
+        return True
+    return home is not None and d.type == home.type and (d.index is None or home.index is None or d.index == home.index)
+
+
 @register(aten._to_copy.default)
 def _to_copy(lw, node, a, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
              memory_format=None):
-    if layout not in (None, torch.strided) or (device is not None and torch.device(device).type != "meta"):
+    if layout not in (None, torch.strided) or (device is not None and not _same_device(lw, device)):
         raise Unsupported("device or layout change")
+    return _pointwise(lw, node, [a], lambda x: x, compute=a.dtype if isinstance(a, TensorBox) else None)
+
+
+@register(torch.ops.prims.convert_element_type.default)
+def _convert_element_type(lw, node, a, dtype):
+    # AOTAutograd's backward writes some of autocast's casts as this prim: a cast, fused like _to_copy.
     return _pointwise(lw, node, [a], lambda x: x, compute=a.dtype if isinstance(a, TensorBox) else None)
 
 
@@ -244,6 +272,63 @@ def _clone(lw, node, a, memory_format=None):
 def _full(lw, node, size, value, dtype=None, layout=None, device=None, pin_memory=None):
     dt = _dt(node)
     return lw.out_box(node, lambda idx: cast(lw.value(value, idx, (), dt), dt))
+
+
+@register(aten.full_like.default)
+def _full_like(lw, node, self, value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    # A fill is a pointwise value: fused into its users (the NLL loss backward's zeros under its
+    # one-hot scatter), never a tensor of its own.  The layout is symshape's (a functional graph).
+    return _full(lw, node, None, value)
+
+
+@register(aten.scatter.value)
+def _scatter_value(lw, node, self, dim, index, value):
+    """``scatter(self, dim, index, value)`` with one index per row along ``dim`` (``index`` of
+    ``self``'s sizes, 1 along ``dim``): ``where(i_dim == index, value, self)``, pointwise, so the
+    NLL loss backward's one-hot (a ``[rows, vocabulary]`` fp32 tensor as an ATen scatter) fuses
+    into the kernel that uses it.  Other index shapes stay ATen's scatter.  The index is range-checked
+    first (:mod:`compiler.index_checks`): eager raises on an index outside ``self``."""
+    shape, dt = tuple(node.meta["shape"]), _dt(node)
+    d = dim % len(shape) if shape else 0
+    if (not isinstance(index, TensorBox) or not shape or len(index.shape) != len(shape)
+            or sympy.sympify(index.shape[d]) != 1
+            or any(sympy.sympify(index.shape[i]) != sympy.sympify(shape[i]) for i in range(len(shape)) if i != d)):
+        raise Unsupported("scatter with more than one index per row")
+    index = checked_index(lw, node, index, shape[d], d)
+
+    def fn(idx):
+        at = tuple(sympy.Integer(0) if i == d else idx[i] for i in range(len(shape)))
+        hit = Op("eq", (SizeVal(idx[d], torch.int64), cast(index(at), torch.int64)), torch.bool)
+        return Op("where", (hit, lw.value(value, idx, shape, dt), lw.value(self, idx, shape, dt)), dt)
+    return lw.out_box(node, fn)
+
+
+@register(aten.gather.default)
+def _gather(lw, node, self, dim, index, sparse_grad=False):
+    """``gather(self, dim, index)`` with one index per row along ``dim`` (``index`` of ``self``'s
+    sizes, 1 along ``dim``): the sum along ``dim`` of ``where(i_dim == index, self, 0)``, one term
+    picked and zeros (exact in any dtype), so the NLL loss's pick from the log-probabilities
+    fuses with the log-softmax that makes them instead of an ATen gather reading a
+    ``[rows, vocabulary]`` fp32 tensor.  Other index shapes stay ATen's gather; like
+    :func:`_scatter_value`, the index is range-checked first."""
+    shape, dt = tuple(node.meta["shape"]), _dt(node)
+    n = len(shape)
+    if not isinstance(self, TensorBox) or not isinstance(index, TensorBox) or n == 0 or len(self.shape) != n \
+            or dt == torch.bool or dt.is_complex:
+        raise Unsupported("gather of non-tensors, 0-d or bool")
+    d = dim % n
+    if sympy.sympify(index.shape[d]) != 1 or any(sympy.sympify(index.shape[i]) != sympy.sympify(self.shape[i])
+                                                  for i in range(n) if i != d):
+        raise Unsupported("gather with more than one index per row")
+    index = checked_index(lw, node, index, self.shape[d], d)
+    acc = torch.float32 if dt in (torch.float16, torch.bfloat16) else dt
+
+    def pick(idx):
+        at = tuple(sympy.Integer(0) if i == d else idx[i] for i in range(n))
+        hit = Op("eq", (SizeVal(idx[d], torch.int64), cast(index(at), torch.int64)), torch.bool)
+        return Op("where", (hit, cast(self(idx), acc), Const(0, acc)), acc)
+    red = lw.reduce(TensorBox(tuple(self.shape), acc, pick), [d], True, "sum", acc)
+    return lw.out_box(node, lambda idx: cast(red(idx), dt))
 
 
 @register(aten.scalar_tensor.default)
@@ -371,6 +456,32 @@ def _slice(lw, node, src, dim=0, start=None, end=None, step=1):
         start = max(0, start + int(size))
     return _view_box(lw, node, src, lambda idx: tuple(
         idx[i] if i != dim else start + step * idx[i] for i in range(n)))
+
+
+@register(aten.slice_backward.default)
+def _slice_backward(lw, node, grad, input_sizes, dim, start, end, step):
+    """The gradient of a unit-step slice: ``grad`` placed at ``start`` along ``dim`` in zeros of
+    ``input_sizes``, as a ``where`` (fused; an fp32 activation-sized tensor otherwise).  ``grad``
+    is read at an index clamped into its range (both sides of a ``where`` are computed), which
+    needs its length along ``dim`` at least 1, proved from the trace's facts."""
+    shape, dt = tuple(node.meta["shape"]), _dt(node)
+    n = len(shape)
+    if not isinstance(grad, TensorBox) or len(grad.shape) != n or step != 1 or not isinstance(start, int) or start < 0:
+        raise Unsupported("slice_backward with a step, a symbolic or negative start")
+    d = dim % n
+    length = sympy.sympify(grad.shape[d])
+    if lw.tp.env.static_bool(sympy.Ge(length, 1), log=False) is not True:
+        raise Unsupported("slice_backward of a slice that may be empty")
+
+    def fn(idx):
+        i = idx[d]
+        j = sympy.Max(sympy.Min(i - start, length - 1), 0)
+        inside = Op("and", (Op("ge", (SizeVal(i, torch.int64), Const(start, torch.int64)), torch.bool),
+                                    Op("lt", (SizeVal(i, torch.int64), SizeVal(start + length, torch.int64)), torch.bool)),
+                    torch.bool)
+        v = cast(grad(tuple(idx[:d]) + (j,) + tuple(idx[d + 1:])), dt)
+        return Op("where", (inside, v, Const(0, dt)), dt)
+    return lw.out_box(node, fn)
 
 
 @register(aten.select.int)

@@ -117,6 +117,8 @@ class Recorded:
     ptrs: list          # per in-place input: the data_ptr it was recorded at
     outputs: list
     bytes: int = 0      # memory it holds: its own input copies, its outputs, the pool it grew
+    ncopied: int = 0    # inputs copied at each replay
+    storage: frozenset = frozenset()  # storages of its inputs and outputs (a replay overwrites them)
 
     def holds(self, ins) -> bool:
         """Whether every input read in place is still where it was recorded."""
@@ -124,6 +126,25 @@ class Recorded:
             if not copy and t.data_ptr() != p:
                 return False
         return True
+
+
+def copy_plan(reads, ins, seen, in_place, replayed, force) -> list:
+    """Per input of a segment about to be recorded: copy it into a buffer the graph owns at
+    each replay (True), or let the graph read it where it is (False).
+
+    Read in place: the program's inputs and constants that did not move since the segment's
+    last call (a module's weights), and what an earlier graph of this call wrote (its
+    outputs live at fixed addresses).  Copied: what an eager step of this call made (it lives
+    wherever the allocator put it), and inputs in ``force`` (positions that moved once).
+    Each call checks that the in-place inputs are still where they were (:meth:`Recorded.holds`).
+
+    >>> x, w, a, h = (torch.zeros(2) for _ in range(4))
+    >>> copy_plan(["x", "w", "a", "h"], [x, w, a, h], [x.data_ptr(), 0, a.data_ptr(), h.data_ptr()],
+    ...           in_place={"x", "w"}, replayed={"h"}, force=set())
+    [False, True, True, False]
+    """
+    return [i in force or not ((r in in_place and t.data_ptr() == p) or r in replayed)
+            for i, (r, t, p) in enumerate(zip(reads, ins, seen))]
 
 
 class PiecewiseRun:
@@ -138,7 +159,7 @@ class PiecewiseRun:
         self.failed: dict = {}
         self.seen_ptrs: dict = {}   # (segment, key) -> data_ptrs of its inputs at the last ungraphed call
         self.force_copy: dict = {}  # (segment, key) -> input positions that moved once: always copied
-        self.stats = {"calls": 0, "replays": 0, "eager_segments": 0, "rerecords": 0}
+        self.stats = {"calls": 0, "replays": 0, "eager_segments": 0, "rerecords": 0, "copies": 0}
         self._split()
 
     # -- planning ------------------------------------------------------------------------
@@ -166,7 +187,13 @@ class PiecewiseRun:
         size_exprs = [sympy.sympify(e) for e in v.size_exprs]
         memo: dict = {}
         segments: list = []
-        for step in v.plan:
+        plan = v.plan
+        if v.masks and v.all_proven:
+            # Masks whose class holds at every size (compiler.mask_proofs): the steps that only
+            # made a dropped mask are not run at all, inside a graph or out.
+            plan, skip = v.plan_at(v.fixed_classes)
+            plan = [st for n, st in enumerate(plan) if n not in skip]
+        for step in plan:
             dep = self._depends(step, lp, size_exprs, memo)
             if not segments or segments[-1].graphed == dep:
                 segments.append(Segment([], not dep))
@@ -221,13 +248,15 @@ class PiecewiseRun:
         key = tuple(x for x, s in zip(kvals, v.lp.symbols) if s not in self.dims)
         capture = self._capturing(tensors)
         graph_storage: set = set()
+        replayed: set = set()  # buffers this call took from a graph's outputs (fixed addresses)
         for n, seg in enumerate(self.segments):
             ins = [env[r] for r in seg.reads]
             # Launches are bound to this call's sizes only where they run outside a replay.
             rec = self.graphs.get((n, key)) if seg.graphed and capture else None
             if rec is None or not rec.holds(ins):
                 launches = bind_launches(seg.steps, kvals)
-                rec = self._graph(n, seg, key, ins, sizes, launches, device) if seg.graphed and capture else None
+                rec = self._graph(n, seg, key, ins, sizes, launches, device, replayed) \
+                    if seg.graphed and capture else None
             if rec is None:
                 outs = seg.fn(ins, sizes, launches, [], device)
                 if seg.graphed:
@@ -236,11 +265,12 @@ class PiecewiseRun:
                 for buf, t, copy in zip(rec.inputs, ins, rec.copied):
                     if copy:
                         buf.copy_(t)
+                self.stats["copies"] += rec.ncopied
                 rec.graph.replay()
                 self.stats["replays"] += 1
                 outs = rec.outputs
-                graph_storage.update(t.untyped_storage().data_ptr() for t in rec.outputs + rec.inputs
-                                     if isinstance(t, torch.Tensor))
+                replayed.update(seg.writes)
+                graph_storage.update(rec.storage)
             env.update(zip(seg.writes, outs))
         leaves = []
         for o in v.outputs:
@@ -255,7 +285,7 @@ class PiecewiseRun:
                 leaves.append(o)
         return pytree.tree_unflatten(leaves, v.tp.out_spec)
 
-    def _graph(self, n, seg, key, ins, sizes, seg_launches, device) -> Optional[Recorded]:
+    def _graph(self, n, seg, key, ins, sizes, seg_launches, device, replayed=frozenset()) -> Optional[Recorded]:
         """The recorded graph of segment ``n`` at ``key`` (recorded at its second call), or None
         to run it without a graph this call."""
         if (n, key) in self.failed:
@@ -275,11 +305,7 @@ class PiecewiseRun:
         self.seen_ptrs[(n, key)] = [t.data_ptr() for t in ins]
         if seen is None or rec is not None:  # first call (or just moved): note where inputs live
             return None
-        force = self.force_copy.get((n, key), set())
-        # Only the program's own inputs and constants may be read in place; what an earlier
-        # segment made in this call lives wherever the allocator put it.
-        copied = [i in force or r not in self.in_place or t.data_ptr() != p
-                  for i, (r, t, p) in enumerate(zip(seg.reads, ins, seen))]
+        copied = copy_plan(seg.reads, ins, seen, self.in_place, replayed, self.force_copy.get((n, key), set()))
         statics = [torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device) if c else t
                    for t, c in zip(ins, copied)]
         for st, t, c in zip(statics, ins, copied):
@@ -294,16 +320,20 @@ class PiecewiseRun:
             return None
         held = sum(t.numel() * t.element_size() for t, c in zip(statics, copied) if c)
         rec = Recorded(graph, statics, copied, [t.data_ptr() for t in statics], outs,
-                       held + cost.kept + cost.pool_growth)
+                       held + cost.kept + cost.pool_growth, ncopied=sum(copied),
+                       storage=frozenset(t.untyped_storage().data_ptr() for t in outs + statics
+                                         if isinstance(t, torch.Tensor)))
         self.graphs[(n, key)] = rec
         return rec
 
     def report(self) -> str:
         """Segments (graphed or not, with their steps) and the graphs recorded."""
         held = sum(r.bytes for r in self.graphs.values()) / 2 ** 20
+        st = self.stats
         lines = [f"piecewise graphs over {sorted(map(str, self.dims))}: {len(self.segments)} segments, "
                  f"{sum(s.graphed for s in self.segments)} graphed; {len(self.graphs)} graphs recorded, "
-                 f"holding {held:.1f} MiB"]
+                 f"holding {held:.1f} MiB; {st['calls']} calls, {st['replays']} replays, {st['copies']} input "
+                 f"copies, {st['eager_segments']} graphable segments run without a graph, {st['rerecords']} rerecords"]
         for n, s in enumerate(self.segments):
             names = [getattr(st.target, "__name__", str(st.target)) if isinstance(st, ExternStep) else "kernel"
                      for st in s.steps]
@@ -314,4 +344,4 @@ class PiecewiseRun:
         return "\n".join(lines) + "\n"
 
 
-__all__ = ["PiecewiseRun", "Segment", "Recorded"]
+__all__ = ["PiecewiseRun", "Segment", "Recorded", "copy_plan"]

@@ -36,7 +36,7 @@ from shapes.guard import GuardKind
 from shapes.program import violation_message
 from shapes.spec import Dim, DimExpr, check_declared_values, parse_dims, parse_spec
 
-from . import sized_masks
+from . import mask_proofs, sized_masks
 from .attention import fuse_causal_attention
 from .sdpa_calls import tune_calls
 from .codegen import TARGETS
@@ -46,6 +46,7 @@ from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
 from .padded_linear import padded_steps
+from .row_buckets import bucketed_steps
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
 
@@ -122,6 +123,7 @@ class Variant:
         self.eager_reason = None
         self.fused_attention = fuse_causal_attention(tp)
         self.sdpa_calls = tune_calls(tp, target)
+        t0 = time.perf_counter()
         try:
             self.lp = lower(tp)
             self.steps = schedule(self.lp)
@@ -134,7 +136,11 @@ class Variant:
             return
         self.kernels = [s for s in self.steps if isinstance(s, Kernel)]
         STATS["kernels"] += len(self.kernels)
+        t1 = time.perf_counter()
         self.launchers = TARGETS[target].make_launchers(self.lp, self.steps)
+        # Where compile seconds go (lowering + scheduling, kernel sources, kernel builds: warm_s).
+        STATS["lower_s"] = STATS.get("lower_s", 0.0) + t1 - t0
+        STATS["codegen_s"] = STATS.get("codegen_s", 0.0) + time.perf_counter() - t1
         # Every size class of every kernel is built now, in parallel: a later call at a new
         # size finds its kernels compiled (no stall at the first call of a size).
         t0 = time.perf_counter()
@@ -187,12 +193,20 @@ class Variant:
         plan = linear_calls(plan, self.outputs)
         # Half-precision linears of odd static width run on a padded weight (compiler.padded_linear).
         plan = padded_steps(plan, lp.buffers, getattr(self.tp.device, "type", None))
+        # Half-precision CUDA matmuls at few row counts where enabled (compiler.row_buckets).
+        plan = bucketed_steps(plan, getattr(self.tp.device, "type", None))
         # SDPA masks made from sizes alone: classified per size, then causal or dropped
         # (compiler.sized_masks); their classes follow the size slots in the sizes tuple.
         outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
         self.masks = sized_masks.find(plan, outside, lp.buffers, slot)
         self.plan = plan = sized_masks.rewrite(plan, self.masks, len(exprs))
         self._classifier = None
+        # Masks whose class holds at every size (compiler.mask_proofs) need no classification:
+        # a decode step runs unmasked attention at its first call, without a sync.
+        self.proven = mask_proofs.proven_classes(self.tp, self.masks, list(exprs))
+        #: The classes a shape's first call runs at: the proved ones, else KEEP (the mask as it is).
+        self.fixed_classes = tuple(sized_masks.MaskClass.KEEP if c is None else c for c in self.proven)
+        self.all_proven = all(c is not None for c in self.proven)
         #: The size slots' expressions (slot i is ``size_exprs[i]``), and their compiled function.
         self.size_exprs = list(exprs)
         self.size_fn = compile_exprs(self.size_exprs, lp.symbols)
@@ -273,11 +287,12 @@ class Variant:
         sizes = self.size_fn(*kvals)
         if not self.masks:
             return sizes
-        if not classify:
-            return (*sizes, *(sized_masks.MaskClass.KEEP,) * len(self.masks))
+        if not classify or self.all_proven:
+            return (*sizes, *self.fixed_classes)
         if self._classifier is None:
             self._classifier = sized_masks.MaskClassifier(self.plan, self.masks, self.tp.device)
-        return (*sizes, *self._classifier.classes(kvals, sizes))
+        got = self._classifier.classes(kvals, sizes)
+        return (*sizes, *(c if p is None else p for p, c in zip(self.proven, got)))
 
     def run_bound(self, tensors, sizes, launches):
         """Run with the size values and bound launches of :meth:`bind_sizes` (asserts checked)."""
@@ -291,11 +306,16 @@ class Variant:
         fn = self._fns.get(classes)
         if fn is None:
             lp = self.lp
-            plan = sized_masks.without_masks(self.plan, self.masks, classes)
-            skip = sized_masks.droppable(plan, template_buffers(list(self.outputs), set()), self.masks, classes)
+            plan, skip = self.plan_at(classes)
             fn = self._fns[classes] = straight_line(plan, [b.name for b in lp.inputs],
                                                     [b.name for b, _ in lp.consts], self.outputs, skip=skip)[1]
         return fn
+
+    def plan_at(self, classes: tuple) -> tuple:
+        """``(plan, skip)``: the plan at these mask classes (dropped masks not passed) and the
+        indices of its steps that only made them."""
+        plan = sized_masks.without_masks(self.plan, self.masks, classes)
+        return plan, sized_masks.droppable(plan, template_buffers(list(self.outputs), set()), self.masks, classes)
 
 
 def default_device(target: str) -> torch.device:
@@ -467,7 +487,7 @@ class CompiledProgram:
         sizes, launches = v.bind_sizes(values, classify=False)
         out = v.run_bound(tensors, sizes, launches)
         if key is not None and len(self._bound) < 4096:
-            self._bound[key] = (v, sizes, launches, values if v.masks else None)
+            self._bound[key] = (v, sizes, launches, values if v.masks and not v.all_proven else None)
         return out
 
 

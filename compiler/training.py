@@ -23,6 +23,11 @@ step pays at every step; flash and memory-efficient attention do not.  Views in 
 (functional) ATen graphs become reshapes (:func:`views_as_reshapes`): symshape's
 retrace may lay an op's output out otherwise than the fake tensors AOTAutograd saw.
 
+On CUDA the half-precision matmuls of training graphs run on row counts rounded up to
+few buckets (:mod:`compiler.row_buckets`): cuBLAS pays milliseconds of host time at the
+first call of every new bf16 shape, and a new sequence length is a new shape in every
+linear of the step.
+
 A graph symshape cannot compile runs as AOTAutograd's ATen graph instead (the
 step is still correct), with a :class:`TrainingFallback` warning that says why,
 counted in ``BACKEND_STATS["eager_train_graphs"]``.
@@ -56,6 +61,7 @@ from shapes.errors import SymshapeError
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+from . import row_buckets
 from .graph_inputs import ArgKind, plan_graph
 from .runtime import CompiledProgram
 
@@ -132,7 +138,9 @@ def compile_aten_graph(gm, example_inputs, *, target: str, graph: str, stats: di
     try:
         return _compile_aten_graph(gm, example_inputs, target=target, graph=graph, stats=stats)
     finally:
-        stats["compile_s"] += time.perf_counter() - t0
+        # Its own key: the backend's compile_s already holds the forward graph's compile (AOTAutograd
+        # compiles it inside the backend call), so adding it there would count it twice.
+        stats["train_graph_s"] = stats.get("train_graph_s", 0.0) + time.perf_counter() - t0
 
 
 def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
@@ -153,7 +161,8 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
         # The graph already holds autocast's casts (AOTAutograd traced them): retrace as written.
         # AOTAutograd calls its compilers with its fake mode (and its tracing context) still
         # set: symshape's own trace runs outside them, as dynamo's backend call does.
-        with torch._C._DisableAutocast(), unset_fake_temporarily(), torch._guards.tracing(None):
+        with torch._C._DisableAutocast(), unset_fake_temporarily(), torch._guards.tracing(None), \
+                row_buckets.training_graphs():
             compiled = CompiledProgram(program, plan.specs, plan.dims, target, device=_traced_for(example_inputs, target))
     except SymshapeError as e:
         warn_fallback(stats, graph=graph, kind=FallbackKind.TRACE, reason=f"{type(e).__name__}: {e}")
@@ -172,7 +181,7 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
 
     def run(*args):
         tensors = [args[i] for i in tensor_pos]
-        with torch._C._DisableAutocast():
+        with torch._C._DisableAutocast(), row_buckets.training_graphs():  # a retrace plans as training
             got = compiled(*tensors)
         if simple:
             return list(got)

@@ -237,6 +237,33 @@ def case_cat_rotary_and_masks():
     assert "aten.cat.default" not in externs and "aten.bitwise_and.Tensor" not in externs, externs
 
 
+def case_fused_loss_refuses_labels_out_of_range():
+    # The NLL loss's gather and one-hot scatter run fused; a label outside the classes raises as in
+    # eager.  On CUDA the check is queued on the device (a failed one ends the CUDA context), so only
+    # in-range labels run there.
+    import compiler
+    aten = torch.ops.aten
+
+    def f(x, t):
+        hot = aten.scatter.value(aten.full_like.default(x, 0.0), 1, t.unsqueeze(1), -1.0)
+        return aten.gather.default(torch.log_softmax(x, 1), 1, t.unsqueeze(1)), hot
+
+    c = compiler.compile(f, "x: f32[N, C]", "t: i64[N]", target="triton")
+    for n in (1, 2, 7):
+        x, t = torch.randn(n, 5, device=DEVICE), torch.randint(0, 5, (n,), device=DEVICE)
+        for got, want in zip(c(x, t), f(x, t)):
+            _close(got, want)
+    if DEVICE == "cpu":
+        for bad in (5, -1):
+            t = torch.tensor([0, bad, 4])
+            try:
+                c(torch.randn(3, 5), t)
+            except IndexError as e:
+                assert "out of bounds for dimension 1 with size 5" in str(e), e
+            else:
+                raise AssertionError(f"label {bad} was not refused")
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 

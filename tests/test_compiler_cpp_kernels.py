@@ -114,21 +114,32 @@ def test_index_simplification_is_logged_and_validated():
 
 
 def test_transposed_store_loops_in_memory_order():
-    """A pointwise value stored transposed (the ``t(act)`` a weight gradient's matmul reads):
-    the kernel's rows run over the buffer's outer memory dim, so its inner loop writes (and
-    reads ``x``) along stride 1; values equal eager at every size."""
+    """A pointwise value stored transposed (a batched ``transpose(1, 2)`` a matmul reads): the
+    kernel's rows run over the buffer's outer memory dim, so its inner loop writes (and reads
+    ``x``) along stride 1; values equal eager at every size.  A matrix's ``t(act)`` (a weight
+    gradient's operand) is not stored transposed at all: the value is stored in its own layout
+    and the matmul reads a transposed view of it (compiler.lowering: ``_matrix_transpose``)."""
     from compiler.ir import Kernel
-    f = lambda x, w: torch.mm((torch.tanh(x) * 0.5).t(), w)  # noqa: E731
-    tp = shapes.trace(f, "x: f32[T, 64]", "w: f32[T, 8]")
+    f = lambda x, w: torch.bmm((torch.tanh(x) * 0.5).transpose(1, 2), w)  # noqa: E731
+    tp = shapes.trace(f, "x: f32[B, T, 64]", "w: f32[B, T, 8]")
     lp = lower(tp)
     kernels = [s for s in schedule(lp) if isinstance(s, Kernel)]
     stores = [(k, b) for k in kernels for b, *_ in k.inner_stores]
     assert stores and all(tuple(b.strides)[-1] == 1 for _, b in stores), [(b.shape, b.strides) for _, b in stores]
-    assert [tuple(lp.buffers[b.name].strides) for _, b in stores] == [(1, 64)]  # the buffer itself is transposed
-    g = compiler.compile(f, "x: f32[T, 64]", "w: f32[T, 8]")
-    for T in (1, 7, 33):
-        x, w = torch.randn(T, 64), torch.randn(T, 8)
+    got = [tuple(map(str, lp.buffers[b.name].strides)) for _, b in stores]
+    assert got == [("64*T", "1", "64")], got  # the buffer itself is transposed
+    g = compiler.compile(f, "x: f32[B, T, 64]", "w: f32[B, T, 8]")
+    for t in (1, 7, 33):
+        x, w = torch.randn(2, t, 64), torch.randn(2, t, 8)
         torch.testing.assert_close(g(x, w), f(x, w), atol=1e-5, rtol=1e-5)
+    f2 = lambda x, w: torch.mm((torch.tanh(x) * 0.5).t(), w)  # noqa: E731
+    lp2 = lower(shapes.trace(f2, "x: f32[T, 64]", "w: f32[T, 8]"))
+    stores2 = [b for k in schedule(lp2) if isinstance(k, Kernel) for b, *_ in k.inner_stores]
+    assert [tuple(lp2.buffers[b.name].strides) for b in stores2] == [(64, 1)]  # stored as computed; t() is a view
+    g2 = compiler.compile(f2, "x: f32[T, 64]", "w: f32[T, 8]")
+    for t in (1, 7, 33):
+        x, w = torch.randn(t, 64), torch.randn(t, 8)
+        torch.testing.assert_close(g2(x, w), f2(x, w), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("case", ["sum0", "fused", "row_scale", "half", "batch_of_one", "over_batch_of_one"])

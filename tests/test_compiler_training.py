@@ -153,3 +153,53 @@ def test_interpolate_scale_is_a_float_in_kernels(target):
     p = torch.randn(1, 2, 4, 4)
     for n in (3, 5, 7, 8):
         torch.testing.assert_close(f(p, torch.empty(n)), up(p, torch.empty(n)), atol=1e-5, rtol=1e-5)
+
+
+def test_backward_graph_ops_fuse_instead_of_aten_buffers():
+    """The ops AOTAutograd's backward graphs hold around the loss and autocast -- casts naming the
+    program's device, ``prims.convert_element_type``, ``full_like`` under the NLL one-hot
+    ``scatter``, ``slice_backward`` -- lower to kernels (no ATen step, no [rows, vocab] buffer)
+    and equal eager at sizes 1, 2 and a prime."""
+    import compiler
+    aten = torch.ops.aten
+
+    def f(x, t):
+        hot = aten.scatter.value(aten.full_like.default(x, 0.0), 1, t.unsqueeze(1), -1.0)
+        y = aten._to_copy.default(hot * x, dtype=torch.bfloat16, layout=torch.strided, device=torch.device("cpu"))
+        z = torch.ops.prims.convert_element_type.default(x, torch.bfloat16)
+        s = aten.slice_backward.default(x, [x.shape[0], x.shape[1] + 3], 1, 2, x.shape[1] + 2, 1)
+        picked = aten.gather.default(torch.log_softmax(x, 1), 1, t.unsqueeze(1))  # the NLL loss's pick
+        return y, z, s, picked
+
+    from compiler.index_checks import check_index_range
+    c = compiler.compile(f, "x: f32[N, C]", "t: i64[N]", target="cpp")
+    # Steps outside kernels: only the range checks of the two data-read indices (and their views of t)
+    externs = [s.target for s in c.variants[0].steps if not hasattr(s, "inner_stores")]
+    assert externs.count(check_index_range) == 2 and set(externs) <= {check_index_range, aten.unsqueeze.default}
+    for n in (1, 2, 7):
+        x, t = torch.randn(n, 5), torch.randint(0, 5, (n,))
+        for got, want in zip(c(x, t), f(x, t)):
+            assert got.dtype == want.dtype
+            torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("label", [5, -1])
+def test_a_fused_loss_refuses_labels_eager_refuses(label):
+    """The NLL loss's gather and its backward's one-hot scatter run fused, reading labels from data:
+    a label outside the classes raises as in eager, never a loss computed from no class (C++ here;
+    the Triton path in tests/compiler_triton_cases.py)."""
+    target = "cpp"
+    import compiler
+    aten = torch.ops.aten
+
+    def f(x, t):
+        hot = aten.scatter.value(aten.full_like.default(x, 0.0), 1, t.unsqueeze(1), -1.0)
+        return aten.gather.default(torch.log_softmax(x, 1), 1, t.unsqueeze(1)), hot
+
+    c = compiler.compile(f, "x: f32[N, C]", "t: i64[N]", target=target)
+    x, t = torch.randn(3, 5), torch.tensor([0, label, 4])
+    with pytest.raises(RuntimeError):
+        f(x, t)
+    with pytest.raises(IndexError, match="out of bounds for dimension 1 with size 5"):
+        c(x, t)
+    torch.testing.assert_close(c(x, t.clamp(0, 4)), f(x, t.clamp(0, 4)))

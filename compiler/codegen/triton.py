@@ -399,13 +399,20 @@ class SizeClassLauncher:
         #: The size names whose divisibility by 16 picks a class (the others never do).
         self.aligned = [sym_names[s] for s in lp.symbols if s in aligned]
         self.rowlen = rowlen if kind is Grid.ROWS else None
+        #: One row of a size-dependent length (a loss summed over every token): always looped.
+        #: Its persistent blocks (one per power of two up to PERSISTENT_MAX, times the alignment
+        #: classes: 44 builds for GPT-2's training loss) would buy nothing for a single program.
+        self.loop_only = (self.rowlen is not None and not sympy.sympify(self.rowlen).is_Integer
+                          and all(sympy.sympify(w) == 1 for w in work))
 
     def size_class(self, sizes, row) -> SizeClass:
         div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0 and n in self.aligned)
-        return SizeClass(div, row is not None and 0 < row <= PERSISTENT_MAX)
+        return SizeClass(div, not self.loop_only and row is not None and 0 < row <= PERSISTENT_MAX)
 
     def classes(self) -> list:
         """``[(size class, BLOCK)]``: every class (and persistent block) a call can meet."""
+        if self.loop_only:
+            return [(sc, self.block) for sc in reachable_classes(self.aligned, None)]
         blocks = row_blocks(self.rowlen, self.lp.symbols)
         out = []
         for sc in reachable_classes(self.aligned, blocks):

@@ -1,0 +1,135 @@
+"""Half-precision matmuls on CUDA at few row counts: rows rounded up to a bucket.
+
+cuBLAS's first call at a row count it has not met costs milliseconds of host time
+in bf16 on the H100 (2.4-2.9 ms against 80-110 us for a repeated one:
+``bench/mm_first_call.py``, bench/results/mm_first_call_h100_train4_2026-11-26.txt),
+where fp32 costs ~40 us: a training run whose sequence length changes every step
+meets new ``M = batch * T`` in every linear, forward and input gradient, at every
+step.  :func:`linear`, :func:`mm` and :func:`addmm` run the call on the rows
+rounded up to :func:`bucket` (at most 1/8 more rows, eight buckets per octave), the
+extra rows left unset, and return the first ``M`` rows: each output row of a matmul
+reads only its own input row, so the result is the unpadded call's up to cuBLAS's
+choice of kernel (a kernel chosen for the padded shape), and no extra row reaches
+a sum (weight gradients, whose contraction runs over ``M``, are not padded).
+
+Only on CUDA tensors of half types, and by default only in training graphs (the
+backend's forward and backward, planned inside :func:`training_graphs`):
+``SYMSHAPE_MM_ROW_BUCKETS=1`` buckets every compiled program's matmuls, ``=0`` none.
+:func:`bucketed_steps` swaps the calls in a compiled program's plan.  Measured on the
+H100 (bench/results/train_compare_gpt2_bf16_h100_train4_call2_2026-11-26.txt): GPT-2
+bf16 training at a new length every step, 22.53 -> 16.29 ms/step.
+
+Example::
+
+    >>> [bucket(m) for m in (1, 64, 65, 520, 4096, 4097, 8184)]
+    [1, 64, 72, 576, 4096, 4608, 8192]
+    >>> import torch
+    >>> x, w = torch.randn(5, 3), torch.randn(4, 3)
+    >>> torch.equal(linear(x, w), torch.nn.functional.linear(x, w))  # CPU: the call as it is
+    True
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .wrapper import ExternStep
+
+_MODE = os.environ.get("SYMSHAPE_MM_ROW_BUCKETS", "train")
+#: Whether compiled programs bucket their half-precision CUDA matmuls' rows: every program
+#: (``SYMSHAPE_MM_ROW_BUCKETS=1``), none (``0``), or None: training graphs only (the default).
+ENABLED = True if _MODE == "1" else False if _MODE == "0" else None
+_training = False
+
+
+class training_graphs:
+    """A context in which programs are planned for training (bucketed where :data:`ENABLED` is None).
+
+    >>> with training_graphs():
+    ...     _active()
+    True
+    """
+
+    def __enter__(self):
+        global _training
+        self.was, _training = _training, True
+
+    def __exit__(self, *exc):
+        global _training
+        _training = self.was
+
+
+def _active() -> bool:
+    return ENABLED if ENABLED is not None else _training
+
+_HALF = (torch.bfloat16, torch.float16)
+
+
+def bucket(m: int) -> int:
+    """``m`` rounded up to a multiple of 1/8 of its power of two (rows up to 64 as they are).
+
+    >>> bucket(1000), bucket(1024), bucket(1025)
+    (1024, 1024, 1152)
+    """
+    if m <= 64:
+        return m
+    step = 1 << (m.bit_length() - 4)
+    return -(-m // step) * step
+
+
+def _rows(a) -> int | None:
+    """The padded row count for ``a`` (a 2-D CUDA half tensor), or None where it keeps its own."""
+    if a.dim() != 2 or not a.is_cuda or a.dtype not in _HALF:
+        return None
+    p = bucket(a.shape[0])
+    return p if p != a.shape[0] else None
+
+
+def _padded(a, rows):
+    out = a.new_empty((rows, a.shape[1]))
+    out[: a.shape[0]].copy_(a)
+    return out
+
+
+def linear(x, w, b=None):
+    """``F.linear(x, w, b)`` on ``x``'s rows rounded up to :func:`bucket` (CUDA half types)."""
+    p = _rows(x)
+    if p is None:
+        return torch.nn.functional.linear(x, w, b)
+    return torch.nn.functional.linear(_padded(x, p), w, b)[: x.shape[0]]
+
+
+def mm(a, b):
+    """``torch.mm(a, b)`` on ``a``'s rows rounded up to :func:`bucket` (CUDA half types)."""
+    p = _rows(a)
+    if p is None:
+        return torch.mm(a, b)
+    return torch.mm(_padded(a, p), b)[: a.shape[0]]
+
+
+def addmm(bias, a, b, *, beta=1, alpha=1):
+    """``torch.addmm(bias, a, b)`` on ``a``'s rows rounded up (a bias of one row only)."""
+    p = _rows(a)
+    if p is None or bias.dim() != 1:
+        return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+    return torch.addmm(bias, _padded(a, p), b, beta=beta, alpha=alpha)[: a.shape[0]]
+
+
+def bucketed_steps(plan, device_type) -> list:
+    """``plan`` with its ``F.linear`` / ``aten.mm`` / ``aten.addmm`` steps calling :func:`linear`,
+    :func:`mm`, :func:`addmm`, where bucketing is on (:data:`ENABLED`, :class:`training_graphs`)
+    and the program runs on CUDA.
+
+    >>> step = ExternStep(torch.ops.aten.mm.default, (), {}, "y")
+    >>> [s.target for s in bucketed_steps([step], "cpu")] == [torch.ops.aten.mm.default]
+    True
+    """
+    if not _active() or device_type != "cuda":
+        return plan
+    swap = {torch.nn.functional.linear: linear, torch.ops.aten.mm.default: mm, torch.ops.aten.addmm.default: addmm}
+    return [ExternStep(swap[s.target], s.args, s.kwargs, s.out) if isinstance(s, ExternStep) and s.target in swap
+            else s for s in plan]
+
+
+__all__ = ["bucket", "linear", "mm", "addmm", "bucketed_steps", "training_graphs", "ENABLED"]
