@@ -337,3 +337,24 @@ def test_rows_with_seams_loop_once_per_piece():
         x, y, z = torch.randn(T, 32), torch.randn(T, N), torch.randn(T, 40)
         for out, ref in zip(f(x, y, z), _seams(x, y, z)):
             torch.testing.assert_close(out, ref)
+
+
+def _bias_grad_and_transpose(g, w):
+    # A backward's bias gradient next to a transposed operand with the same rows (C).
+    return g.sum((0, 1)), (w.t() * 2).contiguous()
+
+
+def test_column_sum_keeps_its_column_form_beside_other_stores_with_its_rows():
+    """A store with the same rows as a column sum (``[C]`` of a ``[1, T, C]`` gradient) is not
+    fused into the sum's kernel when that would make the sum walk its rows with a stride: the
+    sum stays in column form; values equal eager at sizes 1 and primes."""
+    from compiler.codegen.cpp_loops import column_reduction
+    from compiler.ir import Kernel
+    specs = ("g: f32[1, T, 64]", "w: f32[K, 64]")
+    kernels = [s for s in schedule(lower(shapes.trace(_bias_grad_and_transpose, *specs))) if isinstance(s, Kernel)]
+    assert any(column_reduction(k) for k in kernels) and len(kernels) == 2
+    f = compiler.compile(_bias_grad_and_transpose, *specs)
+    for T, K in [(1, 1), (7, 3), (13, 32)]:
+        g, w = torch.randn(1, T, 64), torch.randn(K, 64)
+        for out, ref in zip(f(g, w), _bias_grad_and_transpose(g, w)):
+            torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-5)
