@@ -56,6 +56,30 @@ def tiny_llama_lm():
     return t.LlamaForCausalLM(conf).eval()
 
 
+def greedy_tokens_eager_and_backend(model, prompt_len: int, steps: int, seed: int) -> dict:
+    """Greedy decoding with transformers' ``DynamicCache`` (a prompt of ``prompt_len`` random ids, then
+    ``steps`` tokens one at a time), by ``model`` in eager and through ``backend="symshape"`` with CUDA
+    graphs: ``{"eager": tokens, "symshape": tokens}``."""
+    import transformers
+
+    import compiler
+    torch._dynamo.reset()
+    compiler.register()  # backend="symshape" from this tree, whether or not the entry point is installed
+    opt = torch.compile(model, backend="symshape", dynamic=True, options={"cuda_graphs": True})
+    prompt = torch.randint(0, 128, (1, prompt_len), generator=torch.Generator().manual_seed(seed))
+    toks = {}
+    with torch.no_grad():
+        for name, fn in (("eager", model), ("symshape", opt)):
+            cache = transformers.DynamicCache()
+            out = fn(input_ids=prompt, past_key_values=cache, use_cache=True)
+            got = [int(out.logits[:, -1].argmax(-1))]
+            for _ in range(steps):
+                out = fn(input_ids=torch.tensor([[got[-1]]]), past_key_values=cache, use_cache=True)
+                got.append(int(out.logits[:, -1].argmax(-1)))
+            toks[name] = got
+    return toks
+
+
 def mistral_sliding_window():
     t = Z._t()
     return t.MistralModel(t.MistralConfig(**Z._DEC, num_key_value_heads=2, sliding_window=4))

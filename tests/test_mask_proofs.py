@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import compiler
 from compiler import mask_proofs
 from compiler.sized_masks import MaskClass
-from tests.attention_models import tiny_llama_lm
+from tests.attention_models import greedy_tokens_eager_and_backend, tiny_llama_lm
 
 
 def _decode(q, k, v):
@@ -104,26 +104,12 @@ def test_an_unhandled_op_leaves_the_mask_unproved():
 
 
 def test_hf_llama_decode_mask_is_proved_and_tokens_equal_eager(monkeypatch):
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     import transformers.masking_utils as mu
     # Under torch < 2.14 (the GPU machine's 2.11) transformers never skips its mask while
     # compiling; newer torch lets it skip the mask itself.  Take the older behaviour here.
     monkeypatch.setattr(mu, "is_torchdynamo_exporting", lambda: True, raising=False)
-    model = tiny_llama_lm()
-    torch._dynamo.reset()
-    compiler.register()
-    opt = torch.compile(model, backend="symshape", dynamic=True, options={"cuda_graphs": True})
-    prompt = torch.randint(0, 128, (1, 7), generator=torch.Generator().manual_seed(3))
-    toks = {}
-    with torch.no_grad():
-        for name, fn in (("eager", model), ("symshape", opt)):
-            cache = transformers.DynamicCache()
-            out = fn(input_ids=prompt, past_key_values=cache, use_cache=True)
-            got = [int(out.logits[:, -1].argmax(-1))]
-            for _ in range(10):
-                out = fn(input_ids=torch.tensor([[got[-1]]]), past_key_values=cache, use_cache=True)
-                got.append(int(out.logits[:, -1].argmax(-1)))
-            toks[name] = got
+    toks = greedy_tokens_eager_and_backend(tiny_llama_lm(), prompt_len=7, steps=10, seed=3)
     assert toks["symshape"] == toks["eager"]
     from compiler.backend import graphed_programs
     pieces = [p for gp in graphed_programs() for p in gp.pieces.values() if p is not None]

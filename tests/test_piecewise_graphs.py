@@ -9,7 +9,7 @@ import torch.nn as nn
 
 import compiler
 from compiler.piecewise import PiecewiseRun
-from tests.attention_models import tiny_llama_lm
+from tests.attention_models import greedy_tokens_eager_and_backend, tiny_llama_lm
 
 
 class CacheStep(nn.Module):
@@ -74,22 +74,8 @@ def test_a_program_that_needs_the_dim_everywhere_keeps_a_graph_per_size():
 
 
 def test_hf_llama_greedy_decode_through_the_backend_equals_eager():
-    transformers = pytest.importorskip("transformers")
-    model = tiny_llama_lm()
-    torch._dynamo.reset()
-    compiler.register()  # backend="symshape" from this tree, whether or not the entry point is installed
-    opt = torch.compile(model, backend="symshape", dynamic=True, options={"cuda_graphs": True})
-    prompt = torch.randint(0, 128, (1, 9), generator=torch.Generator().manual_seed(1))
-    toks = {}
-    with torch.no_grad():
-        for name, fn in (("eager", model), ("symshape", opt)):
-            cache = transformers.DynamicCache()
-            out = fn(input_ids=prompt, past_key_values=cache, use_cache=True)
-            got = [int(out.logits[:, -1].argmax(-1))]
-            for _ in range(12):
-                out = fn(input_ids=torch.tensor([[got[-1]]]), past_key_values=cache, use_cache=True)
-                got.append(int(out.logits[:, -1].argmax(-1)))
-            toks[name] = got
+    pytest.importorskip("transformers")
+    toks = greedy_tokens_eager_and_backend(tiny_llama_lm(), prompt_len=9, steps=12, seed=1)
     from compiler.backend import graphed_programs
     reports = "\n".join(gp.report() for gp in graphed_programs())
     assert toks["symshape"] == toks["eager"], (toks, reports)
@@ -174,24 +160,10 @@ def test_dims_that_change_with_the_cache_length_join_the_split(monkeypatch):
     layer's cache length its own symbol, one unpaddable and the others paddable, all equal at
     every call.  Keyed on the paddable ones, the graphs would be recorded once per token and
     never replayed (measured on the H100: 0 replays in 199 calls); they join the split."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     import transformers.masking_utils as mu
     monkeypatch.setattr(mu, "is_torchdynamo_exporting", lambda: True, raising=False)  # torch < 2.14's mask
-    model = tiny_llama_lm()
-    torch._dynamo.reset()
-    compiler.register()
-    opt = torch.compile(model, backend="symshape", dynamic=True, options={"cuda_graphs": True})
-    prompt = torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(4))
-    toks = {}
-    with torch.no_grad():
-        for name, fn in (("eager", model), ("symshape", opt)):
-            cache = transformers.DynamicCache()
-            out = fn(input_ids=prompt, past_key_values=cache, use_cache=True)
-            got = [int(out.logits[:, -1].argmax(-1))]
-            for _ in range(8):
-                out = fn(input_ids=torch.tensor([[got[-1]]]), past_key_values=cache, use_cache=True)
-                got.append(int(out.logits[:, -1].argmax(-1)))
-            toks[name] = got
+    toks = greedy_tokens_eager_and_backend(tiny_llama_lm(), prompt_len=16, steps=8, seed=4)
     assert toks["symshape"] == toks["eager"]
     from compiler.backend import graphed_programs
     pieces = [(gp, p) for gp in graphed_programs() for p in gp.pieces.values() if p is not None]
