@@ -88,14 +88,7 @@ def new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=F
     # Never the warm-up lengths (above length or 105), nor another mode's (per-shape caches such as
     # cuBLAS's heuristics are process-wide: a shape met before costs less).
     fresh = iter(range(length - 1 - offset, 0, -stride))
-    b = batch(length, g)
-    _step(fn, b, opt, device, dtype)
-    tc._sync(device)
-    t = time.perf_counter()
-    for _ in range(n):
-        _step(fn, b, opt, device, dtype)
-    tc._sync(device)
-    fixed = (time.perf_counter() - t) / n * 1e3
+    fixed = fixed_length_ms(fn, batch(length, g), opt, device, dtype, n)
 
     def run_new(count):
         for bb in [batch(next(fresh), g) for _ in range(count)]:
@@ -131,6 +124,18 @@ def new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=F
                 busy_new=busy_new, host_profile=text)
 
 
+def fixed_length_ms(fn, b, opt, device, dtype, steps) -> float:
+    """Wall ms per training step on batch ``b`` repeated ``steps`` times, after one step at its
+    length that is not timed (a first call at a shape pays its own costs)."""
+    _step(fn, b, opt, device, dtype)
+    tc._sync(device)
+    t = time.perf_counter()
+    for _ in range(steps):
+        _step(fn, b, opt, device, dtype)
+    tc._sync(device)
+    return (time.perf_counter() - t) / steps * 1e3
+
+
 def profile_mode(mode, name, dtype, device, warm, length, steps, offset=0, stride=1) -> dict:
     """Profile ``steps`` steps of ``mode`` at ``length`` after warm-up steps at ``warm`` lengths."""
     if mode.endswith("_nocudnn"):  # cuDNN's SDPA off, as in train_compare
@@ -153,13 +158,7 @@ def profile_mode(mode, name, dtype, device, warm, length, steps, offset=0, strid
     new = new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=mode == "symshape",
                        offset=offset, stride=stride)
     b = batch(length, g)
-    _step(fn, b, opt, device, dtype)  # a first step at this length outside the profile
-    tc._sync(device)
-    t = time.perf_counter()
-    for _ in range(steps):
-        _step(fn, b, opt, device, dtype)
-    tc._sync(device)
-    wall = (time.perf_counter() - t) / steps * 1e3
+    wall = fixed_length_ms(fn, b, opt, device, dtype, steps)
     acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else [])
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(steps):
