@@ -295,6 +295,12 @@ class Lowerer:
         # modulo by a size the index never reaches (``r % T`` for a ``[1, T, C]`` sum over (0, 1)
         # would hide that the loads walk the rows with a fixed stride).
         split = [d for d in dims if sympy.sympify(box.shape[d]) != 1]
+        if box.buf is not None and n - 1 not in dims and sympy.sympify(box.shape[-1]) != 1:
+            # A sum down the columns of a value already stored (GPT-2's GELU-backward output, a
+            # bias gradient's input that the weight gradient's matmul reads): it runs in its own
+            # kernel, so reading the stored rows costs one load where the inlined value would
+            # recompute the whole pointwise chain (~20 ops per element, each bf16-rounded).
+            box = self.buffer_box(box.buf)
 
         def body(ov, r):
             idx = [sympy.Integer(0)] * n

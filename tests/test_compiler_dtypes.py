@@ -40,6 +40,19 @@ def test_float16_rounds_after_every_op_like_eager():
     assert torch.equal(f(x), (x + 1) - 2048)
 
 
+def test_bfloat16_rounds_after_every_op_like_eager():
+    # The C++ kernels keep a bfloat16 value in a float register (rounded, see cpp.rbf): 256 + 1 is
+    # 256 in bfloat16 (ties to even), so (x + 1) - 256 is 0 as in eager, not 1; the bits of every
+    # result equal eager's, NaN, infinities, subnormals and the largest finite value included.
+    import compiler
+    f = compiler.compile(lambda x: ((x + 1) - 256) * 3 + x * x, "x: bf16[N]")
+    special = [256.0, float("nan"), float("inf"), -float("inf"), 1e-39, -3e-40, 3.3895e38, 0.0, -0.0, 1.0 / 3]
+    x = torch.cat([torch.tensor(special).bfloat16(), torch.randn(1000).bfloat16() * 100])
+    got, want = f(x), ((x + 1) - 256) * 3 + x * x
+    assert torch.equal(got.view(torch.int16)[~want.isnan()], want.view(torch.int16)[~want.isnan()])
+    assert torch.equal(got.isnan(), want.isnan())
+
+
 @pytest.mark.triton
 def test_triton_matches_eager():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -50,6 +50,8 @@ CTYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t
           torch.bool: "bool", torch.float16: "uint16_t", torch.bfloat16: "uint16_t"}
 #: Buffer element types: bool tensors as their bytes (0/1), so loads and stores vectorize.
 BUF_CTYPES = {**CTYPES, torch.bool: "uint8_t"}
+#: Types of values in registers: a bfloat16 value is the float it stands for (see ``rbf``).
+REG_CTYPES = {**CTYPES, torch.bfloat16: "float"}
 
 PRELUDE = r"""
 #include <cmath>
@@ -75,6 +77,17 @@ static inline uint16_t f2bf(float f) {
   uint32_t u; std::memcpy(&u, &f, 4);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
+// In registers a bfloat16 value is the float it stands for (f2bf then bf2f in one step, same bits):
+// a chain of bf16 ops rounds after each op without a trip through 16-bit lanes, which costs gcc's
+// vectorized loops a pack and an unpack per rounding (GPT-2's GELU backward: ~20 roundings per
+// element, 1.6x slower).  It is stored with its high half (exact: the low half is zero).
+static inline float rbf(float f) {
+  uint32_t u; std::memcpy(&u, &f, 4);
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  const uint32_t q = (u | 0x00400000u) & 0xffff0000u;  // NaN: quiet, payload truncated, as f2bf
+  r = (f != f) ? q : r;
+  float o; std::memcpy(&o, &r, 4); return o; }
+static inline uint16_t bfbits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return (uint16_t)(u >> 16); }
 // A 16-bit element read through the aligned 32-bit word that holds it: gcc 12 has no 16-bit gather,
 // so a loop loading half values at a non-affine index (a cat, a head transpose) would stay scalar;
 // 32-bit gathers vectorize.  The word never leaves the element's 4-byte block (never its page).
@@ -146,14 +159,12 @@ def _cast(a, v, t):
     x, src, dst = a[0], v.args[0].dtype, v.dtype
     if src == torch.float16:
         x = f"h2f({x})"
-    elif src == torch.bfloat16:
-        x = f"bf2f({x})"
     if dst == torch.bool:
         return f"({x} != 0)"
     if dst == torch.float16:
         return f"f2h((float)({x}))"
     if dst == torch.bfloat16:
-        return f"f2bf((float)({x}))"
+        return f"rbf((float)({x}))"
     return f"static_cast<{t}>({x})"
 
 
@@ -226,13 +237,21 @@ class CppTarget(Target):
         if dtype == torch.bool:
             # gcc 12 vectorizes no loop holding a C++ bool value; a 0/1 int vectorizes with floats.
             return f"const int {name} = (int)(bool)({code});"
-        return f"const {CTYPES[dtype]} {name} = {code};"
+        return f"const {REG_CTYPES[dtype]} {name} = {code};"
 
     def load(self, scope: Scope, v) -> str:
         g = scope.g
-        if BUF_CTYPES[g.lp.buffers[v.buf].dtype] == "uint16_t" and not affine_in_loops(v.index):
-            return f"gather16({g.ptr[v.buf]}, {g.index(v.index)})"
-        return f"{g.ptr[v.buf]}[{g.index(v.index)}]"
+        dt = g.lp.buffers[v.buf].dtype
+        if BUF_CTYPES[dt] == "uint16_t" and not affine_in_loops(v.index):
+            code = f"gather16({g.ptr[v.buf]}, {g.index(v.index)})"
+        else:
+            code = f"{g.ptr[v.buf]}[{g.index(v.index)}]"
+        return f"bf2f({code})" if dt == torch.bfloat16 else code
+
+    @staticmethod
+    def stored(buf, v: str) -> str:
+        """The code storing register value ``v`` into an element of ``buf``."""
+        return f"bfbits({v})" if buf.dtype == torch.bfloat16 else v
 
     def size_value(self, gen, v):
         return declare(f"(({CTYPES[v.dtype]})({gen.expr(v.expr)}))")
@@ -332,7 +351,7 @@ class CppTarget(Target):
                 row.lines.append(f"{ind}if ({acc}_nan) {acc} = NAN;")
         for buf, value in k.row_stores:
             v = row.emit(value)
-            row.lines.append(f"{ind}{g.ptr[buf.name]}[{g.index(flat_index(ov, buf.strides))}] = {v};")
+            row.lines.append(f"{ind}{g.ptr[buf.name]}[{g.index(flat_index(ov, buf.strides))}] = {self.stored(buf, v)};")
         for buf, L, value in k.inner_stores:
             self._store_loops(g, row, ind, buf, value, extent(L), vec)
         out += row.lines
@@ -356,7 +375,7 @@ class CppTarget(Target):
             inner = Scope(g, ind + "  ", parent=row)
             v = inner.emit(value)
             idx = g.index(flat_index(ov + (JVAR,), buf.strides))
-            row.lines += inner.lines + [f"{ind}  {g.ptr[buf.name]}[{idx}] = {v};", f"{ind}}}"]
+            row.lines += inner.lines + [f"{ind}  {g.ptr[buf.name]}[{idx}] = {self.stored(buf, v)};", f"{ind}}}"]
 
     def module_source(self, parts) -> str:
         return "\n\n".join([PRELUDE] + parts)
@@ -406,7 +425,8 @@ class CppTarget(Target):
         row.lines += [f"      const {ct} red{n} = acc{n}[{x0} - xb];" for n, ct in enumerate(cts)]
         for buf, value in k.row_stores:
             v = row.emit(value)
-            row.lines.append(f"      {g.ptr[buf.name]}[{g.index(flat_index(k.outer_vars, buf.strides))}] = {v};")
+            row.lines.append(f"      {g.ptr[buf.name]}[{g.index(flat_index(k.outer_vars, buf.strides))}] = "
+                             f"{self.stored(buf, v)};")
         return out + row.lines + ["    }", "  }"]
 
 
