@@ -228,8 +228,13 @@ class Lowerer:
             return False
         ov = tuple(loop_var(f"x{i}") for i in range(len(box.shape)))
         # A norm's output counts too (its reductions' results are read like loads): post-norm
-        # blocks (BERT) read it in the next residual sum and the next norm.
-        return sum(isinstance(n, (Load, RedRef)) for n in walk(box(ov))) >= SHARED_LOADS
+        # blocks (BERT) read it in the next residual sum and the next norm.  A load of one value
+        # per row (a saved max or logsumexp, a label, a scalar) costs next to nothing recomputed:
+        # a cross-entropy's log-softmax (logits - max - lse) and its one-hot gradient stay inline
+        # rather than each becoming a [T, vocab] float32 buffer written and read back.
+        last = ov[-1] if sympy.sympify(box.shape[-1]) != 1 else None
+        return sum(isinstance(n, RedRef) or (isinstance(n, Load) and (
+            last is None or last in sympy.sympify(n.index).free_symbols)) for n in walk(box(ov))) >= SHARED_LOADS
 
     def numel(self, shape):
         """Elements of ``shape`` at the trace's size hints (None: not a number)."""
