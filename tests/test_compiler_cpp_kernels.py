@@ -65,7 +65,79 @@ def test_transcendentals_call_vector_math():
     with open(so, "rb") as fh:
         blob = fh.read()
     # glibc vector variants are named _ZGV<isa><mask><lanes>v_<name>.
-    assert b"v_expf" in blob and b"v_erff" in blob
+    assert b"v_expf" in blob
+    lp = lower(shapes.trace(lambda x: torch.erf(x) * 2, "x: f32[B, T]"))
+    src, _ = CPP.generate(lp, schedule(lp))
+    with open(cpp_codegen.build(src)._name, "rb") as fh:
+        assert b"v_erff" in fh.read()
+
+
+def test_gelu_erf_is_eagers_vectorized_formula_and_plain_erf_is_glibcs():
+    """GELU's erf is spelled as eager's GELU kernel computes it (ATen's vectorized erf): values
+    stay within 2 ulp-ish of eager's GELU; a plain ``torch.erf`` keeps glibc's erf (accurate near 0,
+    where the GELU formula's absolute error would be a large relative one)."""
+    gelu = lambda x: torch.nn.functional.gelu(x)  # noqa: E731
+    plain = lambda x: torch.erf(x * 0.5)  # noqa: E731
+    for fn, want, other in [(gelu, "gelu_erf(", "std::erf("), (plain, "std::erf(", "gelu_erf(")]:
+        lp = lower(shapes.trace(fn, "x: f32[N]"))
+        src, _ = CPP.generate(lp, schedule(lp))
+        body = src[src.index("static void kernel"):]
+        assert want in body and other not in body
+    x = torch.cat([torch.randn(4099) * 5, torch.tensor([0.0, -0.0, 1e-30, -1e-30, 30.0, -30.0, float("nan")])])
+    got, ref = compiler.compile(gelu, "x: f32[N]")(x), gelu(x)
+    torch.testing.assert_close(got, ref, atol=2e-6, rtol=4e-7, equal_nan=True)
+    small = torch.tensor([1e-6, -3e-7, 1e-3, 0.25])
+    torch.testing.assert_close(compiler.compile(plain, "x: f32[N]")(small), plain(small), atol=0, rtol=3e-7)
+
+
+def _stored_then_summed(x, w):
+    # A backward's pointwise gradient (stored: a matmul reads it) and its bias gradient.
+    h = torch.tanh(x) * x + x * x * 0.5
+    return torch.mm(h.view(-1, h.shape[-1]), w), h.sum((0, 1))
+
+
+def test_column_sum_of_a_stored_value_reads_it():
+    """The bias gradient of a value that is stored anyway (its matmul reads it) loads the stored
+    rows rather than recomputing the value's pointwise chain; values equal eager at 1 and primes."""
+    from compiler.codegen.cpp_loops import column_reduction
+    from compiler.ir import Kernel, Load, Op, walk
+    specs = ("x: f32[1, T, 64]", "w: f32[64, 8]")
+    kernels = [s for s in schedule(lower(shapes.trace(_stored_then_summed, *specs))) if isinstance(s, Kernel)]
+    col = [k for k in kernels if column_reduction(k)]
+    assert len(col) == 1
+    body = col[0].reductions[0][2]
+    assert not any(isinstance(n, Op) and n.op.value == "tanh" for n in walk(body))
+    assert sum(isinstance(n, Load) for n in walk(body)) == 1
+    f = compiler.compile(_stored_then_summed, *specs)
+    w = torch.randn(64, 8)
+    for T in (1, 7, 13):
+        x = torch.randn(1, T, 64)
+        for out, ref in zip(f(x, w), _stored_then_summed(x, w)):
+            torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-5)
+
+
+def _log_softmax_grad(x, m, lse, g):
+    # A backward's log-softmax recomputed from the forward's saved max and logsumexp, read by two ops.
+    ls = x - m - lse
+    return g - torch.exp(ls) * g.sum(-1, keepdim=True), (ls * g).sum(-1)
+
+
+def test_value_with_one_full_load_is_not_stored_for_sharing():
+    """``x - max - lse`` reads one full-size tensor and two values per row: recomputed where it is
+    read (cheap) rather than stored as a [T, V] buffer; values equal eager at 1 and primes."""
+    from compiler.lowered import StoreItem
+    specs = ("x: f32[T, 32]", "m: f32[T, 1]", "lse: f32[T, 1]", "g: f32[T, 32]")
+    lp = lower(shapes.trace(_log_softmax_grad, *specs))
+    rows = [i.buffer.name for i in lp.items if isinstance(i, StoreItem) and len(i.buffer.shape) == 2
+            and i.buffer.shape[-1] == 32]
+    assert len(rows) == 1, rows  # the output only
+    f = compiler.compile(_log_softmax_grad, *specs)
+    for T in (1, 5, 17):
+        x, g = torch.randn(T, 32), torch.randn(T, 32)
+        m = x.amax(-1, keepdim=True)
+        lse = torch.log(torch.exp(x - m).sum(-1, keepdim=True))
+        for out, ref in zip(f(x, m, lse, g), _log_softmax_grad(x, m, lse, g)):
+            torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 
 def test_second_process_with_same_program_compiles_nothing(tmp_path):

@@ -6,7 +6,7 @@ so one shared object serves every size.  Row loops (reductions and row
 stores) are ``#pragma omp simd`` loops: gcc vectorizes them, calling glibc's
 vector math (libmvec) for exp/erf/tanh/..., with vector accumulators for
 reductions; rows run on OpenMP threads only when each thread gets
-:data:`PARALLEL_WORK` elements.  Each kernel is built in size-class
+:data:`PARALLEL_WORK` element-ops.  Each kernel is built in size-class
 variants (:func:`size_classes`) and its entry picks one per call from the
 sizes and returns its index, so a new size class never retraces.  Shared
 objects are cached by source hash under ``$SYMSHAPE_CACHE`` (default
@@ -40,8 +40,8 @@ import torch
 from shapes.kernel_helpers import CPP_SOURCE
 from shapes.printers import to_cpp
 
-from ..ir import JVAR, RVAR, OpKind, ReductionKind, compute_dtype, flat_index
-from .cpp_loops import COLUMN_BLOCK, column_dim, affine_in_loops, column_reduction, row_pieces
+from ..ir import JVAR, RVAR, Const, Op, OpKind, ReductionKind, compute_dtype, flat_index
+from .cpp_loops import COLUMN_BLOCK, column_dim, affine_in_loops, column_reduction, element_cost, row_pieces
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 
@@ -95,12 +95,20 @@ typedef uint32_t __attribute__((__may_alias__)) symshape_u32a;
 static inline uint16_t gather16(const uint16_t* p, int64_t i) {
   const uintptr_t a = (uintptr_t)(p + i);
   return (uint16_t)(*(const symshape_u32a*)(a & ~(uintptr_t)3) >> ((a & 2) * 8)); }
+// erf as ATen's vectorized GELU computes it (Vectorized<float>::erf: Abramowitz & Stegun 7.1.26,
+// |error| <= 1.5e-7, one exp): eager's GELU(x) = x / 2 * (1 + erf(x * sqrt(1/2))) runs this.
+// Only GELU's erf is spelled so (see _erf in cpp.py).
+static inline float gelu_erf(float x) {
+  const float t = 1.0f / std::fma(0.3275911f, std::fabs(x), 1.0f);
+  const float r = std::fma(std::fma(std::fma(std::fma(1.061405429f, t, -1.453152027f), t, 1.421413741f), t,
+                                    -0.284496736f), t, 0.254829592f);
+  return std::copysign(std::fma(-std::exp(-(x * x)) * t, r, 1.0f), x); }
 template <typename T> static inline T nan_max(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a > b ? a : b)); }
 template <typename T> static inline T nan_min(T a, T b) { return (a != a) ? a : ((b != b) ? b : (a < b ? a : b)); }
 """ + CPP_SOURCE
 
-# Element-ops per OpenMP thread (~0.1 ms vectorized) before another thread pays for its start-up,
-# which on a loaded machine is a scheduler time slice, not microseconds.
+# Element-ops (:func:`~compiler.codegen.cpp_loops.element_cost`) per OpenMP thread before another
+# thread pays for its start-up, which on a loaded machine is a scheduler time slice, not microseconds.
 PARALLEL_WORK = 1 << 18
 #: float32 lanes of one AVX-512 register: the aligned size class has row extents divisible by it.
 VEC = 16
@@ -168,6 +176,17 @@ def _cast(a, v, t):
     return f"static_cast<{t}>({x})"
 
 
+def _erf(a, v, t):
+    # erf(x * sqrt(1/2)) is GELU's (compiler.ops_lowering lowers aten.gelu so): spelled as eager's
+    # GELU kernel computes it (gelu_erf in the prelude, ATen's vectorized erf, |error| <= 1.5e-7,
+    # 5x cheaper than glibc's vector erff).  Every other erf stays glibc's (<= 4 ulp).
+    m = v.args[0]
+    if v.dtype == torch.float32 and isinstance(m, Op) and OpKind(m.op) is OpKind.MUL and any(
+            isinstance(c, Const) and abs(float(c.value) - math.sqrt(0.5)) < 1e-9 for c in m.args):
+        return f"gelu_erf({a[0]})"
+    return f"std::erf({a[0]})"
+
+
 OP_TABLE = {
     **infix_table({**INFIX, OpKind.AND: "&&", OpKind.OR: "||"}),
     **templates({OpKind.NEG: "-{0}", OpKind.NOT: "!{0}", OpKind.RELU: "({0} < 0 ? ({t})0 : {0})",
@@ -177,7 +196,8 @@ OP_TABLE = {
                            where=lambda c, a, b: f"({c} ? {a} : {b})",
                            log1p="std::log1p", expm1="std::expm1", tanh="std::tanh")),
     OpKind.CAST: _cast, OpKind.MAXIMUM: _minmax("max"), OpKind.MINIMUM: _minmax("min"),
-    **{k: call(f"std::{k.value}") for k in (OpKind.ABS, OpKind.EXP, OpKind.LOG, OpKind.SQRT, OpKind.ERF,
+    OpKind.ERF: _erf,
+    **{k: call(f"std::{k.value}") for k in (OpKind.ABS, OpKind.EXP, OpKind.LOG, OpKind.SQRT,
                                           OpKind.SIN, OpKind.FLOOR, OpKind.CEIL, OpKind.POW)},
     # gcc merges sin(x) and cos(x) of one argument into a scalar sincos call (no vector variant:
     # a rotary embedding's loop stays scalar).  cos is even, so cos(x + 0) is cos(x) for every x
@@ -305,9 +325,9 @@ class CppTarget(Target):
 
         ov = k.outer_vars
         rows = " * ".join(f"(int64_t)({g.expr(s)})" for s in k.outer) or "1"
-        work = " + ".join([f"(int64_t)({g.expr(r.rsize)})" for r, _, _ in k.reductions]
-                          + [f"(int64_t)({g.expr(L)})" for _, L, _ in k.inner_stores] + ["1"])
-        # Threads only where each gets at least PARALLEL_WORK elements: tiny sizes stay serial.
+        work = " + ".join([f"(int64_t)({g.expr(r.rsize)}) * {element_cost(body)}" for r, _, body in k.reductions]
+                          + [f"(int64_t)({g.expr(L)}) * {element_cost(v)}" for _, L, v in k.inner_stores] + ["1"])
+        # Threads only where each gets at least PARALLEL_WORK element-ops: tiny sizes stay serial.
         out.append(f"  const int64_t nt = std::min<int64_t>(omp_get_max_threads(), "
                    f"({rows}) * ({work}) / {PARALLEL_WORK});")
         ind = "  "
@@ -410,7 +430,7 @@ class CppTarget(Target):
         n_rows, ncols = g.expr(k.reductions[0][0].rsize), g.expr(cols)
         ones = [f"  const int64_t {v} = 0;" for i, v in enumerate(k.outer_vars) if i != c]  # extent-1 dims
         out = ones + [f"  const int64_t nt = std::min<int64_t>(omp_get_max_threads(), ((int64_t)({ncols}) * "
-               f"(int64_t)({n_rows}) * {len(k.reductions)}) / {PARALLEL_WORK});",
+               f"(int64_t)({n_rows}) * {sum(element_cost(b) for _, _, b in k.reductions)}) / {PARALLEL_WORK});",
                "  #pragma omp parallel for num_threads(nt > 1 ? nt : 1) if(parallel: nt > 1)",
                f"  for (int64_t xb = 0; xb < {ncols}; xb += {COLUMN_BLOCK}) {{",
                f"    const int64_t xe = std::min<int64_t>({ncols}, xb + {COLUMN_BLOCK});"]

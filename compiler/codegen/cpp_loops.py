@@ -4,7 +4,8 @@ and which loads are gathers.
 * :func:`column_reduction`: sums down the columns of ``[T, C]`` values (bias gradients) run
   rows outer and a block of columns inner, so the inner loop reads stride 1;
 * :func:`row_pieces`: a row stored piecewise (a cat) loops once per piece;
-* :func:`affine_in_loops`: whether a load's index walks the row loops at a fixed stride.
+* :func:`affine_in_loops`: whether a load's index walks the row loops at a fixed stride;
+* :func:`element_cost`: the work per element that decides how many threads a kernel uses.
 
 Example::
 
@@ -94,6 +95,32 @@ def affine_in_loops(index) -> bool:
         return sympy.Poly(e, JVAR, RVAR).total_degree() <= 1
     except sympy.PolynomialError:
         return False
+
+
+#: Ops that are a vector math call (libmvec): each costs about as much as this many plain ops.
+_CALLS = frozenset({OpKind.EXP, OpKind.LOG, OpKind.SIN, OpKind.COS, OpKind.TANH, OpKind.ERF, OpKind.POW,
+                    OpKind.SIGMOID, OpKind.LOG1P, OpKind.EXPM1})
+CALL_COST = 16
+
+
+def element_cost(value) -> int:
+    """Work per element of ``value``: 1 per load or op, :data:`CALL_COST` per vector math call.
+    A kernel's threads follow its elements times this, not its elements alone: an erf GELU of
+    ``[2, 61, 1024]`` (125K elements, ~50 us on one core) pays for a second thread, an add of
+    the same size (~7 us) does not.
+
+    >>> import torch
+    >>> x = Load("x", JVAR, torch.float32)
+    >>> element_cost(Op(OpKind.ADD, (x, x), torch.float32)), element_cost(Op(OpKind.ERF, (x,), torch.float32))
+    (2, 17)
+    """
+    n = 0
+    for v in walk(value):
+        if isinstance(v, Op):
+            n += CALL_COST if OpKind(v.op) in _CALLS else 1
+        elif isinstance(v, Load):
+            n += 1
+    return max(n, 1)
 
 
 #: Columns per block of a column reduction (its accumulators live on the stack).
