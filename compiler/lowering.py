@@ -228,9 +228,19 @@ class Lowerer:
         if len(_user_numels(node, self.numel)) < 2:
             return False
         ov = tuple(loop_var(f"x{i}") for i in range(len(box.shape)))
+        nodes = list(walk(box(ov)))
         # A norm's output counts too (its reductions' results are read like loads): post-norm
         # blocks (BERT) read it in the next residual sum and the next norm.
-        return sum(isinstance(n, (Load, RedRef)) for n in walk(box(ov))) >= SHARED_LOADS
+        if sum(isinstance(n, (Load, RedRef)) for n in nodes) < SHARED_LOADS:
+            return False
+        # A function of one tensor of its size (plus per-row reductions and smaller, broadcast
+        # operands) costs its users one load either way: recomputed, it needs no buffer.  A
+        # loss's log-softmax (logits - max - logsumexp), stored, was two fp32 copies of the
+        # (tokens, vocabulary) logits at the start of the backward: +512 MiB at its peak.
+        mine = self.numel(box.shape)
+        full = {n.buf for n in nodes if isinstance(n, Load) and n.buf in self.buffers
+                and (self.numel(self.buffers[n.buf].shape) or 0) >= (mine or 0)}
+        return mine is None or len(full) >= 2
 
     def numel(self, shape):
         """Elements of ``shape`` at the trace's size hints (None: not a number)."""
