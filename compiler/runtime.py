@@ -47,7 +47,7 @@ from .lowering import lower
 from .scheduler import schedule
 from .padded_linear import padded_steps
 from .row_buckets import bucketed_steps
-from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
+from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, Owned, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
@@ -447,6 +447,8 @@ class CompiledProgram:
         return self._add(self._trace(values, device))
 
     def __call__(self, *tensors):
+        if len(tensors) == 1 and tensors[0].__class__ is Owned:
+            tensors = tensors[0]  # handed over: the run frees each input at its last use
         self.stats["calls"] += 1
         STATS["calls"] += 1
         try:

@@ -12,7 +12,7 @@ Example::
     >>> import torch
     >>> src, fn = straight_line([ExternStep(torch.add, (BufSlot("x"), SizeSlot(0)), {}, "y")],
     ...                         ["x"], [], [BufSlot("y")])
-    >>> print(src.splitlines()[2])
+    >>> print(src.splitlines()[3])
         b_y = F0(b_x, s[0])
     >>> fn([torch.ones(2)], (3,), (), [], None)[0].tolist()
     [4.0, 4.0]
@@ -38,6 +38,18 @@ class BufSlot:
     """A tensor in an extern's arguments: the run's buffer named ``name``."""
 
     name: str
+
+
+class Owned(list):
+    """Input tensors handed over to a run: it drops the list's references once it has read them,
+    so an input is freed at its last use (AOTAutograd's boxed calls steal their arguments: a
+    backward's saved activations then go as it consumes them, not at its end).
+
+    >>> _, fn = straight_line([ExternStep(torch.neg, (BufSlot("x"),), {}, "y")], ["x"], [], [BufSlot("y")])
+    >>> args = Owned([torch.ones(1)])
+    >>> fn(args, (), (), [], None)[0].tolist(), len(args)
+    ([-1.0], 0)
+    """
 
 
 class _Device:
@@ -159,7 +171,7 @@ def _var(name: str) -> str:
 
 class _Writer:
     def __init__(self):
-        self.ns: dict = {"empty_strided": torch.empty_strided}
+        self.ns: dict = {"empty_strided": torch.empty_strided, "OWNED": Owned}
         self.lines: list[str] = []
         self.count = 0
 
@@ -248,6 +260,7 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset()):
     body = w.lines
     if inputs:
         body.append(f"    {''.join(_var(n) + ', ' for n in inputs)}= tensors")
+        body.append("    if tensors.__class__ is OWNED: tensors.clear()")
     if consts:
         body.append(f"    {''.join(_var(n) + ', ' for n in consts)}= const_tensors")
     kept = [n for n in range(len(plan)) if n not in skip]
