@@ -71,6 +71,7 @@ def main():
                 print(f"{str(dt)[6:]:<9}{str((b, h, t, d)):<16}{str(empty):<7}{cb:>8}{cf:>9}{ub:9.1f}{uf:9.1f}"
                       f"{uc:8.1f}{diff:10.2e}{f'{nb}/{nf}':>10}")
     print("choices: 0 math, 1 flash, 2 efficient, 3 cudnn")
+    print(f"torch._fused_sdp_choice: {host_us(lambda: torch._fused_sdp_choice(q, k, v, fm, 0.0, False)):.2f} us/call")
 
 
 if __name__ == "__main__":
