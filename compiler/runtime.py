@@ -47,6 +47,7 @@ from .lowering import lower
 from .scheduler import schedule
 from .padded_linear import padded_steps
 from .row_buckets import bucketed_steps
+from .view_folding import fold_views
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
 
@@ -191,6 +192,8 @@ class Variant:
                 plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         plan = linear_calls(plan, self.outputs)
+        # Repeated views made once, reshape chains as one reshape (compiler.view_folding).
+        plan = fold_views(plan, self.outputs)
         # Half-precision linears of odd static width run on a padded weight (compiler.padded_linear).
         plan = padded_steps(plan, lp.buffers, getattr(self.tp.device, "type", None))
         # Half-precision CUDA matmuls at few row counts where enabled (compiler.row_buckets).
