@@ -48,6 +48,7 @@ from .scheduler import schedule
 from .padded_linear import padded_steps
 from .row_buckets import bucketed_steps
 from .view_folding import fold_views
+from .shared_masks import share_masks
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
 
@@ -203,6 +204,10 @@ class Variant:
         outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
         self.masks = sized_masks.find(plan, outside, lp.buffers, slot)
         self.plan = plan = sized_masks.rewrite(plan, self.masks, len(exprs))
+        if self.target == "triton":
+            # One boolean mask read by several SDPA steps: converted once per run (compiler.shared_masks).
+            plan = self.plan = share_masks(plan, lp.buffers, TARGETS["triton"].extern_call(
+                torch.ops.aten.scaled_dot_product_attention.default, None))
         self._classifier = None
         # Masks whose class holds at every size (compiler.mask_proofs) need no classification:
         # a decode step runs unmasked attention at its first call, without a sync.

@@ -56,7 +56,15 @@ def _is_reshape(target) -> bool:
     return getattr(target, "__name__", None) == "view_as_traced"
 
 
-def _mutates(step) -> bool:
+def mutates(step) -> bool:
+    """Whether a plan step writes a tensor that exists before it (in place, or ``out=``); kernels
+    write only the buffers allocated for them.
+
+    >>> mutates(ExternStep(torch.ops.aten.add_.Tensor, (BufSlot("x"), BufSlot("y")), {}, "x2"))
+    True
+    >>> mutates(ExternStep(torch.ops.aten.add.Tensor, (BufSlot("x"), BufSlot("y")), {}, "z"))
+    False
+    """
     if isinstance(step, KernelStep):
         return False
     if "out" in step.kwargs:
@@ -155,7 +163,7 @@ def _fold_reshapes(plan, outputs) -> list:
 def fold_views(plan, outputs) -> list:
     """``plan`` with repeated view steps made once and reshape chains made as one reshape
     (see the module docstring); unchanged where a step writes in place."""
-    if any(_mutates(s) for s in plan):
+    if any(mutates(s) for s in plan):
         return list(plan)
     plan, _ = _dedupe(plan, outputs)
     return _unused_views_dropped(_fold_reshapes(plan, outputs), outputs)
@@ -173,4 +181,4 @@ def _unused_views_dropped(plan, outputs) -> list:
     return out[::-1]
 
 
-__all__ = ["fold_views"]
+__all__ = ["fold_views", "mutates"]
