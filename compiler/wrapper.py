@@ -61,6 +61,16 @@ class _Device:
 DEVICE = _Device()
 
 
+class _RunCache:
+    def __repr__(self):
+        return "RUN_CACHE"
+
+
+#: A dict made fresh by every run, in an extern's arguments: what several steps of one run
+#: share (:mod:`compiler.shared_masks`), never kept from one run to the next.
+RUN_CACHE = _RunCache()
+
+
 @dataclass(frozen=True)
 class Alloc:
     """A kernel output buffer to allocate: shape and strides as size-slot indices."""
@@ -174,6 +184,7 @@ class _Writer:
         self.ns: dict = {"empty_strided": torch.empty_strided, "OWNED": Owned}
         self.lines: list[str] = []
         self.count = 0
+        self.run_cache = False
 
     def obj(self, value, prefix="K") -> str:
         """A name in the function's globals bound to ``value``."""
@@ -190,6 +201,9 @@ class _Writer:
             return f"s[{a.index}]"
         if a is DEVICE:
             return "dev"
+        if a is RUN_CACHE:
+            self.run_cache = True
+            return "rc"
         if isinstance(a, list):
             return "[" + ", ".join(self.code(x) for x in a) + "]"
         if isinstance(a, tuple) and not hasattr(a, "_fields"):
@@ -291,6 +305,8 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset()):
         if n in dead:
             body.append(f"    del {', '.join(_var(name) for name in sorted(dead[n]))}")
     body.append(f"    return [{', '.join(w.code(o) for o in outputs)}]")
+    if w.run_cache:
+        body.insert(0, "    rc = {}")
     src = "def run(tensors, s, launches, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
     return src, w.ns["run"]
