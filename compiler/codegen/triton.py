@@ -36,6 +36,7 @@ from ..exprs import compile_exprs
 from .. import skinny_matmul
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, flat_index, substitute
 from .cpp import cache_dir
+from .decode_attention import try_decode
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 from .triton_classes import (GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block,
@@ -485,16 +486,28 @@ _enable_cudnn_sdp = torch.backends.cuda.enable_cudnn_sdp
 _sdpa = torch.nn.functional.scaled_dot_product_attention
 
 
+#: Decode steps' attention (one query position) through :mod:`.decode_attention` on CUDA;
+#: ``SYMSHAPE_DECODE_KERNEL=0`` keeps ATen's SDPA (benches compare both).
+DECODE_KERNEL = os.environ.get("SYMSHAPE_DECODE_KERNEL", "1") != "0"
+
+
 def sdpa_without_cudnn(*args, **kwargs):
     """``scaled_dot_product_attention`` choosing among ATen's flash, memory-efficient and math
     kernels, never cuDNN's: cuDNN builds an execution plan per new shape (measured 8.7 ms of
     host time per call on an H200 with torch 2.11 when the KV length grows by one each decode
     step, 35 ms per token for 4 layers), which a dynamic-shape program meets at every size.
+    A decode step's attention on CUDA (one query position, no mask) runs
+    :func:`~compiler.codegen.decode_attention.decode_attention` instead: one kernel launch.
 
     >>> q = torch.randn(1, 2, 3, 8)
     >>> torch.allclose(sdpa_without_cudnn(q, q, q, is_causal=True), _sdpa(q, q, q, is_causal=True))
     True
     """
+    if DECODE_KERNEL and len(args) >= 3 and getattr(args[0], "is_cuda", False):
+        # One query position over a KV cache: one Triton launch, not SDPA's host cost.
+        out = try_decode(*args, **kwargs)
+        if out is not None:
+            return out
     was = _cudnn_sdp_enabled()
     if not was:
         return _sdpa(*args, **kwargs)
