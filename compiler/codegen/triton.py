@@ -394,11 +394,15 @@ class SizeClassLauncher:
         self.variants = {GENERIC: getattr(module, kernel.name)}
         self.plans: dict = {}
         self.bound: dict = {}
+        #: (divisibility flags of the aligned sizes, persistent) -> (class, kernel, indices passed
+        #: divided by 16): a new size of a known class (every decode step) binds without sets.
+        self._by_flags: dict = {}
         g = _Recording(target, kernel, lp, sym_names)
         target.kernel_source(g)
         aligned = alignment_symbols(g.seen, set(lp.symbols))
         #: The size names whose divisibility by 16 picks a class (the others never do).
         self.aligned = [sym_names[s] for s in lp.symbols if s in aligned]
+        self._aidx = tuple(i for i, n in enumerate(self.names) if n in self.aligned)
         self.rowlen = rowlen if kind is Grid.ROWS else None
         #: One row of a size-dependent length (a loss summed over every token): always looped.
         #: Its persistent blocks (one per power of two up to PERSISTENT_MAX, times the alignment
@@ -468,9 +472,15 @@ class SizeClassLauncher:
         """(kernel, grid, size arguments, BLOCK, num_warps) at these sizes."""
         w = self.work_fn(*sizes)
         row = w[self.nwork] if len(w) > self.nwork else None
-        sc = self.size_class(sizes, row)
-        fn = self.kernel_for(sc)
-        args = [v // 16 if n in sc.div16 else v for n, v in zip(self.names, sizes)]
+        flags = (tuple(sizes[i] % 16 == 0 for i in self._aidx),
+                 not self.loop_only and row is not None and 0 < row <= PERSISTENT_MAX)
+        got = self._by_flags.get(flags)
+        if got is None:
+            sc = self.size_class(sizes, row)
+            got = self._by_flags[flags] = (sc, self.kernel_for(sc),
+                                           frozenset(i for i, n in enumerate(self.names) if n in sc.div16))
+        sc, fn, div = got
+        args = [v // 16 if i in div else v for i, v in enumerate(sizes)] if div else list(sizes)
         n = max(w[:self.nwork])
         if self.kind is Grid.FLAT:
             block, n = self.block, (n + self.block - 1) // self.block
