@@ -128,6 +128,54 @@ class Recorded:
         return True
 
 
+#: Plain functions an extern step may call that write nothing but their result.
+_PURE_FUNCTIONS = {"view_as_traced", "linear", "sdpa_by_class", "sdpa_without_cudnn", "scaled_dot_product_attention"}
+
+
+def _pure(step) -> bool:
+    """Whether a step writes only the buffers it makes and draws no random numbers: steps
+    around it may run before or after it (where buffers allow)."""
+    if isinstance(step, KernelStep):
+        return True  # a compiled kernel writes its own allocations only
+    t = step.target
+    if isinstance(t, torch._ops.OpOverload):
+        return not t._schema.is_mutable and torch.Tag.nondeterministic_seeded not in t.tags
+    return getattr(t, "__name__", None) in _PURE_FUNCTIONS
+
+
+def hoisted(steps) -> list:
+    """``[(step, depends)]`` with each kernel that does not depend on the split dims moved
+    before the run of dependent steps just ahead of it, where it reads nothing they make and
+    they read nothing it makes (and all of them are pure): it then joins the graph before
+    that run instead of launching outside the graphs.  A decoder layer's query rotary kernel
+    sits after the cache's ``cat`` (which sees ``S``) and before attention: one launch per
+    layer per token moves into a graph.
+
+    >>> from compiler.wrapper import Alloc
+    >>> k = lambda ins, out: KernelStep(None, (*ins, out), (Alloc(out, (), (), torch.float32),), ())
+    >>> steps = [(k(["x"], "cat"), True), (k(["q"], "rot"), False), (k(["rot", "cat"], "att"), True)]
+    >>> [(st.allocs[0].name, dep) for st, dep in hoisted(steps)]
+    [('rot', False), ('cat', True), ('att', True)]
+    >>> [st.allocs[0].name for st, _ in hoisted([steps[0], (k(["cat"], "use"), False)])]  # reads the cat
+    ['cat', 'use']
+    """
+    order: list = []
+    for step, dep in steps:
+        k = len(order)
+        while k > 0 and order[k - 1][1]:
+            k -= 1
+        if not dep and isinstance(step, KernelStep) and k < len(order):
+            run = [st for st, _ in order[k:]]
+            reads, writes = step_buffers(step)
+            made = set().union(*[step_buffers(st)[1] for st in run])
+            seen = set().union(*[step_buffers(st)[0] for st in run]) | made
+            if not (reads & made) and not (writes & seen) and all(_pure(st) for st in run):
+                order.insert(k, (step, dep))
+                continue
+        order.append((step, dep))
+    return order
+
+
 def copy_plan(reads, ins, seen, in_place, replayed, force) -> list:
     """Per input of a segment about to be recorded: copy it into a buffer the graph owns at
     each replay (True), or let the graph read it where it is (False).
@@ -193,8 +241,7 @@ class PiecewiseRun:
             # made a dropped mask are not run at all, inside a graph or out.
             plan, skip = v.plan_at(v.fixed_classes)
             plan = [st for n, st in enumerate(plan) if n not in skip]
-        for step in plan:
-            dep = self._depends(step, lp, size_exprs, memo)
+        for step, dep in hoisted([(st, self._depends(st, lp, size_exprs, memo)) for st in plan]):
             if not segments or segments[-1].graphed == dep:
                 segments.append(Segment([], not dep))
             segments[-1].steps.append(step)
@@ -344,4 +391,4 @@ class PiecewiseRun:
         return "\n".join(lines) + "\n"
 
 
-__all__ = ["PiecewiseRun", "Segment", "Recorded", "copy_plan"]
+__all__ = ["PiecewiseRun", "Segment", "Recorded", "copy_plan", "hoisted"]
