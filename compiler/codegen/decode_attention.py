@@ -22,14 +22,14 @@ differ (else SDPA's own error is raised), no autograd.  The output has flash's
 layout (a ``[B, H, 1, D]`` view of a ``[B, 1, H, D]`` tensor), so the
 merged-heads copy after it stays free (:func:`compiler.sdpa_calls.contiguous_heads`).
 
-Example (under ``TRITON_INTERPRET=1`` on the CPU)::
+Example (the kernel itself runs in tests/test_decode_attention.py: on CUDA, or on the CPU
+under ``TRITON_INTERPRET=1``, against SDPA)::
 
     >>> import torch
     >>> q, k = torch.randn(1, 4, 1, 16), torch.randn(1, 2, 37, 16)
-    >>> decode_eligible(q, k, k, None, 0.0, False, True)
+    >>> decode_eligible(q, k, k, None, 0.0, False, True)  # 4 query heads over 2 KV heads, one position
     True
-    >>> ref = torch.nn.functional.scaled_dot_product_attention(q, k, k, enable_gqa=True)
-    >>> torch.allclose(decode_attention(q, k, k, None, True), ref, atol=1e-5)
+    >>> try_decode(q, k, k, enable_gqa=True) is None  # CPU tensors: the caller runs SDPA
     True
 """
 from __future__ import annotations
@@ -62,8 +62,9 @@ def _decode_kernel(Q, K, V, O, S, H, REP, D, sqb, sqh, skb, skh, sks, svb, svh, 
     kbase = K + b * skb + kh * skh
     vbase = V + b * svb + kh * svh
     offs = tl.arange(0, BLOCK_N)
-    m_i = -float("inf")
-    l_i = 0.0
+    # Typed fp32 scalars from the start: loop-carried values keep one type.
+    m_i = tl.max(tl.full([BLOCK_N], -float("inf"), tl.float32), 0)
+    l_i = tl.sum(tl.zeros([BLOCK_N], dtype=tl.float32), 0)
     acc = tl.zeros([BLOCK_D], dtype=tl.float32)
     for start in range(0, S, BLOCK_N):
         n = start + offs
