@@ -66,11 +66,26 @@ def run_case(case, device) -> str:
     return "ok"
 
 
+def run_into(device) -> str:
+    """The kernel writing into a given buffer (a CUDA graph's input, compiler.piecewise.into_graph)."""
+    from compiler.codegen.decode_attention import decode_attention, writing_into
+    q, k, v, scale, gqa = make("f16_gqa_S131", device)
+    dest = torch.full((1, 1, 8, 64), float("nan"), dtype=torch.float16, device=device).transpose(1, 2)
+    with writing_into(dest):
+        got = decode_attention(q, k, v, scale, gqa)
+        again = decode_attention(q, k, v, scale, gqa)  # the buffer is taken once
+    if got is not dest or again is dest:
+        return "not written into the buffer once"
+    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), enable_gqa=gqa)
+    err = (dest.double() - ref).abs().max().item()
+    return "ok" if err < 4e-3 and torch.equal(dest, again) else f"error {err:.3g}"
+
+
 def run_all(device) -> dict:
     out = {}
-    for case in CASES:
+    for case in list(CASES) + ["into"]:
         try:
-            out[case] = run_case(case, device)
+            out[case] = run_into(device) if case == "into" else run_case(case, device)
         except Exception as e:  # noqa: BLE001 - a case's failure is its result (the script's boundary)
             out[case] = f"{type(e).__name__}: {e}"
     return out
@@ -88,7 +103,7 @@ def results():
     return json.loads(line[-1][len("RESULTS "):])
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize("case", list(CASES) + ["into"])
 def test_decode_kernel_equals_sdpa(results, case):
     assert results[case] == "ok", results[case]
 
@@ -108,6 +123,43 @@ def test_only_sdpa_calls_of_the_same_function_are_taken():
     assert not decode_eligible(q, torch.randn(1, 3, 5, 16), torch.randn(1, 3, 5, 16), None, 0.0, False, True)
     with torch.enable_grad():
         assert not decode_eligible(q.requires_grad_(), k, k, None, 0.0, False, True)
+
+
+def test_attention_written_into_the_next_graphs_buffer():
+    # compiler.piecewise.into_graph: where the decode kernel does not run (here: the CPU), SDPA's
+    # result is copied into the buffer; the segment returns the buffer itself either way.
+    import compiler
+    from compiler.piecewise import PiecewiseRun, Recorded, into_graph
+
+    def step(q, k, v, w):
+        a = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        return (a.transpose(1, 2).reshape(1, 1, 64) @ w).tanh()
+
+    f = compiler.compile(step, "q: f32[1, 4, 1, 16]", "k: f32[1, 2, S, 16]", "v: f32[1, 2, S, 16]",
+                         "w: f32[64, 64]", target="triton")
+    v = f.variants[0]
+    pw = PiecewiseRun(v, {v.tp.env.symbols["S"]}, capture=False)
+    (att, nxt) = [n for n in range(len(pw.segments) - 1)
+                  if not pw.segments[n].graphed and pw.segments[n + 1].graphed][:1] * 2
+    nxt += 1
+    name = next(r for r in pw.segments[nxt].reads if r in pw.segments[att].writes)
+    args = [torch.randn(1, 4, 1, 16), torch.randn(1, 2, 7, 16), torch.randn(1, 2, 7, 16), torch.randn(64, 64)]
+    sizes = v.sizes_at(tuple(f.bind(args)[i] for i in v.sym_index), classify=False)
+    seg = pw.segments[att]
+    env = dict(zip(pw.input_names, args))
+    env.update(zip(pw.const_names, v.consts(torch.device("cpu"))))
+    for s in pw.segments[:att]:
+        env.update(zip(s.writes, s.fn([env[r] for r in s.reads], sizes, (), [], None)))
+    ins = [env[r] for r in seg.reads]
+    plain = dict(zip(seg.writes, seg.fn(ins, sizes, (), [], None)))[name]
+    dest = torch.full_like(plain, float("nan"))
+    rec = Recorded(None, [dest if r == name else None for r in pw.segments[nxt].reads],
+                   [r == name for r in pw.segments[nxt].reads], [], [])
+    fn = into_graph(seg, pw.segments[nxt].reads, rec)
+    got = dict(zip(seg.writes, fn(ins, sizes, (), [], None)))[name]
+    assert got is dest and torch.equal(dest, plain)
+    rec.copied = [False] * len(rec.copied)  # nothing copied into the graph: nothing to write into
+    assert into_graph(seg, pw.segments[nxt].reads, rec) is None
 
 
 def test_sdpa_on_the_cpu_is_atens():

@@ -115,19 +115,46 @@ def decode_eligible(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa) -> boo
     return all(t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) < _I32 for t in (q, k, v))
 
 
+#: Where the next :func:`decode_attention` call writes (set by :class:`writing_into`), or None.
+_DEST: list = []
+
+
+class writing_into:
+    """Within this block, the first :func:`decode_attention` call whose output has ``dest``'s
+    shape, dtype and device writes into ``dest`` and returns it (a CUDA graph's input buffer:
+    no copy into it afterwards, :mod:`compiler.piecewise`).  One thread's decode at a time."""
+
+    def __init__(self, dest):
+        self.dest = dest
+
+    def __enter__(self):
+        _DEST[:] = [self.dest]
+        return self
+
+    def __exit__(self, *exc):
+        _DEST.clear()
+        return False
+
+
 def decode_attention(q, k, v, scale=None, enable_gqa=False):
     """``scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=enable_gqa)`` for one
     query position (``q.shape[2] == 1``), where :func:`decode_eligible` holds."""
     B, H, _, D = q.shape
     Hk, S = k.shape[1], k.shape[2]
-    out = torch.empty((B, 1, H, D), dtype=q.dtype, device=q.device)
+    dest = _DEST[0] if _DEST else None
+    if dest is not None and dest.shape == (B, H, 1, D) and dest.dtype == q.dtype and dest.device == q.device \
+            and dest.stride(-1) == 1:
+        _DEST.clear()
+        out = dest  # its (B, H, 1, D) strides, whatever its layout
+    else:
+        out = torch.empty((B, 1, H, D), dtype=q.dtype, device=q.device).transpose(1, 2)
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(D)
     block_d = max(16, triton.next_power_of_2(D))
     args = [S, H, H // Hk, D, q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(2), sc]
+            v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), sc]
     bind_launch(_decode_kernel, (B * H,), args, {"BLOCK_N": BLOCK_N, "BLOCK_D": block_d, "num_warps": 4})(
         [q, k, v, out])
-    return out.transpose(1, 2)
+    return out
 
 
 def try_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -137,4 +164,4 @@ def try_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
     return decode_attention(q, k, v, scale, enable_gqa)
 
 
-__all__ = ["decode_attention", "decode_eligible", "try_decode", "BLOCK_N"]
+__all__ = ["decode_attention", "decode_eligible", "try_decode", "writing_into", "BLOCK_N"]
