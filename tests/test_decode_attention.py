@@ -26,6 +26,7 @@ CASES = {
     "f32_bshd_scale_S97": (3, 2, 2, 97, 32, "float32", "bshd", 0.3),
     "f16_cat_S64": (1, 4, 2, 64, 64, "float16", "cat", None),
     "f32_B2_S2_D8": (2, 6, 3, 2, 8, "float32", "bhsd", None),
+    "f16_gqa_S293_big_blocks": (1, 4, 2, 293, 64, "float16", "cat", None),
 }
 TOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 

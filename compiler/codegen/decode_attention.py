@@ -42,8 +42,9 @@ import triton.language as tl
 
 from .triton_launch import bind_launch
 
-#: Keys per loop iteration: few iterations (each a dependent load) at long caches.
-BLOCK_N = 64
+#: Keys per loop iteration (each iteration waits on its loads: few of them at long caches),
+#: and the cache length from which the larger block (with more warps) is taken.
+BLOCK_N, BIG_BLOCK_N, BIG_FROM = 64, 128, 256
 _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _I32 = 2 ** 31 - 1
 
@@ -152,7 +153,9 @@ def decode_attention(q, k, v, scale=None, enable_gqa=False):
     block_d = max(16, triton.next_power_of_2(D))
     args = [S, H, H // Hk, D, q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), sc]
-    bind_launch(_decode_kernel, (B * H,), args, {"BLOCK_N": BLOCK_N, "BLOCK_D": block_d, "num_warps": 4})(
+    big = S > BIG_FROM
+    opts = {"BLOCK_N": BIG_BLOCK_N if big else BLOCK_N, "BLOCK_D": block_d, "num_warps": 8 if big else 4}
+    bind_launch(_decode_kernel, (B * H,), args, opts)(
         [q, k, v, out])
     return out
 
