@@ -165,6 +165,9 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
                     -1]):
                 _profile(fn, tok, cache, method, S, device, profile_dir)
             del cache, out
+    import compiler.codegen.decode_attention as decode_kernel
+    if decode_kernel.DISABLED:
+        row["fail"] = f"decode attention kernel off: {decode_kernel.DISABLED}"
     row["dynamo_graphs"] = _dynamo_graphs() - g0
     row["traces"] = compiler.STATS["traces"]
     if method.startswith("inductor_ro") and cuda:

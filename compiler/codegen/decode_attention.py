@@ -35,10 +35,12 @@ under ``TRITON_INTERPRET=1``, against SDPA)::
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import triton
 import triton.language as tl
+from triton.compiler.errors import CompilationError
 
 from .triton_launch import bind_launch
 
@@ -160,11 +162,22 @@ def decode_attention(q, k, v, scale=None, enable_gqa=False):
     return out
 
 
+#: Why the kernel is off for this process (it did not compile with this Triton), or None.
+DISABLED = None
+
+
 def try_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """:func:`decode_attention` where it applies on CUDA tensors, else None (the caller runs SDPA)."""
-    if not q.is_cuda or not decode_eligible(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa):
+    global DISABLED
+    if DISABLED is not None or not q.is_cuda or not decode_eligible(q, k, v, attn_mask, dropout_p, is_causal,
+                                                                    enable_gqa):
         return None
-    return decode_attention(q, k, v, scale, enable_gqa)
+    try:
+        return decode_attention(q, k, v, scale, enable_gqa)
+    except CompilationError as e:  # symshape's kernel, not the program: SDPA from now on, and say why
+        DISABLED = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        warnings.warn(f"symshape's decode attention kernel did not compile ({DISABLED}); running SDPA")
+        return None
 
 
 __all__ = ["decode_attention", "decode_eligible", "try_decode", "writing_into", "BLOCK_N"]
