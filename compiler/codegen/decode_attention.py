@@ -184,6 +184,21 @@ def decode_attention(q, k, v, scale=None, enable_gqa=False):
 
 #: Why the kernel is off for this process (it did not compile with this Triton), or None.
 DISABLED = None
+_WARM: set = set()
+
+
+def warm(dtype, device, head_dim) -> None:
+    """Compile both block configurations for ``dtype`` (a launch on a small dummy cache each),
+    so that a decode crossing ``BIG_FROM`` keys does not stall on a compile mid-generation.
+    Not while a CUDA graph is being captured (the dummies would join it)."""
+    key = (dtype, str(device), head_dim)
+    if key in _WARM or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        return
+    _WARM.add(key)
+    q = torch.zeros(1, 1, 1, head_dim, dtype=dtype, device=device)
+    for n in (1, BIG_FROM + 1):
+        kv = torch.zeros(1, 1, n, head_dim, dtype=dtype, device=device)
+        decode_attention(q, kv, kv)
 
 
 def try_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -193,6 +208,7 @@ def try_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
                                                                     enable_gqa):
         return None
     try:
+        warm(q.dtype, q.device, q.shape[-1])
         return decode_attention(q, k, v, scale, enable_gqa)
     except CompilationError as e:  # symshape's kernel, not the program: SDPA from now on, and say why
         DISABLED = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -200,4 +216,4 @@ def try_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
         return None
 
 
-__all__ = ["decode_attention", "decode_eligible", "kernel_for", "try_decode", "writing_into", "BLOCK_N"]
+__all__ = ["decode_attention", "decode_eligible", "kernel_for", "try_decode", "warm", "writing_into", "BLOCK_N"]
