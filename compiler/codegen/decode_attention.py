@@ -196,9 +196,14 @@ def warm(dtype, device, head_dim) -> None:
         return
     _WARM.add(key)
     q = torch.zeros(1, 1, 1, head_dim, dtype=dtype, device=device)
-    for n in (1, BIG_FROM + 1):
-        kv = torch.zeros(1, 1, n, head_dim, dtype=dtype, device=device)
-        decode_attention(q, kv, kv)
+    saved = list(_DEST)  # a buffer the real call writes into is not the dummies'
+    _DEST.clear()
+    try:
+        for n in (1, BIG_FROM + 1):
+            kv = torch.zeros(1, 1, n, head_dim, dtype=dtype, device=device)
+            decode_attention(q, kv, kv)
+    finally:
+        _DEST[:] = saved
 
 
 def try_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
