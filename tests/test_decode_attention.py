@@ -168,6 +168,7 @@ def test_attention_written_into_the_next_graphs_buffer():
     fn = into_graph(seg, pw.segments[nxt].reads, rec)
     got = dict(zip(seg.writes, fn(ins, sizes, (), [], None)))[name]
     assert got is dest and torch.equal(dest, plain)
+    assert into_graph(seg, pw.segments[nxt].reads, rec, returned={name}) is None  # the caller's: never a graph's
     rec.copied = [False] * len(rec.copied)  # nothing copied into the graph: nothing to write into
     assert into_graph(seg, pw.segments[nxt].reads, rec) is None
 
