@@ -195,13 +195,15 @@ def _writing(dest, target):
     return call
 
 
-def into_graph(seg, next_reads, rec):
+def into_graph(seg, next_reads, rec, returned=frozenset()):
     """For eager segment ``seg`` followed by the graph ``rec`` (of a segment reading
     ``next_reads``): ``seg``'s function with each attention result that ``rec`` copies into a
     buffer of its own written into that buffer instead (a decode step's attention output, one
     copy per layer per token less), or None where there is none.  The value is the same:
-    the buffer has the result's shape, strides and dtype (recorded from it)."""
-    dests = {name: buf for name, buf, copy in zip(next_reads, rec.inputs, rec.copied) if copy}
+    the buffer has the result's shape, strides and dtype (recorded from it).  Not for the
+    buffers in ``returned`` (the program's outputs: the caller must never hold a graph's buffer)."""
+    dests = {name: buf for name, buf, copy in zip(next_reads, rec.inputs, rec.copied)
+             if copy and name not in returned}
     steps, changed = [], False
     for st in seg.steps:
         name = getattr(st.target, "__name__", "") if isinstance(st, ExternStep) else ""
@@ -297,7 +299,7 @@ class PiecewiseRun:
                 merged.append(s)
         self.segments = segments = merged
         later_reads: set = set()
-        out_names = template_buffers(list(v.outputs), set())
+        self.out_names = out_names = frozenset(template_buffers(list(v.outputs), set()))
         for s in reversed(segments):
             made = set().union(*[step_buffers(st)[1] for st in s.steps])
             read = set().union(*[step_buffers(st)[0] for st in s.steps])
@@ -418,7 +420,7 @@ class PiecewiseRun:
                                          if isinstance(t, torch.Tensor)))
         self.graphs[(n, key)] = rec
         if n > 0 and not self.segments[n - 1].graphed:
-            fn = into_graph(self.segments[n - 1], self.segments[n].reads, rec)
+            fn = into_graph(self.segments[n - 1], self.segments[n].reads, rec, self.out_names)
             self.into[(n - 1, key)] = (rec, fn) if fn is not None else None
         return rec
 

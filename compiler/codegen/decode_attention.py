@@ -51,8 +51,9 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _I32 = 2 ** 31 - 1
 
 
-@triton.jit(do_not_specialize=["S", "H", "REP", "D", "sqb", "sqh", "skb", "skh", "sks", "svb", "svh", "svs",
-                               "sob", "soh"])
+_SIZES = ["S", "H", "REP", "D", "sqb", "sqh", "skb", "skh", "sks", "svb", "svh", "svs", "sob", "soh"]
+
+
 def _decode_kernel(Q, K, V, O, S, H, REP, D, sqb, sqh, skb, skh, sks, svb, svh, svs, sob, soh, scale,
                    BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     pid = tl.program_id(0)
@@ -84,6 +85,25 @@ def _decode_kernel(Q, K, V, O, S, H, REP, D, sqb, sqh, skb, skh, sks, svb, svh, 
         l_i = l_i * alpha + tl.sum(p, 0)
         m_i = m_new
     tl.store(O + b * sob + h * soh + d, (acc / l_i).to(O.dtype.element_ty), mask=dm)
+
+
+_KERNELS: dict = {}
+
+
+def kernel_for(dtype):
+    """The JIT kernel for tensors of ``dtype``: one per dtype, because a bound launch
+    (:func:`~compiler.codegen.triton_launch.bind_launch`) reuses the binary compiled for one
+    binding at every other binding of the same function with the same options and integer
+    types, whatever the pointers' element types (symshape's generated kernels each serve one
+    dtype).  Shared across dtypes, an fp16 call ran the fp32 binary on the H100 (decode5 call 3).
+
+    >>> kernel_for(torch.float16) is kernel_for(torch.float16), kernel_for(torch.float16) is kernel_for(torch.float32)
+    (True, False)
+    """
+    k = _KERNELS.get(dtype)
+    if k is None:
+        k = _KERNELS[dtype] = triton.jit(do_not_specialize=_SIZES)(_decode_kernel)
+    return k
 
 
 def decode_eligible(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa) -> bool:
@@ -157,13 +177,33 @@ def decode_attention(q, k, v, scale=None, enable_gqa=False):
             v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), sc]
     big = S > BIG_FROM
     opts = {"BLOCK_N": BIG_BLOCK_N if big else BLOCK_N, "BLOCK_D": block_d, "num_warps": 8 if big else 4}
-    bind_launch(_decode_kernel, (B * H,), args, opts)(
+    bind_launch(kernel_for(q.dtype), (B * H,), args, opts)(
         [q, k, v, out])
     return out
 
 
 #: Why the kernel is off for this process (it did not compile with this Triton), or None.
 DISABLED = None
+_WARM: set = set()
+
+
+def warm(dtype, device, head_dim) -> None:
+    """Compile both block configurations for ``dtype`` (a launch on a small dummy cache each),
+    so that a decode crossing ``BIG_FROM`` keys does not stall on a compile mid-generation.
+    Not while a CUDA graph is being captured (the dummies would join it)."""
+    key = (dtype, str(device), head_dim)
+    if key in _WARM or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        return
+    _WARM.add(key)
+    q = torch.zeros(1, 1, 1, head_dim, dtype=dtype, device=device)
+    saved = list(_DEST)  # a buffer the real call writes into is not the dummies'
+    _DEST.clear()
+    try:
+        for n in (1, BIG_FROM + 1):
+            kv = torch.zeros(1, 1, n, head_dim, dtype=dtype, device=device)
+            decode_attention(q, kv, kv)
+    finally:
+        _DEST[:] = saved
 
 
 def try_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
@@ -173,6 +213,7 @@ def try_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
                                                                     enable_gqa):
         return None
     try:
+        warm(q.dtype, q.device, q.shape[-1])
         return decode_attention(q, k, v, scale, enable_gqa)
     except CompilationError as e:  # symshape's kernel, not the program: SDPA from now on, and say why
         DISABLED = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -180,4 +221,4 @@ def try_decode(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=No
         return None
 
 
-__all__ = ["decode_attention", "decode_eligible", "try_decode", "writing_into", "BLOCK_N"]
+__all__ = ["decode_attention", "decode_eligible", "kernel_for", "try_decode", "warm", "writing_into", "BLOCK_N"]
