@@ -211,10 +211,11 @@ class Variant:
         outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
         self.masks = sized_masks.find(plan, outside, lp.buffers, slot)
         self.plan = plan = sized_masks.rewrite(plan, self.masks, len(exprs))
-        if self.target == "triton" and self.host_rewrites:
-            # One boolean mask read by several SDPA steps: converted once per run (compiler.shared_masks).
-            plan = self.plan = share_masks(plan, lp.buffers, TARGETS["triton"].extern_call(
-                torch.ops.aten.scaled_dot_product_attention.default, None))
+        sdpa = TARGETS[self.target].extern_call(torch.ops.aten.scaled_dot_product_attention.default, None)
+        if self.host_rewrites and getattr(sdpa, "__name__", None) == "sdpa_without_cudnn":
+            # One boolean mask read by several SDPA steps: converted once per run (compiler.shared_masks,
+            # which mirrors ATen's conversion for the kernels SDPA chooses among without cuDNN).
+            plan = self.plan = share_masks(plan, lp.buffers, sdpa)
         self._classifier = None
         # Masks whose class holds at every size (compiler.mask_proofs) need no classification:
         # a decode step runs unmasked attention at its first call, without a sync.
