@@ -189,7 +189,8 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
         # passed on as Owned, each input (a backward's saved activation) is freed at its last use.
         tensors = Owned([args[i] for i in tensor_pos])
         ints = iter(plan.eval_exprs(sym_outs, tensors)) if sym_outs else iter(())
-        args.clear()
+        if isinstance(args, list):  # a caller that passes a tuple keeps its references
+            args.clear()
         with torch._C._DisableAutocast(), row_buckets.training_graphs():  # a retrace plans as training
             got = compiled(tensors)
         if simple:
