@@ -12,6 +12,10 @@ fused kernels (C++ or Triton) plus ATen calls; one compiled program serves
 every size within symshape's guards, so a new sequence length recompiles
 nothing.
 
+AOTAutograd hands each compiled graph its argument list over (a boxed call): the list is
+cleared and its tensors passed on as :class:`~compiler.wrapper.Owned`, so the backward frees
+each saved activation at its last use rather than at its end (the backward's peak).
+
 Sizes the forward saves for the backward (``SymInt`` outputs) are computed
 from the call's dims; mutated buffers (BatchNorm's running stats) are outputs
 of the forward graph that AOTAutograd copies back; dropout stays torch's
@@ -185,7 +189,8 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
         # passed on as Owned, each input (a backward's saved activation) is freed at its last use.
         tensors = Owned([args[i] for i in tensor_pos])
         ints = iter(plan.eval_exprs(sym_outs, tensors)) if sym_outs else iter(())
-        args.clear()
+        if isinstance(args, list):  # a caller that passes a tuple keeps its references
+            args.clear()
         with torch._C._DisableAutocast(), row_buckets.training_graphs():  # a retrace plans as training
             got = compiled(tensors)
         if simple:
