@@ -74,8 +74,7 @@ def test_hf_llama_decode_launches_outside_graphs_only_what_sees_the_cache_length
     pytest.importorskip("transformers")
     toks = greedy_tokens_eager_and_backend(tiny_llama_lm(), prompt_len=9, steps=6, seed=2)
     assert toks["symshape"] == toks["eager"]
-    from compiler.backend import graphed_programs
-    (pw,) = [p for gp in graphed_programs() for p in gp.pieces.values() if p is not None]
+    (pw,) = [p for gp in toks["graphed"] for p in gp.pieces.values() if p is not None]
     lp = pw.v.lp
     exprs = [sympy.sympify(e) for e in pw.v.size_exprs]
     eager = [st for s in pw.segments if not s.graphed for st in s.steps]
@@ -95,10 +94,9 @@ def test_a_program_that_needs_the_dim_everywhere_keeps_a_graph_per_size():
 def test_hf_llama_greedy_decode_through_the_backend_equals_eager():
     pytest.importorskip("transformers")
     toks = greedy_tokens_eager_and_backend(tiny_llama_lm(), prompt_len=9, steps=12, seed=1)
-    from compiler.backend import graphed_programs
-    reports = "\n".join(gp.report() for gp in graphed_programs())
+    reports = "\n".join(gp.report() for gp in toks["graphed"])
     assert toks["symshape"] == toks["eager"], (toks, reports)
-    pieces = [p for gp in graphed_programs() for p in gp.pieces.values() if p is not None]
+    pieces = [p for gp in toks["graphed"] for p in gp.pieces.values() if p is not None]
     assert pieces and all(p.stats["calls"] >= 1 for p in pieces), reports
 
 
@@ -184,8 +182,7 @@ def test_dims_that_change_with_the_cache_length_join_the_split(monkeypatch):
     monkeypatch.setattr(mu, "is_torchdynamo_exporting", lambda: True, raising=False)  # torch < 2.14's mask
     toks = greedy_tokens_eager_and_backend(tiny_llama_lm(), prompt_len=16, steps=8, seed=4)
     assert toks["symshape"] == toks["eager"]
-    from compiler.backend import graphed_programs
-    pieces = [(gp, p) for gp in graphed_programs() for p in gp.pieces.values() if p is not None]
+    pieces = [(gp, p) for gp in toks["graphed"] for p in gp.pieces.values() if p is not None]
     assert pieces
     for gp, pw in pieces:
         # Every dim of the step is a cache length here: the graphs are keyed on none of them.
