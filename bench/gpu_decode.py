@@ -11,6 +11,8 @@ own process (a crash is a row, not the end of the bench; memory starts clean):
   ``StaticCache`` (failures recorded);
 * ``symshape``: ``torch.compile(model, backend="symshape", dynamic=True)``;
 * ``symshape_graphs``: the same with ``options={"cuda_graphs": True}``;
+* ``symshape_graphs_atensdpa`` (any symshape way + ``_atensdpa``): decode attention through ATen's
+  SDPA, not :mod:`compiler.codegen.decode_attention`'s kernel (``SYMSHAPE_DECODE_KERNEL=0``): before/after;
 * ``..._nocudnn``: with cuDNN's SDPA disabled in that process (it plans per shape: ms of host
   time at every new cache length on torch 2.11; symshape's programs never call it).
 
@@ -114,6 +116,8 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
     import compiler
     from compiler.backend import graphed_programs
     compiler.register()
+    aten_sdpa = method.endswith("_atensdpa")  # the parent set SYMSHAPE_DECODE_KERNEL=0 for this child
+    method = method[:-len("_atensdpa")] if aten_sdpa else method
     if method.endswith("_nocudnn"):
         torch.backends.cuda.enable_cudnn_sdp(False)
         method = method[:-len("_nocudnn")]
@@ -125,7 +129,8 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
         base = torch.cuda.memory_allocated()
     g0 = _dynamo_graphs()
     fn = _fn(method, model, device)
-    row = {"method": method + ("_nocudnn" if not torch.backends.cuda.cudnn_sdp_enabled() else ""), "ms": {},
+    row = {"method": method + ("_nocudnn" if not torch.backends.cuda.cudnn_sdp_enabled() else "") + (
+        "_atensdpa" if aten_sdpa else ""), "ms": {},
            "tokens": {}, "first_s": {}}
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -160,6 +165,9 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
                     -1]):
                 _profile(fn, tok, cache, method, S, device, profile_dir)
             del cache, out
+    import compiler.codegen.decode_attention as decode_kernel
+    if decode_kernel.DISABLED:
+        row["fail"] = f"decode attention kernel off: {decode_kernel.DISABLED}"
     row["dynamo_graphs"] = _dynamo_graphs() - g0
     row["traces"] = compiler.STATS["traces"]
     if method.startswith("inductor_ro") and cuda:
@@ -297,7 +305,8 @@ def main(argv=None):
             (["--smoke"] if a.smoke else []) + (["--profile", a.profile] if a.profile else [])
         t0 = time.perf_counter()
         try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+            env = dict(os.environ, SYMSHAPE_DECODE_KERNEL="0") if m.endswith("_atensdpa") else None
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout, env=env)
             got = [json.loads(ln[4:]) for ln in r.stdout.splitlines() if ln.startswith("ROW\t")]
             if got:
                 row = got[-1]

@@ -80,7 +80,9 @@ def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend; ``options["target"]`` picks ``cpp`` or ``triton``
     (default: triton for CUDA inputs, cpp otherwise; ``$SYMSHAPE_TARGET`` overrides);
     ``options["cuda_graphs"]`` runs calls through CUDA graphs per size bucket
-    (:mod:`compiler.cuda_graphs`; ``buckets`` and ``memory_budget`` as there)."""
+    (:mod:`compiler.cuda_graphs`; ``buckets`` and ``memory_budget`` as there);
+    ``options["host_rewrites"]=False`` plans without :mod:`compiler.view_folding` and
+    :mod:`compiler.shared_masks` (for measuring them)."""
     t0 = time.perf_counter()
     try:
         return _compile(gm, example_inputs, options)
@@ -114,7 +116,8 @@ def _compile(gm, example_inputs, options):
     # Traced for the device the graph runs on (where it makes tensors, which branches it took).
     device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None)
     traced_for = device if target == "triton" and device is not None and device.type in ("cpu", "cuda") else None
-    compiled = CompiledProgram(program, specs, dims, target, device=traced_for)
+    compiled = CompiledProgram(program, specs, dims, target, device=traced_for,
+                               host_rewrites=options.get("host_rewrites"))
     # Dynamo's guards check every input's dtype and static sizes before this graph runs:
     # the per-shape binding cache need only key on the inputs with dynamic dims.
     compiled.key_inputs = [i for i, s in enumerate(specs) if any(not isinstance(d, int) for d in s.dims)]

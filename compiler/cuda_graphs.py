@@ -186,6 +186,8 @@ class GraphedProgram:
         route = self._routes.get(sig)
         if route is None:
             route = self._route(tensors)
+            if len(self._routes) >= 4096:  # a decode's signature never repeats: keep memory bounded
+                self._routes.clear()
             self._routes[sig] = route
         entry = route.entry
         if route.piecewise is not None:

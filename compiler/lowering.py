@@ -17,6 +17,7 @@ Example::
 """
 from __future__ import annotations
 
+import itertools
 import operator
 from typing import Any
 
@@ -29,7 +30,7 @@ from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt
 
 from . import ops_lowering
 from .ir import KERNEL_DTYPES, Buffer, BufferKind, Const, Load, Op, OpKind, RedRef, Reduction, SizeVal, \
-    contiguous_strides, flat_index, loop_var, walk
+    compute_dtype, contiguous_strides, flat_index, loop_var, walk
 from .lowered import ExternItem, LoweredProgram, Ref, RefKind, SizeExpr, StoreItem, TensorBox, Unsupported, cast
 
 
@@ -227,14 +228,24 @@ class Lowerer:
         if len(_user_numels(node, self.numel)) < 2:
             return False
         ov = tuple(loop_var(f"x{i}") for i in range(len(box.shape)))
+        nodes = list(walk(box(ov)))
         # A norm's output counts too (its reductions' results are read like loads): post-norm
         # blocks (BERT) read it in the next residual sum and the next norm.  A load of one value
         # per row (a saved max or logsumexp, a label, a scalar) costs next to nothing recomputed:
         # a cross-entropy's log-softmax (logits - max - lse) and its one-hot gradient stay inline
         # rather than each becoming a [T, vocab] float32 buffer written and read back.
         last = ov[-1] if sympy.sympify(box.shape[-1]) != 1 else None
-        return sum(isinstance(n, RedRef) or (isinstance(n, Load) and (
-            last is None or last in sympy.sympify(n.index).free_symbols)) for n in walk(box(ov))) >= SHARED_LOADS
+        if sum(isinstance(n, RedRef) or (isinstance(n, Load) and (
+                last is None or last in sympy.sympify(n.index).free_symbols)) for n in nodes) < SHARED_LOADS:
+            return False
+        # A function of one tensor of its size (plus per-row reductions and smaller, broadcast
+        # operands) costs its users one load either way: recomputed, it needs no buffer.  A
+        # loss's log-softmax (logits - max - logsumexp), stored, was two fp32 copies of the
+        # (tokens, vocabulary) logits at the start of the backward: +512 MiB at its peak.
+        mine = self.numel(box.shape)
+        full = {n.buf for n in nodes if isinstance(n, Load) and n.buf in self.buffers
+                and (self.numel(self.buffers[n.buf].shape) or 0) >= (mine or 0)}
+        return mine is None or len(full) >= 2
 
     def numel(self, shape):
         """Elements of ``shape`` at the trace's size hints (None: not a number)."""
@@ -306,6 +317,10 @@ class Lowerer:
             # kernel, so reading the stored rows costs one load where the inlined value would
             # recompute the whole pointwise chain (~20 ops per element, each bf16-rounded).
             box = self.buffer_box(box.buf)
+        if op == "sum" and _small_static(box.shape, split):
+            out = self._unrolled_sum(box, dims, split, keepdim, dtype, node)
+            out.rsize = rsize
+            return out
 
         def body(ov, r):
             idx = [sympy.Integer(0)] * n
@@ -329,6 +344,46 @@ class Lowerer:
         out = TensorBox(shape, dtype, fn, node=node)
         out.rsize = rsize
         return out
+
+    def _unrolled_sum(self, box: TensorBox, dims, split, keepdim, dtype, node) -> TensorBox:
+        """A sum over a few elements of static count as a chain of adds: a pointwise value.
+
+        Reducing ``[B, Hkv, 2, T, D]`` over its group dim (grouped-query attention's backward
+        through ``repeat_kv``) is otherwise a reduction of 2 per output element: a kernel with
+        one row per element, far slower than the adds, and a fusion boundary.
+        """
+        n = len(box.shape)
+        acc = compute_dtype(dtype)
+        outer_dims = [i for i in range(n) if i not in dims]
+        points = list(itertools.product(*(range(int(box.shape[d])) for d in split)))
+
+        def fn(idx):
+            full = [sympy.Integer(0)] * n
+            it = iter(idx) if not keepdim else iter(idx[i] for i in outer_dims)
+            for i in outer_dims:
+                full[i] = next(it)
+            total = None
+            for pt in points:
+                for d, v in zip(split, pt):
+                    full[d] = sympy.Integer(v)
+                term = cast(cast(box(tuple(full)), dtype), acc)
+                total = term if total is None else Op("add", (total, term), acc)
+            return cast(total, dtype)
+        shape = tuple(sympy.Integer(1) if i in dims else box.shape[i] for i in range(n)) if keepdim else \
+            tuple(box.shape[i] for i in outer_dims)
+        return TensorBox(shape, dtype, fn, node=node)
+
+
+#: Reductions of at most this many elements (a static count) are unrolled into adds.
+SMALL_REDUCTION = 8
+
+
+def _small_static(shape, split) -> bool:
+    """The dims ``split`` of ``shape`` are static and hold 2..SMALL_REDUCTION elements in all."""
+    sizes = [sympy.sympify(shape[d]) for d in split]
+    if not sizes or not all(s.is_Integer for s in sizes):
+        return False
+    return 1 < int(sympy.Mul(*sizes)) <= SMALL_REDUCTION
 
 
 #: Ops worth computing once rather than per broadcast copy (see :meth:`Lowerer.store_broadcast`).

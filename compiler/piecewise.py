@@ -47,8 +47,8 @@ import torch
 from torch.utils import _pytree as pytree
 
 from .graph_capture import GraphRecorder
-from .wrapper import (BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, step_buffers, straight_line,
-                      template_buffers)
+from .wrapper import (FAST_CALLS, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, step_buffers,
+                      straight_line, template_buffers)
 
 #: ATen ops that launch no GPU work (views): a segment of only these is not worth a graph.
 _VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
@@ -128,6 +128,95 @@ class Recorded:
         return True
 
 
+#: Plain functions an extern step may call that write nothing but their result.
+_PURE_FUNCTIONS = {"view_as_traced", "linear", "sdpa_by_class", "sdpa_without_cudnn", "scaled_dot_product_attention"}
+
+
+def _pure(step) -> bool:
+    """Whether a step writes only the buffers it makes and draws no random numbers: steps
+    around it may run before or after it (where buffers allow)."""
+    if isinstance(step, KernelStep):
+        return True  # a compiled kernel writes its own allocations only
+    t = step.target
+    if isinstance(t, torch._ops.OpOverload):
+        return not t._schema.is_mutable and torch.Tag.nondeterministic_seeded not in t.tags
+    return getattr(t, "__name__", None) in _PURE_FUNCTIONS
+
+
+def hoisted(steps) -> list:
+    """``[(step, depends)]`` with each kernel that does not depend on the split dims moved
+    before the run of dependent steps just ahead of it, where it reads nothing they make and
+    they read nothing it makes (and all of them are pure): it then joins the graph before
+    that run instead of launching outside the graphs.  A decoder layer's query rotary kernel
+    sits after the cache's ``cat`` (which sees ``S``) and before attention: one launch per
+    layer per token moves into a graph.
+
+    >>> from compiler.wrapper import Alloc
+    >>> k = lambda ins, out: KernelStep(None, (*ins, out), (Alloc(out, (), (), torch.float32),), ())
+    >>> steps = [(k(["x"], "cat"), True), (k(["q"], "rot"), False), (k(["rot", "cat"], "att"), True)]
+    >>> [(st.allocs[0].name, dep) for st, dep in hoisted(steps)]
+    [('rot', False), ('cat', True), ('att', True)]
+    >>> [st.allocs[0].name for st, _ in hoisted([steps[0], (k(["cat"], "use"), False)])]  # reads the cat
+    ['cat', 'use']
+    """
+    order: list = []
+    for step, dep in steps:
+        k = len(order)
+        while k > 0 and order[k - 1][1]:
+            k -= 1
+        if not dep and isinstance(step, KernelStep) and k < len(order):
+            run = [st for st, _ in order[k:]]
+            reads, writes = step_buffers(step)
+            made = set().union(*[step_buffers(st)[1] for st in run])
+            seen = set().union(*[step_buffers(st)[0] for st in run]) | made
+            if not (reads & made) and not (writes & seen) and all(_pure(st) for st in run):
+                order.insert(k, (step, dep))
+                continue
+        order.append((step, dep))
+    return order
+
+
+#: Extern calls that compute attention (SDPA as the Triton target calls it).
+_ATTENTION = {"sdpa_by_class", "sdpa_without_cudnn", "scaled_dot_product_attention"}
+
+
+def _writing(dest, target):
+    """``target(...)`` (an attention call) with its result in ``dest``: the decode kernel writes
+    there directly (:class:`~compiler.codegen.decode_attention.writing_into`); any other kernel's
+    result is copied in."""
+    from .codegen.decode_attention import writing_into
+
+    def call(*args, **kwargs):
+        with writing_into(dest):
+            out = target(*args, **kwargs)
+        if out is not dest:
+            dest.copy_(out)
+        return dest
+    return call
+
+
+def into_graph(seg, next_reads, rec, returned=frozenset()):
+    """For eager segment ``seg`` followed by the graph ``rec`` (of a segment reading
+    ``next_reads``): ``seg``'s function with each attention result that ``rec`` copies into a
+    buffer of its own written into that buffer instead (a decode step's attention output, one
+    copy per layer per token less), or None where there is none.  The value is the same:
+    the buffer has the result's shape, strides and dtype (recorded from it).  Not for the
+    buffers in ``returned`` (the program's outputs: the caller must never hold a graph's buffer)."""
+    dests = {name: buf for name, buf, copy in zip(next_reads, rec.inputs, rec.copied)
+             if copy and name not in returned}
+    steps, changed = [], False
+    for st in seg.steps:
+        name = getattr(st.target, "__name__", "") if isinstance(st, ExternStep) else ""
+        if name in _ATTENTION and st.out in dests:
+            target = FAST_CALLS.get(st.target, st.target)
+            st = ExternStep(_writing(dests[st.out], target), st.args, st.kwargs, st.out)
+            changed = True
+        steps.append(st)
+    if not changed:
+        return None
+    return straight_line(steps, seg.reads, [], [BufSlot(n) for n in seg.writes])[1]
+
+
 def copy_plan(reads, ins, seen, in_place, replayed, force) -> list:
     """Per input of a segment about to be recorded: copy it into a buffer the graph owns at
     each replay (True), or let the graph read it where it is (False).
@@ -159,6 +248,8 @@ class PiecewiseRun:
         self.failed: dict = {}
         self.seen_ptrs: dict = {}   # (segment, key) -> data_ptrs of its inputs at the last ungraphed call
         self.force_copy: dict = {}  # (segment, key) -> input positions that moved once: always copied
+        # (eager segment, key) -> (the next segment's Recorded, its fn writing attention into that graph's input)
+        self.into: dict = {}
         self.stats = {"calls": 0, "replays": 0, "eager_segments": 0, "rerecords": 0, "copies": 0}
         self._split()
 
@@ -193,8 +284,7 @@ class PiecewiseRun:
             # made a dropped mask are not run at all, inside a graph or out.
             plan, skip = v.plan_at(v.fixed_classes)
             plan = [st for n, st in enumerate(plan) if n not in skip]
-        for step in plan:
-            dep = self._depends(step, lp, size_exprs, memo)
+        for step, dep in hoisted([(st, self._depends(st, lp, size_exprs, memo)) for st in plan]):
             if not segments or segments[-1].graphed == dep:
                 segments.append(Segment([], not dep))
             segments[-1].steps.append(step)
@@ -209,7 +299,7 @@ class PiecewiseRun:
                 merged.append(s)
         self.segments = segments = merged
         later_reads: set = set()
-        out_names = template_buffers(list(v.outputs), set())
+        self.out_names = out_names = frozenset(template_buffers(list(v.outputs), set()))
         for s in reversed(segments):
             made = set().union(*[step_buffers(st)[1] for st in s.steps])
             read = set().union(*[step_buffers(st)[0] for st in s.steps])
@@ -258,14 +348,19 @@ class PiecewiseRun:
                 rec = self._graph(n, seg, key, ins, sizes, launches, device, replayed) \
                     if seg.graphed and capture else None
             if rec is None:
-                outs = seg.fn(ins, sizes, launches, [], device)
+                fn = seg.fn
+                if not seg.graphed and capture:
+                    direct = self.into.get((n, key))
+                    if direct is not None and self.graphs.get((n + 1, key)) is direct[0]:
+                        fn = direct[1]
+                outs = fn(ins, sizes, launches, [], device)
                 if seg.graphed:
                     self.stats["eager_segments"] += 1
             else:
                 for buf, t, copy in zip(rec.inputs, ins, rec.copied):
-                    if copy:
+                    if copy and t is not buf:  # (an attention output written in place: into_graph)
                         buf.copy_(t)
-                self.stats["copies"] += rec.ncopied
+                        self.stats["copies"] += 1
                 rec.graph.replay()
                 self.stats["replays"] += 1
                 outs = rec.outputs
@@ -324,6 +419,9 @@ class PiecewiseRun:
                        storage=frozenset(t.untyped_storage().data_ptr() for t in outs + statics
                                          if isinstance(t, torch.Tensor)))
         self.graphs[(n, key)] = rec
+        if n > 0 and not self.segments[n - 1].graphed:
+            fn = into_graph(self.segments[n - 1], self.segments[n].reads, rec, self.out_names)
+            self.into[(n - 1, key)] = (rec, fn) if fn is not None else None
         return rec
 
     def report(self) -> str:
@@ -344,4 +442,4 @@ class PiecewiseRun:
         return "\n".join(lines) + "\n"
 
 
-__all__ = ["PiecewiseRun", "Segment", "Recorded", "copy_plan"]
+__all__ = ["PiecewiseRun", "Segment", "Recorded", "copy_plan", "hoisted", "into_graph"]

@@ -10,7 +10,10 @@ rounded up to :func:`bucket` (at most 1/8 more rows, eight buckets per octave), 
 extra rows left unset, and return the first ``M`` rows: each output row of a matmul
 reads only its own input row, so the result is the unpadded call's up to cuBLAS's
 choice of kernel (a kernel chosen for the padded shape), and no extra row reaches
-a sum (weight gradients, whose contraction runs over ``M``, are not padded).
+a sum.  Weight gradients, whose contraction runs over ``M`` (a new length at every
+step too, ~100-250 us of first-call host time each), run on the contraction rounded
+up with zeros in both operands (:func:`mm_padded_contraction`: each extra product is
+0) where the copies are small (:data:`K_COPY_BYTES`).
 
 Only on CUDA tensors of half types, and by default only in training graphs (the
 backend's forward and backward, planned inside :func:`training_graphs`):
@@ -100,11 +103,57 @@ def linear(x, w, b=None):
     return torch.nn.functional.linear(_padded(x, p), w, b)[: x.shape[0]]
 
 
+#: Bytes of operands :func:`mm` copies at most to round a contraction up (a copy costs device
+#: time in proportion; the first-call cost it saves does not grow with the operands).
+K_COPY_BYTES = 64 << 20
+
+
+def _contraction(a, b) -> int | None:
+    """The padded contraction length for ``a @ b`` (2-D CUDA half operands whose copies are
+    small: :data:`K_COPY_BYTES`), or None where it keeps its own."""
+    if a.dim() != 2 or b.dim() != 2 or not a.is_cuda or a.dtype not in _HALF or b.dtype != a.dtype:
+        return None
+    k = a.shape[1]
+    p = bucket(k)
+    if p == k or (a.shape[0] + b.shape[1]) * p * a.element_size() > K_COPY_BYTES:
+        return None
+    return p
+
+
+def _zero_padded(a, dim: int, size: int):
+    """``a`` (2-D) grown to ``size`` along ``dim`` with zeros, in ``a``'s memory order (a
+    transposed operand stays transposed: cuBLAS reads it as it would have read ``a``).
+
+    >>> _zero_padded(torch.ones(2, 3).t(), 1, 4).tolist(), _zero_padded(torch.ones(2, 3).t(), 1, 4).stride()
+    ([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]], (1, 3))
+    """
+    shape = list(a.shape)
+    shape[dim] = size
+    out = a.new_empty(shape[::-1]).t() if a.stride(0) == 1 and a.stride(1) != 1 else a.new_empty(shape)
+    out.narrow(dim, 0, a.shape[dim]).copy_(a)
+    out.narrow(dim, a.shape[dim], size - a.shape[dim]).zero_()
+    return out
+
+
+def mm_padded_contraction(a, b, p: int):
+    """``a @ b`` with the contraction (``a``'s columns, ``b``'s rows) padded to ``p`` with
+    zeros: every extra product is 0, so the sum is the unpadded one up to cuBLAS's choice of kernel.
+
+    >>> a, b = torch.randn(3, 5).t(), torch.randn(5, 4)
+    >>> torch.allclose(mm_padded_contraction(a.t(), b, 8), a.t() @ b)
+    True
+    """
+    return torch.mm(_zero_padded(a, 1, p), _zero_padded(b, 0, p))
+
+
 def mm(a, b):
-    """``torch.mm(a, b)`` on ``a``'s rows rounded up to :func:`bucket` (CUDA half types)."""
+    """``torch.mm(a, b)`` on ``a``'s rows rounded up to :func:`bucket` (CUDA half types); a
+    weight gradient (rows fixed, the contraction runs over the tokens) on its contraction
+    rounded up, with zeros."""
     p = _rows(a)
     if p is None:
-        return torch.mm(a, b)
+        k = _contraction(a, b)
+        return torch.mm(a, b) if k is None else mm_padded_contraction(a, b, k)
     return torch.mm(_padded(a, p), b)[: a.shape[0]]
 
 
@@ -132,4 +181,4 @@ def bucketed_steps(plan, device_type) -> list:
             else s for s in plan]
 
 
-__all__ = ["bucket", "linear", "mm", "addmm", "bucketed_steps", "training_graphs", "ENABLED"]
+__all__ = ["bucket", "linear", "mm", "addmm", "mm_padded_contraction", "K_COPY_BYTES", "bucketed_steps", "training_graphs", "ENABLED"]

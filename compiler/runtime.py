@@ -47,8 +47,15 @@ from .lowering import lower
 from .scheduler import schedule
 from .padded_linear import padded_steps
 from .row_buckets import bucketed_steps
-from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, linear_calls,
+from .view_folding import fold_views
+from .shared_masks import share_masks
+from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, Owned, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
+
+#: Whether programs compiled from now on get the host-time rewrites (compiler.view_folding,
+#: compiler.shared_masks) by default; off only to measure them against the plain plan in one
+#: process (bench/host_ab.py).  Each program keeps the value it was made with.
+HOST_REWRITES = {"on": True}
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
 STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0, "warmed": 0, "warm_s": 0.0}
@@ -100,9 +107,10 @@ def _guard_fn(exprs, symbols):
 class Variant:
     """One trace compiled for the sizes where its guards hold."""
 
-    def __init__(self, tp, target: str):
+    def __init__(self, tp, target: str, host_rewrites: bool = True):
         self.tp = tp
         self.target = target
+        self.host_rewrites = host_rewrites
         #: The device type this variant's kernels were built for; None: the tensors' own (Triton
         #: compiles per device at launch).  C++ kernels read host memory, so they take CPU tensors
         #: only.  A property of the build, checked by :meth:`run` (the uncached path): the binding
@@ -191,6 +199,9 @@ class Variant:
                 plan.append(ExternStep(target, tmpl(s.args), tmpl(s.kwargs), out))
         self.outputs = [tmpl(o) for o in lp.outputs]
         plan = linear_calls(plan, self.outputs)
+        # Repeated views made once, reshape chains as one reshape (compiler.view_folding).
+        if self.host_rewrites:
+            plan = fold_views(plan, self.outputs)
         # Half-precision linears of odd static width run on a padded weight (compiler.padded_linear).
         plan = padded_steps(plan, lp.buffers, getattr(self.tp.device, "type", None))
         # Half-precision CUDA matmuls at few row counts where enabled (compiler.row_buckets).
@@ -200,6 +211,11 @@ class Variant:
         outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
         self.masks = sized_masks.find(plan, outside, lp.buffers, slot)
         self.plan = plan = sized_masks.rewrite(plan, self.masks, len(exprs))
+        sdpa = TARGETS[self.target].extern_call(torch.ops.aten.scaled_dot_product_attention.default, None)
+        if self.host_rewrites and getattr(sdpa, "__name__", None) == "sdpa_without_cudnn":
+            # One boolean mask read by several SDPA steps: converted once per run (compiler.shared_masks,
+            # which mirrors ATen's conversion for the kernels SDPA chooses among without cuDNN).
+            plan = self.plan = share_masks(plan, lp.buffers, sdpa)
         self._classifier = None
         # Masks whose class holds at every size (compiler.mask_proofs) need no classification:
         # a decode step runs unmasked attention at its first call, without a sync.
@@ -340,8 +356,9 @@ class CompiledProgram:
     own device; inputs on another one get a variant traced for theirs.
     """
 
-    def __init__(self, program, specs, dims, target, _tp=None, device=None):
+    def __init__(self, program, specs, dims, target, _tp=None, device=None, host_rewrites=None):
         self.program = program
+        self.host_rewrites = HOST_REWRITES["on"] if host_rewrites is None else host_rewrites
         self.specs = [parse_spec(s) for s in specs]
         self.dims = dict(dims or {})
         self.target = target
@@ -390,7 +407,7 @@ class CompiledProgram:
         return shapes.trace(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device)
 
     def _add(self, tp) -> Variant:
-        v = Variant(tp, self.target)
+        v = Variant(tp, self.target, self.host_rewrites)
         self.variants.append(v)
         STATS["variants"] += 1
         self.stats["variants"] += 1
@@ -447,6 +464,8 @@ class CompiledProgram:
         return self._add(self._trace(values, device))
 
     def __call__(self, *tensors):
+        if len(tensors) == 1 and tensors[0].__class__ is Owned:
+            tensors = tensors[0]  # handed over: the run frees each input at its last use
         self.stats["calls"] += 1
         STATS["calls"] += 1
         try:

@@ -12,6 +12,10 @@ fused kernels (C++ or Triton) plus ATen calls; one compiled program serves
 every size within symshape's guards, so a new sequence length recompiles
 nothing.
 
+AOTAutograd hands each compiled graph its argument list over (a boxed call): the list is
+cleared and its tensors passed on as :class:`~compiler.wrapper.Owned`, so the backward frees
+each saved activation at its last use rather than at its end (the backward's peak).
+
 Sizes the forward saves for the backward (``SymInt`` outputs) are computed
 from the call's dims; mutated buffers (BatchNorm's running stats) are outputs
 of the forward graph that AOTAutograd copies back; dropout stays torch's
@@ -64,6 +68,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from . import row_buckets
 from .graph_inputs import ArgKind, plan_graph
 from .runtime import CompiledProgram
+from .wrapper import Owned
 
 aten = torch.ops.aten
 
@@ -179,18 +184,23 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     tensor_pos = plan.tensor_pos
     simple = not sym_outs and all(kind is ArgKind.TENSOR for kind, _ in outs)
 
-    def run(*args):
-        tensors = [args[i] for i in tensor_pos]
+    def run(args):
+        # AOTAutograd's boxed call hands its argument list over (it steals it): cleared here and
+        # passed on as Owned, each input (a backward's saved activation) is freed at its last use.
+        tensors = Owned([args[i] for i in tensor_pos])
+        ints = iter(plan.eval_exprs(sym_outs, tensors)) if sym_outs else iter(())
+        if isinstance(args, list):  # a caller that passes a tuple keeps its references
+            args.clear()
         with torch._C._DisableAutocast(), row_buckets.training_graphs():  # a retrace plans as training
-            got = compiled(*tensors)
+            got = compiled(tensors)
         if simple:
             return list(got)
-        ints = iter(plan.eval_exprs(sym_outs, tensors)) if sym_outs else iter(())
         it = iter(got)
         return [next(it) if kind is ArgKind.TENSOR else next(ints) if kind is ArgKind.EXPR else v for kind, v in outs]
 
     run.compiled = compiled
-    return _boxed(run)
+    run._boxed_call = True
+    return run
 
 
 def _traced_for(example_inputs, target):
@@ -243,14 +253,6 @@ def attention_without_plans(example_inputs):
         return contextlib.nullcontext()
     from torch.nn.attention import SDPBackend, sdpa_kernel
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
-
-
-def _boxed(run):
-    def call(args):
-        return run(*args)
-    call._boxed_call = True
-    call.compiled = run.compiled
-    return call
 
 
 def train_backend(gm, example_inputs, *, target: str, stats: dict):

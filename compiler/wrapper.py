@@ -12,7 +12,7 @@ Example::
     >>> import torch
     >>> src, fn = straight_line([ExternStep(torch.add, (BufSlot("x"), SizeSlot(0)), {}, "y")],
     ...                         ["x"], [], [BufSlot("y")])
-    >>> print(src.splitlines()[2])
+    >>> print(src.splitlines()[3])
         b_y = F0(b_x, s[0])
     >>> fn([torch.ones(2)], (3,), (), [], None)[0].tolist()
     [4.0, 4.0]
@@ -40,6 +40,18 @@ class BufSlot:
     name: str
 
 
+class Owned(list):
+    """Input tensors handed over to a run: it drops the list's references once it has read them,
+    so an input is freed at its last use (AOTAutograd's boxed calls steal their arguments: a
+    backward's saved activations then go as it consumes them, not at its end).
+
+    >>> _, fn = straight_line([ExternStep(torch.neg, (BufSlot("x"),), {}, "y")], ["x"], [], [BufSlot("y")])
+    >>> args = Owned([torch.ones(1)])
+    >>> fn(args, (), (), [], None)[0].tolist(), len(args)
+    ([-1.0], 0)
+    """
+
+
 class _Device:
     def __repr__(self):
         return "DEVICE"
@@ -47,6 +59,16 @@ class _Device:
 
 #: The inputs' device in an extern's arguments (``torch.arange(..., device=...)``).
 DEVICE = _Device()
+
+
+class _RunCache:
+    def __repr__(self):
+        return "RUN_CACHE"
+
+
+#: A dict made fresh by every run, in an extern's arguments: what several steps of one run
+#: share (:mod:`compiler.shared_masks`), never kept from one run to the next.
+RUN_CACHE = _RunCache()
 
 
 @dataclass(frozen=True)
@@ -159,9 +181,10 @@ def _var(name: str) -> str:
 
 class _Writer:
     def __init__(self):
-        self.ns: dict = {"empty_strided": torch.empty_strided}
+        self.ns: dict = {"empty_strided": torch.empty_strided, "OWNED": Owned}
         self.lines: list[str] = []
         self.count = 0
+        self.run_cache = False
 
     def obj(self, value, prefix="K") -> str:
         """A name in the function's globals bound to ``value``."""
@@ -178,6 +201,9 @@ class _Writer:
             return f"s[{a.index}]"
         if a is DEVICE:
             return "dev"
+        if a is RUN_CACHE:
+            self.run_cache = True
+            return "rc"
         if isinstance(a, list):
             return "[" + ", ".join(self.code(x) for x in a) + "]"
         if isinstance(a, tuple) and not hasattr(a, "_fields"):
@@ -248,6 +274,7 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset()):
     body = w.lines
     if inputs:
         body.append(f"    {''.join(_var(n) + ', ' for n in inputs)}= tensors")
+        body.append("    if tensors.__class__ is OWNED: tensors.clear()")
     if consts:
         body.append(f"    {''.join(_var(n) + ', ' for n in consts)}= const_tensors")
     kept = [n for n in range(len(plan)) if n not in skip]
@@ -278,6 +305,8 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset()):
         if n in dead:
             body.append(f"    del {', '.join(_var(name) for name in sorted(dead[n]))}")
     body.append(f"    return [{', '.join(w.code(o) for o in outputs)}]")
+    if w.run_cache:
+        body.insert(0, "    rc = {}")
     src = "def run(tensors, s, launches, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
     return src, w.ns["run"]

@@ -59,11 +59,14 @@ def tiny_llama_lm():
 def greedy_tokens_eager_and_backend(model, prompt_len: int, steps: int, seed: int) -> dict:
     """Greedy decoding with transformers' ``DynamicCache`` (a prompt of ``prompt_len`` random ids, then
     ``steps`` tokens one at a time), by ``model`` in eager and through ``backend="symshape"`` with CUDA
-    graphs: ``{"eager": tokens, "symshape": tokens}``."""
+    graphs: ``{"eager": tokens, "symshape": tokens, "graphed": the GraphedPrograms this call made}``
+    (programs of earlier tests may still be alive in this process: tests inspect only these)."""
     import transformers
 
     import compiler
+    from compiler.backend import graphed_programs
     torch._dynamo.reset()
+    before = {id(gp) for gp in graphed_programs()}
     compiler.register()  # backend="symshape" from this tree, whether or not the entry point is installed
     opt = torch.compile(model, backend="symshape", dynamic=True, options={"cuda_graphs": True})
     prompt = torch.randint(0, 128, (1, prompt_len), generator=torch.Generator().manual_seed(seed))
@@ -77,6 +80,7 @@ def greedy_tokens_eager_and_backend(model, prompt_len: int, steps: int, seed: in
                 out = fn(input_ids=torch.tensor([[got[-1]]]), past_key_values=cache, use_cache=True)
                 got.append(int(out.logits[:, -1].argmax(-1)))
             toks[name] = got
+    toks["graphed"] = [gp for gp in graphed_programs() if id(gp) not in before]
     return toks
 
 

@@ -430,3 +430,46 @@ def test_column_sum_keeps_its_column_form_beside_other_stores_with_its_rows():
         g, w = torch.randn(1, T, 64), torch.randn(K, 64)
         for out, ref in zip(f(g, w), _bias_grad_and_transpose(g, w)):
             torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-5)
+
+
+def _group_grad(g):
+    # GQA's repeat_kv backward: a head group's gradients summed over the group dim (2 heads).
+    B, H, T, D = g.shape
+    return g.view(B, H // 2, 2, T, D).sum(2) * 2
+
+
+def test_sum_over_a_small_static_dim_is_adds_not_a_reduction():
+    """A sum over 2 static elements per output (GQA's group sum) lowers to adds: its kernel has
+    no reduction (a reduction of 2 per element ran ~30x slower on the GPU); values equal eager
+    at sizes 1 and primes."""
+    from compiler.ir import Kernel
+    spec = "g: f32[B, 4, T, 8]"
+    kernels = [s for s in schedule(lower(shapes.trace(_group_grad, spec))) if isinstance(s, Kernel)]
+    assert [len(k.reductions) for k in kernels] == [0]
+    f = compiler.compile(_group_grad, spec)
+    for B, T in [(1, 1), (2, 5), (1, 17)]:
+        g = torch.randn(B, 4, T, 8)
+        torch.testing.assert_close(f(g), _group_grad(g), atol=1e-5, rtol=1e-5)
+
+
+def _log_softmax_twice(x, t):
+    # A loss backward's log-softmax of bf16 logits, recomputed: read by two ops (its exp and a gather-like product).
+    z = x.float()
+    m = z.amax(-1, keepdim=True)
+    ls = z - m - torch.log(torch.exp(z - m).sum(-1, keepdim=True))
+    return torch.exp(ls) * t + ls * 2
+
+
+def test_a_function_of_one_tensor_read_twice_is_recomputed_not_stored():
+    """A log-softmax (one load of its size and row reductions) read by two ops is inlined: no
+    fp32 copy of the (rows, vocabulary) logits is stored (two such copies were +512 MiB at a GPT-2
+    backward's peak); a residual sum of two tensors still is (see the test above)."""
+    from compiler.lowered import StoreItem
+    specs = ("x: bf16[N, 64]", "t: f32[N, 64]")
+    lp = lower(shapes.trace(_log_softmax_twice, *specs))
+    stored = [i.buffer for i in lp.items if isinstance(i, StoreItem)]
+    assert len(stored) == 1 and stored[0].dtype == torch.float32, stored  # the output only
+    f = compiler.compile(_log_softmax_twice, *specs)
+    for n in (1, 7):
+        x, t = torch.randn(n, 64).bfloat16(), torch.randn(n, 64)
+        torch.testing.assert_close(f(x, t), _log_softmax_twice(x, t), atol=1e-4, rtol=1e-4)

@@ -111,8 +111,7 @@ def test_hf_llama_decode_mask_is_proved_and_tokens_equal_eager(monkeypatch):
     monkeypatch.setattr(mu, "is_torchdynamo_exporting", lambda: True, raising=False)
     toks = greedy_tokens_eager_and_backend(tiny_llama_lm(), prompt_len=7, steps=10, seed=3)
     assert toks["symshape"] == toks["eager"]
-    from compiler.backend import graphed_programs
-    pieces = [p for gp in graphed_programs() for p in gp.pieces.values() if p is not None]
+    pieces = [p for gp in toks["graphed"] for p in gp.pieces.values() if p is not None]
     assert pieces
     for pw in pieces:
         v = pw.v

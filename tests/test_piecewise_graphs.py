@@ -4,11 +4,13 @@ On the CPU the segments run without recording (the split, the inputs and the
 outputs are what is tested); on CUDA graphs are recorded and replayed.
 """
 import pytest
+import sympy
 import torch
 import torch.nn as nn
 
 import compiler
 from compiler.piecewise import PiecewiseRun
+from compiler.wrapper import KernelStep
 from tests.attention_models import greedy_tokens_eager_and_backend, tiny_llama_lm
 
 
@@ -66,6 +68,22 @@ def test_segments_split_where_the_cache_length_is_seen():
     assert "piecewise graphs over ['S']" in f.report()
 
 
+def test_hf_llama_decode_launches_outside_graphs_only_what_sees_the_cache_length():
+    # compiler.piecewise.hoisted: the query's rotary kernel (independent of the cache's cat) joins
+    # the graph before the cat; an eager segment is then the cat and attention (and the positions).
+    pytest.importorskip("transformers")
+    toks = greedy_tokens_eager_and_backend(tiny_llama_lm(), prompt_len=9, steps=6, seed=2)
+    assert toks["symshape"] == toks["eager"]
+    (pw,) = [p for gp in toks["graphed"] for p in gp.pieces.values() if p is not None]
+    lp = pw.v.lp
+    exprs = [sympy.sympify(e) for e in pw.v.size_exprs]
+    eager = [st for s in pw.segments if not s.graphed for st in s.steps]
+    kernels = [st for st in eager if isinstance(st, KernelStep)]
+    assert kernels and all(pw._depends(st, lp, exprs, {}) for st in kernels), pw.report()
+    assert sum(isinstance(st, KernelStep) for s in pw.segments if not s.graphed for st in s.steps) <= 1 + 2, \
+        pw.report()  # the positions, and per layer (2 here) one cat kernel
+
+
 def test_a_program_that_needs_the_dim_everywhere_keeps_a_graph_per_size():
     f = compiler.compile(lambda x: x.mean(1) * 2, "x: f32[B, T, 8]", cuda_graphs=True)
     for T in (2, 3, 5):
@@ -76,10 +94,9 @@ def test_a_program_that_needs_the_dim_everywhere_keeps_a_graph_per_size():
 def test_hf_llama_greedy_decode_through_the_backend_equals_eager():
     pytest.importorskip("transformers")
     toks = greedy_tokens_eager_and_backend(tiny_llama_lm(), prompt_len=9, steps=12, seed=1)
-    from compiler.backend import graphed_programs
-    reports = "\n".join(gp.report() for gp in graphed_programs())
+    reports = "\n".join(gp.report() for gp in toks["graphed"])
     assert toks["symshape"] == toks["eager"], (toks, reports)
-    pieces = [p for gp in graphed_programs() for p in gp.pieces.values() if p is not None]
+    pieces = [p for gp in toks["graphed"] for p in gp.pieces.values() if p is not None]
     assert pieces and all(p.stats["calls"] >= 1 for p in pieces), reports
 
 
@@ -165,8 +182,7 @@ def test_dims_that_change_with_the_cache_length_join_the_split(monkeypatch):
     monkeypatch.setattr(mu, "is_torchdynamo_exporting", lambda: True, raising=False)  # torch < 2.14's mask
     toks = greedy_tokens_eager_and_backend(tiny_llama_lm(), prompt_len=16, steps=8, seed=4)
     assert toks["symshape"] == toks["eager"]
-    from compiler.backend import graphed_programs
-    pieces = [(gp, p) for gp in graphed_programs() for p in gp.pieces.values() if p is not None]
+    pieces = [(gp, p) for gp in toks["graphed"] for p in gp.pieces.values() if p is not None]
     assert pieces
     for gp, pw in pieces:
         # Every dim of the step is a cache length here: the graphs are keyed on none of them.

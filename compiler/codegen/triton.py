@@ -36,6 +36,7 @@ from ..exprs import compile_exprs
 from .. import skinny_matmul
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, flat_index, substitute
 from .cpp import cache_dir
+from .decode_attention import try_decode
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 from .triton_classes import (GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block,
@@ -393,11 +394,15 @@ class SizeClassLauncher:
         self.variants = {GENERIC: getattr(module, kernel.name)}
         self.plans: dict = {}
         self.bound: dict = {}
+        #: (divisibility flags of the aligned sizes, persistent) -> (class, kernel, indices passed
+        #: divided by 16): a new size of a known class (every decode step) binds without sets.
+        self._by_flags: dict = {}
         g = _Recording(target, kernel, lp, sym_names)
         target.kernel_source(g)
         aligned = alignment_symbols(g.seen, set(lp.symbols))
         #: The size names whose divisibility by 16 picks a class (the others never do).
         self.aligned = [sym_names[s] for s in lp.symbols if s in aligned]
+        self._aidx = tuple(i for i, n in enumerate(self.names) if n in self.aligned)
         self.rowlen = rowlen if kind is Grid.ROWS else None
         #: One row of a size-dependent length (a loss summed over every token): always looped.
         #: Its persistent blocks (one per power of two up to PERSISTENT_MAX, times the alignment
@@ -467,9 +472,15 @@ class SizeClassLauncher:
         """(kernel, grid, size arguments, BLOCK, num_warps) at these sizes."""
         w = self.work_fn(*sizes)
         row = w[self.nwork] if len(w) > self.nwork else None
-        sc = self.size_class(sizes, row)
-        fn = self.kernel_for(sc)
-        args = [v // 16 if n in sc.div16 else v for n, v in zip(self.names, sizes)]
+        flags = (tuple(sizes[i] % 16 == 0 for i in self._aidx),
+                 not self.loop_only and row is not None and 0 < row <= PERSISTENT_MAX)
+        got = self._by_flags.get(flags)
+        if got is None:
+            sc = self.size_class(sizes, row)
+            got = self._by_flags[flags] = (sc, self.kernel_for(sc),
+                                           frozenset(i for i, n in enumerate(self.names) if n in sc.div16))
+        sc, fn, div = got
+        args = [v // 16 if i in div else v for i, v in enumerate(sizes)] if div else list(sizes)
         n = max(w[:self.nwork])
         if self.kind is Grid.FLAT:
             block, n = self.block, (n + self.block - 1) // self.block
@@ -485,16 +496,28 @@ _enable_cudnn_sdp = torch.backends.cuda.enable_cudnn_sdp
 _sdpa = torch.nn.functional.scaled_dot_product_attention
 
 
+#: Decode steps' attention (one query position) through :mod:`.decode_attention` on CUDA;
+#: ``SYMSHAPE_DECODE_KERNEL=0`` keeps ATen's SDPA (benches compare both).
+DECODE_KERNEL = os.environ.get("SYMSHAPE_DECODE_KERNEL", "1") != "0"
+
+
 def sdpa_without_cudnn(*args, **kwargs):
     """``scaled_dot_product_attention`` choosing among ATen's flash, memory-efficient and math
     kernels, never cuDNN's: cuDNN builds an execution plan per new shape (measured 8.7 ms of
     host time per call on an H200 with torch 2.11 when the KV length grows by one each decode
     step, 35 ms per token for 4 layers), which a dynamic-shape program meets at every size.
+    A decode step's attention on CUDA (one query position, no mask) runs
+    :func:`~compiler.codegen.decode_attention.decode_attention` instead: one kernel launch.
 
     >>> q = torch.randn(1, 2, 3, 8)
     >>> torch.allclose(sdpa_without_cudnn(q, q, q, is_causal=True), _sdpa(q, q, q, is_causal=True))
     True
     """
+    if DECODE_KERNEL and len(args) >= 3 and getattr(args[0], "is_cuda", False):
+        # One query position over a KV cache: one Triton launch, not SDPA's host cost.
+        out = try_decode(*args, **kwargs)
+        if out is not None:
+            return out
     was = _cudnn_sdp_enabled()
     if not was:
         return _sdpa(*args, **kwargs)
