@@ -228,7 +228,7 @@ class Variant:
         self.size_fn = compile_exprs(self.size_exprs, lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
         self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
-                                             self.outputs)
+                                             self.outputs, cpu_allocs=self.target == "cpp")
         self._fns = {(sized_masks.MaskClass.KEEP,) * len(self.masks): self.fn}
         # Trace-time constants are fixed (moved to a device once); parameters and buffers are
         # read from the module on every call, so updates and moves are seen.
@@ -324,7 +324,8 @@ class Variant:
             lp = self.lp
             plan, skip = self.plan_at(classes)
             fn = self._fns[classes] = straight_line(plan, [b.name for b in lp.inputs],
-                                                    [b.name for b, _ in lp.consts], self.outputs, skip=skip)[1]
+                                                    [b.name for b, _ in lp.consts], self.outputs, skip=skip,
+                                                    cpu_allocs=self.target == "cpp")[1]
         return fn
 
     def plan_at(self, classes: tuple) -> tuple:

@@ -175,6 +175,15 @@ def linear_calls(plan, outputs) -> list:
     return [s for s in out if not (isinstance(s, ExternStep) and s.target is aten.t.default and s.out in fused)]
 
 
+try:
+    # ``torch.empty_strided`` on the CPU without the dispatcher or argument parsing: the
+    # allocator Inductor's CPU wrappers call (a private binding, hence the fallback).
+    from torch._C._dynamo.guards import _empty_strided_cpu as _EMPTY_CPU
+except ImportError:  # pragma: no cover - a build without it: the public call, same result
+    def _EMPTY_CPU(shape, strides, dtype):
+        return torch.empty_strided(shape, strides, dtype=dtype, device="cpu")
+
+
 def _var(name: str) -> str:
     return "b_" + re.sub(r"\W", "_", name)
 
@@ -264,13 +273,17 @@ def _last_uses(plan, outputs) -> dict:
     return out
 
 
-def straight_line(plan, inputs, consts, outputs, skip=frozenset()):
+def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=False):
     """``(source, fn)``: ``fn(tensors, s, launches, const_tensors, dev)`` runs ``plan``
     (:class:`KernelStep` / :class:`ExternStep`) and returns the output leaves;
     ``s`` holds the size function's values, ``launches`` one ``launch(buffers)`` per
     kernel step in plan order, bound to the call's sizes (:func:`bind_launches`).
-    Steps whose index is in ``skip`` are left out (``launches`` still counts them)."""
+    Steps whose index is in ``skip`` are left out (``launches`` still counts them).
+    ``cpu_allocs``: kernels' buffers are host memory (C++ kernels), allocated without
+    the dispatcher (about half of ``torch.empty_strided``'s host time)."""
     w = _Writer()
+    if cpu_allocs:
+        w.ns["empty_strided"] = _EMPTY_CPU
     body = w.lines
     if inputs:
         body.append(f"    {''.join(_var(n) + ', ' for n in inputs)}= tensors")
@@ -288,8 +301,9 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset()):
             for al in step.allocs:
                 shape = "(" + "".join(f"s[{i}], " for i in al.shape) + ")"
                 strides = "(" + "".join(f"s[{i}], " for i in al.strides) + ")"
-                body.append(f"    {_var(al.name)} = empty_strided({shape}, {strides}, dtype={w.obj(al.dtype, 'D')}, "
-                            f"device=dev)")
+                dtype = w.obj(al.dtype, 'D')
+                body.append(f"    {_var(al.name)} = empty_strided({shape}, {strides}, {dtype})" if cpu_allocs else
+                            f"    {_var(al.name)} = empty_strided({shape}, {strides}, dtype={dtype}, device=dev)")
             args = []
             for name, contig in zip(step.buffers, step.contiguous):
                 v = _var(name)

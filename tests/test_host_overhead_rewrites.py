@@ -145,3 +145,59 @@ def test_on_cuda_the_shared_form_is_bitwise_eager_with_fully_masked_rows():
         for _ in range(2):
             assert torch.equal(sdpa_shared_mask(cache, q, k, v, m), ref)
         assert cache, "the additive form was not made (the memory-efficient kernel not chosen?)"
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.up, self.down = torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return (x + self.down(F.gelu(self.up(self.norm(x))))).square().mean()
+
+
+def test_cpp_training_step_allocates_and_launches_without_the_dispatcher():
+    """A C++ training step's kernel buffers come from the CPU allocator directly (no
+    ``aten::empty_strided`` per buffer) and its launches are bound once per shape; the
+    gradients still equal eager's at sizes 1, a prime and a power of two."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from torch.profiler import ProfilerActivity, profile
+
+    from compiler.training import compile_aten_graph, decompositions
+    from compiler.wrapper import KernelStep
+
+    runs = []
+
+    def graph_compiler(graph):
+        def comp(gm, ex):
+            runs.append(compile_aten_graph(gm, ex, target="cpp", graph=graph, stats={}))
+            return runs[-1]
+        return comp
+
+    backend = aot_autograd(fw_compiler=graph_compiler("forward"), bw_compiler=graph_compiler("backward"),
+                           partition_fn=min_cut_rematerialization_partition, decompositions=decompositions())
+    torch._dynamo.reset()
+    model = _Block()
+    step = torch.compile(model, backend=backend, dynamic=True)
+    for n in (1, 7, 16):
+        x = torch.randn(2, n, 16)
+        step(x).backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad(set_to_none=True)
+        model(x).backward()
+        for g, p in zip(got, model.parameters()):
+            torch.testing.assert_close(g, p.grad)
+        model.zero_grad(set_to_none=True)
+    programs = [r.compiled for r in runs if hasattr(r, "compiled")]
+    # Forward and backward compiled (dynamo specializes size 1: a pair for it, a pair for the rest).
+    assert len(programs) in (2, 4) and not any(c.variants[0].eager for c in programs)
+    allocs = sum(len(s.allocs) for c in programs for s in c.variants[0].plan if isinstance(s, KernelStep))
+    assert allocs >= 4
+    x = torch.randn(2, 7, 16)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step(x).backward()
+    made = sum(e.count for e in prof.key_averages() if e.key == "aten::empty_strided")
+    assert made < allocs, f"{made} aten::empty_strided calls for {allocs} kernel buffers"
+    kernels = [s for c in programs for s in c.variants[0].plan if isinstance(s, KernelStep)]
+    assert kernels and all(hasattr(s.launch, "bind") for s in kernels)

@@ -249,6 +249,33 @@ def build(source: str) -> ctypes.CDLL:
         return ctypes.CDLL(so)
 
 
+def _bound_launch(fn, tags, calls, name, sizes):
+    """A C++ kernel's launch at fixed ``sizes`` (the wrapper binds once per input shape): the size
+    array is built here once, so a call builds only its buffers' pointer array.  The arrays
+    are the call's own (ctypes releases the GIL while the kernel runs: nothing shared is written).
+
+    >>> got = []
+    >>> class Fn:
+    ...     def __call__(self, ptrs, vals): got.append((ptrs[0], vals[0], vals[1])); return 0
+    >>> launch = _bound_launch(Fn(), ["all"], {"all": 0}, "k", (5, 7))
+    >>> launch([torch.zeros(2)]); got[0][1:]
+    (5, 7)
+    """
+    vals = (ctypes.c_int64 * max(len(sizes), 1))(*sizes)
+    ptr_types: dict = {}
+
+    def launch(tensors):
+        n = len(tensors)
+        t = ptr_types.get(n)
+        if t is None:
+            t = ptr_types[n] = ctypes.c_void_p * n
+        i = fn(t(*[x.data_ptr() for x in tensors]), vals)
+        if i < 0:
+            raise RuntimeError(f"symshape: no size-class variant of {name} holds for sizes {tuple(sizes)}")
+        calls[tags[i]] += 1
+    return launch
+
+
 class CppTarget(Target):
     """C++17 with OpenMP: rows of a kernel in parallel, row loops vectorized (``omp simd``)."""
 
@@ -420,6 +447,7 @@ class CppTarget(Target):
                 raise RuntimeError(f"symshape: no size-class variant of {name} holds for sizes {tuple(sizes)}")
             _calls[_tags[i]] += 1
         launch.variant_calls = calls  # size-class tag -> launches (selected by the kernel's C++ predicate)
+        launch.bind = lambda sizes: _bound_launch(fn, meta, calls, name, sizes)
         return launch
 
 
