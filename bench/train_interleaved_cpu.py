@@ -8,6 +8,10 @@ turn (round robin) ``--reps`` times per length and keeps each mode's fastest ste
 spell of the machine hits every mode alike.  A step is forward (the model's loss) and
 backward under ``--dtype`` autocast; gradients are zeroed, no optimizer.
 
+``--ab`` adds ``sym_generic``: symshape with C++ kernels' buffers from ``torch.empty_strided``
+and sizes passed to each launch (:data:`compiler.runtime.HOST_REWRITES` ``cpp_calls`` off),
+measured in the same rounds as the default ``symshape``.
+
 Usage::
 
     OMP_NUM_THREADS=1 python bench/train_interleaved_cpu.py --models gpt2,llama,bert --lengths 257,700
@@ -53,10 +57,11 @@ def _step(fn, model, batch, dtype):
     model.zero_grad(set_to_none=True)
 
 
-def run_model(name, lengths, reps, dtype) -> dict:
+def run_model(name, lengths, reps, dtype, modes=MODES) -> dict:
     """{length: {mode: ms}} for one model."""
+    from compiler import runtime
     compiled = {}
-    for mode in MODES:
+    for mode in modes:
         model, batch = tc.build(name, "cpu", max(lengths) + 1)
         if mode == "eager":
             fn = model
@@ -64,13 +69,20 @@ def run_model(name, lengths, reps, dtype) -> dict:
             fn = torch.compile(model, dynamic=True)
         else:
             compiler.register()
-            fn = torch.compile(model, backend="symshape", dynamic=True)
+            # Options make a backend object of its own: dynamo never serves one symshape mode's
+            # cache entry to the other.
+            fn = torch.compile(model, backend="symshape", dynamic=True,
+                               options={"target": "cpp"} if mode == "sym_generic" else None)
         compiled[mode] = (fn, model)
     g = torch.Generator().manual_seed(0)
     batches = {L: batch(L, g) for L in lengths}
-    for fn, model in compiled.values():  # compile (and warm) every mode at every length first
-        for L in lengths:
-            _step(fn, model, batches[L], dtype)
+    for mode, (fn, model) in compiled.items():  # compile (and warm) every mode at every length first
+        runtime.HOST_REWRITES["cpp_calls"] = mode != "sym_generic"  # read when a program is made
+        try:
+            for L in lengths:
+                _step(fn, model, batches[L], dtype)
+        finally:
+            runtime.HOST_REWRITES["cpp_calls"] = True
     return {L: fastest({mode: (lambda f=fn, m=model, b=batches[L]: _step(f, m, b, dtype))
                         for mode, (fn, model) in compiled.items()}, reps) for L in lengths}
 
@@ -81,20 +93,27 @@ def main(argv=None):
     ap.add_argument("--lengths", default="257,700")
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--ab", action="store_true", help="also time symshape with the generic C++ calls")
     a = ap.parse_args(argv)
+    modes = MODES + ("sym_generic",) if a.ab else MODES
     dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     lengths = [int(v) for v in a.lengths.split(",")]
     print(f"torch={torch.__version__} threads={torch.get_num_threads()} {a.dtype} reps={a.reps} "
           f"sizes={tc._sizes('cpu')} load average at start: {os.getloadavg()[0]:.1f}")
-    print(f"{'model':<6} {'L':>5} " + " ".join(f"{m + ' ms':>12}" for m in MODES) + f" {'sym/eager':>10} {'sym/ind':>8}")
+    extra = f" {'generic/sym':>11}" if a.ab else ""
+    print(f"{'model':<6} {'L':>5} " + " ".join(f"{m + ' ms':>12}" for m in modes) + f" {'sym/eager':>10} {'sym/ind':>8}"
+          + extra)
     rows = []
     for name in a.models.split(","):
-        for L, ms in run_model(name, lengths, a.reps, dtype).items():
+        for L, ms in run_model(name, lengths, a.reps, dtype, modes).items():
             rows.append(ms)
-            print(f"{name:<6} {L:>5} " + " ".join(f"{ms[m]:>12.2f}" for m in MODES)
-                  + f" {ms['eager'] / ms['symshape']:>9.2f}x {ms['ind_dyn'] / ms['symshape']:>7.2f}x", flush=True)
+            print(f"{name:<6} {L:>5} " + " ".join(f"{ms[m]:>12.2f}" for m in modes)
+                  + f" {ms['eager'] / ms['symshape']:>9.2f}x {ms['ind_dyn'] / ms['symshape']:>7.2f}x"
+                  + (f" {ms['sym_generic'] / ms['symshape']:>10.3f}x" if a.ab else ""), flush=True)
     print(f"geomean symshape: vs eager {geomean([r['eager'] / r['symshape'] for r in rows]):.2f}x, "
-          f"vs Inductor dynamic {geomean([r['ind_dyn'] / r['symshape'] for r in rows]):.2f}x; "
+          f"vs Inductor dynamic {geomean([r['ind_dyn'] / r['symshape'] for r in rows]):.2f}x"
+          + (f", generic C++ calls / symshape {geomean([r['sym_generic'] / r['symshape'] for r in rows]):.3f}x"
+             if a.ab else "") + "; "
           f"load average at end: {os.getloadavg()[0]:.1f}")
 
 

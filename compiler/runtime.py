@@ -55,7 +55,10 @@ from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, Owned, Siz
 #: Whether programs compiled from now on get the host-time rewrites (compiler.view_folding,
 #: compiler.shared_masks) by default; off only to measure them against the plain plan in one
 #: process (bench/host_ab.py).  Each program keeps the value it was made with.
-HOST_REWRITES = {"on": True}
+#: ``cpp_calls``: C++ variants allocate kernel buffers with the CPU allocator (no dispatcher) and
+#: bind their launches' size arrays once per shape (compiler.codegen.cpp); off only to measure
+#: that against the generic calls in one process (bench/train_interleaved_cpu.py --ab).
+HOST_REWRITES = {"on": True, "cpp_calls": True}
 
 #: Process-wide counters: traces, compiled variants, kernels built, calls.
 STATS = {"traces": 0, "variants": 0, "kernels": 0, "calls": 0, "eager_variants": 0, "warmed": 0, "warm_s": 0.0}
@@ -107,10 +110,12 @@ def _guard_fn(exprs, symbols):
 class Variant:
     """One trace compiled for the sizes where its guards hold."""
 
-    def __init__(self, tp, target: str, host_rewrites: bool = True):
+    def __init__(self, tp, target: str, host_rewrites: bool = True, cpp_calls: bool = True):
         self.tp = tp
         self.target = target
         self.host_rewrites = host_rewrites
+        #: C++ kernels' buffers from the CPU allocator, their launches bound once per shape.
+        self.cpp_calls = cpp_calls and target == "cpp"
         #: The device type this variant's kernels were built for; None: the tensors' own (Triton
         #: compiles per device at launch).  C++ kernels read host memory, so they take CPU tensors
         #: only.  A property of the build, checked by :meth:`run` (the uncached path): the binding
@@ -228,7 +233,7 @@ class Variant:
         self.size_fn = compile_exprs(self.size_exprs, lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
         self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
-                                             self.outputs, cpu_allocs=self.target == "cpp")
+                                             self.outputs, cpu_allocs=self.cpp_calls)
         self._fns = {(sized_masks.MaskClass.KEEP,) * len(self.masks): self.fn}
         # Trace-time constants are fixed (moved to a device once); parameters and buffers are
         # read from the module on every call, so updates and moves are seen.
@@ -295,7 +300,7 @@ class Variant:
     def bind_sizes(self, values: tuple, classify: bool = True) -> tuple:
         """``(size values, launches)`` at dim ``values``: what :meth:`run_bound` takes."""
         kvals = tuple(values[i] for i in self.sym_index)
-        return self.sizes_at(kvals, classify), bind_launches(self.plan, kvals)
+        return self.sizes_at(kvals, classify), bind_launches(self.plan, kvals, bound=self.cpp_calls or self.target != "cpp")
 
     def sizes_at(self, kvals: tuple, classify: bool = True) -> tuple:
         """The sizes tuple at the kernels' dim values ``kvals``: the size slots, then the class
@@ -325,7 +330,7 @@ class Variant:
             plan, skip = self.plan_at(classes)
             fn = self._fns[classes] = straight_line(plan, [b.name for b in lp.inputs],
                                                     [b.name for b, _ in lp.consts], self.outputs, skip=skip,
-                                                    cpu_allocs=self.target == "cpp")[1]
+                                                    cpu_allocs=self.cpp_calls)[1]
         return fn
 
     def plan_at(self, classes: tuple) -> tuple:
@@ -360,6 +365,7 @@ class CompiledProgram:
     def __init__(self, program, specs, dims, target, _tp=None, device=None, host_rewrites=None):
         self.program = program
         self.host_rewrites = HOST_REWRITES["on"] if host_rewrites is None else host_rewrites
+        self.cpp_calls = HOST_REWRITES["cpp_calls"]
         self.specs = [parse_spec(s) for s in specs]
         self.dims = dict(dims or {})
         self.target = target
@@ -408,7 +414,7 @@ class CompiledProgram:
         return shapes.trace(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device)
 
     def _add(self, tp) -> Variant:
-        v = Variant(tp, self.target, self.host_rewrites)
+        v = Variant(tp, self.target, self.host_rewrites, self.cpp_calls)
         self.variants.append(v)
         STATS["variants"] += 1
         self.stats["variants"] += 1

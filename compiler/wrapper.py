@@ -121,9 +121,10 @@ def _fast_calls() -> dict:
 FAST_CALLS = _fast_calls()
 
 
-def bind_launches(plan, sizes) -> tuple:
+def bind_launches(plan, sizes, bound=True) -> tuple:
     """One ``launch(buffers)`` per kernel step of ``plan``, bound to ``sizes`` (the kernels' size
-    arguments): the wrapper's ``launches``.
+    arguments): the wrapper's ``launches``; ``bound=False``: the generic launch with the sizes
+    passed at each call, even where a launch has its own ``bind``.
 
     >>> seen = []
     >>> step = KernelStep(lambda ts, sz: seen.append((ts, sz)), ("x",), (), (False,))
@@ -133,7 +134,7 @@ def bind_launches(plan, sizes) -> tuple:
     out = []
     for step in plan:
         if isinstance(step, KernelStep):
-            bind = getattr(step.launch, "bind", None)
+            bind = getattr(step.launch, "bind", None) if bound else None
             out.append(bind(sizes) if bind is not None else
                        (lambda tensors, _launch=step.launch: _launch(tensors, sizes)))
     return tuple(out)
