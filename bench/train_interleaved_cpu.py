@@ -40,10 +40,12 @@ MODES = ("eager", "ind_dyn", "symshape")
 
 
 def fastest(steps: dict, reps: int) -> dict:
-    """{mode: fastest of ``reps`` runs in ms}, the modes' ``steps()`` run in turn."""
+    """{mode: fastest of ``reps`` runs in ms}, the modes' ``steps()`` run in turn, in reverse order
+    every other round: a mode right after one running the same C++ kernels (symshape's two
+    modes) finds them in warm caches, so no mode always follows the same one."""
     best = dict.fromkeys(steps, float("inf"))
-    for _ in range(reps):
-        for mode, step in steps.items():
+    for r in range(reps):
+        for mode, step in (list(steps.items()) if r % 2 == 0 else list(steps.items())[::-1]):
             t0 = time.perf_counter()
             step()
             best[mode] = min(best[mode], time.perf_counter() - t0)
