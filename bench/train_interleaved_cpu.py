@@ -40,12 +40,15 @@ MODES = ("eager", "ind_dyn", "symshape")
 
 
 def fastest(steps: dict, reps: int) -> dict:
-    """{mode: fastest of ``reps`` runs in ms}, the modes' ``steps()`` run in turn, in reverse order
-    every other round: a mode right after one running the same C++ kernels (symshape's two
-    modes) finds them in warm caches, so no mode always follows the same one."""
+    """{mode: fastest of ``reps`` runs in ms}, the modes' ``steps()`` run in turn, neighbours
+    swapped every other round (a b c d, b a d c, ...): a mode right after one running the same
+    C++ kernels (symshape's two modes) finds them in warm caches, so each of the two follows
+    the other in half the rounds, and no mode ever follows itself."""
     best = dict.fromkeys(steps, float("inf"))
+    items = list(steps.items())
+    swapped = [m for i in range(0, len(items), 2) for m in items[i:i + 2][::-1]]
     for r in range(reps):
-        for mode, step in (list(steps.items()) if r % 2 == 0 else list(steps.items())[::-1]):
+        for mode, step in (items if r % 2 == 0 else swapped):
             t0 = time.perf_counter()
             step()
             best[mode] = min(best[mode], time.perf_counter() - t0)
