@@ -22,7 +22,7 @@ import torch
 from shapes.functions import FloorDiv, PyMod
 
 from .index_checks import checked_index
-from .ir import Const, Op, RedRef, SizeVal
+from .ir import HALF_DTYPES, Const, Op, RedRef, SizeVal
 from .lowered import TensorBox, Unsupported, cast
 
 aten = torch.ops.aten
@@ -100,16 +100,33 @@ def _rsub(lw, node, a, b, alpha=1):
     return _pointwise(lw, node, [b, a, alpha], lambda y, x, k: Op("sub", (y, Op("mul", (x, k), x.dtype)), x.dtype))
 
 
+def _scalar_in_opmath(lw, node, args, f):
+    """:func:`_pointwise` where a Python number operand of a half-precision op is a float32
+    constant, unrounded: ATen's mul and div kernels read the scalar's original value in their
+    float32 opmath (``x * 0.1`` on bf16 ``x`` multiplies by 0.1f, not by bf16's 0.10009765625),
+    where add and sub use the scalar converted to the tensor's dtype."""
+    out = _dt(node)
+    if out not in HALF_DTYPES:
+        return _pointwise(lw, node, args, f)
+    shape = tuple(node.meta["shape"])
+
+    def fn(idx):
+        vals = [Const(float(a), torch.float32) if isinstance(a, (int, float)) and not isinstance(a, bool)
+                else lw.value(a, idx, shape, out) for a in args]
+        return cast(f(*vals), out)
+    return lw.out_box(node, fn)
+
+
 @register(aten.mul.Tensor, aten.mul.Scalar)
 def _mul(lw, node, a, b):
-    return _pointwise(lw, node, [a, b], _op("mul"))
+    return _scalar_in_opmath(lw, node, [a, b], _op("mul"))
 
 
 @register(aten.div.Tensor, aten.div.Scalar)
 def _div(lw, node, a, b):
     if not _dt(node).is_floating_point:
         raise Unsupported("integer true division")
-    return _pointwise(lw, node, [a, b], _op("div"))
+    return _scalar_in_opmath(lw, node, [a, b], _op("div"))
 
 
 for _name in ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "reciprocal", "sin", "cos",
