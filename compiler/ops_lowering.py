@@ -101,12 +101,15 @@ def _rsub(lw, node, a, b, alpha=1):
 
 
 def _scalar_in_opmath(lw, node, args, f):
-    """:func:`_pointwise` where a Python number operand of a half-precision op is a float32
-    constant, unrounded: ATen's mul and div kernels read the scalar's original value in their
-    float32 opmath (``x * 0.1`` on bf16 ``x`` multiplies by 0.1f, not by bf16's 0.10009765625),
-    where add and sub use the scalar converted to the tensor's dtype."""
+    """:func:`_pointwise` where a Python number operand of a half-precision op on the CPU is a
+    float32 constant, unrounded: ATen's CPU mul and div kernels read the scalar's original value
+    in their float32 opmath (``x * 0.1`` on bf16 ``x`` multiplies by 0.1f, not by bf16's
+    0.10009765625), where its add and sub use the scalar converted to the tensor's dtype.  Its
+    CUDA kernels read the converted value for all four (``TensorIterator.scalar_value``): a
+    program traced for CUDA keeps the rounded constant."""
     out = _dt(node)
-    if out not in HALF_DTYPES:
+    device = getattr(lw.tp, "device", None)
+    if out not in HALF_DTYPES or (device is not None and torch.device(device).type != "cpu"):
         return _pointwise(lw, node, args, f)
     shape = tuple(node.meta["shape"])
 
