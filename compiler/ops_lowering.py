@@ -22,7 +22,7 @@ import torch
 from shapes.functions import FloorDiv, PyMod
 
 from .index_checks import checked_index
-from .ir import Const, Op, RedRef, SizeVal
+from .ir import HALF_DTYPES, Const, Op, RedRef, SizeVal
 from .lowered import TensorBox, Unsupported, cast
 
 aten = torch.ops.aten
@@ -100,16 +100,36 @@ def _rsub(lw, node, a, b, alpha=1):
     return _pointwise(lw, node, [b, a, alpha], lambda y, x, k: Op("sub", (y, Op("mul", (x, k), x.dtype)), x.dtype))
 
 
+def _scalar_in_opmath(lw, node, args, f):
+    """:func:`_pointwise` where a Python number operand of a half-precision op on the CPU is a
+    float32 constant, unrounded: ATen's CPU mul and div kernels read the scalar's original value
+    in their float32 opmath (``x * 0.1`` on bf16 ``x`` multiplies by 0.1f, not by bf16's
+    0.10009765625), where its add and sub use the scalar converted to the tensor's dtype.  Its
+    CUDA kernels read the converted value for all four (``TensorIterator.scalar_value``): a
+    program traced for CUDA keeps the rounded constant."""
+    out = _dt(node)
+    device = getattr(lw.tp, "device", None)
+    if out not in HALF_DTYPES or (device is not None and torch.device(device).type != "cpu"):
+        return _pointwise(lw, node, args, f)
+    shape = tuple(node.meta["shape"])
+
+    def fn(idx):
+        vals = [Const(float(a), torch.float32) if isinstance(a, (int, float)) and not isinstance(a, bool)
+                else lw.value(a, idx, shape, out) for a in args]
+        return cast(f(*vals), out)
+    return lw.out_box(node, fn)
+
+
 @register(aten.mul.Tensor, aten.mul.Scalar)
 def _mul(lw, node, a, b):
-    return _pointwise(lw, node, [a, b], _op("mul"))
+    return _scalar_in_opmath(lw, node, [a, b], _op("mul"))
 
 
 @register(aten.div.Tensor, aten.div.Scalar)
 def _div(lw, node, a, b):
     if not _dt(node).is_floating_point:
         raise Unsupported("integer true division")
-    return _pointwise(lw, node, [a, b], _op("div"))
+    return _scalar_in_opmath(lw, node, [a, b], _op("div"))
 
 
 for _name in ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "abs", "reciprocal", "sin", "cos",

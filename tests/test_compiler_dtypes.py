@@ -53,6 +53,21 @@ def test_bfloat16_rounds_after_every_op_like_eager():
     assert torch.equal(got.isnan(), want.isnan())
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["float16", "bfloat16"])
+def test_python_scalars_enter_half_ops_as_eager_reads_them(dtype):
+    # ATen's mul and div read a Python number's original value in float32 (x * 0.1 multiplies by
+    # 0.1f); add and sub convert it to the tensor's dtype first.  Bits equal eager's for each
+    # (rounded to bf16 first, 0.1 is 0.10009765625 and x * 0.1 differed in ~15% of elements).
+    import compiler
+    progs = {"mul": lambda x: x * 0.1, "div": lambda x: x / 0.3, "mul_int": lambda x: x * 4097,
+             "add": lambda x: x + 0.3, "rsub": lambda x: 0.3 - x, "chain": lambda x: (x * (1 / 3)).exp() - 0.1}
+    x = torch.randn(2000, generator=torch.Generator().manual_seed(0)).to(dtype) * 10
+    for name, fn in progs.items():
+        f = compiler.compile(fn, f"x: {'f16' if dtype is torch.float16 else 'bf16'}[N]", target="cpp")
+        got, want = f(x), fn(x)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16)), (name, (got != want).sum())
+
+
 @pytest.mark.triton
 def test_triton_matches_eager():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
