@@ -415,9 +415,14 @@ def main(argv=None):
                 skipped.append(f"{case.name} {dn} failed: {type(e).__name__}: {str(e)[:160]}")
             print(f"[{case.name} {dn} done in {time.perf_counter() - t0:.0f}s]", flush=True)
     print(report(results, modes))
-    from compiler.codegen.triton_classes import WARM_ERRORS
-    print(f"\nkernel variants compiled ahead at first calls: {compiler.STATS['warmed']} in "
-          f"{compiler.STATS['warm_s']:.1f} s" + (f"; warm-up errors: {WARM_ERRORS[-3:]}" if WARM_ERRORS else ""))
+    from compiler.codegen import build_pool
+    from compiler.codegen.triton_build import MODE, WAITS, WARM_ERRORS
+    pool = build_pool.STATS
+    how = (f"in {pool['workers']} worker processes: {pool['done']} built, {pool['failed']} failed, "
+           f"{pool['worker_s']:.1f} worker-s; calls waited {WAITS['s']:.1f} s for {WAITS['n']} of them"
+           if MODE["mode"] == "processes" else f"in threads ({MODE['reason']})")
+    print(f"\nkernel variants compiled ahead at first calls: {compiler.STATS['warmed']}, submitting took "
+          f"{compiler.STATS['warm_s']:.1f} s, {how}" + (f"; warm-up errors: {WARM_ERRORS[-3:]}" if WARM_ERRORS else ""))
     if skipped:
         print("\nnot run: " + "; ".join(skipped))
     if a.decode:

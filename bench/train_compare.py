@@ -147,7 +147,15 @@ def _parts() -> dict:
     kernel sources (``codegen_s``), kernel builds (``kernel_build_s``, ``kernel_variants`` built)."""
     return {"sym_graphs_s": compiler.BACKEND_STATS.get("train_graph_s", 0.0),
             "lower_s": compiler.STATS.get("lower_s", 0.0), "codegen_s": compiler.STATS.get("codegen_s", 0.0),
-            "kernel_build_s": compiler.STATS.get("warm_s", 0.0), "kernel_variants": compiler.STATS.get("warmed", 0)}
+            "kernel_build_s": compiler.STATS.get("warm_s", 0.0), "kernel_variants": compiler.STATS.get("warmed", 0),
+            "build_wait_s": _waits()}
+
+
+def _waits() -> float:
+    """Seconds launches waited for kernel builds still running in worker processes (not part of
+    ``sym_graphs_s``: the waits happen in the first run, after the graph compiled)."""
+    from compiler.codegen.triton_build import WAITS
+    return WAITS["s"]
 
 
 def _compiled(mode, model):
@@ -303,7 +311,13 @@ def _split(r) -> str:
     trace = r["sym_graphs_s"] - r["lower_s"] - r["codegen_s"] - r["kernel_build_s"]
     return (f"[compile: symshape graphs {r['sym_graphs_s']:.1f}s = trace+plan {trace:.1f} + lower {r['lower_s']:.1f} "
             f"+ codegen {r['codegen_s']:.1f} + kernel builds {r['kernel_build_s']:.1f} ({r['kernel_variants']} "
-            f"variants); the rest is dynamo + AOTAutograd]")
+            f"variants); the rest is dynamo + AOTAutograd; first runs waited {r.get('build_wait_s', 0.0):.1f}s "
+            f"for builds in workers ({_build_mode()})]")
+
+
+def _build_mode() -> str:
+    from compiler.codegen.triton_build import MODE
+    return "threads: " + str(MODE["reason"]) if MODE["mode"] == "threads" else str(MODE["mode"])
 
 
 def _geo(xs):

@@ -136,6 +136,7 @@ class Variant:
         self.eager_reason = None
         self.fused_attention = fuse_causal_attention(tp)
         self.sdpa_calls = tune_calls(tp, target)
+        TARGETS[target].prestart()  # kernel-build workers start while the program lowers
         t0 = time.perf_counter()
         try:
             self.lp = lower(tp)
@@ -155,11 +156,19 @@ class Variant:
         STATS["lower_s"] = STATS.get("lower_s", 0.0) + t1 - t0
         STATS["codegen_s"] = STATS.get("codegen_s", 0.0) + time.perf_counter() - t1
         # Every size class of every kernel is built now, in parallel: a later call at a new
-        # size finds its kernels compiled (no stall at the first call of a size).
+        # size finds its kernels compiled (no stall at the first call of a size).  In worker
+        # processes, those of the traced sizes (this call's) first, the rest in the background.
         t0 = time.perf_counter()
-        STATS["warmed"] += TARGETS[target].warm(self.launchers)
+        STATS["warmed"] += TARGETS[target].warm(self.launchers, self._example_sizes())
         STATS["warm_s"] += time.perf_counter() - t0
         self._plan()
+
+    def _example_sizes(self):
+        """The kernels' size symbols at the traced sizes (the call being compiled), or None."""
+        try:
+            return tuple(int(self.tp.env.hint_of(s)) for s in self.lp.symbols)
+        except (TypeError, ValueError):  # a size that depends on data: no priority
+            return None
 
     # -- planning: everything symbolic is turned into index lookups once --------------
     def _plan(self):

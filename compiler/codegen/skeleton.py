@@ -292,10 +292,13 @@ class Target:
         """``launch(tensors, size values)`` for kernel ``name`` of a built module."""
         raise NotImplementedError
 
-    def warm(self, launchers: dict) -> int:
-        """Build every kernel variant a later call may need, now (the launchers of
-        :meth:`make_launchers`); returns how many.  Targets that build all variants
-        up front (C++) have nothing to do."""
+    def prestart(self) -> None:
+        """Start what builds kernels (worker processes) before :meth:`warm` needs it."""
+
+    def warm(self, launchers: dict, current=None) -> int:
+        """Build every kernel variant a later call may need (the launchers of
+        :meth:`make_launchers`), those of sizes ``current`` first; returns how many.
+        Targets that build all variants up front (C++) have nothing to do."""
         return 0
 
     # -- the shared driver -------------------------------------------------------------

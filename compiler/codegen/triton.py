@@ -39,8 +39,9 @@ from .cpp import cache_dir
 from .decode_attention import try_decode
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
+from .triton_build import prestart, wait_built, warm
 from .triton_classes import (GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block,
-                             reachable_classes, row_blocks, warm)
+                             reachable_classes, row_blocks)
 from .triton_launch import bind_launch
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
@@ -310,7 +311,9 @@ class TritonTarget(Target):
     def module_source(self, parts) -> str:
         return "\n\n\n".join([HEADER] + parts) + "\n"
 
-    def build(self, source):
+    def module_file(self, source) -> tuple:
+        """``(path, module name)`` of the file holding ``source`` (written once, named by content):
+        the parent imports it at a launch, a build worker at a build."""
         d = os.path.join(os.path.dirname(cache_dir()), "triton")
         os.makedirs(d, exist_ok=True)
         key = hashlib.sha256(source.encode()).hexdigest()[:24]
@@ -320,7 +323,11 @@ class TritonTarget(Target):
             with open(tmp, "w") as f:
                 f.write(source)
             os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(f"symshape_tk_{key}", path)
+        return path, f"symshape_tk_{key}"
+
+    def build(self, source):
+        path, name = self.module_file(source)
+        spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
@@ -336,9 +343,14 @@ class TritonTarget(Target):
                                                dtypes=[lp.buffers[a].dtype for a in args]))
                 for name, (args, m) in meta.items()}
 
-    def warm(self, launchers: dict) -> int:
-        """Compile every size class of every kernel in parallel (:func:`.triton_classes.warm`)."""
-        return warm([launch for _, launch in launchers.values()])
+    def prestart(self) -> None:
+        """Start the build workers (:func:`.triton_build.prestart`) while the program lowers."""
+        prestart()
+
+    def warm(self, launchers: dict, current=None) -> int:
+        """Build every size class of every kernel ahead (:func:`.triton_build.warm`): those of
+        the ``current`` sizes first."""
+        return warm([launch for _, launch in launchers.values()], current)
 
     def variant_source(self, kernel, lp, variant) -> str:
         """A module holding one size-class variant of ``kernel``."""
@@ -394,6 +406,9 @@ class SizeClassLauncher:
         self.variants = {GENERIC: getattr(module, kernel.name)}
         self.plans: dict = {}
         self.bound: dict = {}
+        #: (class, BLOCK) -> a build still running in a worker (:mod:`.triton_build`): the first
+        #: launch of that variant waits for it, so that it loads the binary instead of compiling.
+        self.pending: dict = {}
         #: (divisibility flags of the aligned sizes, persistent) -> (class, kernel, indices passed
         #: divided by 16): a new size of a known class (every decode step) binds without sets.
         self._by_flags: dict = {}
@@ -438,6 +453,26 @@ class SizeClassLauncher:
             return lambda: self.kernel_for(sc).warmup(*self.dtypes, *[3] * len(self.names), grid=(1,),
                                                       BLOCK=block, num_warps=_warps(block))
         return [job(sc, b) for sc, b in self.classes()]
+
+    def build_payloads(self, classes=None) -> list:
+        """``[((class, BLOCK), payload)]`` for a build worker (:mod:`.build_worker`): the variant's
+        module file, its function and the warm-up's arguments, for ``classes`` (default: all)."""
+        out = []
+        for sc, block in classes if classes is not None else self.classes():
+            path, mod = self.target.module_file(self.target.variant_source(self.kernel, self.lp, sc))
+            args = [("dtype", str(d).rsplit(".", 1)[-1]) for d in self.dtypes] + [3] * len(self.names)
+            out.append(((sc, block), (path, mod, self.kernel.name + sc.suffix, args,
+                                      {"grid": (1,), "BLOCK": block, "num_warps": _warps(block)})))
+        return out
+
+    def class_at(self, sizes) -> tuple:
+        """``(size class, BLOCK)`` a launch at ``sizes`` uses."""
+        w = self.work_fn(*sizes)
+        row = w[self.nwork] if len(w) > self.nwork else None
+        sc = self.size_class(sizes, row)
+        if self.kind is not Grid.FLAT and sc.persistent:
+            return sc, _pow2(row, PERSISTENT_MAX)
+        return sc, self.block
 
     def kernel_for(self, sc: SizeClass):
         fn = self.variants.get(sc)
@@ -488,6 +523,8 @@ class SizeClassLauncher:
             block = _pow2(row, PERSISTENT_MAX)
         else:
             block = self.block
+        if self.pending:
+            wait_built(self.pending, (sc, block))
         return fn, (n,), args, block, _warps(block)
 
 

@@ -1,4 +1,4 @@
-"""Size classes of Triton kernels: which sizes get their own binary, and building all of them at once.
+"""Size classes of Triton kernels: which sizes get their own binary, and which a kernel can meet.
 
 A Triton kernel is compiled per *size class* (:class:`SizeClass`): the size
 symbols that are multiples of 16 (passed divided by 16, so that Triton's
@@ -13,8 +13,8 @@ prevent it:
   multiple of 16 whatever ``B`` and ``T`` are, so a kernel indexing
   ``[B, T, 1024]`` has one class where it had four;
 - every class a kernel can meet is enumerated (:func:`reachable_classes`) and
-  compiled at the first call, in parallel (:func:`warm`), found in Triton's
-  on-disk cache in later processes.
+  built when the program compiles, in worker processes
+  (:mod:`.triton_build`), found in Triton's on-disk cache in later processes.
 
 Example::
 
@@ -29,8 +29,6 @@ Example::
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import sympy
@@ -126,42 +124,5 @@ def row_blocks(rowlen, symbols):
     return out
 
 
-def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-def warm(launchers, workers: int = 0) -> int:
-    """Compile every reachable class of every launcher (``launcher.warm_jobs()``), in parallel
-    threads (Triton's asynchronous compile where it has one, else one warm-up per thread);
-    returns the number of kernel variants warmed.  Does nothing under the interpreter or
-    without a GPU: there the first launch of a class builds it."""
-    import torch
-    jobs = [j for launcher in launchers for j in launcher.warm_jobs()]
-    if not jobs or _interpreting() or not torch.cuda.is_available() or os.environ.get(
-            "SYMSHAPE_WARM_CLASSES", "1") == "0":
-        return 0
-    workers = workers or min(32, max(4, os.cpu_count() or 4))
-    try:
-        from triton.runtime._async_compile import AsyncCompileMode
-    except ImportError:  # an older Triton: compile in threads, each one warm-up
-        AsyncCompileMode = None
-    try:
-        with ThreadPoolExecutor(workers) as ex:
-            if AsyncCompileMode is not None:
-                with AsyncCompileMode(ex):
-                    for job in jobs:
-                        job()
-            else:
-                list(ex.map(lambda job: job(), jobs))
-    except Exception as e:  # noqa: BLE001 - warming is only ahead of time: a launch still compiles what it needs
-        WARM_ERRORS.append(f"{type(e).__name__}: {e}"[:500])
-        return 0
-    return len(jobs)
-
-
-#: Why warm-ups failed (Triton's own message), newest last; their kernels compile at first launch instead.
-WARM_ERRORS: list = []
-
-
 __all__ = ["SizeClass", "GENERIC", "PERSISTENT_MAX", "pow2_block", "alignment_symbols", "reachable_classes",
-           "row_blocks", "warm"]
+           "row_blocks"]

@@ -1,0 +1,134 @@
+"""A kernel-build worker process: compiles Triton kernels into Triton's on-disk cache.
+
+Run as a script (``python build_worker.py``) by :mod:`.build_pool`, never
+imported by the program: a fresh interpreter that imports only Triton (not
+torch, not ``compiler`` and its dependencies), so that it starts in a
+quarter of a second.  It never touches the
+GPU: a compile-only Triton driver answers the current target (sent by the
+parent, which knows its GPU) and device 0, so ``JITFunction.warmup`` runs
+Triton's own code path, computes the same cache key the parent will, and
+writes the binary where the parent's launch finds it.
+
+Protocol (pickles over the pipes; stdout carries only the protocol, anything
+printed goes to stderr):
+
+- parent -> worker: ``("init", (backend, arch, warp_size))``, then jobs
+  ``(job_id, module path, module name, function name, args, kwargs)`` where
+  an argument ``("dtype", "float32")`` is a pointer to that torch dtype
+  (Triton's ``MockTensor``) and anything else is passed as is;
+- worker -> parent: ``("ready", pid)``, then ``(job_id, error or None, seconds)``.
+
+Example (what the parent sends for one build)::
+
+    >>> job = (7, "/cache/triton/tk_ab.py", "symshape_tk_ab", "k0_lks1",
+    ...        [("dtype", "float32"), 3], {"grid": (1,), "BLOCK": 1024, "num_warps": 4})
+    >>> job[3], job[4][1]
+    ('k0_lks1', 3)
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import sys
+import time
+
+# Run by path, Python puts this folder first on sys.path, where triton.py (symshape's Triton code
+# generator) would shadow the real Triton.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+
+class CompileOnlyDriver:
+    """A Triton driver that compiles for a fixed target and launches nothing."""
+
+    def __init__(self, target):
+        self.target = target
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def set_current_device(self, device):
+        pass
+
+    def is_active(self):
+        return True
+
+
+_MODULES: dict = {}
+
+
+def _module(path: str, name: str):
+    """The kernel module at ``path`` imported under the parent's module name (Triton's cache
+    key holds the function's qualified name, so it must be the same as the parent's)."""
+    mod = _MODULES.get(path)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        _MODULES[path] = mod
+    return mod
+
+
+class dtype:  # noqa: N801 - named as torch's: Triton's MockTensor.wrap_dtype and specialization read it
+    """A torch dtype as a warm-up's pointer argument shows it to Triton (``str``: ``torch.float32``),
+    without importing torch (2 s of a worker's start)."""
+
+    __module__ = "torch"
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __str__(self):
+        return "torch." + self.name
+
+    __repr__ = __str__
+
+
+def _args(args) -> list:
+    """A job's arguments: ``("dtype", name)`` a pointer to that dtype (Triton's ``MockTensor``).
+
+    >>> [str(a.dtype) if hasattr(a, "dtype") else a for a in _args([("dtype", "float16"), 3])]
+    ['torch.float16', 3]
+    """
+    from triton.runtime.jit import MockTensor
+    return [MockTensor(dtype(a[1])) if isinstance(a, tuple) and len(a) == 2 and a[0] == "dtype" else a
+            for a in args]
+
+
+def main() -> None:
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a print anywhere (Triton's, a kernel module's) must not corrupt the protocol
+    proto_in = sys.stdin.buffer
+    first, target = pickle.load(proto_in)
+    if first != "init":
+        raise SystemExit(f"build worker: expected init, got {first!r}")
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+    driver.set_active(CompileOnlyDriver(GPUTarget(*target)))
+    pickle.dump(("ready", os.getpid()), proto_out)
+    proto_out.flush()
+    while True:
+        try:
+            job = pickle.load(proto_in)
+        except EOFError:  # the parent exited or closed the pool
+            return
+        job_id, path, modname, fname, args, kwargs = job
+        t0 = time.perf_counter()
+        err = None
+        try:
+            getattr(_module(path, modname), fname).warmup(*_args(args), **kwargs)
+        except Exception as e:  # noqa: BLE001 - reported to the parent, whose launch then compiles it
+            err = f"{type(e).__name__}: {e}"[:2000]
+        pickle.dump((job_id, err, time.perf_counter() - t0), proto_out)
+        proto_out.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Scenarios for tests/test_build_pool.py, each run in a fresh process (``python -m
+tests.build_pool_cases NAME``) with its own Triton cache: Triton chooses the interpreter
+when it is imported, and a process's exit is part of what is tested.
+
+Kernels are compiled for an H100 (``GPUTarget("cuda", 90, 32)``) with Triton's bundled
+ptxas: no GPU is needed.  The parent's own loads go through the same compile-only driver the
+workers use.
+"""
+import json
+import os
+import sys
+import time
+
+TARGET = ("cuda", 90, 32)
+
+KERNEL = '''import triton
+import triton.language as tl
+
+
+@triton.jit(do_not_specialize=["n"])
+def add(x, y, o, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(o + i, tl.load(x + i, mask=m) * 2 + tl.load(y + i, mask=m), mask=m)
+'''
+
+
+def _cache_files() -> int:
+    return sum(len(fs) for _, _, fs in os.walk(os.environ["TRITON_CACHE_DIR"]))
+
+
+def _compile_only():
+    from triton.backends.compiler import GPUTarget
+    from triton.runtime.driver import driver
+    from compiler.codegen.build_worker import CompileOnlyDriver
+    driver.set_active(CompileOnlyDriver(GPUTarget(*TARGET)))
+
+
+def _kernel_file() -> str:
+    path = os.path.join(os.environ["TRITON_CACHE_DIR"], "..", "tk_add.py")
+    with open(path, "w") as f:
+        f.write(KERNEL)
+    return os.path.abspath(path)
+
+
+def _payload(path, block):
+    return (path, "symshape_tk_add", "add", [("dtype", "float32")] * 3 + [3],
+            {"grid": (1,), "BLOCK": block, "num_warps": 4})
+
+
+def program_builds():
+    """A program's variants built in workers, the current sizes' first; the parent then
+    loads every one from the cache (no compile of its own) and a launch's plan waits."""
+    import torch
+    import compiler
+    from compiler.codegen import build_pool, triton_build
+
+    def prog(x, y):
+        return x * 2 + y
+
+    f = compiler.compile(prog, "x: f32[B, N]", "y: f32[N]", target="triton")
+    launchers = [ln for _, ln in f.variants[0].launchers.values()]
+    (ln,) = launchers
+    current = (3, 32)  # B=3, N=32: N divisible by 16
+    pool = build_pool.BuildPool(TARGET, workers=2)
+    n = triton_build.submit_builds(pool, launchers, current)
+    first = ln.class_at(current)
+    got = {"submitted": n, "classes": len(ln.classes()), "aligned": ln.aligned,
+           # The workers are still starting (they import Triton): the queue is as submitted.
+           "first_is_queued_first": bool(pool._queue) and pool._queue[0] is pool._jobs[ln.pending[first][1]]}
+    pool.drain()
+    got["failed"] = build_pool.STATS["failed"]
+    got["errors"] = build_pool.STATS["errors"]
+    before = _cache_files()
+    _compile_only()
+    plan = ln.plan(current)  # waits for the class of these sizes (already built) and forgets it
+    got["pending_after_plan"] = [str(k) for k in ln.pending]
+    got["forgot_current"] = first not in ln.pending
+    loaded = []
+    for sc, block in ln.classes():
+        k = ln.kernel_for(sc).warmup(*ln.dtypes, *[3] * len(ln.names), grid=(1,), BLOCK=block, num_warps=4)
+        loaded.append("cubin" in k.asm)
+    got["loaded_cubins"] = loaded
+    got["new_cache_files"] = _cache_files() - before
+    got["plan_block"] = plan[3]
+    pool.close()
+    print("RESULT " + json.dumps(got))
+
+
+def urgent_first():
+    """One worker: four jobs queued, then an urgent one; it runs right after the job already
+    started."""
+    from compiler.codegen import build_pool
+    path = _kernel_file()
+    pool = build_pool.BuildPool(TARGET, workers=1)
+    order = []
+    futs = []
+    for b in (128, 256, 512, 1024):
+        futs.append(pool.submit(("add", b), _payload(path, b)))
+        futs[-1].add_done_callback(lambda _, b=b: order.append(b))
+    while not any(w.job is not None for w in pool.workers):  # the first job has started
+        time.sleep(0.01)
+    urgent = pool.submit(("add", 64), _payload(path, 64), urgent=True)
+    urgent.add_done_callback(lambda _: order.append(64))
+    again = pool.submit(("add", 64), _payload(path, 64))
+    pool.drain()
+    print("RESULT " + json.dumps({"order": order, "same_future": again is urgent,
+                                  "errors": [str(f.exception()) for f in futs + [urgent] if f.exception()]}))
+
+
+def exit_while_building():
+    """Exit with builds queued and running: the process ends cleanly and its workers with it."""
+    from compiler.codegen import build_pool
+    path = _kernel_file()
+    pool = build_pool.pool_for(TARGET)
+    for b in (16, 32, 64, 128, 256, 512, 1024, 2048):
+        pool.submit(("add", b), _payload(path, b))
+    while not any(w.job is not None for w in pool.workers):
+        time.sleep(0.01)
+    print("RESULT " + json.dumps({"pids": [w.proc.pid for w in pool.workers]}), flush=True)
+    sys.exit(0)
+
+
+def worker_dies():
+    """A worker killed mid-build fails its job (the waiter gets the reason, never hangs), and
+    the last worker's death fails the jobs still queued."""
+    from compiler.codegen import build_pool
+    path = _kernel_file()
+    pool = build_pool.BuildPool(TARGET, workers=1)
+    futs = [pool.submit(("add", b), _payload(path, b)) for b in (128, 256, 512)]
+    while not any(w.job is not None for w in pool.workers):
+        time.sleep(0.01)
+    pool.workers[0].proc.kill()
+    errs = [pool.wait(("add", b), f) for b, f in zip((128, 256, 512), futs)]
+    late = pool.submit(("add", 1024), _payload(path, 1024))
+    print("RESULT " + json.dumps({"errors": errs, "broken": pool.broken, "late": str(late.exception())}))
+
+
+if __name__ == "__main__":
+    globals()[sys.argv[1]]()

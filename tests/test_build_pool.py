@@ -1,0 +1,66 @@
+"""Kernel builds in worker processes (compiler.codegen.build_pool, triton_build): compiled for
+an H100 target with Triton's bundled ptxas, so they run without a GPU.
+
+Each scenario (tests/build_pool_cases.py) runs in its own process with a fresh Triton cache.
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.triton
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(name, tmp_path, **env_extra):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"), SYMSHAPE_CACHE=str(tmp_path / "symshape"), **env_extra)
+    env.pop("TRITON_INTERPRET", None)
+    os.makedirs(env["TRITON_CACHE_DIR"], exist_ok=True)
+    r = subprocess.run([sys.executable, "-m", "tests.build_pool_cases", name], capture_output=True, text=True,
+                       env=env, cwd=ROOT, timeout=600)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, f"{name} did not finish:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    return json.loads(line[-1][len("RESULT "):]), r
+
+
+def test_workers_build_every_class_and_the_parent_only_loads_them(tmp_path):
+    got, _ = _run("program_builds", tmp_path)
+    assert got["failed"] == 0, got["errors"]
+    assert got["aligned"] and got["submitted"] == got["classes"] >= 2, got
+    assert got["first_is_queued_first"], "the current sizes' variant must be the next job to run"
+    # Every class loads a binary from the workers' cache entries: nothing compiled twice.
+    assert got["loaded_cubins"] and all(got["loaded_cubins"]), got
+    assert got["new_cache_files"] == 0, got
+    assert got["forgot_current"] and len(got["pending_after_plan"]) == got["classes"] - 1, got
+
+
+def test_an_urgent_job_runs_next_and_a_job_is_submitted_once(tmp_path):
+    got, _ = _run("urgent_first", tmp_path)
+    assert not got["errors"], got
+    assert got["order"][0] == 128 and got["order"][1] == 64, got["order"]
+    assert sorted(got["order"]) == [64, 128, 256, 512, 1024] and got["same_future"], got
+
+
+def test_exiting_while_builds_run_ends_the_workers_cleanly(tmp_path):
+    got, r = _run("exit_while_building", tmp_path)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    for pid in got["pids"]:
+        assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", pid
+    # The cache the killed builds left is sound: a new pool builds (or finds) everything.
+    again, _ = _run("urgent_first", tmp_path)
+    assert not again["errors"], again
+
+
+def test_a_dead_worker_fails_its_jobs_instead_of_hanging(tmp_path):
+    got, _ = _run("worker_dies", tmp_path)
+    assert got["errors"][0] and "exited" in got["errors"][0], got
+    assert all(got["errors"]) and got["broken"] and "stopped" in got["late"], got
+
+
+def test_threads_where_processes_are_switched_off(monkeypatch):
+    from compiler.codegen import triton_build
+    monkeypatch.setenv("SYMSHAPE_BUILD_PROCESSES", "0")
+    assert triton_build.process_pool() == (None, "SYMSHAPE_BUILD_PROCESSES=0")
