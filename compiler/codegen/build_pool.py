@@ -78,8 +78,7 @@ class _Worker:
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONUNBUFFERED="1")
         env.pop("TRITON_INTERPRET", None)  # a worker compiles: never the interpreter's functions
         self.proc = subprocess.Popen([sys.executable, "-u", WORKER], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                                     preexec_fn=_ignore_sigint)
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
         self.job = None
         self.ready = False
         pickle.dump(("init", tuple(target)), self.proc.stdin)
@@ -91,12 +90,6 @@ class _Worker:
     def send(self, job) -> None:
         pickle.dump(job, self.proc.stdin)
         self.proc.stdin.flush()
-
-
-def _ignore_sigint():
-    # Ctrl-C is the parent's to handle: a worker killed by it would fail its build for nothing.
-    import signal
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class BuildPool:

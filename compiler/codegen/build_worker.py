@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import pickle
+import signal
 import sys
 import time
 
@@ -103,6 +104,9 @@ def _args(args) -> list:
 
 
 def main() -> None:
+    # Ctrl-C (sent to the whole process group) is the parent's to handle: a worker ended by it
+    # would fail its build for nothing.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # a print anywhere (Triton's, a kernel module's) must not corrupt the protocol
     proto_in = sys.stdin.buffer
