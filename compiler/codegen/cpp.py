@@ -29,7 +29,6 @@ import ctypes
 import hashlib
 import math
 import os
-import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from shapes.kernel_helpers import CPP_SOURCE
 from shapes.printers import to_cpp
 
 from ..ir import JVAR, RVAR, Const, Op, OpKind, ReductionKind, compute_dtype, flat_index
+from .cpp_build import UNIT, compile_module
 from .cpp_loops import COLUMN_BLOCK, column_dim, affine_in_loops, column_reduction, element_cost, row_pieces
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
@@ -240,8 +240,9 @@ def build(source: str) -> ctypes.CDLL:
                 f.write(source)
             tmp_so = tmp_cpp[:-4] + ".so"
             cxx = os.environ.get("CXX", "g++")
-            r = subprocess.run([cxx, *CXXFLAGS, tmp_cpp, "-o", tmp_so, *LDFLAGS], capture_output=True, text=True)
-            if r.returncode != 0:
+            # Its kernels over translation units compiled on every core (compiler.codegen.cpp_build).
+            r = compile_module(cxx, CXXFLAGS, LDFLAGS, source, tmp_cpp, tmp_so)
+            if r is not None:
                 raise RuntimeError(f"symshape: C++ kernel build failed:\n{r.stderr[-4000:]}\nsource: {tmp_cpp}")
             os.replace(tmp_so, so)  # atomic: concurrent builders never load a half-written file
             os.unlink(tmp_cpp)
@@ -428,7 +429,8 @@ class CppTarget(Target):
             row.lines += inner.lines + [f"{ind}  {g.ptr[buf.name]}[{idx}] = {self.stored(buf, v)};", f"{ind}}}"]
 
     def module_source(self, parts) -> str:
-        return "\n\n".join([PRELUDE] + parts)
+        # UNIT before each kernel: where gcc's translation units may split (cpp_build).
+        return PRELUDE + "".join(UNIT + p for p in parts)
 
     def build(self, source):
         return build(source)
