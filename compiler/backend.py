@@ -24,6 +24,7 @@ import weakref
 
 import torch
 
+from .codegen import TARGETS
 from .cuda_graphs import GraphedProgram
 from .graph_inputs import plan_graph
 from .runtime import CompiledProgram
@@ -98,6 +99,7 @@ def _compile(gm, example_inputs, options):
     gm, scalars = _specialize_scalars(gm, example_inputs)
     cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
     target = options.get("target") or os.environ.get("SYMSHAPE_TARGET") or ("triton" if cuda else "cpp")
+    TARGETS[target].prestart()  # kernel-build workers start now, while AOTAutograd and tracing run
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
         # AOTAutograd plans its own graphs' inputs (sizes passed as SymInts included).
         return _compile_training(eager_gm, gm, scalars, example_inputs, target)

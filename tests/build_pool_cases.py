@@ -87,6 +87,44 @@ def program_builds():
     print("RESULT " + json.dumps(got))
 
 
+def split_builds():
+    """What the current sizes need is built here (in threads) before returning; the rest in the
+    workers, which the parent then loads without compiling."""
+    import compiler
+    from compiler.codegen import build_pool, triton_build
+
+    def prog(x, y):
+        return torch_softmax(x) + y
+
+    f = compiler.compile(prog, "x: f32[B, N]", "y: f32[N]", target="triton")
+    launchers = [ln for _, ln in f.variants[0].launchers.values()]
+    current = (3, 32)
+    _compile_only()
+    pool = build_pool.BuildPool(TARGET, workers=2)
+    n = triton_build.build_split(pool, launchers, current)
+    now = [(ln, ln.class_at(current)) for ln in launchers]
+    got = {"n": n, "classes": sum(len(ln.classes()) for ln in launchers), "kernels": len(launchers),
+           "now_not_pending": all(k not in ln.pending for ln, k in now),
+           "later_pending": sum(len(ln.pending) for ln in launchers),
+           "now_in_parent": all(bool(ln.kernel_for(k[0]).device_caches[0][0]) for ln, k in now)}
+    pool.drain()
+    before = _cache_files()
+    for ln in launchers:
+        for key in list(ln.pending):
+            triton_build.wait_built(ln.pending, key)
+            ln.kernel_for(key[0]).warmup(*ln.dtypes, *[3] * len(ln.names), grid=(1,), BLOCK=key[1],
+                                         num_warps=4 if key[1] <= 1024 else 8 if key[1] <= 4096 else 16)
+    got["new_cache_files"] = _cache_files() - before
+    got["errors"] = triton_build.WARM_ERRORS + build_pool.STATS["errors"]
+    pool.close()
+    print("RESULT " + json.dumps(got))
+
+
+def torch_softmax(x):
+    import torch
+    return torch.softmax(x, -1)
+
+
 def urgent_first():
     """One worker: four jobs queued, then an urgent one; it runs right after the job already
     started."""
@@ -119,6 +157,24 @@ def exit_while_building():
         time.sleep(0.01)
     print("RESULT " + json.dumps({"pids": [w.proc.pid for w in pool.workers]}), flush=True)
     sys.exit(0)
+
+
+def take_back():
+    """One worker: a queued job is taken back (its future says so); the running one is not."""
+    from compiler.codegen import build_pool
+    path = _kernel_file()
+    pool = build_pool.BuildPool(TARGET, workers=1)
+    futs = {b: pool.submit(("add", b), _payload(path, b)) for b in (128, 256, 512, 1024)}
+    while not any(w.job is not None for w in pool.workers):
+        time.sleep(0.01)
+    running = next(b for b in futs if pool._jobs[("add", b)][2] is build_pool.JobState.RUNNING)
+    taken = pool.take(("add", 512))
+    got = {"taken": taken, "taken_running": pool.take(("add", running)), "queued_after": len(pool._queue),
+           "error": str(futs[512].exception())}
+    pool.drain()
+    got["others_ok"] = all(f.exception() is None for b, f in futs.items() if b != 512)
+    pool.close()
+    print("RESULT " + json.dumps(got))
 
 
 def worker_dies():

@@ -37,6 +37,14 @@ def test_workers_build_every_class_and_the_parent_only_loads_them(tmp_path):
     assert got["forgot_current"] and len(got["pending_after_plan"]) == got["classes"] - 1, got
 
 
+def test_the_current_sizes_build_here_and_the_rest_in_workers(tmp_path):
+    got, _ = _run("split_builds", tmp_path)
+    assert not got["errors"], got["errors"]
+    assert got["n"] == got["classes"] and got["now_not_pending"] and got["now_in_parent"], got
+    assert got["later_pending"] == got["classes"] - got["kernels"] > 0, got  # one class per kernel now
+    assert got["new_cache_files"] == 0, got
+
+
 def test_an_urgent_job_runs_next_and_a_job_is_submitted_once(tmp_path):
     got, _ = _run("urgent_first", tmp_path)
     assert not got["errors"], got
@@ -60,7 +68,14 @@ def test_a_dead_worker_fails_its_jobs_instead_of_hanging(tmp_path):
     assert all(got["errors"]) and got["broken"] and "stopped" in got["late"], got
 
 
-def test_threads_where_processes_are_switched_off(monkeypatch):
+def test_threads_unless_processes_are_asked_for(monkeypatch):
     from compiler.codegen import triton_build
-    monkeypatch.setenv("SYMSHAPE_BUILD_PROCESSES", "0")
-    assert triton_build.process_pool() == (None, "SYMSHAPE_BUILD_PROCESSES=0")
+    monkeypatch.delenv("SYMSHAPE_BUILD_PROCESSES", raising=False)
+    pool, why = triton_build.process_pool()
+    assert pool is None and "SYMSHAPE_BUILD_PROCESSES" in why
+
+
+def test_a_job_no_worker_started_is_taken_back(tmp_path):
+    got, _ = _run("take_back", tmp_path)
+    assert got["taken"] and not got["taken_running"] and got["queued_after"] == 2, got
+    assert "taken back" in got["error"] and got["others_ok"], got

@@ -142,6 +142,22 @@ class BuildPool:
         exc = fut.exception()
         return None if exc is None else f"{type(exc).__name__}: {exc}"
 
+    def take(self, key) -> bool:
+        """Take back the job of ``key`` if no worker has started it (the caller builds it itself:
+        faster than waiting behind the queue); its future fails with "taken"."""
+        with self._lock:
+            entry = self._jobs.get(key)
+            if entry is None or entry[2] is not JobState.QUEUED:
+                return False
+            try:
+                self._queue.remove(entry)
+            except ValueError:
+                return False
+            entry[2] = JobState.DONE
+            self._by_id.pop(entry[1][0], None)
+            entry[0].set_exception(RuntimeError("taken back: built by the caller"))
+            return True
+
     def drain(self) -> None:
         """Wait for every job submitted so far (benches: the wall time of a whole build)."""
         for entry in list(self._jobs.values()):

@@ -447,12 +447,13 @@ class SizeClassLauncher:
                 out.append((sc, self.block))
         return out
 
-    def warm_jobs(self) -> list:
-        """One ``job()`` per class of :meth:`classes`: compile it (a Triton warm-up, no launch)."""
+    def warm_jobs(self, classes=None) -> list:
+        """One ``job()`` per class of :meth:`classes` (or of ``classes``): compile it (a Triton
+        warm-up, no launch)."""
         def job(sc, block):
             return lambda: self.kernel_for(sc).warmup(*self.dtypes, *[3] * len(self.names), grid=(1,),
                                                       BLOCK=block, num_warps=_warps(block))
-        return [job(sc, b) for sc, b in self.classes()]
+        return [job(sc, b) for sc, b in (self.classes() if classes is None else classes)]
 
     def build_payloads(self, classes=None) -> list:
         """``[((class, BLOCK), payload)]`` for a build worker (:mod:`.build_worker`): the variant's

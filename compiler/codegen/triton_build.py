@@ -1,18 +1,21 @@
 """Building Triton kernel variants ahead of their launches, so that only what a call needs blocks it.
 
 Every size class a kernel can meet (:mod:`.triton_classes`) is built when a
-program compiles.  Where it can, :func:`warm` hands the builds to worker
-processes (:mod:`.build_pool`): the classes of the sizes being compiled for
-first, then every other one, in the background.  A launch of a variant
-whose build is still running waits for that build only
-(:func:`wait_built`), then loads the binary from Triton's on-disk cache; a
-build that failed leaves the launch to compile the variant itself, with
-Triton's own error if it fails there too.
+program compiles.  With ``SYMSHAPE_BUILD_PROCESSES=1``, :func:`warm` builds
+the classes of the sizes being compiled for in this process's threads (its
+Triton compiler is loaded already) and hands every other one to worker
+processes (:mod:`.build_pool`), in the background.  A launch of a variant
+whose build is still running waits for that build only (:func:`wait_built`),
+then loads the binary from Triton's on-disk cache; one no worker has started
+yet is taken back and built by the launch; a build that failed leaves the
+launch to compile the variant itself, with Triton's own error if it fails
+there too.
 
-Where processes can't be used (``SYMSHAPE_BUILD_PROCESSES=0``, a non-CUDA
-Triton backend, workers that could not start), the older path runs: every
-variant compiled in threads before the first call (Triton's asynchronous
-compile), its reason kept in ``MODE["reason"]``.  Under the interpreter or
+Otherwise (the default for now: on the H200 the workers made Llama's first
+call slower, bench/results/build6_h200_processes_vs_threads_2026-11-27.txt;
+or a non-CUDA Triton backend, or workers that could not start) the older
+path runs: every variant compiled in threads before the first call
+(Triton's asynchronous compile), its reason kept in ``MODE["reason"]``.  Under the interpreter or
 without a GPU nothing is built ahead: a launch builds what it needs.
 
 Example (no GPU here: nothing to build ahead)::
@@ -53,8 +56,8 @@ def _enabled() -> bool:
 
 def process_pool():
     """``(pool, None)`` where builds run in worker processes, else ``(None, why not)``."""
-    if os.environ.get("SYMSHAPE_BUILD_PROCESSES", "1") == "0":
-        return None, "SYMSHAPE_BUILD_PROCESSES=0"
+    if os.environ.get("SYMSHAPE_BUILD_PROCESSES", "0") != "1":
+        return None, "SYMSHAPE_BUILD_PROCESSES is not 1 (worker processes are opt-in for now)"
     if _GAVE_UP:
         return None, _GAVE_UP[0]
     try:
@@ -90,13 +93,29 @@ def warm(launchers, current=None) -> int:
         MODE.update(mode="threads", reason=why)
         return warm_threads(launchers)
     MODE.update(mode="processes", reason=None)
-    return submit_builds(pool, launchers, current)
+    return build_split(pool, launchers, current)
 
 
-def submit_builds(pool, launchers, current=None) -> int:
-    """Hand every class of every launcher to ``pool`` (a :class:`~.build_pool.BuildPool`), those
-    at sizes ``current`` ahead of every job waiting, in launch order; each launcher's ``pending``
-    keeps the builds, for :func:`wait_built`.  Returns the number of variants submitted."""
+def build_split(pool, launchers, current=None) -> int:
+    """The classes at sizes ``current`` built here in threads, before returning; every other one
+    handed to ``pool``'s workers (kept in each launcher's ``pending``).  Returns the number of
+    variants built or being built."""
+    now, later = split_classes(launchers, current)
+    # The rest first, so that the workers start on them while this process builds what the
+    # current call needs in its own threads: its compiler is loaded already, a fresh worker's
+    # first build pays seconds for that (measured on the H200: Llama's first call waited 5.1 s
+    # for its variants from workers just started, against 4.9 s for every variant in threads).
+    _submit(pool, later, urgent=False)
+    by_launcher: dict = {}
+    for launcher, key in now:
+        by_launcher.setdefault(launcher, []).append(key)
+    warm_threads(list(by_launcher), classes=by_launcher)
+    return len(now) + len(later)
+
+
+def split_classes(launchers, current) -> tuple:
+    """``(now, later)``: ``(launcher, (class, BLOCK))`` of the classes at sizes ``current`` (the
+    values of the launchers' size symbols; None: unknown), and of every other class."""
     now, later = [], []
     for launcher in launchers:
         first = None
@@ -105,12 +124,29 @@ def submit_builds(pool, launchers, current=None) -> int:
                 first = launcher.class_at(current)
             except (TypeError, ValueError, ZeroDivisionError, OverflowError):  # no priority, still built
                 first = None
-        for key, payload in launcher.build_payloads():
-            (now if key == first else later).append((launcher, key, repr(payload), payload))
-    for launcher, key, job, payload in reversed(now):  # urgent jobs go first: last submitted, first run
-        launcher.pending[key] = (pool, job, pool.submit(job, payload, urgent=True))
-    for launcher, key, job, payload in later:
-        launcher.pending[key] = (pool, job, pool.submit(job, payload))
+        for sc_block in launcher.classes():
+            (now if sc_block == first else later).append((launcher, sc_block))
+    return now, later
+
+
+def _submit(pool, items, urgent: bool) -> None:
+    """Hand ``(launcher, (class, BLOCK))`` items to ``pool``; urgent ones ahead of every job
+    waiting, in the items' order."""
+    jobs = []
+    for launcher, key in items:
+        ((_, payload),) = launcher.build_payloads([key])
+        jobs.append((launcher, key, repr(payload), payload))
+    for launcher, key, job, payload in (reversed(jobs) if urgent else jobs):  # urgent: last in, first out
+        launcher.pending[key] = (pool, job, pool.submit(job, payload, urgent=urgent))
+
+
+def submit_builds(pool, launchers, current=None) -> int:
+    """Hand every class of every launcher to ``pool`` (a :class:`~.build_pool.BuildPool`), those
+    at sizes ``current`` ahead of every job waiting, in launch order; each launcher's ``pending``
+    keeps the builds, for :func:`wait_built`.  Returns the number of variants submitted."""
+    now, later = split_classes(launchers, current)
+    _submit(pool, now, urgent=True)
+    _submit(pool, later, urgent=False)
     return len(now) + len(later)
 
 
@@ -123,6 +159,8 @@ def wait_built(pending: dict, key) -> None:
     pool, job_key, fut = got
     if fut.done() and fut.exception() is None:
         return
+    if not fut.done() and pool.take(job_key):
+        return  # no worker has started it: the launch builds it here, not behind the queue
     t0 = time.perf_counter()
     err = pool.wait(job_key, fut)
     WAITS["s"] += time.perf_counter() - t0
@@ -131,11 +169,12 @@ def wait_built(pending: dict, key) -> None:
         WARM_ERRORS.append(err[:500])
 
 
-def warm_threads(launchers, workers: int = 0) -> int:
-    """Compile every reachable class of every launcher (``launcher.warm_jobs()``) in parallel
-    threads (Triton's asynchronous compile where it has one, else one warm-up per thread),
-    before returning; the number of variants built."""
-    jobs = [j for launcher in launchers for j in launcher.warm_jobs()]
+def warm_threads(launchers, workers: int = 0, classes=None) -> int:
+    """Compile every reachable class of every launcher (``launcher.warm_jobs()``; ``classes``:
+    only ``classes[launcher]``) in parallel threads (Triton's asynchronous compile where it has
+    one, else one warm-up per thread), before returning; the number of variants built."""
+    jobs = [j for launcher in launchers
+            for j in launcher.warm_jobs(None if classes is None else classes[launcher])]
     if not jobs:
         return 0
     workers = workers or min(32, max(4, os.cpu_count() or 4))
@@ -157,5 +196,5 @@ def warm_threads(launchers, workers: int = 0) -> int:
     return len(jobs)
 
 
-__all__ = ["MODE", "WAITS", "WARM_ERRORS", "prestart", "process_pool", "submit_builds", "wait_built", "warm",
-           "warm_threads"]
+__all__ = ["MODE", "WAITS", "WARM_ERRORS", "build_split", "prestart", "process_pool", "split_classes", "submit_builds",
+           "wait_built", "warm", "warm_threads"]
