@@ -6,10 +6,11 @@ built from an empty Triton cache, each way in its own process:
 
 - ``threads``: :func:`compiler.codegen.triton_build.warm_threads` (Triton's
   asynchronous compile in a thread pool: everything before the first call);
-- ``processes``: :func:`~compiler.codegen.triton_build.submit_builds` to a
-  :class:`~compiler.codegen.build_pool.BuildPool` (pool start included): the
-  first call waits only for its own variants (``first call s``), the rest
-  build in the background (``all s``).
+- ``processes``: :func:`~compiler.codegen.triton_build.build_split` (what
+  ``SYMSHAPE_BUILD_PROCESSES=1`` runs; pool start included): the first call's
+  variants built in this process's threads (``first call s``), the rest in a
+  :class:`~compiler.codegen.build_pool.BuildPool`'s workers in the background
+  (``all s``: every variant built).
 
 Without a GPU the kernels are compiled for an H100 (``GPUTarget("cuda", 90, 32)``,
 Triton's bundled ptxas) through a compile-only driver, so the comparison runs
@@ -87,11 +88,7 @@ def one(model: str, dtype: str, how: str, smoke: bool) -> dict:
         wall = time.perf_counter() - t0
         return {"variants": n, "threads": wall, "errors": triton_build.WARM_ERRORS[-2:]}
     pool = build_pool.BuildPool(target)
-    n = triton_build.submit_builds(pool, launchers, current)
-    for ln in launchers:
-        key = ln.class_at(current)
-        if key in ln.pending:
-            ln.pending[key][2].exception()
+    n = triton_build.build_split(pool, launchers, current)
     first = time.perf_counter() - t0
     pool.drain()
     wall = time.perf_counter() - t0
