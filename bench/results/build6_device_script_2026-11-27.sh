@@ -1,6 +1,7 @@
 #!/bin/bash
 # build6 device check: pool tests on triton 3.6, then first calls / training compile with worker
 # processes and with the old thread path (SYMSHAPE_BUILD_PROCESSES=0), each from an empty Triton cache.
+# NOTE: at the commit that ran (7f8ef74^) worker processes were the default and SYMSHAPE_BUILD_PROCESSES=0 chose threads; since 5c3d347 threads are the default and SYMSHAPE_BUILD_PROCESSES=1 chooses processes.
 mkdir -p $OUT
 S=$(date +%s)
 el() { echo "[t+$(( $(date +%s) - S ))s] $*"; }
