@@ -31,6 +31,7 @@ from torch.utils import _pytree as pytree
 
 import shapes
 from shapes.errors import GuardViolation, SpecError
+from shapes.example_sizes import trace_general
 from shapes.devices import DeviceMismatch
 from shapes.guard import GuardKind
 from shapes.program import violation_message
@@ -408,10 +409,19 @@ class CompiledProgram:
                 if not (d.min <= v <= d.max):
                     raise GuardViolation(f"dim {n} = {v} lies outside its range [{d.min}, {d.max}]")
                 dims[n] = Dim(d.min, d.max, v)
+        # Kernels keep PyTorch's 0/1 policy: a size 0 or 1 gets its own variant.
+        if values is None:
+            # The first trace, at automatic example sizes: traced again at larger ones where those
+            # pin a derived size to 0 or 1 (ViT's H // 16 at H=16), a variant no real call would use.
+            # Each trace is counted; only the last one is compiled.
+            return trace_general(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device,
+                                 trace=self._counted_trace)
+        return self._counted_trace(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device)
+
+    def _counted_trace(self, *args, **kw):
         STATS["traces"] += 1
         self.stats["traces"] += 1
-        # Kernels keep PyTorch's 0/1 policy: a size 0 or 1 gets its own variant.
-        return shapes.trace(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device)
+        return shapes.trace(*args, **kw)
 
     def _add(self, tp) -> Variant:
         v = Variant(tp, self.target, self.host_rewrites, self.cpp_calls)
