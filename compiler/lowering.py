@@ -28,7 +28,7 @@ import torch.fx
 
 from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt
 
-from . import ops_lowering
+from . import index_lowering, ops_lowering  # noqa: F401 (index_lowering: registers its handlers)
 from .ir import KERNEL_DTYPES, Buffer, BufferKind, Const, Load, Op, OpKind, RedRef, Reduction, SizeVal, \
     compute_dtype, contiguous_strides, flat_index, loop_var, walk
 from .lowered import ExternItem, LoweredProgram, Ref, RefKind, SizeExpr, StoreItem, TensorBox, Unsupported, cast
@@ -85,6 +85,14 @@ class Lowerer:
         """A real tensor for ``box``: replay a view eagerly, or store it with a kernel."""
         if box.buf is not None:
             return box.buf
+        src = box.__dict__.get("clone_of")
+        if src is not None:
+            # A clone in a functional graph is the value it copies: where that is stored by a kernel
+            # at the clone's strides, the clone is that tensor (BERT's embeddings: one store, not two).
+            buf = self.realize(src)
+            if buf.kind is BufferKind.KERNEL and _eager_strides(box.node) == tuple(sympy.sympify(s) for s in buf.strides):
+                box.buf = buf
+                return buf
         name = box.node.name if box.node is not None else "tmp"
         root = _reshape_root(box)
         if root is not None and self.realize(root).strides != _eager_strides(root.node):

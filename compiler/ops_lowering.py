@@ -285,7 +285,16 @@ def _convert_element_type(lw, node, a, dtype):
 
 @register(aten.clone.default)
 def _clone(lw, node, a, memory_format=None):
-    return lw.out_box(node, a.fn)
+    box = lw.out_box(node, a.fn)
+    if isinstance(a, TensorBox) and a.node is not None and not _is_output(node) and not _is_output(a.node):
+        # Where it must be a tensor, the clone is its source's tensor (Lowerer.realize checks the strides);
+        # never one the caller receives twice (two outputs) or may write (an output aliasing another).
+        box.clone_of = a
+    return box
+
+
+def _is_output(node) -> bool:
+    return any(u.op == "output" for u in node.users)
 
 
 @register(aten.full.default)

@@ -325,3 +325,27 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
     src = "def run(tensors, s, launches, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
     return src, w.ns["run"]
+
+
+#: ATen ops a plan calls that make a view or read metadata: no kernel launch.
+_VIEWS = frozenset({"view_as_traced", "view", "_unsafe_view", "t", "transpose", "permute", "unsqueeze", "squeeze",
+                    "expand", "slice", "select", "detach", "alias", "as_strided", "sym_size", "split", "unbind"})
+
+
+def plan_launches(plan) -> int:
+    """Steps of ``plan`` that launch device work: every kernel and every ATen call but views.
+    An upper bound per call (``contiguous`` of a tensor already contiguous launches nothing; a
+    library call such as SDPA may launch more than one kernel), the same for plans compared.
+
+    >>> plan_launches([ExternStep(torch.ops.aten.t.default, (BufSlot("w"),), {}, "wt"),
+    ...                ExternStep(torch.ops.aten.mm.default, (BufSlot("x"), BufSlot("wt")), {}, "y")])
+    1
+    """
+    n = 0
+    for s in plan:
+        if isinstance(s, KernelStep):
+            n += 1
+        else:
+            name = getattr(s.target, "__name__", None) or str(s.target)
+            n += name.split(".")[0] not in _VIEWS
+    return n
