@@ -60,13 +60,16 @@ def _launches(plan) -> int:
     """:func:`compiler.wrapper.plan_launches` for a tree without it (the same rule)."""
     views = {"view_as_traced", "view", "_unsafe_view", "t", "transpose", "permute", "unsqueeze", "squeeze",
              "expand", "slice", "select", "detach", "alias", "as_strided", "sym_size", "split", "unbind"}
-    n = 0
+    n, converted = 0, set()
     for s in plan:
         if type(s).__name__ == "KernelStep":
             n += 1
-        else:
-            name = getattr(s.target, "__name__", None) or str(s.target)
-            n += name.split(".")[0] not in views
+            continue
+        name = (getattr(s.target, "__name__", None) or str(s.target)).split(".")[0]
+        n += name not in views
+        if name == "sdpa_shared_mask" and "additive" not in s.kwargs and s.args[4] not in converted:
+            converted.add(s.args[4])
+            n += 3
     return n
 
 

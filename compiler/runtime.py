@@ -49,7 +49,7 @@ from .scheduler import schedule
 from .padded_linear import padded_steps
 from .row_buckets import bucketed_steps
 from .view_folding import fold_views
-from .shared_masks import share_masks
+from .shared_masks import add_additive_forms, share_masks
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, Owned, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
 
@@ -140,6 +140,9 @@ class Variant:
         t0 = time.perf_counter()
         try:
             self.lp = lower(tp)
+            # A boolean mask shared by SDPA calls: its additive form stored by the kernel that makes
+            # it (compiler.shared_masks), where the shared form is used (Triton, with the host rewrites).
+            self.additive = add_additive_forms(self.lp) if target == "triton" and host_rewrites else {}
             self.steps = schedule(self.lp)
         except (Unsupported, ZeroDivisionError) as e:
             # Data-dependent sizes, or a variant specialized to size 0 whose index remaps
@@ -221,7 +224,10 @@ class Variant:
         if self.host_rewrites and getattr(sdpa, "__name__", None) == "sdpa_without_cudnn":
             # One boolean mask read by several SDPA steps: converted once per run (compiler.shared_masks,
             # which mirrors ATen's conversion for the kernels SDPA chooses among without cuDNN).
-            plan = self.plan = share_masks(plan, lp.buffers, sdpa)
+            # A sizes-only mask's kernel may be skipped (compiler.sized_masks): its form is not passed.
+            sized = {m.mask for m in self.masks}
+            plan = self.plan = share_masks(plan, lp.buffers, sdpa,
+                                           {m: a for m, a in self.additive.items() if m not in sized})
         self._classifier = None
         # Masks whose class holds at every size (compiler.mask_proofs) need no classification:
         # a decode step runs unmasked attention at its first call, without a sync.

@@ -2,9 +2,11 @@
 
 BERT's extended attention mask (``transformers.masking_utils``: ``mask[batch_idx, kv_idx]`` with
 both indices from ``arange``) and the clone of its embeddings were ATen calls and kernels of
-their own: four ``arange``, an ``index``, a copy kernel, a kernel per step of the mask.  With
-``arange`` as a value of the loop index (:mod:`compiler.index_lowering`) the mask is one kernel
-reading the input mask, and the clone is its source's tensor.  The plan is made on the CPU
+their own: four ``arange``, an ``index``, a copy kernel, a kernel per step of the mask, and three
+launches per run converting the mask to its additive form.  With ``arange`` as a value of the loop
+index (:mod:`compiler.index_lowering`) the mask is one kernel reading the input mask, which also
+stores the additive form (:func:`compiler.shared_masks.add_additive_forms`), and the clone is its
+source's tensor.  The plan is made on the CPU
 (planning needs no GPU); the results are checked under ``TRITON_INTERPRET=1`` in a subprocess.
 """
 import json
@@ -35,10 +37,16 @@ def test_bert_plan_makes_its_mask_in_one_kernel_and_launches_at_most_28_per_call
     plan = _plan(cases.bert().to(torch.bfloat16), "ids: i64[B, T]", "mask: i64[B, T] in 0..1")
     aten = _aten(plan)
     # 2 layers: 12 addmm + 2 SDPA + 2 contiguous + 6 norm/GELU kernels; embeddings: 3 embedding + 1 gather
-    # + their norm kernel; the mask: 1 kernel.  Before: 36 (4 arange, index, clone, 2 more mask kernels).
+    # + their norm kernel; the mask and its additive form: 1 kernel.  Before: 39 (4 arange, index, clone, 2 more
+    # mask kernels, the additive form's 3 launches at run time).
     assert plan_launches(plan) <= 28, (plan_launches(plan), aten)
     assert "arange" not in aten and "index" not in aten
     assert sum(isinstance(s, KernelStep) for s in plan) == 8
+    # The shared mask's additive form is stored by the kernel that makes the mask (no conversion at run time).
+    sdpa = [s for s in plan if isinstance(s, ExternStep) and s.target.__name__ == "sdpa_shared_mask"]
+    assert len(sdpa) == 2 and all("additive" in s.kwargs for s in sdpa)
+    made = [{a.name for a in s.allocs} for s in plan if isinstance(s, KernelStep)]
+    assert {sdpa[0].args[4].name, sdpa[0].kwargs["additive"].name} in made
 
 
 def test_gpt2_plan_makes_no_arange_launch():
