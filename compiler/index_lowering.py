@@ -29,7 +29,7 @@ import torch
 from .exprs import IndexFacts
 from .ir import Const, Op, SizeVal, loop_var
 from .lowered import SizeExpr, TensorBox, Unsupported
-from .ops_lowering import _dt, _same_device, register
+from .ops_lowering import register, same_device
 
 aten = torch.ops.aten
 _INT = (torch.int64, torch.int32)
@@ -47,8 +47,8 @@ def _size(lw, a):
 @register(aten.arange.default, aten.arange.start, aten.arange.start_step)
 def _arange(lw, node, *args, dtype=None, layout=None, device=None, pin_memory=None):
     """An integer ``arange``: ``start + step * i``, a value of the loop index (no tensor)."""
-    out = _dt(node)
-    if out not in _INT or layout not in (None, torch.strided) or (device is not None and not _same_device(lw, device)):
+    out = node.meta["val"].dtype
+    if out not in _INT or layout not in (None, torch.strided) or (device is not None and not same_device(lw, device)):
         raise Unsupported("arange of a float dtype, another layout or device")
     start, step = sympy.Integer(0), sympy.Integer(1)
     if len(args) == 1:

@@ -257,7 +257,7 @@ def _masked_fill(lw, node, x, mask, v):
     return lw.out_box(node, fn)
 
 
-def _same_device(lw, device) -> bool:
+def same_device(lw, device) -> bool:
     """Whether ``_to_copy(..., device=device)`` stays on the device the program was traced for.
 
     A program's tensors all live on its traced device (the wrapper allocates there and kernels
@@ -272,7 +272,7 @@ def _same_device(lw, device) -> bool:
 @register(aten._to_copy.default)
 def _to_copy(lw, node, a, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
              memory_format=None):
-    if layout not in (None, torch.strided) or (device is not None and not _same_device(lw, device)):
+    if layout not in (None, torch.strided) or (device is not None and not same_device(lw, device)):
         raise Unsupported("device or layout change")
     return _pointwise(lw, node, [a], lambda x: x, compute=a.dtype if isinstance(a, TensorBox) else None)
 
