@@ -57,14 +57,15 @@ def inputs(name, b, t, g):
 
 def run_case(name, dtype) -> str:
     torch.manual_seed(0)
-    model = (bert if name == "bert" else gpt2)().eval().to(dtype)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # on the CPU, under TRITON_INTERPRET=1
+    model = (bert if name == "bert" else gpt2)().eval().to(dev, dtype)
     dt = {torch.float32: "f32", torch.bfloat16: "bf16"}[dtype]
     specs = ["ids: i64[B, T]", "mask: i64[B, T] in 0..1"] if name == "bert" else ["ids: i64[B, T]"]
-    f = compiler.compile(model, *specs, target="triton", device="cpu")
+    f = compiler.compile(model, *specs, target="triton", device=dev)
     tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=3e-2, rtol=3e-2)
     g = torch.Generator().manual_seed(1)
     for b, t in SIZES:
-        xs = inputs(name, b, t, g)
+        xs = [x.to(dev) for x in inputs(name, b, t, g)]
         with torch.no_grad():
             want = model(*xs)
             got = f(*xs)
