@@ -191,7 +191,10 @@ class GraphedProgram:
         route = self._routes.get(sig)
         if route is None:
             route = self._route(tensors)
-            if len(self._routes) >= 4096:  # a decode's signature never repeats: keep memory bounded
+            # A decode's signature never repeats: keep memory bounded, and keep few piecewise
+            # routes (one per token otherwise: thousands of live objects that make Python's
+            # full garbage collections more frequent, each walking the whole heap).
+            if len(self._routes) >= (64 if route.piecewise is not None else 4096):
                 self._routes.clear()
             self._routes[sig] = route
         entry = route.entry

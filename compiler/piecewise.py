@@ -238,9 +238,11 @@ def copy_plan(reads, ins, seen, in_place, replayed, force) -> list:
 
 def sized_launches(steps, cell) -> Optional[tuple]:
     """One ``launch(buffers)`` per kernel step of ``steps`` at the sizes in ``cell[0]`` (set at
-    each call), made once: each segment outside the graphs sees the split dims, so its sizes
-    are new at nearly every call and a launch bound per call (:func:`~compiler.wrapper.bind_launches`)
-    serves one call.  None where a step's launch has no ``launch_at`` (C++ kernels bind cheaply).
+    each call), made once: a call's sizes include the split dims, new at nearly every call, so
+    a launch bound per call (:func:`~compiler.wrapper.bind_launches`) serves one call, and the
+    bindings kept (up to 4096 per kernel) made Python's full garbage collections frequent:
+    about 185 us per token on the CPU while they accumulate (``bench/decode_launch_host_cpu.py``).
+    None where a step's launch has no ``launch_at`` (C++ kernels).
 
     >>> from compiler.wrapper import Alloc
     >>> seen = []
@@ -279,8 +281,9 @@ class PiecewiseRun:
         self._split()
         #: The kernels' dim values of the call in progress, which ``sized`` launches read.
         self._cell: list = [None]
-        #: Per segment outside the graphs: its launches made once (sized_launches), else None.
-        self.sized = [None if s.graphed else sized_launches(s.steps, self._cell) for s in self.segments]
+        #: Per segment: its launches made once (sized_launches), else None.  Graphed segments
+        #: too: they run without a graph at their first calls, at recording, and without CUDA.
+        self.sized = [sized_launches(s.steps, self._cell) for s in self.segments]
 
     # -- planning ------------------------------------------------------------------------
     def _depends(self, step, lp, size_exprs, memo) -> bool:
