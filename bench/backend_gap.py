@@ -199,8 +199,9 @@ def run_model(case, point, device, dtype, small, rounds, n, profile=False):
         for m in ("compile", "backend", "dynamo_only"):
             for _ in range(3):  # the shape's third call: sizes-only masks classified
                 got = fns[m](*args)
-            ok[m] = torch.allclose(got.float(), ref.float(), atol=2e-2 if dtype != torch.float32 else 1e-4,
-                                   rtol=2e-2 if dtype != torch.float32 else 1e-4)
+            # max|out - ref| / max|ref| (bench/gpu_models.py's error): logits reach ~10^2 in half types.
+            err = ((got.float() - ref.float()).abs().max() / ref.float().abs().max().clamp_min(1e-30)).item()
+            ok[m] = err <= (2e-2 if dtype != torch.float32 else 1e-5)
         run = seen["runs"][-1]
         inner_args = seen["args"]
         fns["backend_inner"] = lambda *_: run(*inner_args)

@@ -6,6 +6,13 @@ SymInts.  Each dynamic size becomes a named dim of an input spec (``s0``,
 retraced by symshape's tracer at the example sizes and compiled once; the
 returned callable serves every size that satisfies symshape's guards.
 
+Per call the backend runs the plan ``compiler.compile`` makes for the same module (same
+kernels, ATen calls, SDPA calls and mask classes: tests/test_backend_vs_compile.py), so its
+extra host time is dynamo's frame: its guard check (79-134 us for the 4-layer models of
+bench/gpu_models.py on an H200 host), the argument list it builds (every parameter, and each
+Python float attribute as a new 0-dim tensor), and the slower run of the plan right after it
+(bench/backend_gap.py; bench/results/backend_gap_h200_backend6_2026-11-26.txt).
+
 Example::
 
     >>> import torch, compiler

@@ -47,13 +47,18 @@ def compare_plans(target: str, device: str = "cpu") -> tuple:
         b = torch.compile(Logits(model.m), backend=backend, dynamic=True, options={"target": target})
         for _ in range(3):  # the third call of a shape runs with its sizes-only masks classified
             out_c, out_b = f(ids), b(ids)
-        assert torch.allclose(out_c, ref, atol=1e-4) and torch.allclose(out_b, ref, atol=1e-4)
+        tol = 1e-4 if device == "cpu" else 1e-3  # fp32 on CUDA: cuBLAS/SDPA kernels differ from the CPU's
+        for name, out in (("compile", out_c), ("backend", out_b)):
+            assert torch.allclose(out, ref, atol=tol, rtol=tol), (name, (out - ref).abs().max().item())
     assert len(got) == 1
     return _plan(f), _plan(got[0].compiled)
 
 
 def _check(pc, pb):
-    assert pc == pb
+    assert pc[0] == pb[0], ("kernels", pc[0], pb[0])
+    assert pc[1] == pb[1], ("ATen calls only in compile's / the backend's plan",
+                            sorted(set(pc[1]) - set(pb[1])), sorted(set(pb[1]) - set(pc[1])))
+    assert pc[2] == pb[2], ("mask classes", pc[2], pb[2])
     kernels, externs, classes = pb
     # The mask transformers builds is classified causal at this size: SDPA runs without it.
     assert classes and all(c.name == "CAUSAL" for c in classes)
