@@ -392,7 +392,11 @@ class CompiledProgram:
                         names.append(n)
         self.names = sorted(names)
         self._valued = [i for i, s in enumerate(self.specs) if s.values is not None]
-        self._bind = [[(self.names.index(d) if isinstance(d, str) else None, d) for d in s.dims]
+        # Per spec, its dims by kind (bind() runs at every new shape: every decode step):
+        # (rank, fixed (position, size), named (position, name index), expressions (position, DimExpr)).
+        self._bind = [(len(s.dims), tuple((k, d) for k, d in enumerate(s.dims) if isinstance(d, int)),
+                       tuple((k, self.names.index(d)) for k, d in enumerate(s.dims) if isinstance(d, str)),
+                       tuple((k, d) for k, d in enumerate(s.dims) if isinstance(d, DimExpr)))
                       for s in self.specs]
         # Names that only expression dims give (T in "x: f32[B, 2*T]" alone) are solved for
         # by the trace's binder; the others are read directly and the expressions checked.
@@ -452,20 +456,23 @@ class CompiledProgram:
         # Inputs outside key_inputs were checked by the caller (dynamo's guards) and hold no dim.
         pairs = zip(tensors, self.specs, self._bind) if keyed is None else (
             (tensors[i], self.specs[i], self._bind[i]) for i in keyed)
-        for t, s, bind in pairs:
-            if not isinstance(t, torch.Tensor) or t.dim() != len(bind) or t.dtype != s.dtype:
+        for t, s, (rank, fixed, named, exprs) in pairs:
+            if not isinstance(t, torch.Tensor) or t.dim() != rank or t.dtype != s.dtype:
                 raise SpecError(f"input {s.name} does not match the spec `{s}` "
                                 f"(got {getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))})")
-            for k, (n, (i, d)) in enumerate(zip(t.shape, bind)):
-                if isinstance(d, DimExpr):
-                    derived.append((d, int(n), f"{s.name}.shape[{k}]", s))
-                elif i is None:
-                    if n != d:
-                        raise GuardViolation(f"{s.name} has size {n} where the spec `{s}` fixes {d}")
-                elif vals[i] is None:
+            shape = t.shape
+            for k, d in fixed:
+                if shape[k] != d:
+                    raise GuardViolation(f"{s.name} has size {shape[k]} where the spec `{s}` fixes {d}")
+            for k, i in named:
+                n = shape[k]
+                got = vals[i]
+                if got is None:
                     vals[i] = int(n)
-                elif vals[i] != n:
-                    raise GuardViolation(f"dim {self.names[i]} is {vals[i]} and {n} in one call")
+                elif got != n:
+                    raise GuardViolation(f"dim {self.names[i]} is {got} and {n} in one call")
+            for k, d in exprs:
+                derived.append((d, int(shape[k]), f"{s.name}.shape[{k}]", s))
         if self._solve:
             by_symbol = self.variants[0].tp.bind_sizes(tensors)
             return tuple(int(by_symbol[sympy.Symbol(n, integer=True)]) for n in self.names)

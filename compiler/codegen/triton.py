@@ -41,7 +41,7 @@ from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 from .triton_classes import (GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block,
                              reachable_classes, row_blocks, warm)
-from .triton_launch import bind_launch
+from .triton_launch import Launcher, bind_launch
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
       torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
@@ -394,6 +394,9 @@ class SizeClassLauncher:
         self.variants = {GENERIC: getattr(module, kernel.name)}
         self.plans: dict = {}
         self.bound: dict = {}
+        # (id of the variant, BLOCK, num_warps) -> Launcher (launch_at): ids, as a JITFunction
+        # hashes through a lock.
+        self._launchers: dict = {}
         #: (divisibility flags of the aligned sizes, persistent) -> (class, kernel, indices passed
         #: divided by 16): a new size of a known class (every decode step) binds without sets.
         self._by_flags: dict = {}
@@ -467,6 +470,17 @@ class SizeClassLauncher:
             if len(self.bound) < 4096:
                 self.bound[sizes] = got
         return got
+
+    def launch_at(self, tensors, sizes):
+        """Launch at ``sizes`` without a binding (:class:`~compiler.codegen.triton_launch.Launcher`):
+        for kernels that meet a new size at nearly every call (a decode step's, which see the
+        cache length), where a binding would serve one call and be dropped."""
+        fn, grid, args, block, warps = self.plan(sizes)
+        if grid[0] > 0:
+            launcher = self._launchers.get((id(fn), block, warps))
+            if launcher is None:
+                launcher = self._launchers[(id(fn), block, warps)] = Launcher(fn, {"BLOCK": block, "num_warps": warps})
+            launcher(tensors, grid, args)
 
     def plan(self, sizes):
         """(kernel, grid, size arguments, BLOCK, num_warps) at these sizes."""
