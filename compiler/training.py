@@ -267,12 +267,12 @@ def train_backend(gm, example_inputs, *, target: str, stats: dict):
         return compile_aten_graph(g, ex, target=target, graph="backward", stats=stats)
 
     backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=min_cut_rematerialization_partition,
-                           decompositions=decompositions())
+                           decompositions=decompositions(target))
     with attention_without_plans(example_inputs):
         return backend(gm, example_inputs)
 
 
-def decompositions() -> dict:
+def decompositions(target: str = "cpp") -> dict:
     """Ops written as pointwise ops and reductions, so symshape fuses them.
 
     Backward ops, and the forward ops whose outputs the min-cut partition would
@@ -280,8 +280,16 @@ def decompositions() -> dict:
     precision) inputs and a row's reductions and the backward recomputes the rest
     (``_log_softmax`` of bf16 logits saved an fp32 copy of the logits).
 
+    For ``target="triton"`` ``embedding_dense_backward`` stays whole: decomposed, it
+    is an ``index_put`` with ``accumulate=True``, whose CUDA kernel handles the
+    updates of one row one after another; BERT's token-type embedding (every id 0)
+    then took 2.4 ms of an 8.9 ms step on an H100, where ATen's embedding
+    backward (sort, then a sum per segment) takes 0.05 ms.
+
     >>> aten._log_softmax.default in decompositions()
     True
+    >>> aten.embedding_dense_backward.default in decompositions("triton")
+    False
     """
     from torch._decomp import get_decompositions
     ops = [aten._log_softmax, aten._softmax, aten.gelu, aten.silu, aten.detach, aten.zeros_like,
@@ -289,6 +297,8 @@ def decompositions() -> dict:
            aten.silu_backward, aten._softmax_backward_data, aten._log_softmax_backward_data,
            aten.native_dropout_backward, aten.native_layer_norm_backward, aten.embedding_dense_backward,
            aten.nll_loss_backward, aten.nll_loss_forward, aten.hardtanh_backward]
+    if target == "triton":
+        ops.remove(aten.embedding_dense_backward)
     if os.environ.get("SYMSHAPE_TRAIN_DECOMP", "1") == "0":
         return {}
     return get_decompositions(ops)

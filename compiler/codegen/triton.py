@@ -42,7 +42,7 @@ from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, 
 from .triton_build import prestart, wait_built, warm
 from .triton_classes import (GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block,
                              reachable_classes, row_blocks)
-from .triton_launch import bind_launch
+from .triton_launch import Launcher, bind_launch
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
       torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
@@ -409,6 +409,9 @@ class SizeClassLauncher:
         #: (class, BLOCK) -> a build still running in a worker (:mod:`.triton_build`): the first
         #: launch of that variant waits for it, so that it loads the binary instead of compiling.
         self.pending: dict = {}
+        # (id of the variant, BLOCK, num_warps) -> Launcher (launch_at): ids, as a JITFunction
+        # hashes through a lock.
+        self._launchers: dict = {}
         #: (divisibility flags of the aligned sizes, persistent) -> (class, kernel, indices passed
         #: divided by 16): a new size of a known class (every decode step) binds without sets.
         self._by_flags: dict = {}
@@ -503,6 +506,17 @@ class SizeClassLauncher:
             if len(self.bound) < 4096:
                 self.bound[sizes] = got
         return got
+
+    def launch_at(self, tensors, sizes):
+        """Launch at ``sizes`` without a binding (:class:`~compiler.codegen.triton_launch.Launcher`):
+        for kernels that meet a new size at nearly every call (a decode step's, which see the
+        cache length), where a binding would serve one call and be dropped."""
+        fn, grid, args, block, warps = self.plan(sizes)
+        if grid[0] > 0:
+            launcher = self._launchers.get((id(fn), block, warps))
+            if launcher is None:
+                launcher = self._launchers[(id(fn), block, warps)] = Launcher(fn, {"BLOCK": block, "num_warps": warps})
+            launcher(tensors, grid, args)
 
     def plan(self, sizes):
         """(kernel, grid, size arguments, BLOCK, num_warps) at these sizes."""
