@@ -264,6 +264,64 @@ def case_fused_loss_refuses_labels_out_of_range():
                 raise AssertionError(f"label {bad} was not refused")
 
 
+def _forms(f):
+    """Each kernel's grid form (flat, rows, tiles) in a compiled function's first variant."""
+    return {k: ln.kind.value for k, (_, ln) in f.variants[0].launchers.items()}
+
+
+def case_column_reductions_in_tiles():
+    # Sums over a strided (non-innermost) dim run as coalesced [BLOCK, XBLOCK] tiles (the form is
+    # chosen from the loads); fp32/fp16/bf16 accumulate in float32, sizes 1, primes and past a tile.
+    import compiler
+
+    def cols(x, y):
+        return (x * 2).sum(0), (x * y).sum(0), x.mean(0), torch.var(x.float(), 0), x.amax(0), x.amin(0)
+
+    for dt, spec, tol in ((torch.float32, "f32", 1e-4), (torch.float16, "f16", 2e-2), (torch.bfloat16, "bf16", 4e-2)):
+        f = compiler.compile(cols, f"x: {spec}[N, C]", f"y: {spec}[N, C]", target="triton")
+        for N, C in [(1, 5), (2, 1), (7, 13), (131, 37), (300, 17), (3, 2)]:
+            x, y = torch.randn(N, C, device=DEVICE).to(dt), torch.randn(N, C, device=DEVICE).to(dt)
+            if N > 2:
+                x[1, 0] = float("nan")  # max/min over a column with a NaN is NaN, as in eager
+            got, want = f(x, y), cols(x, y)
+            for a, b in zip(got, want):  # float32 accumulation: compare against a float64 eager sum
+                _close(a.double(), b.double(), atol=tol * max(1.0, N ** 0.5), rtol=tol)
+        assert f.stats["traces"] <= 3, f.stats  # N = 1 and C = 1 are variants of their own
+        assert "tiles" in _forms(f).values(), _forms(f)
+    # A row reduction (contiguous along the reduced dim) keeps one program per row.
+    g = compiler.compile(lambda x: x.sum(-1), "x: f32[N, C]", target="triton")
+    x = torch.randn(5, 7, device=DEVICE)
+    _close(g(x), x.sum(-1))
+    assert set(_forms(g).values()) == {"rows"}, _forms(g)
+
+
+def case_layernorm_weight_grad_and_batch_sums_in_tiles():
+    # LayerNorm's weight gradient (sum over rows of a*b) and bias gradient beside a per-element
+    # output and a sum over the batch dim of [B, T, C] (outer = (T, C)): one tiled kernel each,
+    # int sums too, every size class.
+    import compiler
+
+    def lnw(g, xhat, w):
+        dx = g * w  # an inner store of the same kernel or its own: equal to eager either way
+        return (g * xhat).sum(0), g.sum(0), dx, (xhat > 0).sum(0)
+
+    def batch(x):
+        return x.sum(0), (x * x).sum(0) + 1
+
+    f = compiler.compile(lnw, "g: f32[N, C]", "xhat: f32[N, C]", "w: f32[C]", target="triton")
+    h = compiler.compile(batch, "x: bf16[B, T, C]", target="triton")
+    for N, C in [(1, 3), (5, 16), (97, 33), (4, 1)]:
+        a, b, w = (torch.randn(N, C, device=DEVICE), torch.randn(N, C, device=DEVICE),
+                   torch.randn(C, device=DEVICE))
+        for got, want in zip(f(a, b, w), lnw(a, b, w)):
+            _close(got, want, atol=1e-4, rtol=1e-4)
+    for B, T, C in [(1, 1, 8), (3, 5, 7), (13, 2, 64), (2, 17, 3)]:
+        x = torch.randn(B, T, C, device=DEVICE).bfloat16()
+        for got, want in zip(h(x), batch(x)):
+            _close(got.double(), want.double(), atol=5e-2 * B, rtol=4e-2)
+    assert "tiles" in _forms(f).values() and "tiles" in _forms(h).values(), (_forms(f), _forms(h))
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 

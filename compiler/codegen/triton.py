@@ -42,6 +42,7 @@ from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, 
 from .triton_classes import (GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block,
                              reachable_classes, row_blocks, warm)
 from .triton_launch import bind_launch
+from .triton_tiles import XBLOCKS, tile_blocks, tile_size, tiled_source, wants_tiles
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
       torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
@@ -67,10 +68,12 @@ BLOCK = 1024
 
 
 class Grid(TextEnum):
-    """How a kernel's programs cover its work: one per block of elements (``FLAT``) or one per row (``ROWS``)."""
+    """How a kernel's programs cover its work: one per block of elements (``FLAT``), one per
+    row (``ROWS``), or one per ``XBLOCK`` rows in tiles (``TILES``, :mod:`.triton_tiles`)."""
 
     FLAT = "flat"
     ROWS = "rows"
+    TILES = "tiles"
 
 
 _pow2 = pow2_block
@@ -146,7 +149,7 @@ class TritonTarget(Target):
         if scope.mask:
             # + zvec: a block-shaped pointer even where the index is the same for the
             # whole block (Triton broadcasts the mask to the pointer, not back).
-            return f"tl.load({g.ptr[v.buf]} + ({idx}) + zvec, mask={scope.mask}, other=0)"
+            return f"tl.load({g.ptr[v.buf]} + ({idx}) + {scope.zero}, mask={scope.mask}, other=0)"
         return f"tl.load({g.ptr[v.buf]} + ({idx}))"
 
     def size_value(self, gen, v):
@@ -186,15 +189,19 @@ class TritonTarget(Target):
         dns = [p for p in params[len(g.args):]]
         dns = f"(do_not_specialize={dns!r})" if dns else ""
         name = k.name + variant.suffix
-        lines = [f"@triton.jit{dns}", f"def {name}({', '.join(params + ['BLOCK: tl.constexpr'])}):"]
+        tiles = wants_tiles(k)
+        consts = ["BLOCK: tl.constexpr"] + (["XBLOCK: tl.constexpr"] if tiles else [])
+        lines = [f"@triton.jit{dns}", f"def {name}({', '.join(params + consts)}):"]
         for s, d in zip(syms, div):
             if d:
                 lines.append(f"    {s} = {s}_16.to(tl.int64) * 16")
             else:
                 lines.append(f"    {s} = {s}.to(tl.int64)  # int64 index math whatever the size")
         ind = "    "
-        lines.append(f"{ind}zvec = tl.zeros([BLOCK], dtype=tl.int64)")
         rows = sympy.Mul(*k.outer) if k.outer else sympy.Integer(1)
+        if tiles:  # columns read strided along the reduced dim: coalesced tiles, no persistent class
+            return tiled_source(self, g, lines, rows), (Grid.TILES, [rows], None, None)
+        lines.append(f"{ind}zvec = tl.zeros([BLOCK], dtype=tl.int64)")
         if k.reductions and variant.persistent:
             return self._persistent(g, lines, rows), (Grid.ROWS, [rows], None, _row_length(k))
         if not k.reductions:
@@ -415,7 +422,10 @@ class SizeClassLauncher:
         return SizeClass(div, not self.loop_only and row is not None and 0 < row <= PERSISTENT_MAX)
 
     def classes(self) -> list:
-        """``[(size class, BLOCK)]``: every class (and persistent block) a call can meet."""
+        """``[(size class, BLOCK)]``: every class (and persistent block) a call can meet;
+        for a tiled kernel ``(size class, XBLOCK)``, each width a launch may pick."""
+        if self.kind is Grid.TILES:
+            return [(sc, xb) for sc in reachable_classes(self.aligned, None) for xb in XBLOCKS]
         if self.loop_only:
             return [(sc, self.block) for sc in reachable_classes(self.aligned, None)]
         blocks = row_blocks(self.rowlen, self.lp.symbols)
@@ -435,8 +445,8 @@ class SizeClassLauncher:
     def warm_jobs(self) -> list:
         """One ``job()`` per class of :meth:`classes`: compile it (a Triton warm-up, no launch)."""
         def job(sc, block):
-            return lambda: self.kernel_for(sc).warmup(*self.dtypes, *[3] * len(self.names), grid=(1,),
-                                                      BLOCK=block, num_warps=_warps(block))
+            opts = self._options(block)
+            return lambda: self.kernel_for(sc).warmup(*self.dtypes, *[3] * len(self.names), grid=(1,), **opts)
         return [job(sc, b) for sc, b in self.classes()]
 
     def kernel_for(self, sc: SizeClass):
@@ -452,9 +462,9 @@ class SizeClassLauncher:
             plan = self.plan(sizes)
             if len(self.plans) < 4096:  # sizes seen repeat: one dict lookup per call
                 self.plans[sizes] = plan
-        fn, grid, args, block, warps = plan
+        fn, grid, args, opts = plan
         if grid[0] > 0:
-            fn[grid](*tensors, *args, BLOCK=block, num_warps=warps)
+            fn[grid](*tensors, *args, **opts)
 
     def bind(self, sizes):
         """``launch(tensors)`` at these sizes: the variant, grid and arguments fixed, and
@@ -462,14 +472,21 @@ class SizeClassLauncher:
         (:func:`~compiler.codegen.triton_launch.bind_launch`)."""
         got = self.bound.get(sizes)
         if got is None:
-            fn, grid, args, block, warps = self.plan(sizes)
-            got = bind_launch(fn, grid, args, {"BLOCK": block, "num_warps": warps}) if grid[0] > 0 else _no_launch
+            fn, grid, args, opts = self.plan(sizes)
+            got = bind_launch(fn, grid, args, opts) if grid[0] > 0 else _no_launch
             if len(self.bound) < 4096:
                 self.bound[sizes] = got
         return got
 
+    def _options(self, block) -> dict:
+        """The launch's constexprs and warps: ``block`` is BLOCK, or a tiled kernel's XBLOCK."""
+        if self.kind is Grid.TILES:
+            tile = tile_size(self.kernel)
+            return {"BLOCK": tile // block, "XBLOCK": block, "num_warps": _warps(tile)}
+        return {"BLOCK": block, "num_warps": _warps(block)}
+
     def plan(self, sizes):
-        """(kernel, grid, size arguments, BLOCK, num_warps) at these sizes."""
+        """(kernel, grid, size arguments, launch options) at these sizes."""
         w = self.work_fn(*sizes)
         row = w[self.nwork] if len(w) > self.nwork else None
         flags = (tuple(sizes[i] % 16 == 0 for i in self._aidx),
@@ -482,13 +499,16 @@ class SizeClassLauncher:
         sc, fn, div = got
         args = [v // 16 if i in div else v for i, v in enumerate(sizes)] if div else list(sizes)
         n = max(w[:self.nwork])
+        if self.kind is Grid.TILES:
+            xb = tile_blocks(n)[0]
+            return fn, ((n + xb - 1) // xb,), args, self._options(xb)
         if self.kind is Grid.FLAT:
             block, n = self.block, (n + self.block - 1) // self.block
         elif sc.persistent:
             block = _pow2(row, PERSISTENT_MAX)
         else:
             block = self.block
-        return fn, (n,), args, block, _warps(block)
+        return fn, (n,), args, self._options(block)
 
 
 _cudnn_sdp_enabled = torch.backends.cuda.cudnn_sdp_enabled
