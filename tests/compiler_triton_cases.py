@@ -322,6 +322,28 @@ def case_layernorm_weight_grad_and_batch_sums_in_tiles():
     assert "tiles" in _forms(f).values() and "tiles" in _forms(h).values(), (_forms(f), _forms(h))
 
 
+def case_few_columns_split_the_rows():
+    # Few outputs over many rows (BERT's 768 columns of 4696 rows): the rows are cut into chunks
+    # whose partial results a second kernel combines; equal to eager (and NaN kept) at sizes
+    # where the split happens and where it does not.
+    import compiler
+
+    def prog(g, x):
+        return (g * x).sum(0), g.sum(0), (g * x).amax(0)
+
+    f = compiler.compile(prog, "g: bf16[N, C]", "x: bf16[N, C]", target="triton")
+    split = []
+    for N, C in [(1000, 5), (3, 7), (777, 33), (2, 1), (4099, 17)]:
+        g, x = torch.randn(N, C, device=DEVICE).bfloat16(), torch.randn(N, C, device=DEVICE).bfloat16()
+        g[N // 2, 0] = float("nan")
+        for got, want in zip(f(g, x), prog(g, x)):
+            _close(got.double(), want.double(), atol=2e-2 * N ** 0.5, rtol=4e-2)
+        for _, ln in f.variants[-1].launchers.values():
+            plan = ln.plan((C, N))[0]
+            split.append(getattr(plan, "part", None) is not None)
+    assert any(split) and not all(split), split
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 
 import sympy
+import torch
 
 from ..ir import JVAR, RVAR, Kernel, Load, RedRef, compute_dtype, flat_index, walk
 from .skeleton import KernelGen, Scope
@@ -142,47 +143,128 @@ def _unravel(target, g, ind) -> list:
     return out
 
 
-def tiled_source(target, g: KernelGen, lines: list, rows) -> str:
-    """The body of a tiled reduction kernel (``lines``: its signature and size arguments)."""
+def splittable(kernel: Kernel) -> bool:
+    """Whether the reduced dim can be split over programs: one loop holds every reduction
+    (none reads another's result), so partial results combine in a second kernel."""
+    # Partials are float32: an integer or float64 sum would lose bits there.
+    return len(_loops(kernel)) == 1 and all(compute_dtype(r.dtype) == torch.float32 for r, _, _ in kernel.reductions)
+
+
+def split_count(outputs: int, rlen: int, block: int, xblock: int) -> tuple:
+    """``(splits, chunk)`` of a launch's reduced dim: few outputs (BERT's 768 columns are 48
+    programs of 16) leave most of the GPU idle, so the rows are cut into ``splits`` chunks of
+    ``chunk`` (a multiple of ``block``) for :data:`MIN_PROGRAMS` programs; ``(1, rlen)`` where
+    there are programs enough or rows too few.
+
+    >>> split_count(768, 4696, 256, 16), split_count(587 * 768, 8, 64, 64), split_count(17, 300, 256, 16)
+    ((5, 1024), (1, 8), (2, 256))
+    """
+    progs = -(-outputs // xblock)
+    want = min(-(-MIN_PROGRAMS // progs), -(-rlen // block))
+    if want < 2:
+        return 1, rlen
+    chunk = -(-(-(-rlen // want)) // block) * block
+    return -(-rlen // chunk), chunk
+
+
+def _combine(red, acc, v, mask, ident) -> str:
+    nan = ", propagate_nan=tl.PropagateNan.ALL" if red.dtype.is_floating_point else ""
+    return {"sum": f"{acc} + tl.where({mask}, {v}, 0)",
+            "max": f"tl.maximum({acc}, tl.where({mask}, {v}, {ident}){nan})",
+            "min": f"tl.minimum({acc}, tl.where({mask}, {v}, {ident}){nan})"}[red.op]
+
+
+def finish(red, acc) -> str:
+    """The combine of accumulator block ``acc`` along axis 0 for ``red``; a float max/min keeps
+    NaN (``tl.max`` alone drops it: a looped row's max of a NaN column was finite).
+
+    >>> import torch
+    >>> from compiler.ir import Reduction
+    >>> finish(Reduction(0, "max", (), 4, None, torch.float32), "acc0")
+    'tl.reduce(acc0, 0, _max_nan)'
+    """
+    op = getattr(red.op, "value", red.op)
+    if red.op == "sum":
+        return f"tl.sum({acc}, 0)"
+    if red.dtype.is_floating_point:  # a NaN anywhere in the column is the result, as in eager
+        return f"tl.reduce({acc}, 0, _{op}_nan)"
+    return f"tl.{op}({acc}, 0)"
+
+
+def _prologue(target, g, rows, ind) -> list:
+    out = [f"{ind}xrow = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK)[None, :]",
+           f"{ind}xm = xrow < ({g.expr(rows)})"] + _unravel(target, g, ind)
+    # Loads add a zero tile so that a pointer the same for every lane still has the mask's shape.
+    return out + [f"{ind}zx = tl.zeros([1, XBLOCK], dtype=tl.int64)",
+                  f"{ind}zvec = tl.zeros([BLOCK, XBLOCK], dtype=tl.int64)"]
+
+
+def _loop(g, row, group, ind, start, stop, TL) -> tuple:
+    """Lines of one loop over the reduced dim for ``group``'s reductions, from ``start`` to
+    ``stop``, and the names of their ``[BLOCK, XBLOCK]`` accumulators."""
+    k, out = g.kernel, []
+    for n in group:
+        red = k.reductions[n][0]
+        out.append(f"{ind}acc{n} = tl.full([BLOCK, XBLOCK], {_identity(red)}, {TL[compute_dtype(red.dtype)]})")
+    R = g.expr(k.reductions[group[0]][0].rsize)
+    out.append(f"{ind}for roff in range({start}, {stop}, BLOCK):")
+    out.append(f"{ind}    {RVAR} = roff + tl.arange(0, BLOCK)[:, None]")
+    out.append(f"{ind}    rm = ({RVAR} < {R}) & xm")
+    # One loop, one scope for the group: a tile loaded once serves every reduction reading it.
+    sc = Scope(g, ind + "    ", "rm", row)
+    upd = []
+    for n in group:
+        red, _, body = k.reductions[n]
+        v = sc.emit(g.accumulated(body))
+        upd.append(f"{ind}    acc{n} = {_combine(red, f'acc{n}', v, 'rm', _identity(red))}")
+    return out + sc.lines + upd
+
+
+def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows) -> str:
+    """A tiled reduction kernel ``name`` (``params``: pointers then sizes; ``head``: the lines
+    turning size arguments into int64), and where :func:`splittable`, its ``name_part`` kernel:
+    program ``(i, s)`` reduces chunk ``s`` of the rows into workspace ``ws``
+    (``[reductions, S, outputs]`` float32), which the main kernel, launched with ``SPLIT``,
+    combines instead of looping over the rows."""
     from .triton import TL  # the dtype spellings (triton imports this module)
     k, ind = g.kernel, "    "
-    lines.append(f"{ind}xrow = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK)[None, :]")
-    lines.append(f"{ind}xm = xrow < ({g.expr(rows)})")
-    lines += _unravel(target, g, ind)
-    # Loads add a zero tile so that a pointer the same for every lane still has the mask's shape.
-    lines.append(f"{ind}zx = tl.zeros([1, XBLOCK], dtype=tl.int64)")
-    lines.append(f"{ind}zvec = tl.zeros([BLOCK, XBLOCK], dtype=tl.int64)")
+    nptr = len(g.args)
+    split = splittable(k)
+    sizes = params[nptr:]
+    extra_p = (["ws"] if split else [])
+    extra_s = (["S", "CH"] if split else [])
+    consts = ["BLOCK: tl.constexpr", "XBLOCK: tl.constexpr"] + (["SPLIT: tl.constexpr"] if split else [])
+    dns = sizes + extra_s
+
+    def signature(fname, cs):
+        dn = f"(do_not_specialize={dns!r})" if dns else ""
+        return [f"@triton.jit{dn}",
+                f"def {fname}({', '.join(params[:nptr] + extra_p + sizes + extra_s + cs)}):"] + head
+    rowsx = g.expr(rows)
     row = Scope(g, ind, "xm", zero="zx")
-    for group in _loops(k):
-        R = g.expr(k.reductions[group[0]][0].rsize)
-        fins = []
-        for n in group:
+    groups = _loops(k)
+    body = []
+    if split:
+        (group,) = groups
+        nred = len(group)
+        body.append(f"{ind}if SPLIT:  # the rows' partial results, from {k.name}_part")
+        for i, n in enumerate(group):
             red = k.reductions[n][0]
             ident = _identity(red)
-            row.lines.append(f"{ind}acc{n} = tl.full([BLOCK, XBLOCK], {ident}, {TL[compute_dtype(red.dtype)]})")
-        row.lines.append(f"{ind}for roff in range(0, {R}, BLOCK):")
-        row.lines.append(f"{ind}    {RVAR} = roff + tl.arange(0, BLOCK)[:, None]")
-        row.lines.append(f"{ind}    rm = ({RVAR} < {R}) & xm")
-        # One loop, one scope for the group: a tile loaded once serves every reduction reading it.
-        sc = Scope(g, ind + "    ", "rm", row)
-        for n in group:
-            red, _, body = k.reductions[n]
-            ident, fl = _identity(red), red.dtype.is_floating_point
-            v = sc.emit(g.accumulated(body))
-            nan = ", propagate_nan=tl.PropagateNan.ALL" if fl else ""
-            upd = {"sum": f"acc{n} + tl.where(rm, {v}, 0)",
-                   "max": f"tl.maximum(acc{n}, tl.where(rm, {v}, {ident}){nan})",
-                   "min": f"tl.minimum(acc{n}, tl.where(rm, {v}, {ident}){nan})"}[red.op]
-            sc.lines.append(f"{ind}    acc{n} = {upd}")
-            op = getattr(red.op, "value", red.op)
-            if red.op == "sum":
-                fin = f"tl.sum(acc{n}, 0)"
-            elif fl:  # a NaN anywhere in the column is the result, as in eager
-                fin = f"tl.reduce(acc{n}, 0, _{op}_nan)"
-            else:
-                fin = f"tl.{op}(acc{n}, 0)"
-            fins.append(f"{ind}red{n} = {fin}[None, :]")
-        row.lines += sc.lines + fins
+            body.append(f"{ind}    acc{n} = tl.full([BLOCK, XBLOCK], {ident}, tl.float32)")
+            body.append(f"{ind}    for soff in range(0, S, BLOCK):")
+            body.append(f"{ind}        s = soff + tl.arange(0, BLOCK)[:, None]")
+            body.append(f"{ind}        sm = (s < S) & xm")
+            body.append(f"{ind}        p = tl.load(ws + ({i} * S + s) * ({rowsx}) + xrow, mask=sm, other={ident})")
+            body.append(f"{ind}        acc{n} = {_combine(red, f'acc{n}', 'p', 'sm', ident)}")
+            body.append(f"{ind}    red{n} = {finish(red, f'acc{n}')}[None, :]")
+        body.append(f"{ind}else:")
+        body += _loop(g, row, group, ind + "    ", "0", g.expr(k.reductions[group[0]][0].rsize), TL)
+        body += [f"{ind}    red{n} = {finish(k.reductions[n][0], f'acc{n}')}[None, :]" for n in group]
+    else:
+        for group in groups:
+            body += _loop(g, row, group, ind, "0", g.expr(k.reductions[group[0]][0].rsize), TL)
+            body += [f"{ind}red{n} = {finish(k.reductions[n][0], f'acc{n}')}[None, :]" for n in group]
     for buf, value in k.row_stores:
         v = row.emit(value)
         idx = g.index(flat_index(k.outer_vars, buf.strides))
@@ -197,7 +279,19 @@ def tiled_source(target, g: KernelGen, lines: list, rows) -> str:
         idx = g.index(flat_index(k.outer_vars + (JVAR,), buf.strides))
         row.lines += sc.lines + [f"{ind}    tl.store({g.ptr[buf.name]} + ({idx}) + zvec, tl.where(jm, {v}, {v}), "
                                  f"mask=jm)"]
-    return "\n".join(lines + row.lines)
+    main = "\n".join(signature(name, consts) + _prologue(target, g, rows, ind) + body + row.lines)
+    if not split:
+        return main
+    part = Scope(g, ind, "xm", zero="zx")
+    lines = signature(name + "_part", consts[:2]) + _prologue(target, g, rows, ind)
+    lines.append(f"{ind}start = tl.program_id(1).to(tl.int64) * CH")
+    lines.append(f"{ind}stop = tl.minimum(start + CH, {g.expr(k.reductions[group[0]][0].rsize)})")
+    lines += _loop(g, part, group, ind, "start", "stop", TL)
+    for i, n in enumerate(group):
+        lines.append(f"{ind}tl.store(ws + ({i} * S + tl.program_id(1)) * ({rowsx}) + xrow, "
+                     f"{finish(k.reductions[n][0], f'acc{n}')}[None, :], mask=xm)")
+    return main + "\n\n\n" + "\n".join(lines)
 
 
-__all__ = ["TILE", "XBLOCKS", "wants_tiles", "tile_size", "tile_blocks", "tiled_source"]
+__all__ = ["TILE", "XBLOCKS", "wants_tiles", "tile_size", "tile_blocks", "splittable", "split_count", "finish",
+           "tiled_source"]
