@@ -64,6 +64,10 @@ def main(dev):
     cuda_graphs.GraphedProgram._route = timed("  _route", cuda_graphs.GraphedProgram._route)
     piecewise.PiecewiseRun.__call__ = timed("  PiecewiseRun.__call__", piecewise.PiecewiseRun.__call__)
     piecewise.bind_launches = timed("    bind_launches", piecewise.bind_launches)
+    if not small:  # the Triton kernels outside the graphs, launched at each call's sizes (sized_launches)
+        from compiler.codegen import triton as triton_target
+        triton_target.SizeClassLauncher.launch_at = timed("      launch_at (plan + launch)",
+                                                            triton_target.SizeClassLauncher.launch_at)
     def sync():
         if dev == "cuda": torch.cuda.synchronize()
     with torch.no_grad():
@@ -78,6 +82,10 @@ def main(dev):
         for pw in pws:
             for seg in pw.segments:
                 seg.fn = timed("    eager segment fns" if not seg.graphed else "    graphed segment fns (no graph)", seg.fn)
+            # The attention segments run as functions writing into the next graph's buffer (into_graph).
+            for k, direct in list(pw.into.items()):
+                if direct is not None:
+                    pw.into[k] = (direct[0], timed("    attention segments (into graph)", direct[1]))
         def wrap_graphs():
             for pw in pws:
                 for rec in pw.graphs.values():
@@ -98,7 +106,8 @@ def main(dev):
         for k, v in acc.items():
             e = sorted(each[k])
             print(f"  {k:<40} {v / n * 1e6:8.1f}   per call: median {e[len(e)//2]*1e6:.1f} max {e[-1]*1e6:.1f} (calls {len(e)})")
-        print("  (GraphedProgram.__call__ minus its parts: copies into graphs, output clones, the runtime's Python)")
+        print("  (GraphedProgram.__call__ minus its parts: copies into graphs, output clones, the runtime's Python;"
+              " launch_at runs inside the segment functions)")
         for pw in pws:
             print(pw.report().splitlines()[0])
 

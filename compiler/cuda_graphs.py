@@ -180,13 +180,21 @@ class GraphedProgram:
     # -- calls -----------------------------------------------------------------------------
     def __call__(self, *tensors):
         self.stats["calls"] += 1
-        keyed = self.compiled.key_inputs  # the others are checked by the caller (dynamo's guards)
-        sig = tuple([(t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in (
-            tensors if keyed is None else [tensors[i] for i in keyed])])
+        keyed = self.compiled.key_inputs
+        if keyed is not None:
+            # Dynamo's guards check every input's dtype, device and static sizes before this
+            # graph runs (key_inputs is set by the backend only): the shapes of the inputs with
+            # dynamic dims pick the route (dtype and device each made a new object per input).
+            sig = tuple([tensors[i].shape for i in keyed])
+        else:
+            sig = tuple([(t.shape, t.dtype, t.device) if isinstance(t, torch.Tensor) else type(t) for t in tensors])
         route = self._routes.get(sig)
         if route is None:
             route = self._route(tensors)
-            if len(self._routes) >= 4096:  # a decode's signature never repeats: keep memory bounded
+            # A decode's signature never repeats: keep memory bounded, and keep few piecewise
+            # routes (one per token otherwise: thousands of live objects that make Python's
+            # full garbage collections more frequent, each walking the whole heap).
+            if len(self._routes) >= (64 if route.piecewise is not None else 4096):
                 self._routes.clear()
             self._routes[sig] = route
         entry = route.entry

@@ -28,7 +28,7 @@ import torch.fx
 
 from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt
 
-from . import ops_lowering
+from . import index_lowering, ops_lowering  # noqa: F401 (index_lowering: registers its handlers)
 from .ir import KERNEL_DTYPES, Buffer, BufferKind, Const, Load, Op, OpKind, RedRef, Reduction, SizeVal, \
     compute_dtype, contiguous_strides, flat_index, loop_var, walk
 from .lowered import ExternItem, LoweredProgram, Ref, RefKind, SizeExpr, StoreItem, TensorBox, Unsupported, cast
@@ -85,6 +85,16 @@ class Lowerer:
         """A real tensor for ``box``: replay a view eagerly, or store it with a kernel."""
         if box.buf is not None:
             return box.buf
+        src = box.__dict__.get("clone_of")
+        if src is not None and (src.buf is not None or src.view_of is None):
+            # A clone in a functional graph is the value it copies: where that is stored by a kernel
+            # at the clone's strides, the clone is that tensor (BERT's embeddings: one store, not two).
+            # A source not stored yet is stored in the clone's place only where it gets those strides.
+            have = src.buf.strides if src.buf is not None else self._store_strides(src)
+            if (src.buf is None or src.buf.kind is BufferKind.KERNEL) and _eager_strides(box.node) == tuple(
+                    sympy.sympify(s) for s in have):
+                box.buf = self.realize(src)
+                return box.buf
         name = box.node.name if box.node is not None else "tmp"
         root = _reshape_root(box)
         if root is not None and self.realize(root).strides != _eager_strides(root.node):
@@ -99,17 +109,20 @@ class Lowerer:
             self.items.append(ExternItem(target=box.node.target, args=self.template(box.node.args),
                                          kwargs=self.template(box.node.kwargs), out=buf, node=box.node))
         else:
-            strides = None
-            val = box.node.meta.get("val") if box.node is not None else None
-            if isinstance(val, torch.Tensor) and tuple(val.shape) and all(
-                    isinstance(s, (int, torch.SymInt)) for s in val.stride()):
-                st = tuple(sympy.sympify(s.node.expr if isinstance(s, torch.SymInt) else s) for s in val.stride())
-                if _is_dense(box.shape, st, self.hints):
-                    strides = st
-            buf = self.new_buffer(name, box.shape, box.dtype, "kernel", strides)
+            buf = self.new_buffer(name, box.shape, box.dtype, "kernel", self._store_strides(box))
             self.items.append(StoreItem(buffer=buf, box=box))
         box.buf = buf
         return buf
+
+    def _store_strides(self, box) -> tuple:
+        """The strides a kernel stores ``box`` at: eager's where dense, else contiguous."""
+        val = box.node.meta.get("val") if box.node is not None else None
+        if isinstance(val, torch.Tensor) and tuple(val.shape) and all(
+                isinstance(s, (int, torch.SymInt)) for s in val.stride()):
+            st = tuple(sympy.sympify(s.node.expr if isinstance(s, torch.SymInt) else s) for s in val.stride())
+            if _is_dense(box.shape, st, self.hints):
+                return st
+        return contiguous_strides(box.shape)
 
     def template(self, a):
         """Extern arguments: tensors become buffer refs, SymInts size refs."""

@@ -257,7 +257,7 @@ def _masked_fill(lw, node, x, mask, v):
     return lw.out_box(node, fn)
 
 
-def _same_device(lw, device) -> bool:
+def same_device(lw, device) -> bool:
     """Whether ``_to_copy(..., device=device)`` stays on the device the program was traced for.
 
     A program's tensors all live on its traced device (the wrapper allocates there and kernels
@@ -272,7 +272,7 @@ def _same_device(lw, device) -> bool:
 @register(aten._to_copy.default)
 def _to_copy(lw, node, a, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
              memory_format=None):
-    if layout not in (None, torch.strided) or (device is not None and not _same_device(lw, device)):
+    if layout not in (None, torch.strided) or (device is not None and not same_device(lw, device)):
         raise Unsupported("device or layout change")
     return _pointwise(lw, node, [a], lambda x: x, compute=a.dtype if isinstance(a, TensorBox) else None)
 
@@ -285,7 +285,16 @@ def _convert_element_type(lw, node, a, dtype):
 
 @register(aten.clone.default)
 def _clone(lw, node, a, memory_format=None):
-    return lw.out_box(node, a.fn)
+    box = lw.out_box(node, a.fn)
+    if isinstance(a, TensorBox) and a.node is not None and not _is_output(node) and not _is_output(a.node):
+        # Where it must be a tensor, the clone is its source's tensor (Lowerer.realize checks the strides);
+        # never one the caller receives twice (two outputs) or may write (an output aliasing another).
+        box.clone_of = a
+    return box
+
+
+def _is_output(node) -> bool:
+    return any(u.op == "output" for u in node.users)
 
 
 @register(aten.full.default)

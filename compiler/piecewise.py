@@ -236,6 +236,33 @@ def copy_plan(reads, ins, seen, in_place, replayed, force) -> list:
             for i, (r, t, p) in enumerate(zip(reads, ins, seen))]
 
 
+def sized_launches(steps, cell) -> Optional[tuple]:
+    """One ``launch(buffers)`` per kernel step of ``steps`` at the sizes in ``cell[0]`` (set at
+    each call), made once: a call's sizes include the split dims, new at nearly every call, so
+    a launch bound per call (:func:`~compiler.wrapper.bind_launches`) serves one call, and the
+    bindings kept (up to 4096 per kernel) made Python's full garbage collections frequent:
+    about 185 us per token on the CPU while they accumulate (``bench/decode_launch_host_cpu.py``).
+    None where a step's launch has no ``launch_at`` (C++ kernels).
+
+    >>> from compiler.wrapper import Alloc
+    >>> seen = []
+    >>> class L:
+    ...     def launch_at(self, tensors, sizes): seen.append((tensors, sizes))
+    >>> cell = [None]
+    >>> launches = sized_launches([KernelStep(L(), ("x",), (), (False,))], cell)
+    >>> cell[0] = (5,); launches[0](["X"]); cell[0] = (6,); launches[0](["X"]); seen
+    [(['X'], (5,)), (['X'], (6,))]
+    """
+    out = []
+    for step in steps:
+        if isinstance(step, KernelStep):
+            at = getattr(step.launch, "launch_at", None)
+            if at is None:
+                return None
+            out.append(lambda tensors, _at=at: _at(tensors, cell[0]))
+    return tuple(out)
+
+
 class PiecewiseRun:
     """A compiled variant run as graphs of the segments that never see ``dims``; see the module docstring."""
 
@@ -252,6 +279,11 @@ class PiecewiseRun:
         self.into: dict = {}
         self.stats = {"calls": 0, "replays": 0, "eager_segments": 0, "rerecords": 0, "copies": 0}
         self._split()
+        #: The kernels' dim values of the call in progress, which ``sized`` launches read.
+        self._cell: list = [None]
+        #: Per segment: its launches made once (sized_launches), else None.  Graphed segments
+        #: too: they run without a graph at their first calls, at recording, and without CUDA.
+        self.sized = [sized_launches(s.steps, self._cell) for s in self.segments]
 
     # -- planning ------------------------------------------------------------------------
     def _depends(self, step, lp, size_exprs, memo) -> bool:
@@ -330,6 +362,7 @@ class PiecewiseRun:
         v = self.v
         self.stats["calls"] += 1
         kvals = tuple(values[i] for i in v.sym_index)
+        self._cell[0] = kvals
         # Masks keep their values here: classifying one synchronizes, once per size (every token).
         sizes = v.sizes_at(kvals, classify=False)
         device = tensors[0].device if tensors else torch.device("cpu")
@@ -344,7 +377,9 @@ class PiecewiseRun:
             # Launches are bound to this call's sizes only where they run outside a replay.
             rec = self.graphs.get((n, key)) if seg.graphed and capture else None
             if rec is None or not rec.holds(ins):
-                launches = bind_launches(seg.steps, kvals)
+                launches = self.sized[n]
+                if launches is None:
+                    launches = bind_launches(seg.steps, kvals)
                 rec = self._graph(n, seg, key, ins, sizes, launches, device, replayed) \
                     if seg.graphed and capture else None
             if rec is None:
@@ -442,4 +477,4 @@ class PiecewiseRun:
         return "\n".join(lines) + "\n"
 
 
-__all__ = ["PiecewiseRun", "Segment", "Recorded", "copy_plan", "hoisted", "into_graph"]
+__all__ = ["PiecewiseRun", "Segment", "Recorded", "copy_plan", "hoisted", "into_graph", "sized_launches"]

@@ -31,6 +31,7 @@ from torch.utils import _pytree as pytree
 
 import shapes
 from shapes.errors import GuardViolation, SpecError
+from shapes.example_sizes import trace_general
 from shapes.devices import DeviceMismatch
 from shapes.guard import GuardKind
 from shapes.program import violation_message
@@ -48,7 +49,7 @@ from .scheduler import schedule
 from .padded_linear import padded_steps
 from .row_buckets import bucketed_steps
 from .view_folding import fold_views
-from .shared_masks import share_masks
+from .shared_masks import add_additive_forms, share_masks
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, Owned, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
 
@@ -139,6 +140,9 @@ class Variant:
         t0 = time.perf_counter()
         try:
             self.lp = lower(tp)
+            # A boolean mask shared by SDPA calls: its additive form stored by the kernel that makes
+            # it (compiler.shared_masks), where the shared form is used (Triton, with the host rewrites).
+            self.additive = add_additive_forms(self.lp) if target == "triton" and host_rewrites else {}
             self.steps = schedule(self.lp)
         except (Unsupported, ZeroDivisionError) as e:
             # Data-dependent sizes, or a variant specialized to size 0 whose index remaps
@@ -220,7 +224,10 @@ class Variant:
         if self.host_rewrites and getattr(sdpa, "__name__", None) == "sdpa_without_cudnn":
             # One boolean mask read by several SDPA steps: converted once per run (compiler.shared_masks,
             # which mirrors ATen's conversion for the kernels SDPA chooses among without cuDNN).
-            plan = self.plan = share_masks(plan, lp.buffers, sdpa)
+            # A sizes-only mask's kernel may be skipped (compiler.sized_masks): its form is not passed.
+            sized = {m.mask for m in self.masks}
+            plan = self.plan = share_masks(plan, lp.buffers, sdpa,
+                                           {m: a for m, a in self.additive.items() if m not in sized})
         self._classifier = None
         # Masks whose class holds at every size (compiler.mask_proofs) need no classification:
         # a decode step runs unmasked attention at its first call, without a sync.
@@ -385,7 +392,11 @@ class CompiledProgram:
                         names.append(n)
         self.names = sorted(names)
         self._valued = [i for i, s in enumerate(self.specs) if s.values is not None]
-        self._bind = [[(self.names.index(d) if isinstance(d, str) else None, d) for d in s.dims]
+        # Per spec, its dims by kind (bind() runs at every new shape: every decode step):
+        # (rank, fixed (position, size), named (position, name index), expressions (position, DimExpr)).
+        self._bind = [(len(s.dims), tuple((k, d) for k, d in enumerate(s.dims) if isinstance(d, int)),
+                       tuple((k, self.names.index(d)) for k, d in enumerate(s.dims) if isinstance(d, str)),
+                       tuple((k, d) for k, d in enumerate(s.dims) if isinstance(d, DimExpr)))
                       for s in self.specs]
         # Names that only expression dims give (T in "x: f32[B, 2*T]" alone) are solved for
         # by the trace's binder; the others are read directly and the expressions checked.
@@ -408,10 +419,19 @@ class CompiledProgram:
                 if not (d.min <= v <= d.max):
                     raise GuardViolation(f"dim {n} = {v} lies outside its range [{d.min}, {d.max}]")
                 dims[n] = Dim(d.min, d.max, v)
+        # Kernels keep PyTorch's 0/1 policy: a size 0 or 1 gets its own variant.
+        if values is None:
+            # The first trace, at automatic example sizes: traced again at larger ones where those
+            # pin a derived size to 0 or 1 (ViT's H // 16 at H=16), a variant no real call would use.
+            # Each trace is counted; only the last one is compiled.
+            return trace_general(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device,
+                                 trace=self._counted_trace)
+        return self._counted_trace(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device)
+
+    def _counted_trace(self, *args, **kw):
         STATS["traces"] += 1
         self.stats["traces"] += 1
-        # Kernels keep PyTorch's 0/1 policy: a size 0 or 1 gets its own variant.
-        return shapes.trace(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device)
+        return shapes.trace(*args, **kw)
 
     def _add(self, tp) -> Variant:
         v = Variant(tp, self.target, self.host_rewrites, self.cpp_calls)
@@ -436,20 +456,23 @@ class CompiledProgram:
         # Inputs outside key_inputs were checked by the caller (dynamo's guards) and hold no dim.
         pairs = zip(tensors, self.specs, self._bind) if keyed is None else (
             (tensors[i], self.specs[i], self._bind[i]) for i in keyed)
-        for t, s, bind in pairs:
-            if not isinstance(t, torch.Tensor) or t.dim() != len(bind) or t.dtype != s.dtype:
+        for t, s, (rank, fixed, named, exprs) in pairs:
+            if not isinstance(t, torch.Tensor) or t.dim() != rank or t.dtype != s.dtype:
                 raise SpecError(f"input {s.name} does not match the spec `{s}` "
                                 f"(got {getattr(t, 'dtype', type(t).__name__)} {list(getattr(t, 'shape', []))})")
-            for k, (n, (i, d)) in enumerate(zip(t.shape, bind)):
-                if isinstance(d, DimExpr):
-                    derived.append((d, int(n), f"{s.name}.shape[{k}]", s))
-                elif i is None:
-                    if n != d:
-                        raise GuardViolation(f"{s.name} has size {n} where the spec `{s}` fixes {d}")
-                elif vals[i] is None:
+            shape = t.shape
+            for k, d in fixed:
+                if shape[k] != d:
+                    raise GuardViolation(f"{s.name} has size {shape[k]} where the spec `{s}` fixes {d}")
+            for k, i in named:
+                n = shape[k]
+                got = vals[i]
+                if got is None:
                     vals[i] = int(n)
-                elif vals[i] != n:
-                    raise GuardViolation(f"dim {self.names[i]} is {vals[i]} and {n} in one call")
+                elif got != n:
+                    raise GuardViolation(f"dim {self.names[i]} is {got} and {n} in one call")
+            for k, d in exprs:
+                derived.append((d, int(shape[k]), f"{s.name}.shape[{k}]", s))
         if self._solve:
             by_symbol = self.variants[0].tp.bind_sizes(tensors)
             return tuple(int(by_symbol[sympy.Symbol(n, integer=True)]) for n in self.names)

@@ -28,6 +28,12 @@ from __future__ import annotations
 
 import torch
 
+import sympy
+
+from shapes.functions import FloorDiv
+
+from .ir import Buffer, BufferKind, Const, Op
+from .lowered import ExternItem, Ref, RefKind, StoreItem, TensorBox, cast
 from .view_folding import mutates
 from .wrapper import RUN_CACHE, BufSlot, ExternStep
 
@@ -38,22 +44,28 @@ _cudnn_enabled = torch.backends.cuda.cudnn_sdp_enabled
 _enable_cudnn = torch.backends.cuda.enable_cudnn_sdp
 
 
-def _additive(cache: dict, m, dtype):
-    """``m``'s additive form in ``dtype``, made once per run (``cache``: the run's own dict)."""
+def _additive(cache: dict, m, dtype, made=None):
+    """``m``'s additive form in ``dtype``, made once per run (``cache``: the run's own dict);
+    ``made``: that form already stored by the kernel that made ``m`` (:func:`add_additive_forms`)."""
     key = (id(m), dtype)
     got = cache.get(key)
     if got is not None and got[0] is m:
         return got[1]
+    if made is not None and made.dtype == dtype:
+        cache[key] = (m, made)
+        return made
     # ATen's own conversion for the non-cuDNN kernels, op for op (same values, same dtype).
     f = torch.where(m.logical_not(), float("-inf"), torch.scalar_tensor(0.0, dtype=dtype, device=m.device))
     cache[key] = (m, f)
     return f
 
 
-def sdpa_shared_mask(cache, q, k, v, attn_mask, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+def sdpa_shared_mask(cache, q, k, v, attn_mask, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False,
+                     additive=None):
     """``scaled_dot_product_attention(q, k, v, attn_mask, ...)`` without cuDNN, on the boolean
     mask's additive form made once per run (``cache``: the run's dict, :data:`~compiler.wrapper.RUN_CACHE`)
-    where ATen would make that form for the memory-efficient kernel (see the module docstring)."""
+    where ATen would make that form for the memory-efficient kernel (see the module docstring).
+    ``additive``: that form made by the mask's kernel (:func:`add_additive_forms`), else None."""
     was = _cudnn_enabled()
     if was:
         _enable_cudnn(False)
@@ -61,7 +73,7 @@ def sdpa_shared_mask(cache, q, k, v, attn_mask, dropout_p=0.0, is_causal=False, 
         m = attn_mask
         kw = dict(dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
         if _choice(q, k, v, m, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa) == _EFFICIENT:
-            f = _additive(cache, m, q.dtype)
+            f = _additive(cache, m, q.dtype, additive)
             if _choice(q, k, v, f, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa) == _EFFICIENT:
                 return _sdpa(q, k, v, f, **kw)
         return _sdpa(q, k, v, m, **kw)
@@ -70,7 +82,7 @@ def sdpa_shared_mask(cache, q, k, v, attn_mask, dropout_p=0.0, is_causal=False, 
             _enable_cudnn(True)
 
 
-def share_masks(plan, buffers, sdpa_target) -> list:
+def share_masks(plan, buffers, sdpa_target, additive=None) -> list:
     """``plan`` with the ``sdpa_target`` steps that pass one boolean ``attn_mask`` buffer (read by
     at least two of them) calling :func:`sdpa_shared_mask` with the run's cache; the same steps
     in the same places (plan indices keep their meaning).  Unchanged where a step writes in
@@ -96,5 +108,76 @@ def share_masks(plan, buffers, sdpa_target) -> list:
         if len(steps) >= 2:
             for n in steps:
                 s = plan[n]
-                out[n] = ExternStep(sdpa_shared_mask, (RUN_CACHE, *s.args), dict(s.kwargs), s.out)
+                kw = dict(s.kwargs)
+                if (additive or {}).get(s.args[3].name) is not None:
+                    kw["additive"] = BufSlot(additive[s.args[3].name])
+                out[n] = ExternStep(sdpa_shared_mask, (RUN_CACHE, *s.args), kw, s.out)
     return out
+
+
+#: Rows of a stored additive mask start at multiples of this many elements: ATen's memory-efficient
+#: SDPA copies a mask whose strides are not multiples of 8 into a padded one (``preprocess_mask``),
+#: a launch per call of every layer where the key length is not a multiple of 8.
+ROW_ALIGN = 16
+_SDPA_OP = torch.ops.aten.scaled_dot_product_attention.default
+_KWARGS = {"scale", "enable_gqa", "dropout_p", "is_causal"}
+
+
+def _aligned_strides(shape) -> tuple:
+    n = sympy.sympify(shape[-1])
+    row = sympy.Integer(-(-int(n) // ROW_ALIGN) * ROW_ALIGN) if n.is_Integer else FloorDiv(n + ROW_ALIGN - 1, ROW_ALIGN) * ROW_ALIGN
+    out = [sympy.Integer(1)]
+    acc = row
+    for s in reversed(shape[:-1]):
+        out.append(acc)
+        acc = acc * s
+    return tuple(reversed(out))
+
+
+def add_additive_forms(lp) -> dict:
+    """Where a kernel-made boolean mask is the ``attn_mask`` of two or more SDPA calls (the
+    readers :func:`share_masks` serves), store its additive form beside it in the same kernel:
+    ``where(mask, 0, -inf)`` in the query's dtype, ATen's own conversion value for value, rows
+    aligned to :data:`ROW_ALIGN`.  The run then makes the form with no launch of its own (ATen's
+    takes three), and ATen's SDPA takes it without padding it per call.  Adds the stores to
+    ``lp``; returns ``{mask buffer: additive buffer}``.
+
+    >>> import torch, shapes
+    >>> from compiler.lowering import lower
+    >>> sdpa = torch.nn.functional.scaled_dot_product_attention
+    >>> def two(q, keep):
+    ...     m = (keep[:, None, None, :] > 0).expand(-1, 1, q.shape[2], -1)
+    ...     return sdpa(sdpa(q, q, q, m), q, q, m)
+    >>> lp = lower(shapes.trace(two, "q: f32[B, 2, T, 8]", "keep: i64[B, T]"))
+    >>> made = add_additive_forms(lp)
+    >>> [(m, a, lp.buffers[a].strides[-2:]) for m, a in made.items()]
+    [('expand_default', 'expand_default_additive', (16*(((T + 15)//16)), 1))]
+    """
+    readers: dict = {}
+    for it in lp.items:
+        if isinstance(it, ExternItem) and it.target is _SDPA_OP and len(it.args) == 4 and isinstance(
+                it.args[3], Ref) and it.args[3].kind is RefKind.BUF and not set(it.kwargs) - _KWARGS:
+            readers.setdefault(it.args[3].value, []).append(it)
+    made = {}
+    for name, items in readers.items():
+        mask = lp.buffers.get(name)
+        if len(items) < 2 or mask is None or mask.dtype is not torch.bool or len(mask.shape) < 2:
+            continue
+        dtypes = {lp.buffers[it.args[0].value].dtype for it in items if it.args[0].kind is RefKind.BUF}
+        where = [i for i, it in enumerate(lp.items) if isinstance(it, StoreItem) and it.buffer.name == name]
+        if len(dtypes) != 1 or not where or not next(iter(dtypes)).is_floating_point:
+            continue
+        dtype = dtypes.pop()
+        src = lp.items[where[0]].box
+        buf = Buffer(name=f"{name}_additive", shape=mask.shape, strides=_aligned_strides(mask.shape), dtype=dtype,
+                     kind=BufferKind.KERNEL)
+        if buf.name in lp.buffers:
+            continue
+
+        def fn(idx, src=src, dtype=dtype):
+            return cast(Op("where", (src(idx), Const(0.0, torch.float32), Const(float("-inf"), torch.float32)),
+                           torch.float32), dtype)
+        lp.buffers[buf.name] = buf
+        lp.items.insert(where[0] + 1, StoreItem(buffer=buf, box=TensorBox(mask.shape, dtype, fn)))
+        made[name] = buf.name
+    return made

@@ -325,3 +325,32 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
     src = "def run(tensors, s, launches, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
     return src, w.ns["run"]
+
+
+#: ATen ops a plan calls that make a view or read metadata: no kernel launch.
+_VIEWS = frozenset({"view_as_traced", "view", "_unsafe_view", "t", "transpose", "permute", "unsqueeze", "squeeze",
+                    "expand", "slice", "select", "detach", "alias", "as_strided", "sym_size", "split", "unbind"})
+
+
+def plan_launches(plan) -> int:
+    """Steps of ``plan`` that launch device work: every kernel and every ATen call but views, and
+    the three launches that convert a shared boolean mask at run time (:mod:`compiler.shared_masks`)
+    where no kernel stored its additive form.  An upper bound per call (``contiguous`` of a tensor already contiguous launches nothing; a
+    library call such as SDPA may launch more than one kernel), the same for plans compared.
+
+    >>> plan_launches([ExternStep(torch.ops.aten.t.default, (BufSlot("w"),), {}, "wt"),
+    ...                ExternStep(torch.ops.aten.mm.default, (BufSlot("x"), BufSlot("wt")), {}, "y")])
+    1
+    """
+    n, converted = 0, set()
+    for s in plan:
+        if isinstance(s, KernelStep):
+            n += 1
+            continue
+        name = (getattr(s.target, "__name__", None) or str(s.target)).split(".")[0]
+        n += name not in _VIEWS
+        if name == "sdpa_shared_mask" and "additive" not in s.kwargs and s.args[4] not in converted:
+            # The boolean mask's additive form made at run time: logical_not, where and a scalar fill.
+            converted.add(s.args[4])
+            n += 3
+    return n

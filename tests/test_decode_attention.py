@@ -87,7 +87,7 @@ def run_warm(device) -> str:
     grows past BIG_FROM keys)."""
     from compiler.codegen import decode_attention as da
     da.warm(torch.float32, torch.device(device), 24)  # runs both configurations (the kernel itself)
-    return "ok" if (torch.float32, str(torch.device(device)), 24) in da._WARM else "not warmed"
+    return "ok" if (torch.float32, torch.device(device), 24) in da._WARM else "not warmed"
 
 
 def run_all(device) -> dict:

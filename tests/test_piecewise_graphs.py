@@ -188,3 +188,63 @@ def test_dims_that_change_with_the_cache_length_join_the_split(monkeypatch):
         # Every dim of the step is a cache length here: the graphs are keyed on none of them.
         assert pw.dims == set(pw.v.lp.symbols), gp.report()
         assert sum(s.graphed for s in pw.segments) >= 3, gp.report()
+
+
+def sized_launch_case(device, steps) -> str:
+    """The Triton kernels that see the cache length (the segments outside the graphs) launch
+    at each call's sizes through launches made once (compiler.piecewise.sized_launches): no
+    binding per size is made, and the results equal eager's at every length.  Returns "ok"
+    or what went wrong (run in a TRITON_INTERPRET=1 subprocess without CUDA)."""
+    torch.manual_seed(0)
+    m = CacheStep().to(device).eval()
+    f = compiler.compile(m, "x: f32[1, 1, 32]", "cache: f32[1, S, 32]", dims={"S": (2, 4096)}, target="triton",
+                         cuda_graphs=True)
+    x, cache = torch.randn(1, 1, 32, device=device), torch.randn(1, 2, 32, device=device)
+    with torch.no_grad():
+        for _ in range(steps):
+            want, want_cache = m(x, cache)
+            got, got_cache = f(x, cache)
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(got_cache, want_cache)
+            x, cache = got[:, -1:].clone(), got_cache
+    pws = [p for p in f.pieces.values() if p is not None]
+    if not pws:
+        return "no piecewise run"
+    pw = pws[0]
+    outside = [(n, s) for n, s in enumerate(pw.segments) if not s.graphed
+               and any(isinstance(st, KernelStep) for st in s.steps)]
+    if not outside:
+        return "no kernel outside the graphs"
+    if any(pw.sized[n] is None for n, _ in outside):
+        return "a segment outside the graphs binds per call"
+    # Graphed segments' kernels too (they run without a graph at first, and without CUDA always).
+    bound = sum(len(st.launch.bound) for s in pw.segments for st in s.steps if isinstance(st, KernelStep))
+    return "ok" if bound == 0 else f"{bound} launches bound per size"
+
+
+def test_kernels_that_see_the_cache_length_launch_without_a_binding_per_size():
+    if torch.cuda.is_available():
+        assert sized_launch_case("cuda", 40) == "ok"
+        return
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = "from tests.test_piecewise_graphs import sized_launch_case; print('RESULT', sized_launch_case('cpu', 6))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=root, timeout=600)
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert line, f"the case did not run:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    assert line[-1] == "RESULT ok", line[-1]
+
+
+def test_a_decode_keeps_few_routes():
+    # Every token is a new signature: its route is kept among at most 64 (a route per token
+    # kept 4096 objects alive, which made Python's full garbage collections frequent).
+    f = _run("cpu", capture=False)  # 40 calls, S = 2..41
+    assert any(p is not None for p in f.pieces.values())
+    x = torch.randn(1, 1, 32)
+    with torch.no_grad():
+        for S in range(42, 142):
+            f(x, torch.randn(1, S, 32))
+    assert 0 < len(f._routes) <= 64

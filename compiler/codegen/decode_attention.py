@@ -9,7 +9,7 @@ host time per call on the H100 machine against 12 us of GPU time (profile in
 ``bench/results/gpu_decode_h100_decode5_*``), four times per token for a 4-layer
 Llama.  :func:`decode_attention` computes the same function in one kernel
 launched through the compiled kernel's own launcher
-(:func:`~compiler.codegen.triton_launch.bind_launch`): one program per query
+(:class:`~compiler.codegen.triton_launch.Launcher`): one program per query
 head streams its key/value head (``h // (H // Hk)``, GQA) in blocks of
 ``BLOCK_N`` keys with an online softmax in fp32, as flash attention does.  The
 sizes are arguments (``do_not_specialize``): one binary serves every cache length.
@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 from triton.compiler.errors import CompilationError
 
-from .triton_launch import bind_launch
+from .triton_launch import Launcher
 
 #: Keys per loop iteration (each iteration waits on its loads: few of them at long caches),
 #: and the cache length from which the larger block (with more warps) is taken.
@@ -91,8 +91,8 @@ _KERNELS: dict = {}
 
 
 def kernel_for(dtype):
-    """The JIT kernel for tensors of ``dtype``: one per dtype, because a bound launch
-    (:func:`~compiler.codegen.triton_launch.bind_launch`) reuses the binary compiled for one
+    """The JIT kernel for tensors of ``dtype``: one per dtype, because a direct launch
+    (:mod:`compiler.codegen.triton_launch`) reuses the binary compiled for one
     binding at every other binding of the same function with the same options and integer
     types, whatever the pointers' element types (symshape's generated kernels each serve one
     dtype).  Shared across dtypes, an fp16 call ran the fp32 binary on the H100 (decode5 call 3).
@@ -120,22 +120,29 @@ def decode_eligible(q, k, v, attn_mask, dropout_p, is_causal, enable_gqa) -> boo
         return False
     if not (isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
         return False
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.shape[2] != 1:
+    # Called for each layer at every decode step: each size and stride read once (the checks
+    # were 4 us of host time per call on a 2-core CPU, about three times that on the H100 host).
+    qs, ks, vs = q.shape, k.shape, v.shape
+    if len(qs) != 4 or len(ks) != 4 or ks != vs or qs[2] != 1:
         return False
-    B, H, _, D = q.shape
-    Bk, Hk, S, Dk = k.shape
-    if tuple(v.shape) != (Bk, Hk, S, Dk) or Bk != B or Dk != D or S < 1 or D > 256 or Hk < 1:
+    B, H, _, D = qs
+    Bk, Hk, S, Dk = ks
+    if Bk != B or Dk != D or S < 1 or D > 256 or Hk < 1:
         return False
-    if q.dtype not in _DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+    dt = q.dtype
+    if dt not in _DTYPES or k.dtype != dt or v.dtype != dt:
         return False
     if H % Hk or (H != Hk and not enable_gqa):
         return False
-    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+    qt, kt, vt = q.stride(), k.stride(), v.stride()
+    if qt[3] != 1 or kt[3] != 1 or vt[3] != 1:
         return False
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return False
-    # Offsets are 32-bit in the kernel.
-    return all(t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) < _I32 for t in (q, k, v))
+    # Offsets are 32-bit in the kernel: the largest element offset of each (strides are never negative).
+    return (q.storage_offset() + (B - 1) * qt[0] + (H - 1) * qt[1] + (D - 1) < _I32
+            and k.storage_offset() + (B - 1) * kt[0] + (Hk - 1) * kt[1] + (S - 1) * kt[2] + (D - 1) < _I32
+            and v.storage_offset() + (B - 1) * vt[0] + (Hk - 1) * vt[1] + (S - 1) * vt[2] + (D - 1) < _I32)
 
 
 #: Where the next :func:`decode_attention` call writes (set by :class:`writing_into`), or None.
@@ -163,7 +170,7 @@ def decode_attention(q, k, v, scale=None, enable_gqa=False):
     """``scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=enable_gqa)`` for one
     query position (``q.shape[2] == 1``), where :func:`decode_eligible` holds."""
     B, H, _, D = q.shape
-    Hk, S = k.shape[1], k.shape[2]
+    _, Hk, S, _ = k.shape
     dest = _DEST[0] if _DEST else None
     if dest is not None and dest.shape == (B, H, 1, D) and dest.dtype == q.dtype and dest.device == q.device \
             and dest.stride(-1) == 1:
@@ -173,13 +180,20 @@ def decode_attention(q, k, v, scale=None, enable_gqa=False):
         out = torch.empty((B, 1, H, D), dtype=q.dtype, device=q.device).transpose(1, 2)
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(D)
     block_d = max(16, triton.next_power_of_2(D))
-    args = [S, H, H // Hk, D, q.stride(0), q.stride(1), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), out.stride(0), out.stride(1), sc]
+    qt, kt, vt, ot = q.stride(), k.stride(), v.stride(), out.stride()
+    args = [S, H, H // Hk, D, qt[0], qt[1], kt[0], kt[1], kt[2], vt[0], vt[1], vt[2], ot[0], ot[1], sc]
     big = S > BIG_FROM
-    opts = {"BLOCK_N": BIG_BLOCK_N if big else BLOCK_N, "BLOCK_D": block_d, "num_warps": 8 if big else 4}
-    bind_launch(kernel_for(q.dtype), (B * H,), args, opts)(
-        [q, k, v, out])
+    launcher = _LAUNCHERS.get((q.dtype, big, block_d))
+    if launcher is None:
+        opts = {"BLOCK_N": BIG_BLOCK_N if big else BLOCK_N, "BLOCK_D": block_d, "num_warps": 8 if big else 4}
+        launcher = _LAUNCHERS[(q.dtype, big, block_d)] = Launcher(kernel_for(q.dtype), opts)
+    launcher([q, k, v, out], (B * H,), args)
     return out
+
+
+#: (dtype, big blocks, BLOCK_D) -> the kernel's Launcher: S is new at every decode step, so a
+#: launch bound per size would serve one call (binding cost more host time than launching).
+_LAUNCHERS: dict = {}
 
 
 #: Why the kernel is off for this process (it did not compile with this Triton), or None.
@@ -191,7 +205,7 @@ def warm(dtype, device, head_dim) -> None:
     """Compile both block configurations for ``dtype`` (a launch on a small dummy cache each),
     so that a decode crossing ``BIG_FROM`` keys does not stall on a compile mid-generation.
     Not while a CUDA graph is being captured (the dummies would join it)."""
-    key = (dtype, str(device), head_dim)
+    key = (dtype, device, head_dim)  # the device itself: str() of it each call cost a microsecond
     if key in _WARM or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         return
     _WARM.add(key)

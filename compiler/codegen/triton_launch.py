@@ -126,4 +126,49 @@ def bind_launch(fn, grid, args, options):
     return launch
 
 
-__all__ = ["bind_launch"]
+class Launcher:
+    """Launches of JIT function ``fn`` at fixed ``options``, the grid and size arguments given
+    at each call: :func:`bind_launch` without a binding per size.  A decode step's kernels that
+    see the growing cache length (:mod:`compiler.piecewise`'s eager segments, the decode
+    attention) meet a new size at every token: binding each (a plan, a closure, the shared
+    cache's weak-key lookup) cost about 25 us per kernel on the H100 machine's host, more than
+    the launch.  The direct path and its checks are :func:`bind_launch`'s, per integer
+    argument types (a size past 32 bits is another binary).
+
+    >>> calls = []
+    >>> class Fake:
+    ...     def run(self, *a, grid, warmup, **kw):
+    ...         calls.append((a, grid, kw))
+    >>> launch = Launcher(Fake(), {"BLOCK": 16, "num_warps": 4})
+    >>> launch(["t0"], (4,), [7]); launch(["t0"], (2,), [9])
+    >>> [(c[0], c[1], c[2]["BLOCK"]) for c in calls]
+    [(('t0', 7), (4,), 16), (('t0', 9), (2,), 16)]
+    """
+
+    __slots__ = ("fn", "options", "constexprs", "parts")
+
+    def __init__(self, fn, options):
+        self.fn = fn
+        self.options = dict(options)
+        self.constexprs = tuple(v for k, v in options.items() if k != "num_warps" and k != "num_stages")
+        self.parts: dict = {}  # integer argument types -> direct parts, or None (no direct launch)
+
+    def __call__(self, tensors, grid, args):
+        types = _int_types(args)
+        d = self.parts.get(types)
+        if d is not None:
+            run, function, packed, aligned, dev = d
+            for i in aligned:
+                if tensors[i].data_ptr() & 15:
+                    break
+            else:
+                if _get_device() == dev and _no_hooks():
+                    run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1, _get_stream(dev),
+                        function, packed, None, None, None, *tensors, *args, *self.constexprs)
+                    return
+        kernel = self.fn.run(*tensors, *args, grid=grid, warmup=False, **self.options)
+        if types not in self.parts:
+            self.parts[types] = _direct_parts(kernel, tensors)
+
+
+__all__ = ["bind_launch", "Launcher"]

@@ -21,7 +21,7 @@ from shapes.enums import TextEnum
 from ..exprs import compile_exprs
 from .skeleton import KernelGen
 from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block, reachable_classes, row_blocks
-from .triton_launch import bind_launch
+from .triton_launch import Launcher, bind_launch
 from .triton_tiles import XBLOCKS, split_count, tile_blocks, tile_size
 
 _pow2 = pow2_block
@@ -80,6 +80,9 @@ class SizeClassLauncher:
         self.parts = {GENERIC: getattr(module, kernel.name + "_part", None)}
         self.plans: dict = {}
         self.bound: dict = {}
+        # (id of the variant, options) -> Launcher (launch_at): ids, as a JITFunction
+        # hashes through a lock.
+        self._launchers: dict = {}
         #: (divisibility flags of the aligned sizes, persistent) -> (class, kernel, indices passed
         #: divided by 16): a new size of a known class (every decode step) binds without sets.
         self._by_flags: dict = {}
@@ -179,6 +182,25 @@ class SizeClassLauncher:
                 got = bind_launch(fn, grid, args, opts)
             if len(self.bound) < 4096:
                 self.bound[sizes] = got
+        return got
+
+    def launch_at(self, tensors, sizes):
+        """Launch at ``sizes`` without a binding (:class:`~compiler.codegen.triton_launch.Launcher`):
+        for kernels that meet a new size at nearly every call (a decode step's, which see the
+        cache length), where a binding would serve one call and be dropped."""
+        fn, grid, args, opts = self.plan(sizes)
+        if grid[0] <= 0:
+            return
+        if self.split:  # two kernels and a workspace: through each kernel's Launcher
+            fn(tensors, lambda f, g, t, a, o: self._launcher(f, o)(t, g, a))
+            return
+        self._launcher(fn, opts)(tensors, grid, args)
+
+    def _launcher(self, fn, opts) -> Launcher:
+        key = (id(fn), tuple(opts.items()))
+        got = self._launchers.get(key)
+        if got is None:
+            got = self._launchers[key] = Launcher(fn, opts)
         return got
 
     def _options(self, block) -> dict:
