@@ -226,7 +226,7 @@ def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows
     program ``(i, s)`` reduces chunk ``s`` of the rows into workspace ``ws``
     (``[reductions, S, outputs]`` float32), which the main kernel, launched with ``SPLIT``,
     combines instead of looping over the rows."""
-    from .triton import TL  # the dtype spellings (triton imports this module)
+    TL = target.type_names
     k, ind = g.kernel, "    "
     nptr = len(g.args)
     split = splittable(k)
