@@ -344,6 +344,34 @@ def case_few_columns_split_the_rows():
     assert any(split) and not all(split), split
 
 
+def case_split_kernel_with_inner_stores():
+    # A column-sum kernel that also writes [C, K] tiles (BERT's weight-gradient casts beside its
+    # LayerNorm sums): stores reading no sum run in the split's partial kernel, one reading a sum
+    # in the main kernel; equal to eager split or not.
+    import compiler
+
+    def prog(g, xh, w):
+        s = g.sum(0)
+        return (g * xh).sum(0), s, w.float() * 2, w * s[:, None]
+
+    f = compiler.compile(prog, "g: bf16[N, C]", "xh: bf16[N, C]", "w: bf16[C, K]", target="triton")
+    split = []
+    for N, C, K in [(1000, 5, 7), (3, 7, 2), (777, 33, 300), (2, 3, 1)]:
+        g, xh = torch.randn(N, C, device=DEVICE).bfloat16(), torch.randn(N, C, device=DEVICE).bfloat16()
+        w = torch.randn(C, K, device=DEVICE).bfloat16()
+        got, want = f(g, xh, w), prog(g, xh, w)
+        _close(got[2], want[2], atol=0, rtol=0)  # a cast and a doubling: exact
+        for a, b in zip(got[:2], want[:2]):
+            _close(a.double(), b.double(), atol=2e-2 * N ** 0.5, rtol=4e-2)
+        # w * s rounds s to bf16 first: a sum one bf16 step off (order) scales by |w|
+        _close(got[3].double(), (w.double() * got[1].double()[:, None]).bfloat16().double(), atol=0, rtol=1e-2)
+        for _, ln in f.variants[-1].launchers.values():
+            sl = ln.plan((C, K, N))[0]
+            split.append(ln.kind.value == "tiles" and getattr(sl, "part", None) is not None
+                         and any(L for _, L, _ in ln.kernel.inner_stores))
+    assert any(split), split
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 

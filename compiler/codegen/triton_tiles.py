@@ -34,6 +34,8 @@ import os
 import sympy
 import torch
 
+from shapes.functions import FloorDiv, PyMod
+
 from ..ir import JVAR, RVAR, Kernel, Load, RedRef, compute_dtype, flat_index, walk
 from .skeleton import KernelGen, Scope
 
@@ -51,9 +53,22 @@ MIN_PROGRAMS = 264
 ENABLED = os.environ.get("SYMSHAPE_TILED_REDUCTIONS", "1") != "0"
 
 
+def _without_mod(e):
+    """``e`` with each ``a mod b`` written ``a - b*(a // b)``: a row index flattened from two dims
+    reads ``32*T*(r // T) + 32*(r % T)``, which is ``32*r`` (the vote only; the kernel computes
+    the index as given).
+
+    >>> r, T = sympy.symbols("r T", integer=True, positive=True)
+    >>> sympy.expand(_without_mod(32 * T * FloorDiv(r, T) + 32 * PyMod(r, T)))
+    32*r
+    """
+    return e.replace(lambda t: isinstance(t, (PyMod, sympy.Mod)),
+                     lambda t: t.args[0] - t.args[1] * FloorDiv(t.args[0], t.args[1]))
+
+
 def _linear_coeff(e, var):
     """The coefficient of ``var`` in index ``e`` where ``e`` is linear in it, else None."""
-    e = sympy.expand(sympy.sympify(e))
+    e = sympy.expand(_without_mod(sympy.sympify(e)))
     if not e.has(var):
         return sympy.Integer(0)
     if not e.is_polynomial(var):  # floor division, modulo: no fixed stride
@@ -269,16 +284,23 @@ def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows
         v = row.emit(value)
         idx = g.index(flat_index(k.outer_vars, buf.strides))
         row.lines.append(f"{ind}tl.store({g.ptr[buf.name]} + ({idx}) + zx, tl.where(xm, {v}, {v}), mask=xm)")
-    for buf, L, value in k.inner_stores:
+    def inner(buf, L, value, parent, ind, start, stop) -> list:
         Ls = g.expr(L)
-        row.lines.append(f"{ind}for joff in range(0, {Ls}, BLOCK):")
-        row.lines.append(f"{ind}    {JVAR} = joff + tl.arange(0, BLOCK)[:, None]")
-        row.lines.append(f"{ind}    jm = ({JVAR} < {Ls}) & xm")
-        sc = Scope(g, ind + "    ", "jm", row)
+        out = [f"{ind}for joff in range({start}, {stop or Ls}, BLOCK):",
+               f"{ind}    {JVAR} = joff + tl.arange(0, BLOCK)[:, None]",
+               f"{ind}    jm = ({JVAR} < {Ls}) & xm"]
+        sc = Scope(g, ind + "    ", "jm", parent)
         v = sc.emit(value)
         idx = g.index(flat_index(k.outer_vars + (JVAR,), buf.strides))
-        row.lines += sc.lines + [f"{ind}    tl.store({g.ptr[buf.name]} + ({idx}) + zvec, tl.where(jm, {v}, {v}), "
-                                 f"mask=jm)"]
+        return out + sc.lines + [f"{ind}    tl.store({g.ptr[buf.name]} + ({idx}) + zvec, tl.where(jm, {v}, {v}), mask=jm)"]
+
+    # Inner stores that read no reduction (BERT's weight-gradient casts beside its LayerNorm
+    # sums: 80 MB) run in the split's partial kernel, over all its programs, not in 48.
+    free = [split and not any(isinstance(v, RedRef) for v in walk(value)) for _, _, value in k.inner_stores]
+    for (buf, L, value), f in zip(k.inner_stores, free):
+        if f:
+            row.lines.append(f"{ind}if not SPLIT:  # else written by {k.name}_part")
+        row.lines += inner(buf, L, value, row, ind + "    " * f, "0", None)
     main = "\n".join(signature(name, consts) + _prologue(target, g, rows, ind) + body + row.lines)
     if not split:
         return main
@@ -290,6 +312,12 @@ def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows
     for i, n in enumerate(group):
         lines.append(f"{ind}tl.store(ws + ({i} * S + tl.program_id(1)) * ({rowsx}) + xrow, "
                      f"{finish(k.reductions[n][0], f'acc{n}')}[None, :], mask=xm)")
+    for m, ((buf, L, value), f) in enumerate(zip(k.inner_stores, free)):
+        if f:  # chunk program_id(1) of S of the store's rows, in whole blocks
+            Ls = g.expr(L)
+            lines.append(f"{ind}jch{m} = ((({Ls}) + S - 1) // S + BLOCK - 1) // BLOCK * BLOCK")
+            lines.append(f"{ind}j0{m} = tl.program_id(1).to(tl.int64) * jch{m}")
+            lines += inner(buf, L, value, part, ind, f"j0{m}", f"tl.minimum(j0{m} + jch{m}, {Ls})")
     return main + "\n\n\n" + "\n".join(lines)
 
 
