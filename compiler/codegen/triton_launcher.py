@@ -72,6 +72,8 @@ class SizeClassLauncher:
         # A tiled kernel's row length is its reduced dim, which a split cuts (:func:`.split_count`).
         exprs = list(work) + ([rowlen] if rowlen is not None else [])
         self.split = kind is Grid.TILES and rowlen is not None
+        #: A tiled kernel's elements per tile, once: it walks every reduction body (a plan per new size).
+        self.tile = tile_size(kernel) if kind is Grid.TILES else None
         self.work_fn = compile_exprs(exprs, lp.symbols)
         self.nwork = len(work)
         self.dtypes = list(dtypes)
@@ -206,7 +208,7 @@ class SizeClassLauncher:
     def _options(self, block) -> dict:
         """The launch's constexprs and warps: ``block`` is BLOCK, or a tiled kernel's (XBLOCK, split)."""
         if self.kind is Grid.TILES:
-            tile = tile_size(self.kernel)
+            tile = self.tile
             xb, split = block
             opts = {"BLOCK": tile // xb, "XBLOCK": xb, "num_warps": _warps(tile)}
             return {**opts, "SPLIT": split} if self.split else opts
@@ -227,7 +229,7 @@ class SizeClassLauncher:
         args = [v // 16 if i in div else v for i, v in enumerate(sizes)] if div else list(sizes)
         n = max(w[:self.nwork])
         if self.kind is Grid.TILES:
-            xb, block = tile_blocks(n, tile_size(self.kernel))
+            xb, block = tile_blocks(n, self.tile)
             grid = ((n + xb - 1) // xb,)
             if not self.split:
                 return fn, grid, args, self._options((xb, False))

@@ -235,6 +235,39 @@ def _loop(g, row, group, ind, start, stop, TL) -> tuple:
     return out + sc.lines + upd
 
 
+def _inner_store(g, buf, L, value, parent, ind, start, stop) -> list:
+    """A loop writing inner store ``buf`` (rows of ``L``) as ``[BLOCK, XBLOCK]`` tiles from ``start``."""
+    k, Ls = g.kernel, g.expr(L)
+    out = [f"{ind}for joff in range({start}, {stop or Ls}, BLOCK):",
+           f"{ind}    {JVAR} = joff + tl.arange(0, BLOCK)[:, None]",
+           f"{ind}    jm = ({JVAR} < {Ls}) & xm"]
+    sc = Scope(g, ind + "    ", "jm", parent)
+    v = sc.emit(value)
+    idx = g.index(flat_index(k.outer_vars + (JVAR,), buf.strides))
+    return out + sc.lines + [f"{ind}    tl.store({g.ptr[buf.name]} + ({idx}) + zvec, tl.where(jm, {v}, {v}), mask=jm)"]
+
+
+def _part_kernel(target, g, lines, group, rows, free) -> list:
+    """The partial kernel's lines after its signature ``lines``: program ``(i, s)`` reduces rows
+    chunk ``s`` into the workspace and writes chunk ``s`` of each inner store in ``free``."""
+    k, ind = g.kernel, "    "
+    part = Scope(g, ind, "xm", zero="zx")
+    lines = lines + _prologue(target, g, rows, ind)
+    lines.append(f"{ind}start = tl.program_id(1).to(tl.int64) * CH")
+    lines.append(f"{ind}stop = tl.minimum(start + CH, {g.expr(k.reductions[group[0]][0].rsize)})")
+    lines += _loop(g, part, group, ind, "start", "stop", target.type_names)
+    for i, n in enumerate(group):
+        lines.append(f"{ind}tl.store(ws + ({i} * S + tl.program_id(1)) * ({g.expr(rows)}) + xrow, "
+                     f"{finish(k.reductions[n][0], f'acc{n}')}[None, :], mask=xm)")
+    for m, ((buf, L, value), f) in enumerate(zip(k.inner_stores, free)):
+        if f:  # chunk program_id(1) of S of the store's rows, in whole blocks
+            Ls = g.expr(L)
+            lines.append(f"{ind}jch{m} = ((({Ls}) + S - 1) // S + BLOCK - 1) // BLOCK * BLOCK")
+            lines.append(f"{ind}j0{m} = tl.program_id(1).to(tl.int64) * jch{m}")
+            lines += _inner_store(g, buf, L, value, part, ind, f"j0{m}", f"tl.minimum(j0{m} + jch{m}, {Ls})")
+    return lines
+
+
 def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows) -> str:
     """A tiled reduction kernel ``name`` (``params``: pointers then sizes; ``head``: the lines
     turning size arguments into int64), and where :func:`splittable`, its ``name_part`` kernel:
@@ -284,40 +317,17 @@ def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows
         v = row.emit(value)
         idx = g.index(flat_index(k.outer_vars, buf.strides))
         row.lines.append(f"{ind}tl.store({g.ptr[buf.name]} + ({idx}) + zx, tl.where(xm, {v}, {v}), mask=xm)")
-    def inner(buf, L, value, parent, ind, start, stop) -> list:
-        Ls = g.expr(L)
-        out = [f"{ind}for joff in range({start}, {stop or Ls}, BLOCK):",
-               f"{ind}    {JVAR} = joff + tl.arange(0, BLOCK)[:, None]",
-               f"{ind}    jm = ({JVAR} < {Ls}) & xm"]
-        sc = Scope(g, ind + "    ", "jm", parent)
-        v = sc.emit(value)
-        idx = g.index(flat_index(k.outer_vars + (JVAR,), buf.strides))
-        return out + sc.lines + [f"{ind}    tl.store({g.ptr[buf.name]} + ({idx}) + zvec, tl.where(jm, {v}, {v}), mask=jm)"]
-
     # Inner stores that read no reduction (BERT's weight-gradient casts beside its LayerNorm
     # sums: 80 MB) run in the split's partial kernel, over all its programs, not in 48.
     free = [split and not any(isinstance(v, RedRef) for v in walk(value)) for _, _, value in k.inner_stores]
     for (buf, L, value), f in zip(k.inner_stores, free):
         if f:
             row.lines.append(f"{ind}if not SPLIT:  # else written by {k.name}_part")
-        row.lines += inner(buf, L, value, row, ind + "    " * f, "0", None)
+        row.lines += _inner_store(g, buf, L, value, row, ind + "    " * f, "0", None)
     main = "\n".join(signature(name, consts) + _prologue(target, g, rows, ind) + body + row.lines)
     if not split:
         return main
-    part = Scope(g, ind, "xm", zero="zx")
-    lines = signature(name + "_part", consts[:2]) + _prologue(target, g, rows, ind)
-    lines.append(f"{ind}start = tl.program_id(1).to(tl.int64) * CH")
-    lines.append(f"{ind}stop = tl.minimum(start + CH, {g.expr(k.reductions[group[0]][0].rsize)})")
-    lines += _loop(g, part, group, ind, "start", "stop", TL)
-    for i, n in enumerate(group):
-        lines.append(f"{ind}tl.store(ws + ({i} * S + tl.program_id(1)) * ({rowsx}) + xrow, "
-                     f"{finish(k.reductions[n][0], f'acc{n}')}[None, :], mask=xm)")
-    for m, ((buf, L, value), f) in enumerate(zip(k.inner_stores, free)):
-        if f:  # chunk program_id(1) of S of the store's rows, in whole blocks
-            Ls = g.expr(L)
-            lines.append(f"{ind}jch{m} = ((({Ls}) + S - 1) // S + BLOCK - 1) // BLOCK * BLOCK")
-            lines.append(f"{ind}j0{m} = tl.program_id(1).to(tl.int64) * jch{m}")
-            lines += inner(buf, L, value, part, ind, f"j0{m}", f"tl.minimum(j0{m} + jch{m}, {Ls})")
+    lines = _part_kernel(target, g, signature(name + "_part", consts[:2]), group, rows, free)
     return main + "\n\n\n" + "\n".join(lines)
 
 
