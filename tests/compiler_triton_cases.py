@@ -264,6 +264,114 @@ def case_fused_loss_refuses_labels_out_of_range():
                 raise AssertionError(f"label {bad} was not refused")
 
 
+def _forms(f):
+    """Each kernel's grid form (flat, rows, tiles) in a compiled function's first variant."""
+    return {k: ln.kind.value for k, (_, ln) in f.variants[0].launchers.items()}
+
+
+def case_column_reductions_in_tiles():
+    # Sums over a strided (non-innermost) dim run as coalesced [BLOCK, XBLOCK] tiles (the form is
+    # chosen from the loads); fp32/fp16/bf16 accumulate in float32, sizes 1, primes and past a tile.
+    import compiler
+
+    def cols(x, y):
+        return (x * 2).sum(0), (x * y).sum(0), x.mean(0), torch.var(x.float(), 0), x.amax(0), x.amin(0)
+
+    for dt, spec, tol in ((torch.float32, "f32", 1e-4), (torch.float16, "f16", 2e-2), (torch.bfloat16, "bf16", 4e-2)):
+        f = compiler.compile(cols, f"x: {spec}[N, C]", f"y: {spec}[N, C]", target="triton")
+        for N, C in [(1, 5), (2, 1), (7, 13), (131, 37), (300, 17), (3, 2)]:
+            x, y = torch.randn(N, C, device=DEVICE).to(dt), torch.randn(N, C, device=DEVICE).to(dt)
+            if N > 2:
+                x[1, 0] = float("nan")  # max/min over a column with a NaN is NaN, as in eager
+            got, want = f(x, y), cols(x, y)
+            for a, b in zip(got, want):  # float32 accumulation: compare against a float64 eager sum
+                _close(a.double(), b.double(), atol=tol * max(1.0, N ** 0.5), rtol=tol)
+        assert f.stats["traces"] <= 3, f.stats  # N = 1 and C = 1 are variants of their own
+        assert "tiles" in _forms(f).values(), _forms(f)
+    # A row reduction (contiguous along the reduced dim) keeps one program per row.
+    g = compiler.compile(lambda x: x.sum(-1), "x: f32[N, C]", target="triton")
+    x = torch.randn(5, 7, device=DEVICE)
+    _close(g(x), x.sum(-1))
+    assert set(_forms(g).values()) == {"rows"}, _forms(g)
+
+
+def case_layernorm_weight_grad_and_batch_sums_in_tiles():
+    # LayerNorm's weight gradient (sum over rows of a*b) and bias gradient beside a per-element
+    # output and a sum over the batch dim of [B, T, C] (outer = (T, C)): one tiled kernel each,
+    # int sums too, every size class.
+    import compiler
+
+    def lnw(g, xhat, w):
+        dx = g * w  # an inner store of the same kernel or its own: equal to eager either way
+        return (g * xhat).sum(0), g.sum(0), dx, (xhat > 0).sum(0)
+
+    def batch(x):
+        return x.sum(0), (x * x).sum(0) + 1
+
+    f = compiler.compile(lnw, "g: f32[N, C]", "xhat: f32[N, C]", "w: f32[C]", target="triton")
+    h = compiler.compile(batch, "x: bf16[B, T, C]", target="triton")
+    for N, C in [(1, 3), (5, 16), (97, 33), (4, 1)]:
+        a, b, w = (torch.randn(N, C, device=DEVICE), torch.randn(N, C, device=DEVICE),
+                   torch.randn(C, device=DEVICE))
+        for got, want in zip(f(a, b, w), lnw(a, b, w)):
+            _close(got, want, atol=1e-4, rtol=1e-4)
+    for B, T, C in [(1, 1, 8), (3, 5, 7), (13, 2, 64), (2, 17, 3)]:
+        x = torch.randn(B, T, C, device=DEVICE).bfloat16()
+        for got, want in zip(h(x), batch(x)):
+            _close(got.double(), want.double(), atol=5e-2 * B, rtol=4e-2)
+    assert "tiles" in _forms(f).values() and "tiles" in _forms(h).values(), (_forms(f), _forms(h))
+
+
+def case_few_columns_split_the_rows():
+    # Few outputs over many rows (BERT's 768 columns of 4696 rows): the rows are cut into chunks
+    # whose partial results a second kernel combines; equal to eager (and NaN kept) at sizes
+    # where the split happens and where it does not.
+    import compiler
+
+    def prog(g, x):
+        return (g * x).sum(0), g.sum(0), (g * x).amax(0)
+
+    f = compiler.compile(prog, "g: bf16[N, C]", "x: bf16[N, C]", target="triton")
+    split = []
+    for N, C in [(1000, 5), (3, 7), (777, 33), (2, 1), (4099, 17)]:
+        g, x = torch.randn(N, C, device=DEVICE).bfloat16(), torch.randn(N, C, device=DEVICE).bfloat16()
+        g[N // 2, 0] = float("nan")
+        for got, want in zip(f(g, x), prog(g, x)):
+            _close(got.double(), want.double(), atol=2e-2 * N ** 0.5, rtol=4e-2)
+        for _, ln in f.variants[-1].launchers.values():
+            plan = ln.plan((C, N))[0]
+            split.append(getattr(plan, "part", None) is not None)
+    assert any(split) and not all(split), split
+
+
+def case_split_kernel_with_inner_stores():
+    # A column-sum kernel that also writes [C, K] tiles (BERT's weight-gradient casts beside its
+    # LayerNorm sums): stores reading no sum run in the split's partial kernel, one reading a sum
+    # in the main kernel; equal to eager split or not.
+    import compiler
+
+    def prog(g, xh, w):
+        s = g.sum(0)
+        return (g * xh).sum(0), s, w.float() * 2, w * s[:, None]
+
+    f = compiler.compile(prog, "g: bf16[N, C]", "xh: bf16[N, C]", "w: bf16[C, K]", target="triton")
+    split = []
+    for N, C, K in [(1000, 5, 7), (3, 7, 2), (777, 33, 300), (2, 3, 1)]:
+        g, xh = torch.randn(N, C, device=DEVICE).bfloat16(), torch.randn(N, C, device=DEVICE).bfloat16()
+        w = torch.randn(C, K, device=DEVICE).bfloat16()
+        got, want = f(g, xh, w), prog(g, xh, w)
+        _close(got[2], want[2], atol=0, rtol=0)  # a cast and a doubling: exact
+        for a, b in zip(got[:2], want[:2]):
+            _close(a.double(), b.double(), atol=2e-2 * N ** 0.5, rtol=4e-2)
+        # w * s rounds s to bf16 first: a sum one bf16 step off (order) scales by |w|
+        _close(got[3].double(), (w.double() * got[1].double()[:, None]).bfloat16().double(), atol=0, rtol=1e-2)
+        for _, ln in f.variants[-1].launchers.values():
+            sl = ln.plan((C, K, N))[0]
+            split.append(ln.kind.value == "tiles" and getattr(sl, "part", None) is not None
+                         and any(L for _, L, _ in ln.kernel.inner_stores))
+    assert any(split), split
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 

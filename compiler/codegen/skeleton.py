@@ -114,12 +114,15 @@ class Scope:
 
     ``mask`` is the target's name for the active-lane mask of the region
     (Triton blocks), ``None`` where every lane is in bounds.  A child scope
-    sees its parent's values (they were computed before it).
+    sees its parent's values (they were computed before it).  ``zero`` names
+    a zero block of the mask's shape (Triton broadcasts a mask to the pointer,
+    not the pointer to the mask; a tiled kernel's rows and tiles differ).
     """
 
     def __init__(self, gen: "KernelGen", indent: str, mask: Optional[str] = None,
-                 parent: Optional["Scope"] = None):
+                 parent: Optional["Scope"] = None, zero: str = "zvec"):
         self.g = gen
+        self.zero = zero
         self.indent = indent
         self.mask = mask
         self.lines: list[str] = []

@@ -28,21 +28,19 @@ from dataclasses import dataclass
 import sympy
 import torch
 
-from shapes.enums import TextEnum
 from shapes.kernel_helpers import TRITON_SOURCE
 from shapes.printers import to_triton
 
-from ..exprs import compile_exprs
 from .. import skinny_matmul
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, flat_index, substitute
 from .cpp import cache_dir
 from .decode_attention import try_decode
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
-from .triton_build import prestart, wait_built, warm
-from .triton_classes import (GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block,
-                             reachable_classes, row_blocks)
-from .triton_launch import Launcher, bind_launch
+from .triton_build import prestart, warm  # noqa: F401 - warm re-exported
+from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, pow2_block  # noqa: F401 - re-exported
+from .triton_launcher import Grid, SizeClassLauncher
+from .triton_tiles import finish as _finish, splittable, tiled_source, wants_tiles
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
       torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
@@ -65,13 +63,6 @@ def _min_nan(a, b):
 ''' + TRITON_SOURCE
 
 BLOCK = 1024
-
-
-class Grid(TextEnum):
-    """How a kernel's programs cover its work: one per block of elements (``FLAT``) or one per row (``ROWS``)."""
-
-    FLAT = "flat"
-    ROWS = "rows"
 
 
 _pow2 = pow2_block
@@ -147,7 +138,7 @@ class TritonTarget(Target):
         if scope.mask:
             # + zvec: a block-shaped pointer even where the index is the same for the
             # whole block (Triton broadcasts the mask to the pointer, not back).
-            return f"tl.load({g.ptr[v.buf]} + ({idx}) + zvec, mask={scope.mask}, other=0)"
+            return f"tl.load({g.ptr[v.buf]} + ({idx}) + {scope.zero}, mask={scope.mask}, other=0)"
         return f"tl.load({g.ptr[v.buf]} + ({idx}))"
 
     def size_value(self, gen, v):
@@ -187,15 +178,15 @@ class TritonTarget(Target):
         dns = [p for p in params[len(g.args):]]
         dns = f"(do_not_specialize={dns!r})" if dns else ""
         name = k.name + variant.suffix
-        lines = [f"@triton.jit{dns}", f"def {name}({', '.join(params + ['BLOCK: tl.constexpr'])}):"]
-        for s, d in zip(syms, div):
-            if d:
-                lines.append(f"    {s} = {s}_16.to(tl.int64) * 16")
-            else:
-                lines.append(f"    {s} = {s}.to(tl.int64)  # int64 index math whatever the size")
+        head = [f"    {s} = {s}_16.to(tl.int64) * 16" if d else f"    {s} = {s}.to(tl.int64)  # int64 index math whatever the size"
+                for s, d in zip(syms, div)]
         ind = "    "
-        lines.append(f"{ind}zvec = tl.zeros([BLOCK], dtype=tl.int64)")
         rows = sympy.Mul(*k.outer) if k.outer else sympy.Integer(1)
+        if wants_tiles(k):  # columns read strided along the reduced dim: coalesced tiles, no persistent class
+            rlen = k.reductions[0][0].rsize if splittable(k) else None
+            return tiled_source(self, g, name, params, head, rows), (Grid.TILES, [rows], None, rlen)
+        lines = [f"@triton.jit{dns}", f"def {name}({', '.join(params + ['BLOCK: tl.constexpr'])}):"] + head
+        lines.append(f"{ind}zvec = tl.zeros([BLOCK], dtype=tl.int64)")
         if k.reductions and variant.persistent:
             return self._persistent(g, lines, rows), (Grid.ROWS, [rows], None, _row_length(k))
         if not k.reductions:
@@ -257,8 +248,7 @@ class TritonTarget(Target):
                    "max": f"tl.maximum(acc{n}, tl.where(rm, {v}, {ident}){nan})",
                    "min": f"tl.minimum(acc{n}, tl.where(rm, {v}, {ident}){nan})"}[red.op]
             row.lines += sc.lines + [f"{ind}    acc{n} = {upd}"]
-            fin = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}[red.op]
-            row.lines.append(f"{ind}red{n} = {fin}(acc{n}, 0)")
+            row.lines.append(f"{ind}red{n} = {_finish(red, f'acc{n}')}")
         for buf, value in k.row_stores:
             v = row.emit(value)
             row.lines.append(f"{ind}tl.store({g.ptr[buf.name]} + ({g.index(flat_index(k.outer_vars, buf.strides))}), {v})")
@@ -365,182 +355,6 @@ def _row_length(k):
     return lens.pop() if len(lens) == 1 else None
 
 
-def _warps(block) -> int:
-    return 4 if block <= 1024 else 8 if block <= 4096 else 16
-
-
-class _Recording(KernelGen):
-    """A kernel generator that keeps every size and index expression it prints."""
-
-    def __init__(self, *a, **kw):
-        super().__init__(*a, **kw)
-        self.seen: list = []
-
-    def expr(self, e) -> str:
-        self.seen.append(e)
-        return super().expr(e)
-
-    def index(self, e) -> str:
-        self.seen.append(e)
-        return super().index(e)
-
-
-class SizeClassLauncher:
-    """``launch(tensors, sizes)`` for one kernel: a compiled check on the sizes picks the
-    kernel variant of their size class (built once per class, cached on disk by content),
-    never a retrace.  ``variants`` maps each size class seen to its compiled kernel.
-
-    The classes (:mod:`.triton_classes`): the divisibility by 16 of each size symbol that
-    decides some alignment of the kernel (``aligned``), and for reductions whose row
-    length is one expression, persistent (row <= PERSISTENT_MAX, block = the next power
-    of two) or looped.  :meth:`warm_jobs` compiles every class the kernel can meet."""
-
-    def __init__(self, target, module, kernel, lp, kind, work, block, rowlen, dtypes=()):
-        self.target, self.kernel, self.lp, self.kind, self.block = target, kernel, lp, kind, block
-        sym_names = target.sym_names(lp)
-        self.names = [sym_names[s] for s in lp.symbols]
-        exprs = list(work) + ([rowlen] if rowlen is not None and kind is Grid.ROWS else [])
-        self.work_fn = compile_exprs(exprs, lp.symbols)
-        self.nwork = len(work)
-        self.dtypes = list(dtypes)
-        self.variants = {GENERIC: getattr(module, kernel.name)}
-        self.plans: dict = {}
-        self.bound: dict = {}
-        #: (class, BLOCK) -> a build still running in a worker (:mod:`.triton_build`): the first
-        #: launch of that variant waits for it, so that it loads the binary instead of compiling.
-        self.pending: dict = {}
-        # (id of the variant, BLOCK, num_warps) -> Launcher (launch_at): ids, as a JITFunction
-        # hashes through a lock.
-        self._launchers: dict = {}
-        #: (divisibility flags of the aligned sizes, persistent) -> (class, kernel, indices passed
-        #: divided by 16): a new size of a known class (every decode step) binds without sets.
-        self._by_flags: dict = {}
-        g = _Recording(target, kernel, lp, sym_names)
-        target.kernel_source(g)
-        aligned = alignment_symbols(g.seen, set(lp.symbols))
-        #: The size names whose divisibility by 16 picks a class (the others never do).
-        self.aligned = [sym_names[s] for s in lp.symbols if s in aligned]
-        self._aidx = tuple(i for i, n in enumerate(self.names) if n in self.aligned)
-        self.rowlen = rowlen if kind is Grid.ROWS else None
-        #: One row of a size-dependent length (a loss summed over every token): always looped.
-        #: Its persistent blocks (one per power of two up to PERSISTENT_MAX, times the alignment
-        #: classes: 44 builds for GPT-2's training loss) would buy nothing for a single program.
-        self.loop_only = (self.rowlen is not None and not sympy.sympify(self.rowlen).is_Integer
-                          and all(sympy.sympify(w) == 1 for w in work))
-
-    def size_class(self, sizes, row) -> SizeClass:
-        div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0 and n in self.aligned)
-        return SizeClass(div, not self.loop_only and row is not None and 0 < row <= PERSISTENT_MAX)
-
-    def classes(self) -> list:
-        """``[(size class, BLOCK)]``: every class (and persistent block) a call can meet."""
-        if self.loop_only:
-            return [(sc, self.block) for sc in reachable_classes(self.aligned, None)]
-        blocks = row_blocks(self.rowlen, self.lp.symbols)
-        out = []
-        for sc in reachable_classes(self.aligned, blocks):
-            if not sc.persistent and blocks is None and self.rowlen is not None:
-                fixed = int(sympy.sympify(self.rowlen))
-                if 0 < fixed <= PERSISTENT_MAX:
-                    out.append((SizeClass(sc.div16, True), _pow2(fixed, PERSISTENT_MAX)))
-                    continue
-            if sc.persistent:
-                out += [(sc, b) for b in blocks]
-            else:
-                out.append((sc, self.block))
-        return out
-
-    def warm_jobs(self, classes=None) -> list:
-        """One ``job()`` per class of :meth:`classes` (or of ``classes``): compile it (a Triton
-        warm-up, no launch)."""
-        def job(sc, block):
-            return lambda: self.kernel_for(sc).warmup(*self.dtypes, *[3] * len(self.names), grid=(1,),
-                                                      BLOCK=block, num_warps=_warps(block))
-        return [job(sc, b) for sc, b in (self.classes() if classes is None else classes)]
-
-    def build_payloads(self, classes=None) -> list:
-        """``[((class, BLOCK), payload)]`` for a build worker (:mod:`.build_worker`): the variant's
-        module file, its function and the warm-up's arguments, for ``classes`` (default: all)."""
-        out = []
-        for sc, block in classes if classes is not None else self.classes():
-            path, mod = self.target.module_file(self.target.variant_source(self.kernel, self.lp, sc))
-            args = [("dtype", str(d).rsplit(".", 1)[-1]) for d in self.dtypes] + [3] * len(self.names)
-            out.append(((sc, block), (path, mod, self.kernel.name + sc.suffix, args,
-                                      {"grid": (1,), "BLOCK": block, "num_warps": _warps(block)})))
-        return out
-
-    def class_at(self, sizes) -> tuple:
-        """``(size class, BLOCK)`` a launch at ``sizes`` uses."""
-        w = self.work_fn(*sizes)
-        row = w[self.nwork] if len(w) > self.nwork else None
-        sc = self.size_class(sizes, row)
-        if self.kind is not Grid.FLAT and sc.persistent:
-            return sc, _pow2(row, PERSISTENT_MAX)
-        return sc, self.block
-
-    def kernel_for(self, sc: SizeClass):
-        fn = self.variants.get(sc)
-        if fn is None:
-            mod = self.target.build(self.target.variant_source(self.kernel, self.lp, sc))
-            fn = self.variants[sc] = getattr(mod, self.kernel.name + sc.suffix)
-        return fn
-
-    def __call__(self, tensors, sizes):
-        plan = self.plans.get(sizes)
-        if plan is None:
-            plan = self.plan(sizes)
-            if len(self.plans) < 4096:  # sizes seen repeat: one dict lookup per call
-                self.plans[sizes] = plan
-        fn, grid, args, block, warps = plan
-        if grid[0] > 0:
-            fn[grid](*tensors, *args, BLOCK=block, num_warps=warps)
-
-    def bind(self, sizes):
-        """``launch(tensors)`` at these sizes: the variant, grid and arguments fixed, and
-        after its first launch straight through the compiled kernel's launcher
-        (:func:`~compiler.codegen.triton_launch.bind_launch`)."""
-        got = self.bound.get(sizes)
-        if got is None:
-            fn, grid, args, block, warps = self.plan(sizes)
-            got = bind_launch(fn, grid, args, {"BLOCK": block, "num_warps": warps}) if grid[0] > 0 else _no_launch
-            if len(self.bound) < 4096:
-                self.bound[sizes] = got
-        return got
-
-    def launch_at(self, tensors, sizes):
-        """Launch at ``sizes`` without a binding (:class:`~compiler.codegen.triton_launch.Launcher`):
-        for kernels that meet a new size at nearly every call (a decode step's, which see the
-        cache length), where a binding would serve one call and be dropped."""
-        fn, grid, args, block, warps = self.plan(sizes)
-        if grid[0] > 0:
-            launcher = self._launchers.get((id(fn), block, warps))
-            if launcher is None:
-                launcher = self._launchers[(id(fn), block, warps)] = Launcher(fn, {"BLOCK": block, "num_warps": warps})
-            launcher(tensors, grid, args)
-
-    def plan(self, sizes):
-        """(kernel, grid, size arguments, BLOCK, num_warps) at these sizes."""
-        w = self.work_fn(*sizes)
-        row = w[self.nwork] if len(w) > self.nwork else None
-        flags = (tuple(sizes[i] % 16 == 0 for i in self._aidx),
-                 not self.loop_only and row is not None and 0 < row <= PERSISTENT_MAX)
-        got = self._by_flags.get(flags)
-        if got is None:
-            sc = self.size_class(sizes, row)
-            got = self._by_flags[flags] = (sc, self.kernel_for(sc),
-                                           frozenset(i for i, n in enumerate(self.names) if n in sc.div16))
-        sc, fn, div = got
-        args = [v // 16 if i in div else v for i, v in enumerate(sizes)] if div else list(sizes)
-        n = max(w[:self.nwork])
-        if self.kind is Grid.FLAT:
-            block, n = self.block, (n + self.block - 1) // self.block
-        elif sc.persistent:
-            block = _pow2(row, PERSISTENT_MAX)
-        else:
-            block = self.block
-        if self.pending:
-            wait_built(self.pending, (sc, block))
-        return fn, (n,), args, block, _warps(block)
 
 
 _cudnn_sdp_enabled = torch.backends.cuda.cudnn_sdp_enabled
@@ -580,8 +394,6 @@ def sdpa_without_cudnn(*args, **kwargs):
         _enable_cudnn_sdp(True)
 
 
-def _no_launch(tensors):
-    """An empty grid: nothing to launch."""
 
 
 TRITON = TritonTarget()

@@ -100,6 +100,9 @@ def build_split(pool, launchers, current=None) -> int:
     """The classes at sizes ``current`` built here in threads, before returning; every other one
     handed to ``pool``'s workers (kept in each launcher's ``pending``).  Returns the number of
     variants built or being built."""
+    # Tiled kernels (a workspace, a partials kernel) have no worker payload: all their classes here.
+    local = [launcher for launcher in launchers if not getattr(launcher, "process_buildable", True)]
+    launchers = [launcher for launcher in launchers if getattr(launcher, "process_buildable", True)]
     now, later = split_classes(launchers, current)
     # The rest first, so that the workers start on them while this process builds what the
     # current call needs in its own threads: its compiler is loaded already, a fresh worker's
@@ -110,7 +113,8 @@ def build_split(pool, launchers, current=None) -> int:
     for launcher, key in now:
         by_launcher.setdefault(launcher, []).append(key)
     warm_threads(list(by_launcher), classes=by_launcher)
-    return len(now) + len(later)
+    n_local = warm_threads(local) if local else 0
+    return len(now) + len(later) + n_local
 
 
 def split_classes(launchers, current) -> tuple:
@@ -143,7 +147,9 @@ def _submit(pool, items, urgent: bool) -> None:
 def submit_builds(pool, launchers, current=None) -> int:
     """Hand every class of every launcher to ``pool`` (a :class:`~.build_pool.BuildPool`), those
     at sizes ``current`` ahead of every job waiting, in launch order; each launcher's ``pending``
-    keeps the builds, for :func:`wait_built`.  Returns the number of variants submitted."""
+    keeps the builds, for :func:`wait_built`.  Tiled kernels, which no worker builds, are left
+    out (their launches compile them).  Returns the number of variants submitted."""
+    launchers = [launcher for launcher in launchers if getattr(launcher, "process_buildable", True)]
     now, later = split_classes(launchers, current)
     _submit(pool, now, urgent=True)
     _submit(pool, later, urgent=False)

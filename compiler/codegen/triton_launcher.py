@@ -1,0 +1,329 @@
+"""Launching Triton kernels: the size class of each call picks a compiled variant, grid and blocks.
+
+:class:`SizeClassLauncher` is what a compiled program calls per kernel; the
+kernel's source comes from :class:`~compiler.codegen.triton.TritonTarget`
+(rows, flat blocks, or tiles of :mod:`.triton_tiles`), its classes from
+:mod:`.triton_classes`, and a launch at fixed sizes is bound once
+(:func:`~compiler.codegen.triton_launch.bind_launch`).
+
+Example::
+
+    >>> Grid.TILES.value, _warps(4096)
+    ('tiles', 8)
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from shapes.enums import TextEnum
+
+from ..exprs import compile_exprs
+from .skeleton import KernelGen
+from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block, reachable_classes, row_blocks
+from .triton_build import wait_built
+from .triton_launch import Launcher, bind_launch
+from .triton_tiles import XBLOCKS, split_count, tile_blocks, tile_size
+
+_pow2 = pow2_block
+
+class Grid(TextEnum):
+    """How a kernel's programs cover its work: one per block of elements (``FLAT``), one per
+    row (``ROWS``), or one per ``XBLOCK`` rows in tiles (``TILES``, :mod:`.triton_tiles`)."""
+
+    FLAT = "flat"
+    ROWS = "rows"
+    TILES = "tiles"
+
+
+def _warps(block) -> int:
+    return 4 if block <= 1024 else 8 if block <= 4096 else 16
+
+
+class _Recording(KernelGen):
+    """A kernel generator that keeps every size and index expression it prints."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.seen: list = []
+
+    def expr(self, e) -> str:
+        self.seen.append(e)
+        return super().expr(e)
+
+    def index(self, e) -> str:
+        self.seen.append(e)
+        return super().index(e)
+
+
+class SizeClassLauncher:
+    """``launch(tensors, sizes)`` for one kernel: a compiled check on the sizes picks the
+    kernel variant of their size class (built once per class, cached on disk by content),
+    never a retrace.  ``variants`` maps each size class seen to its compiled kernel.
+
+    The classes (:mod:`.triton_classes`): the divisibility by 16 of each size symbol that
+    decides some alignment of the kernel (``aligned``), and for reductions whose row
+    length is one expression, persistent (row <= PERSISTENT_MAX, block = the next power
+    of two) or looped.  :meth:`warm_jobs` compiles every class the kernel can meet."""
+
+    def __init__(self, target, module, kernel, lp, kind, work, block, rowlen, dtypes=()):
+        self.target, self.kernel, self.lp, self.kind, self.block = target, kernel, lp, kind, block
+        sym_names = target.sym_names(lp)
+        self.names = [sym_names[s] for s in lp.symbols]
+        # A tiled kernel's row length is its reduced dim, which a split cuts (:func:`.split_count`).
+        exprs = list(work) + ([rowlen] if rowlen is not None else [])
+        self.split = kind is Grid.TILES and rowlen is not None
+        #: A tiled kernel's elements per tile, once: it walks every reduction body (a plan per new size).
+        self.tile = tile_size(kernel) if kind is Grid.TILES else None
+        self.work_fn = compile_exprs(exprs, lp.symbols)
+        self.nwork = len(work)
+        self.dtypes = list(dtypes)
+        self.variants = {GENERIC: getattr(module, kernel.name)}
+        #: A splittable tiled kernel's partial-results kernel per size class.
+        self.parts = {GENERIC: getattr(module, kernel.name + "_part", None)}
+        self.plans: dict = {}
+        self.bound: dict = {}
+        #: (class, BLOCK) -> a build still running in a worker (:mod:`.triton_build`): the first
+        #: launch of that variant waits for it, so that it loads the binary instead of compiling.
+        self.pending: dict = {}
+        # (id of the variant, options) -> Launcher (launch_at): ids, as a JITFunction
+        # hashes through a lock.
+        self._launchers: dict = {}
+        #: (divisibility flags of the aligned sizes, persistent) -> (class, kernel, indices passed
+        #: divided by 16): a new size of a known class (every decode step) binds without sets.
+        self._by_flags: dict = {}
+        g = _Recording(target, kernel, lp, sym_names)
+        target.kernel_source(g)
+        aligned = alignment_symbols(g.seen, set(lp.symbols))
+        #: The size names whose divisibility by 16 picks a class (the others never do).
+        self.aligned = [sym_names[s] for s in lp.symbols if s in aligned]
+        self._aidx = tuple(i for i, n in enumerate(self.names) if n in self.aligned)
+        self.rowlen = rowlen if kind is Grid.ROWS else None
+        #: One row of a size-dependent length (a loss summed over every token): always looped.
+        #: Its persistent blocks (one per power of two up to PERSISTENT_MAX, times the alignment
+        #: classes: 44 builds for GPT-2's training loss) would buy nothing for a single program.
+        self.loop_only = (self.rowlen is not None and not sympy.sympify(self.rowlen).is_Integer
+                          and all(sympy.sympify(w) == 1 for w in work))
+
+    def size_class(self, sizes, row) -> SizeClass:
+        div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0 and n in self.aligned)
+        return SizeClass(div, self.kind is Grid.ROWS and not self.loop_only and row is not None
+                         and 0 < row <= PERSISTENT_MAX)
+
+    def classes(self) -> list:
+        """``[(size class, BLOCK)]``: every class (and persistent block) a call can meet;
+        for a tiled kernel ``(size class, XBLOCK)``, each width a launch may pick."""
+        if self.kind is Grid.TILES:  # (XBLOCK, split): a split launch has XBLOCK 16 (few outputs)
+            keys = [(xb, False) for xb in XBLOCKS] + ([(XBLOCKS[0], True)] if self.split else [])
+            return [(sc, key) for sc in reachable_classes(self.aligned, None) for key in keys]
+        if self.loop_only:
+            return [(sc, self.block) for sc in reachable_classes(self.aligned, None)]
+        blocks = row_blocks(self.rowlen, self.lp.symbols)
+        out = []
+        for sc in reachable_classes(self.aligned, blocks):
+            if not sc.persistent and blocks is None and self.rowlen is not None:
+                fixed = int(sympy.sympify(self.rowlen))
+                if 0 < fixed <= PERSISTENT_MAX:
+                    out.append((SizeClass(sc.div16, True), _pow2(fixed, PERSISTENT_MAX)))
+                    continue
+            if sc.persistent:
+                out += [(sc, b) for b in blocks]
+            else:
+                out.append((sc, self.block))
+        return out
+
+    def warm_jobs(self, classes=None) -> list:
+        """One ``job()`` per class of :meth:`classes` (or of ``classes``): compile it (a Triton
+        warm-up, no launch; a split tiled kernel: both of its kernels)."""
+        def job(sc, block):
+            opts = self._options(block)
+            ptrs, sizes = list(self.dtypes), [3] * len(self.names)
+            if not self.split:
+                return [lambda: self.kernel_for(sc).warmup(*ptrs, *sizes, grid=(1,), **opts)]
+            # The workspace argument: float32 partials, or the first buffer where there are none.
+            ws = torch.float32 if opts["SPLIT"] else ptrs[0]
+            out = [lambda: self.kernel_for(sc).warmup(*ptrs, ws, *sizes, 3, 3, grid=(1,), **opts)]
+            if opts["SPLIT"]:
+                part = {k: v for k, v in opts.items() if k != "SPLIT"}
+                out.append(lambda: self.part_for(sc).warmup(*ptrs, ws, *sizes, 3, 3, grid=(1, 1), **part))
+            return out
+        return [j for sc, b in (self.classes() if classes is None else classes) for j in job(sc, b)]
+
+    @property
+    def process_buildable(self) -> bool:
+        """Whether a build worker (:mod:`.build_worker`) can build this kernel's variants: one
+        kernel warmed with sizes only.  A tiled kernel (a workspace argument, a partials kernel
+        beside it) is built in this process's threads."""
+        return self.kind is not Grid.TILES
+
+    def build_payloads(self, classes=None) -> list:
+        """``[((class, BLOCK), payload)]`` for a build worker (:mod:`.build_worker`): the variant's
+        module file, its function and the warm-up's arguments, for ``classes`` (default: all)."""
+        if not self.process_buildable:
+            raise ValueError(f"{self.kernel.name}: a tiled kernel is built in threads, not by a worker")
+        out = []
+        for sc, block in classes if classes is not None else self.classes():
+            path, mod = self.target.module_file(self.target.variant_source(self.kernel, self.lp, sc))
+            args = [("dtype", str(d).rsplit(".", 1)[-1]) for d in self.dtypes] + [3] * len(self.names)
+            out.append(((sc, block), (path, mod, self.kernel.name + sc.suffix, args,
+                                      {"grid": (1,), "BLOCK": block, "num_warps": _warps(block)})))
+        return out
+
+    def class_at(self, sizes) -> tuple:
+        """The key of :meth:`classes` a launch at ``sizes`` uses: ``(size class, BLOCK)``, or
+        for a tiled kernel ``(size class, (XBLOCK, split))``."""
+        w = self.work_fn(*sizes)
+        row = w[self.nwork] if len(w) > self.nwork else None
+        sc = self.size_class(sizes, row)
+        if self.kind is Grid.TILES:
+            n = max(w[:self.nwork])
+            xb, block = tile_blocks(n, self.tile)
+            if not self.split:
+                return sc, (xb, False)
+            splits, _ = split_count(n, row, block, xb)
+            return sc, (xb, splits > 1)
+        if self.kind is not Grid.FLAT and sc.persistent:
+            return sc, _pow2(row, PERSISTENT_MAX)
+        return sc, self.block
+
+    def kernel_for(self, sc: SizeClass):
+        fn = self.variants.get(sc)
+        if fn is None:
+            mod = self.target.build(self.target.variant_source(self.kernel, self.lp, sc))
+            fn = self.variants[sc] = getattr(mod, self.kernel.name + sc.suffix)
+            self.parts[sc] = getattr(mod, self.kernel.name + sc.suffix + "_part", None)
+        return fn
+
+    def part_for(self, sc: SizeClass):
+        self.kernel_for(sc)
+        return self.parts[sc]
+
+    def __call__(self, tensors, sizes):
+        plan = self.plans.get(sizes)
+        if plan is None:
+            plan = self.plan(sizes)
+            if len(self.plans) < 4096:  # sizes seen repeat: one dict lookup per call
+                self.plans[sizes] = plan
+        fn, grid, args, opts = plan
+        if grid[0] > 0:
+            if self.split:
+                fn(tensors, lambda f, g, t, a, o: f[g](*t, *a, **o))
+                return
+            fn[grid](*tensors, *args, **opts)
+
+    def bind(self, sizes):
+        """``launch(tensors)`` at these sizes: the variant, grid and arguments fixed, and
+        after its first launch straight through the compiled kernel's launcher
+        (:func:`~compiler.codegen.triton_launch.bind_launch`)."""
+        got = self.bound.get(sizes)
+        if got is None:
+            fn, grid, args, opts = self.plan(sizes)
+            if grid[0] <= 0:
+                got = _no_launch
+            elif self.split:
+                got = _bound_split(fn)
+            else:
+                got = bind_launch(fn, grid, args, opts)
+            if len(self.bound) < 4096:
+                self.bound[sizes] = got
+        return got
+
+    def launch_at(self, tensors, sizes):
+        """Launch at ``sizes`` without a binding (:class:`~compiler.codegen.triton_launch.Launcher`):
+        for kernels that meet a new size at nearly every call (a decode step's, which see the
+        cache length), where a binding would serve one call and be dropped."""
+        fn, grid, args, opts = self.plan(sizes)
+        if grid[0] <= 0:
+            return
+        if self.split:  # two kernels and a workspace: through each kernel's Launcher
+            fn(tensors, lambda f, g, t, a, o: self._launcher(f, o)(t, g, a))
+            return
+        self._launcher(fn, opts)(tensors, grid, args)
+
+    def _launcher(self, fn, opts) -> Launcher:
+        key = (id(fn), tuple(opts.items()))
+        got = self._launchers.get(key)
+        if got is None:
+            got = self._launchers[key] = Launcher(fn, opts)
+        return got
+
+    def _options(self, block) -> dict:
+        """The launch's constexprs and warps: ``block`` is BLOCK, or a tiled kernel's (XBLOCK, split)."""
+        if self.kind is Grid.TILES:
+            tile = self.tile
+            xb, split = block
+            opts = {"BLOCK": tile // xb, "XBLOCK": xb, "num_warps": _warps(tile)}
+            return {**opts, "SPLIT": split} if self.split else opts
+        return {"BLOCK": block, "num_warps": _warps(block)}
+
+    def plan(self, sizes):
+        """(kernel, grid, size arguments, launch options) at these sizes."""
+        w = self.work_fn(*sizes)
+        row = w[self.nwork] if len(w) > self.nwork else None
+        flags = (tuple(sizes[i] % 16 == 0 for i in self._aidx),
+                 self.kind is Grid.ROWS and not self.loop_only and row is not None and 0 < row <= PERSISTENT_MAX)
+        got = self._by_flags.get(flags)
+        if got is None:
+            sc = self.size_class(sizes, row)
+            got = self._by_flags[flags] = (sc, self.kernel_for(sc),
+                                           frozenset(i for i, n in enumerate(self.names) if n in sc.div16))
+        sc, fn, div = got
+        args = [v // 16 if i in div else v for i, v in enumerate(sizes)] if div else list(sizes)
+        n = max(w[:self.nwork])
+        if self.kind is Grid.TILES:
+            xb, block = tile_blocks(n, self.tile)
+            grid = ((n + xb - 1) // xb,)
+            if not self.split:
+                return fn, grid, args, self._options((xb, False))
+            splits, chunk = split_count(n, row, block, xb)
+            opts = self._options((xb, splits > 1))
+            return _SplitLaunch(fn, self.parts[sc] if splits > 1 else None, grid, args + [splits, chunk], opts,
+                                len(self.kernel.reductions) * splits * n), grid, args, opts
+        if self.kind is Grid.FLAT:
+            block, n = self.block, (n + self.block - 1) // self.block
+        elif sc.persistent:
+            block = _pow2(row, PERSISTENT_MAX)
+        else:
+            block = self.block
+        if self.pending:
+            wait_built(self.pending, (sc, block))
+        return fn, (n,), args, self._options(block)
+
+
+def _no_launch(tensors):
+    """An empty grid: nothing to launch."""
+
+
+class _SplitLaunch:
+    """A splittable tiled kernel's launch at fixed sizes: with ``part`` (a split), partial results
+    per chunk of rows into a fresh float32 workspace, then the main kernel combining them; without,
+    the main kernel alone (the first buffer stands in for the workspace it does not read)."""
+
+    def __init__(self, fn, part, grid, args, opts, ws_elems):
+        self.fn, self.part, self.grid, self.args, self.opts, self.ws_elems = fn, part, grid, args, opts, ws_elems
+        self.part_opts = {k: v for k, v in opts.items() if k != "SPLIT"}
+        self.part_grid = (grid[0], args[-2])
+
+    def __call__(self, tensors, launch):
+        """``launch(fn, grid, tensors, args, options)`` for each kernel, in order."""
+        if self.part is None:
+            launch(self.fn, self.grid, list(tensors) + [tensors[0]], self.args, self.opts)
+            return
+        ws = torch.empty(self.ws_elems, dtype=torch.float32, device=tensors[0].device)
+        launch(self.part, self.part_grid, list(tensors) + [ws], self.args, self.part_opts)
+        launch(self.fn, self.grid, list(tensors) + [ws], self.args, self.opts)
+
+
+def _bound_split(sl: _SplitLaunch):
+    """``launch(tensors)`` for a :class:`_SplitLaunch`, each kernel through :func:`bind_launch`."""
+    main = bind_launch(sl.fn, sl.grid, sl.args, sl.opts)
+    part = bind_launch(sl.part, sl.part_grid, sl.args, sl.part_opts) if sl.part is not None else None
+
+    def launch(tensors):
+        if part is None:
+            main(list(tensors) + [tensors[0]])
+            return
+        ws = torch.empty(sl.ws_elems, dtype=torch.float32, device=tensors[0].device)
+        part(list(tensors) + [ws])
+        main(list(tensors) + [ws])
+    return launch
