@@ -204,6 +204,28 @@ def case_every_size_class_is_known_at_the_first_call():
         assert built >= sum(len(ln.classes()) for _, ln in f.variants[0].launchers.values()), built
 
 
+def case_many_aligned_sizes_keep_a_bounded_class_count():
+    # Each size whose divisibility by 16 decides an alignment doubles a kernel's classes: a
+    # ViT backward kernel reading 17 sizes had 2**17 * 4, and building them ahead never ended.
+    # Past MAX_CLASS_VARIANTS the least used sizes pick no class; results stay exact for sizes
+    # divisible by 16 or not, and every class met at run time is one enumerated.
+    import compiler
+    from compiler.codegen.triton_classes import GENERIC, MAX_CLASS_VARIANTS
+
+    def prog(*xs):
+        return torch.cat([x * 2 for x in xs])
+
+    f = compiler.compile(prog, *[f"x{i}: f32[N{i}]" for i in range(8)], target="triton")
+    (_, ln), = f.variants[0].launchers.values()
+    assert 2 <= len(ln.aligned) < 8 and len(ln.classes()) <= MAX_CLASS_VARIANTS, (ln.aligned, len(ln.classes()))
+    for sizes in [(16, 32, 48, 64, 80, 96, 112, 128), (3, 16, 5, 32, 7, 48, 9, 64), (17, 19, 23, 29, 31, 37, 41, 43)]:
+        xs = [torch.randn(n, device=DEVICE) for n in sizes]
+        _close(f(*xs), prog(*xs))
+    assert f.stats["traces"] == 1
+    met = set(ln.variants) - {GENERIC}
+    assert met <= {c for c, _ in ln.classes()}, met
+
+
 def case_size_ratio_as_a_real_value():
     # interpolate to a fixed size scales indexes by H / 5: a real value, not an int64 (was all row 0)
     import compiler

@@ -91,6 +91,37 @@ def alignment_symbols(exprs, size_symbols) -> frozenset:
     return frozenset(out)
 
 
+#: The most variants one kernel's classes may take (each aligned size doubles them): past it,
+#: the least used aligned sizes stop picking a class (:func:`capped_alignment`).
+MAX_CLASS_VARIANTS = 48
+
+
+def capped_alignment(names, exprs, sym_names, per_subset, cap=MAX_CLASS_VARIANTS) -> list:
+    """The aligned size ``names`` a kernel keeps so that its variants (``2 ** len(names) *
+    per_subset``) stay within ``cap``: those in the most of the kernel's index ``exprs`` (ties:
+    in ``names``' order), at least none.
+
+    >>> import sympy
+    >>> a, b, c = sympy.symbols("a b c", integer=True)
+    >>> capped_alignment(["ks0", "ks1", "ks2"], [a + 1, b * 3 + a, c + b + a], {a: "ks0", b: "ks1", c: "ks2"}, 12)
+    ['ks0', 'ks1']
+    """
+    keep = len(names)
+    while keep and (2 ** keep) * per_subset > cap:
+        keep -= 1
+    if keep == len(names):
+        return list(names)
+    uses = dict.fromkeys(names, 0)
+    for e in exprs:
+        for s in getattr(sympy.sympify(e), "free_symbols", ()):
+            n = sym_names.get(s)
+            if n in uses:
+                uses[n] += 1
+    order = {n: i for i, n in enumerate(names)}
+    kept = set(sorted(names, key=lambda n: (-uses[n], order[n]))[:keep])
+    return [n for n in names if n in kept]
+
+
 def reachable_classes(names, row_blocks) -> list:
     """Every class over the aligned symbol ``names``: each subset of them divisible by 16, times
     ``row_blocks`` (the persistent blocks a symbolic row length can take; ``None``: the row
@@ -124,5 +155,6 @@ def row_blocks(rowlen, symbols):
     return out
 
 
-__all__ = ["SizeClass", "GENERIC", "PERSISTENT_MAX", "pow2_block", "alignment_symbols", "reachable_classes",
+__all__ = ["SizeClass", "GENERIC", "PERSISTENT_MAX", "MAX_CLASS_VARIANTS", "pow2_block", "alignment_symbols",
+           "capped_alignment", "reachable_classes",
            "row_blocks"]

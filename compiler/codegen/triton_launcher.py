@@ -20,7 +20,7 @@ from shapes.enums import TextEnum
 
 from ..exprs import compile_exprs
 from .skeleton import KernelGen
-from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, pow2_block, reachable_classes, row_blocks
+from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, capped_alignment, pow2_block, reachable_classes, row_blocks
 from .triton_build import wait_built
 from .triton_launch import Launcher, bind_launch
 from .triton_tiles import XBLOCKS, split_count, tile_blocks, tile_size
@@ -97,13 +97,28 @@ class SizeClassLauncher:
         aligned = alignment_symbols(g.seen, set(lp.symbols))
         #: The size names whose divisibility by 16 picks a class (the others never do).
         self.aligned = [sym_names[s] for s in lp.symbols if s in aligned]
-        self._aidx = tuple(i for i, n in enumerate(self.names) if n in self.aligned)
         self.rowlen = rowlen if kind is Grid.ROWS else None
         #: One row of a size-dependent length (a loss summed over every token): always looped.
         #: Its persistent blocks (one per power of two up to PERSISTENT_MAX, times the alignment
         #: classes: 44 builds for GPT-2's training loss) would buy nothing for a single program.
         self.loop_only = (self.rowlen is not None and not sympy.sympify(self.rowlen).is_Integer
                           and all(sympy.sympify(w) == 1 for w in work))
+        # Each aligned name doubles the classes: a ViT backward kernel reading 17 saved sizes
+        # had 2**17 * 4 of them, and enumerating them to build ahead never ended.  Past the cap,
+        # the names used in the fewest index expressions stop picking a class: a size outside
+        # ``aligned`` is only not assumed a multiple of 16 (the kernel is right for every value).
+        self.aligned = capped_alignment(self.aligned, g.seen, sym_names, self._per_subset())
+        self._aidx = tuple(i for i, n in enumerate(self.names) if n in self.aligned)
+
+    def _per_subset(self) -> int:
+        """The variants of one divisibility subset: the (XBLOCK, split) keys of a tiled kernel,
+        the persistent blocks plus the looped form of a reduction with a symbolic row, else 1."""
+        if self.kind is Grid.TILES:
+            return len(XBLOCKS) + (1 if self.split else 0)
+        if self.loop_only or self.kind is not Grid.ROWS:
+            return 1
+        blocks = row_blocks(self.rowlen, self.lp.symbols)
+        return 1 if blocks is None else 1 + len(blocks)
 
     def size_class(self, sizes, row) -> SizeClass:
         div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0 and n in self.aligned)
