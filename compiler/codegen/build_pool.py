@@ -41,6 +41,8 @@ from concurrent.futures import Future
 
 from shapes.enums import TextEnum
 
+from .cpp_build import build_jobs
+
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "build_worker.py")
 
 #: How the pool fared: workers started, jobs done / failed, worker seconds, failures' messages.
@@ -61,14 +63,7 @@ def default_workers() -> int:
     >>> default_workers() >= 1
     True
     """
-    n = os.environ.get("SYMSHAPE_BUILD_WORKERS")
-    if n:
-        return max(1, int(n))
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 4
-    return max(1, min(32, cores))
+    return build_jobs(cap=32)
 
 
 class _Worker:

@@ -31,19 +31,21 @@ MIN_JOBS = 4
 UNIT = "\n// -- symshape: kernel --\n"
 
 
-def build_jobs() -> int:
-    """Concurrent gcc processes: ``$SYMSHAPE_BUILD_WORKERS``, else the usable cores.
+def build_jobs(cap=None) -> int:
+    """Concurrent builds (gcc processes, Triton build workers): ``$SYMSHAPE_BUILD_WORKERS``,
+    else the usable cores, at most ``cap``.
 
-    >>> build_jobs() >= 1
-    True
+    >>> build_jobs() >= 1, build_jobs(cap=1)
+    (True, 1)
     """
     n = os.environ.get("SYMSHAPE_BUILD_WORKERS")
     if n:
         return max(1, int(n))
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    return max(1, min(cap, cores) if cap else cores)
 
 
 def units(source: str, jobs: int) -> list:

@@ -107,35 +107,27 @@ class SizeClassLauncher:
         # had 2**17 * 4 of them, and enumerating them to build ahead never ended.  Past the cap,
         # the names used in the fewest index expressions stop picking a class: a size outside
         # ``aligned`` is only not assumed a multiple of 16 (the kernel is right for every value).
-        self.aligned = capped_alignment(self.aligned, g.seen, sym_names, self._per_subset())
+        self.aligned = capped_alignment(self.aligned, g.seen, sym_names, len(self.classes(aligned=[])))
         self._aidx = tuple(i for i, n in enumerate(self.names) if n in self.aligned)
-
-    def _per_subset(self) -> int:
-        """The variants of one divisibility subset: the (XBLOCK, split) keys of a tiled kernel,
-        the persistent blocks plus the looped form of a reduction with a symbolic row, else 1."""
-        if self.kind is Grid.TILES:
-            return len(XBLOCKS) + (1 if self.split else 0)
-        if self.loop_only or self.kind is not Grid.ROWS:
-            return 1
-        blocks = row_blocks(self.rowlen, self.lp.symbols)
-        return 1 if blocks is None else 1 + len(blocks)
 
     def size_class(self, sizes, row) -> SizeClass:
         div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0 and n in self.aligned)
         return SizeClass(div, self.kind is Grid.ROWS and not self.loop_only and row is not None
                          and 0 < row <= PERSISTENT_MAX)
 
-    def classes(self) -> list:
+    def classes(self, aligned=None) -> list:
         """``[(size class, BLOCK)]``: every class (and persistent block) a call can meet;
-        for a tiled kernel ``(size class, XBLOCK)``, each width a launch may pick."""
+        for a tiled kernel ``(size class, XBLOCK)``, each width a launch may pick.  Over the
+        size names ``aligned`` (default: the kernel's :attr:`aligned`)."""
+        aligned = self.aligned if aligned is None else aligned
         if self.kind is Grid.TILES:  # (XBLOCK, split): a split launch has XBLOCK 16 (few outputs)
             keys = [(xb, False) for xb in XBLOCKS] + ([(XBLOCKS[0], True)] if self.split else [])
-            return [(sc, key) for sc in reachable_classes(self.aligned, None) for key in keys]
+            return [(sc, key) for sc in reachable_classes(aligned, None) for key in keys]
         if self.loop_only:
-            return [(sc, self.block) for sc in reachable_classes(self.aligned, None)]
+            return [(sc, self.block) for sc in reachable_classes(aligned, None)]
         blocks = row_blocks(self.rowlen, self.lp.symbols)
         out = []
-        for sc in reachable_classes(self.aligned, blocks):
+        for sc in reachable_classes(aligned, blocks):
             if not sc.persistent and blocks is None and self.rowlen is not None:
                 fixed = int(sympy.sympify(self.rowlen))
                 if 0 < fixed <= PERSISTENT_MAX:
