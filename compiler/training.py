@@ -276,8 +276,9 @@ def train_backend(gm, example_inputs, *, target: str, stats: dict):
 
     backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=min_cut_rematerialization_partition,
                            decompositions=decompositions(target))
-    stats["masks_dropped"] = stats.get("masks_dropped", 0) + drop_proved_masks(gm)
-    stats["resizes_as_matmuls"] = stats.get("resizes_as_matmuls", 0) + resize_as_matmuls(gm)
+    if os.environ.get("SYMSHAPE_TRAIN_REWRITES", "1") != "0":  # "0": AOTAutograd sees dynamo's graph as is (A/B)
+        stats["masks_dropped"] = stats.get("masks_dropped", 0) + drop_proved_masks(gm)
+        stats["resizes_as_matmuls"] = stats.get("resizes_as_matmuls", 0) + resize_as_matmuls(gm)
     with attention_without_plans(example_inputs):
         return backend(gm, example_inputs)
 
