@@ -24,10 +24,10 @@ of the forward graph that AOTAutograd copies back; dropout stays torch's
 On CUDA, AOTAutograd traces with cuDNN's SDPA disabled (:func:`attention_without_plans`):
 cuDNN builds an execution plan per new shape, which a new sequence length at every
 step pays at every step; flash and memory-efficient attention do not.  A boolean mask
-proved true everywhere or causal (transformers builds them under ``torch.compile`` where
-eager passes none) is removed first, ``is_causal=True`` for a causal one
-(:mod:`compiler.train_masks`): a mask rules out the flash kernel, and a broadcast one
-the memory-efficient kernel too, which leaves SDPA's math path.  Bicubic ``F.interpolate`` becomes two matmuls
+proved true everywhere (transformers builds them under ``torch.compile`` where eager
+passes none) is removed first (:mod:`compiler.train_masks`): a mask rules out the flash
+kernel, and a broadcast one the memory-efficient kernel too, which leaves SDPA's math
+path.  Bicubic ``F.interpolate`` becomes two matmuls
 (:mod:`compiler.separable_resize`): torch's decomposition, which AOTAutograd applies
 whatever the table says, makes its backward sixteen ``index_put(accumulate=True)``.  Views in the
 (functional) ATen graphs become reshapes (:func:`views_as_reshapes`): symshape's
@@ -277,7 +277,8 @@ def train_backend(gm, example_inputs, *, target: str, stats: dict):
     backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=min_cut_rematerialization_partition,
                            decompositions=decompositions(target))
     if os.environ.get("SYMSHAPE_TRAIN_REWRITES", "1") != "0":  # "0": AOTAutograd sees dynamo's graph as is (A/B)
-        stats["masks_dropped"] = stats.get("masks_dropped", 0) + drop_proved_masks(gm)
+        causal = os.environ.get("SYMSHAPE_TRAIN_CAUSAL", "0") == "1"  # slower on GPT-2/Llama so far: see train_masks
+        stats["masks_dropped"] = stats.get("masks_dropped", 0) + drop_proved_masks(gm, causal=causal)
         stats["resizes_as_matmuls"] = stats.get("resizes_as_matmuls", 0) + resize_as_matmuls(gm)
     with attention_without_plans(example_inputs):
         return backend(gm, example_inputs)
