@@ -68,6 +68,44 @@ def eval_size(e, values: dict):
     raise SymshapeError(f"size expression {e} ({name}) has no evaluation rule in symshape's training backend")
 
 
+class _Text:
+    """Spec-language text of a size expression, built by :func:`eval_size` through these operators."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def _op(self, other, op, swap=False):
+        a, b = (_text(other), self.text) if swap else (self.text, _text(other))
+        return _Text(f"({a} {op} {b})")
+
+    def __add__(self, o): return self._op(o, "+")
+    def __radd__(self, o): return self._op(o, "+", swap=True)
+    def __mul__(self, o): return self._op(o, "*")
+    def __rmul__(self, o): return self._op(o, "*", swap=True)
+    def __floordiv__(self, o): return self._op(o, "//")
+    def __rfloordiv__(self, o): return self._op(o, "//", swap=True)
+    def __mod__(self, o): return self._op(o, "%")
+    def __rmod__(self, o): return self._op(o, "%", swap=True)
+
+    def __pow__(self, n: int):
+        return _Text("1") if n == 0 else _Text("(" + " * ".join([self.text] * n) + ")")
+
+
+def _text(x) -> str:
+    return x.text if isinstance(x, _Text) else f"({x})" if x < 0 else str(x)
+
+
+def spec_text(e) -> str:
+    """``e`` (a size expression from torch's ShapeEnv) in the spec language (``+ - * // %``):
+    a power becomes a product, so ``(s0//16)**2 + 1`` is a dim expression, not a dim of its own.
+
+    >>> s = sympy.Symbol("s", integer=True)
+    >>> DimExpr.parse(spec_text(s**2 + 1)).evaluate({"s": 3})
+    10
+    """
+    return _text(eval_size(e, {x: _Text(str(x)) for x in e.free_symbols}))
+
+
 def _hint(s) -> int:
     if isinstance(s, int):
         return s
@@ -158,8 +196,8 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
                 expr = None
                 if e.free_symbols <= set(where):
                     try:
-                        expr = DimExpr.parse(str(e))
-                    except ValueError:
+                        expr = DimExpr.parse(spec_text(e))
+                    except (ValueError, SymshapeError):
                         expr = None
                 if expr is not None and expr.sympy({n: sympy.Symbol(n, integer=True) for n in expr.names}) is not None:
                     spec_dims.append(expr)
@@ -192,4 +230,4 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
                      symbols=sorted(where, key=str))
 
 
-__all__ = ["plan_graph", "GraphPlan", "ArgKind", "eval_size"]
+__all__ = ["plan_graph", "GraphPlan", "ArgKind", "eval_size", "spec_text"]

@@ -2,6 +2,8 @@
 
 Each rewrite must give eager's values and gradients, and leave alone what it cannot prove.
 """
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -177,3 +179,30 @@ def test_resize_calls_it_cannot_match_exactly_are_left(kwargs):
     out = torch.compile(fn, backend=backend, dynamic=True)(x)
     assert seen == [0]
     torch.testing.assert_close(out, fn(x))
+
+
+def test_a_backward_with_derived_sizes_keeps_one_dim_per_symbol():
+    # ViT-like: patches of 16 px, a class token: the backward's sizes are (H//16)**2 + 1 and
+    # H//16; written as dim expressions of H they stay one dim (before: one dim per tensor dim)
+    from compiler.graph_inputs import plan_graph
+    conv = torch.nn.Conv2d(3, 8, 16, stride=16)
+    cls = torch.nn.Parameter(torch.randn(1, 1, 8))
+    seen = []
+
+    def bw(gm, example_inputs):
+        seen.append(plan_graph(list(example_inputs)))
+        return make_boxed_func(gm)
+
+    def fn(img):
+        p = conv(img).flatten(2).transpose(1, 2)
+        x = torch.cat([cls.expand(img.shape[0], -1, -1), p], dim=1)
+        return (x.softmax(-1) * x).sum()
+
+    torch._dynamo.reset()
+    f = torch.compile(fn, backend=aot_autograd(fw_compiler=lambda gm, ex: make_boxed_func(gm), bw_compiler=bw), dynamic=True)
+    f(torch.randn(2, 3, 16 * 5, 16 * 5)).backward()
+    (plan,) = seen
+    own = [n for n in plan.dims if re.fullmatch(r"a\d+_\d+", n)]  # a size no dim expression wrote
+    assert not own, plan.dims
+    derived = [d for spec in plan.specs for d in spec.dims if not isinstance(d, (int, str))]
+    assert derived, [spec.dims for spec in plan.specs]
