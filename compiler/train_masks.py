@@ -45,6 +45,7 @@ Example::
 from __future__ import annotations
 
 import math
+import operator
 from typing import Optional
 
 import sympy
@@ -58,7 +59,15 @@ from .sized_masks import MaskClass
 
 _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
 # A dynamo graph's node is impure (a side effect) or reads state: never part of a sizes-only mask.
-_STATEFUL = ("rand", "normal", "bernoulli", "dropout", "empty", "manual_seed")
+_STATEFUL = ("rand", "normal", "bernoulli", "dropout", "empty", "manual_seed", "uniform", "multinomial", "poisson")
+
+
+def _mutates(node) -> bool:
+    """Whether ``node`` may write into one of its arguments (an in-place method or op, ``x[i] = v``)."""
+    if node.target is operator.setitem:
+        return True
+    name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return name.endswith("_") and not name.startswith("_") or "out" in node.kwargs
 
 
 def _example(node):
@@ -89,6 +98,10 @@ def _sizes_only_subgraph(mask: torch.fx.Node) -> Optional[tuple]:
         if any(s in str(n.target) for s in _STATEFUL):
             return None
         stack.extend(n.all_input_nodes)
+    # A write into one of these tensors anywhere in the graph would make the mask SDPA reads
+    # something else than the steps that made it: such a mask is not proved.
+    if any(_mutates(u) for n in seen for u in n.users):
+        return None
     order = [n for n in mask.graph.nodes if n in seen and n.op != "placeholder"]
     return order, sorted(sizes, key=lambda p: str(_example(p).node.expr))
 

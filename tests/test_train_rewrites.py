@@ -35,6 +35,20 @@ def _attn(mask_of):
     return attn
 
 
+def _true_then_cleared(T, S):
+    m = torch.arange(S)[None, :].expand(T, S) >= 0
+    m = m.clone()
+    m.logical_not_()  # all false now: every key masked
+    m[:, 0] = True
+    return m
+
+
+def _true_then_row_cleared(T, S):
+    m = (torch.arange(S)[None, :] >= 0).repeat(T, 1)
+    m[1:, 1:] = False
+    return m
+
+
 def _qkv(T, S=None, B=2):
     g = torch.Generator().manual_seed(T)
     return [torch.randn(B, 3, n, 8, generator=g) for n in (T, S or T, S or T)]
@@ -73,6 +87,8 @@ def test_a_causal_mask_becomes_is_causal(T, S):
     ("reads an input", lambda q, k: (q[..., :1] > 0).expand(-1, -1, -1, k.shape[-2])),
     ("true only below 100", lambda q, k: (torch.arange(k.shape[-2]) < 100)[None, :].expand(q.shape[-2], -1)),
     ("float mask", lambda q, k: torch.zeros(q.shape[-2], k.shape[-2])),
+    ("written in place after", lambda q, k: _true_then_cleared(q.shape[-2], k.shape[-2])),
+    ("row set false after", lambda q, k: _true_then_row_cleared(q.shape[-2], k.shape[-2])),
 ])
 def test_a_mask_not_proved_true_is_kept(name, mask):
     fn = _attn(mask)
