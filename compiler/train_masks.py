@@ -171,15 +171,19 @@ def drop_proved_masks(gm: torch.fx.GraphModule, *, causal: bool = False) -> int:
     mask are removed with it.
     """
     dropped = 0
+    proofs: dict = {}
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or node.target not in _SDPA_TARGETS:
             continue
         mask = _mask_arg(node)
         if mask is None or node.kwargs.get("is_causal", len(node.args) > 5 and node.args[5]) is not False:
             continue
-        sub = _sizes_only_subgraph(mask)
-        cls = MaskClass.KEEP if sub is None else _proved_class(*sub, mask, _example(node.args[0]),
-                                                                _example(node.args[1]))
+        q, k = _example(node.args[0]), _example(node.args[1])
+        key = (mask, str(getattr(q, "shape", None)), str(getattr(k, "shape", None)))
+        if key not in proofs:  # every layer reads the same mask: traced and proved once
+            sub = _sizes_only_subgraph(mask)
+            proofs[key] = MaskClass.KEEP if sub is None else _proved_class(*sub, mask, q, k)
+        cls = proofs[key]
         if cls is MaskClass.KEEP or (cls is MaskClass.CAUSAL and not causal):
             continue
         # the arguments after q, k, v (mask, dropout, causal flag, scale...) as keywords

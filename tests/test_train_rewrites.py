@@ -222,3 +222,16 @@ def test_a_backward_with_derived_sizes_keeps_one_dim_per_symbol():
     assert not own, plan.dims
     derived = [d for spec in plan.specs for d in spec.dims if not isinstance(d, (int, str))]
     assert derived, [spec.dims for spec in plan.specs]
+
+
+def test_one_mask_read_by_every_layer_goes_from_every_call():
+    def two_layers(q, k, v):
+        T = q.shape[-2]
+        mask = (torch.arange(T)[None, None, :, None] >= 0).expand(q.shape[0], 1, T, T)
+        h = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return F.scaled_dot_product_attention(h, k, v, attn_mask=mask)
+
+    q, k, v = _qkv(11)
+    dropped, left, out = _sdpa_masks(two_layers, q, k, v)
+    assert (dropped, left) == (2, 0)
+    torch.testing.assert_close(out, two_layers(q, k, v))
