@@ -62,12 +62,37 @@ _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.
 _STATEFUL = ("rand", "normal", "bernoulli", "dropout", "empty", "manual_seed", "uniform", "multinomial", "poisson")
 
 
+_IN_PLACE_OPERATORS = {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+                       operator.ifloordiv, operator.imod, operator.ipow, operator.iand, operator.ior, operator.ixor,
+                       operator.ilshift, operator.irshift}
+
+
 def _mutates(node) -> bool:
-    """Whether ``node`` may write into one of its arguments (an in-place method or op, ``x[i] = v``)."""
-    if node.target is operator.setitem:
+    """Whether ``node`` may write into one of its arguments (an in-place method or op, ``x[i] = v``, ``x += y``)."""
+    if node.target in _IN_PLACE_OPERATORS:
         return True
     name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
     return name.endswith("_") and not name.startswith("_") or "out" in node.kwargs
+
+
+def _written(nodes) -> bool:
+    """Whether a tensor made by ``nodes``, or anything that may alias one (every tensor made
+    from them, up to the SDPA calls that read the mask), is written in place in the graph."""
+    stack = [n for n in nodes if isinstance(_example(n), torch.Tensor)]
+    visited = set()
+    while stack:
+        n = stack.pop()
+        if n in visited:
+            continue
+        visited.add(n)
+        for u in n.users:
+            if u.op == "call_function" and u.target in _SDPA_TARGETS:
+                continue  # reads the mask; its output aliases none of it
+            if _mutates(u):
+                return True
+            if isinstance(_example(u), (torch.Tensor, tuple, list)):
+                stack.append(u)
+    return False
 
 
 def _example(node):
@@ -98,9 +123,9 @@ def _sizes_only_subgraph(mask: torch.fx.Node) -> Optional[tuple]:
         if any(s in str(n.target) for s in _STATEFUL):
             return None
         stack.extend(n.all_input_nodes)
-    # A write into one of these tensors anywhere in the graph would make the mask SDPA reads
-    # something else than the steps that made it: such a mask is not proved.
-    if any(_mutates(u) for n in seen for u in n.users):
+    # A write into one of these tensors (or a view of one) anywhere in the graph would make the
+    # mask SDPA reads something else than the steps that made it: such a mask is not proved.
+    if _written(seen):
         return None
     order = [n for n in mask.graph.nodes if n in seen and n.op != "placeholder"]
     return order, sorted(sizes, key=lambda p: str(_example(p).node.expr))

@@ -43,6 +43,13 @@ def _true_then_cleared(T, S):
     return m
 
 
+def _true_then_cleared_through_a_view(T, S):
+    keep = torch.arange(S) >= 0
+    alias = keep.view(S)  # the same memory
+    alias[0] = False  # key 0 masked for every query: written through the other view
+    return keep[None, :]
+
+
 def _true_then_row_cleared(T, S):
     m = (torch.arange(S)[None, :] >= 0).repeat(T, 1)
     m[1:, 1:] = False
@@ -89,6 +96,7 @@ def test_a_causal_mask_becomes_is_causal(T, S):
     ("float mask", lambda q, k: torch.zeros(q.shape[-2], k.shape[-2])),
     ("written in place after", lambda q, k: _true_then_cleared(q.shape[-2], k.shape[-2])),
     ("row set false after", lambda q, k: _true_then_row_cleared(q.shape[-2], k.shape[-2])),
+    ("cleared through a view", lambda q, k: _true_then_cleared_through_a_view(q.shape[-2], k.shape[-2])),
 ])
 def test_a_mask_not_proved_true_is_kept(name, mask):
     fn = _attn(mask)
