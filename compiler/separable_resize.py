@@ -1,22 +1,23 @@
-"""Bicubic resizing in training graphs as two small matmuls, so its backward is two matmuls too.
+"""Bicubic and bilinear resizing in training graphs as two small matmuls, so the backward is two matmuls too.
 
 ``F.interpolate(x, size=..., mode="bicubic")`` is separable: each output row is a
 weighted sum of four input rows (clamped at the border), and each output column of
 four input columns.  So ``out = Wh @ x @ Ww.T`` per (batch, channel) plane, where
 ``Wh`` is an ``(out_h, in_h)`` matrix of cubic-convolution weights (``A = -0.75``,
-torch's) made from the sizes alone.
+torch's) made from the sizes alone.  ``mode="bilinear"`` is the same with two taps
+(weights ``1 - t`` and ``t``).
 
 Under AOTAutograd the op is instead traced through torch's decomposition, registered
 at the Autograd key (so a decomposition table cannot keep it whole): sixteen gathers
-whose backward is sixteen ``index_put(accumulate=True)``.  HF ViT interpolates its
+(bilinear: four) whose backward is as many ``index_put(accumulate=True)``.  HF ViT interpolates its
 position embedding that way at every image size; on an H100 those ``index_put`` calls
 cost 7 ms of host time per training step (a sort per call), in a step eager runs in
 12 ms.  As matmuls the forward and backward are a few tiny GEMMs.
 
 The weights are computed as eager computes them (``align_corners`` either way; the
-source coordinate ``scale * (o + 0.5) - 0.5`` with ``scale = in / out``, not clamped
-at 0, as for cubic), with the floor and the fraction taken in exact integer
-arithmetic; half-precision inputs are resized in fp32 and rounded once, as eager's
+source coordinate ``scale * (o + 0.5) - 0.5`` with ``scale = in / out``, clamped at 0
+for bilinear and not for bicubic, as eager does), with the floor and the fraction taken
+in exact integer arithmetic; half-precision inputs are resized in fp32 and rounded once, as eager's
 kernels accumulate.  Only calls given ``size`` (not ``scale_factor``, whose source
 coordinates use the factor itself) on 4-D floating tensors without antialiasing are
 rewritten.
@@ -26,7 +27,7 @@ Example::
     >>> import torch
     >>> import torch.nn.functional as F
     >>> x = torch.randn(2, 3, 5, 7)
-    >>> got = bicubic_resize(x, (9, 4), align_corners=False)
+    >>> got = separable_resize(x, (9, 4), mode="bicubic", align_corners=False)
     >>> torch.allclose(got, F.interpolate(x, size=(9, 4), mode="bicubic", align_corners=False), atol=1e-5)
     True
 """
@@ -49,13 +50,17 @@ def _far(x):
     return ((_A * x - 5 * _A) * x + 8 * _A) * x - 4 * _A
 
 
-def cubic_weights(in_size, out_size, *, align_corners: bool, device=None, dtype=torch.float32) -> torch.Tensor:
-    """The ``(out_size, in_size)`` matrix (of ``dtype``) of bicubic weights: row ``o`` holds the four
-    taps of output ``o`` (clamped at the border, so a border input may take several).
+def resize_weights(in_size, out_size, *, mode: str, align_corners: bool, device=None,
+                   dtype=torch.float32) -> torch.Tensor:
+    """The ``(out_size, in_size)`` matrix (of ``dtype``) of ``mode``'s weights (``"bicubic"`` or
+    ``"bilinear"``): row ``o`` holds output ``o``'s taps, clamped at the border (so a border
+    input may take several).
 
-    >>> w = cubic_weights(4, 4, align_corners=False)
+    >>> w = resize_weights(4, 4, mode="bicubic", align_corners=False)
     >>> torch.allclose(w, torch.eye(4))
     True
+    >>> resize_weights(2, 4, mode="bilinear", align_corners=False).tolist()
+    [[1.0, 0.0], [0.75, 0.25], [0.25, 0.75], [0.0, 1.0]]
     """
     o = torch.arange(out_size, device=device)
     if align_corners:
@@ -64,30 +69,40 @@ def cubic_weights(in_size, out_size, *, align_corners: bool, device=None, dtype=
     else:
         # source (o + 0.5) * in / out - 0.5 = ((2o + 1) * in - out) / (2 * out)
         num, den = (2 * o + 1) * in_size - out_size, 2 * out_size
+        if mode == "bilinear":
+            num = torch.clamp(num, min=0)  # eager clamps a linear source coordinate at 0
     base = torch.div(num, den, rounding_mode="floor")
     t = (num - base * den).to(dtype) / den
+    if mode == "bicubic":
+        taps = ((-1, _far(t + 1)), (0, _near(t)), (1, _near(1 - t)), (2, _far(2 - t)))
+    elif mode == "bilinear":
+        taps = ((0, 1 - t), (1, t))
+    else:
+        raise ValueError(f"resize_weights: mode {mode!r} is not separable here; use 'bicubic' or 'bilinear'")
     cols = torch.arange(in_size, device=device)
     w = None
-    for k, coeff in enumerate((_far(t + 1), _near(t), _near(1 - t), _far(2 - t))):
-        tap = torch.clamp(base + (k - 1), 0, in_size - 1)
+    for offset, coeff in taps:
+        tap = torch.clamp(base + offset, 0, in_size - 1)
         part = (tap[:, None] == cols[None, :]).to(dtype) * coeff[:, None]
         w = part if w is None else w + part
     return w
 
 
-def bicubic_resize(x: torch.Tensor, size, *, align_corners: bool = False) -> torch.Tensor:
-    """``F.interpolate(x, size=size, mode="bicubic", align_corners=align_corners)`` for a 4-D
-    ``x``, as ``Wh @ x @ Ww.T`` (autocast off: eager's op runs in the input's precision).
+def separable_resize(x: torch.Tensor, size, *, mode: str = "bicubic", align_corners: bool = False) -> torch.Tensor:
+    """``F.interpolate(x, size=size, mode=mode, align_corners=align_corners)`` for a 4-D ``x``
+    and ``mode`` ``"bicubic"`` or ``"bilinear"``, as ``Wh @ x @ Ww.T`` (autocast off: eager's
+    op runs in the input's precision).
 
     >>> x = torch.randn(1, 2, 3, 3)
-    >>> bicubic_resize(x, (5, 6)).shape
+    >>> separable_resize(x, (5, 6), mode="bilinear").shape
     torch.Size([1, 2, 5, 6])
     """
     out_h, out_w = size
     with torch.autocast(x.device.type, enabled=False):
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
-        wh = cubic_weights(x.shape[-2], out_h, align_corners=align_corners, device=x.device, dtype=xf.dtype)
-        ww = cubic_weights(x.shape[-1], out_w, align_corners=align_corners, device=x.device, dtype=xf.dtype)
+        kw = dict(mode=mode, align_corners=align_corners, device=x.device, dtype=xf.dtype)
+        wh = resize_weights(x.shape[-2], out_h, **kw)
+        ww = resize_weights(x.shape[-1], out_w, **kw)
         out = torch.matmul(torch.matmul(wh, xf), ww.t())
     return out.to(x.dtype)
 
@@ -101,13 +116,16 @@ def _rewritable(node) -> bool:
     x = kw.get("input")
     v = x.meta.get("example_value") if isinstance(x, torch.fx.Node) else None
     size = kw.get("size")
-    return (kw.get("mode") == "bicubic" and not kw.get("antialias", False) and kw.get("scale_factor") is None
+    if isinstance(size, torch.fx.Node):  # x.shape[-2:] of another tensor: a torch.Size at trace time
+        size = size.meta.get("example_value")
+    return (kw.get("mode") in ("bicubic", "bilinear") and not kw.get("antialias", False) and kw.get("scale_factor") is None
             and isinstance(size, (tuple, list)) and len(size) == 2 and isinstance(v, torch.Tensor)
             and v.dim() == 4 and v.dtype.is_floating_point)
 
 
 def resize_as_matmuls(gm: torch.fx.GraphModule) -> int:
-    """Rewrite ``gm``'s (a dynamo graph's) bicubic ``F.interpolate`` calls as :func:`bicubic_resize`;
+    """Rewrite ``gm``'s (a dynamo graph's) bicubic and bilinear ``F.interpolate`` calls as
+    :func:`separable_resize`;
     returns how many."""
     n = 0
     for node in gm.graph.nodes:
@@ -115,13 +133,14 @@ def resize_as_matmuls(gm: torch.fx.GraphModule) -> int:
             continue
         kw = dict(zip(("input", "size", "scale_factor", "mode", "align_corners"), node.args))
         kw.update(node.kwargs)
-        node.target = bicubic_resize
-        node.args = (kw["input"], tuple(kw["size"]))
-        node.kwargs = {"align_corners": bool(kw.get("align_corners") or False)}
+        node.target = separable_resize
+        size = kw["size"]
+        node.args = (kw["input"], size if isinstance(size, torch.fx.Node) else tuple(size))
+        node.kwargs = {"mode": kw["mode"], "align_corners": bool(kw.get("align_corners") or False)}
         n += 1
     if n:
         gm.recompile()
     return n
 
 
-__all__ = ["bicubic_resize", "cubic_weights", "resize_as_matmuls"]
+__all__ = ["separable_resize", "resize_weights", "resize_as_matmuls"]

@@ -27,9 +27,9 @@ step pays at every step; flash and memory-efficient attention do not.  A boolean
 proved true everywhere (transformers builds them under ``torch.compile`` where eager
 passes none) is removed first (:mod:`compiler.train_masks`): a mask rules out the flash
 kernel, and a broadcast one the memory-efficient kernel too, which leaves SDPA's math
-path.  Bicubic ``F.interpolate`` becomes two matmuls
+path.  Bicubic and bilinear ``F.interpolate`` become two matmuls
 (:mod:`compiler.separable_resize`): torch's decomposition, which AOTAutograd applies
-whatever the table says, makes its backward sixteen ``index_put(accumulate=True)``.  Views in the
+whatever the table says, makes the backward sixteen (bilinear: four) ``index_put(accumulate=True)``.  Views in the
 (functional) ATen graphs become reshapes (:func:`views_as_reshapes`): symshape's
 retrace may lay an op's output out otherwise than the fake tensors AOTAutograd saw.
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from compiler.separable_resize import bicubic_resize, resize_as_matmuls
+from compiler.separable_resize import resize_as_matmuls, separable_resize
 from compiler.train_masks import drop_proved_masks
 
 
@@ -136,15 +136,16 @@ def test_the_training_backend_drops_the_mask_and_gradients_equal_eager():
     assert BACKEND_STATS.get("masks_dropped", 0) > before
 
 
+@pytest.mark.parametrize("mode", ["bicubic", "bilinear"])
 @pytest.mark.parametrize("align_corners", [False, True])
 @pytest.mark.parametrize("ih,iw,oh,ow", [(14, 14, 29, 29), (14, 14, 5, 3), (1, 1, 4, 4), (3, 2, 1, 1), (7, 5, 97, 13),
                                          (16, 16, 8, 8), (2, 9, 1, 31)])
-def test_bicubic_resize_equals_eager_values_and_gradients(ih, iw, oh, ow, align_corners):
+def test_separable_resize_equals_eager_values_and_gradients(ih, iw, oh, ow, align_corners, mode):
     x = torch.randn(2, 3, ih, iw, dtype=torch.float64, requires_grad=True)
     g = torch.randn(2, 3, oh, ow, dtype=torch.float64)
-    got = bicubic_resize(x, (oh, ow), align_corners=align_corners)
+    got = separable_resize(x, (oh, ow), mode=mode, align_corners=align_corners)
     (gx,) = torch.autograd.grad(got, x, g)
-    want = F.interpolate(x, size=(oh, ow), mode="bicubic", align_corners=align_corners)
+    want = F.interpolate(x, size=(oh, ow), mode=mode, align_corners=align_corners)
     (wx,) = torch.autograd.grad(want, x, g)
     torch.testing.assert_close(got, want, atol=1e-9, rtol=1e-9)
     torch.testing.assert_close(gx, wx, atol=1e-9, rtol=1e-9)
@@ -172,22 +173,23 @@ def _joint_ops(fn, x):
     return ops, out
 
 
-def test_resize_as_matmuls_leaves_no_index_put_in_the_backward():
+@pytest.mark.parametrize("mode", ["bicubic", "bilinear"])
+def test_resize_as_matmuls_leaves_no_index_put_in_the_backward(mode):
     pos = torch.randn(1, 8, 14, 14, requires_grad=True)
 
     def fn(img):
         h, w = img.shape[-2] // 16, img.shape[-1] // 16
-        return F.interpolate(pos, size=(h, w), mode="bicubic", align_corners=False) * img.mean()
+        return F.interpolate(pos, size=(h, w), mode=mode, align_corners=False) * img.mean()
 
     img = torch.randn(1, 3, 16 * 11, 16 * 7)
     ops, out = _joint_ops(fn, img)
     assert ops["rewritten"] == 1
     assert not any("index_put" in o for o in ops["bw"]), sorted(ops["bw"])
     assert any("mm" in o for o in ops["bw"])
-    torch.testing.assert_close(out, F.interpolate(pos, size=(11, 7), mode="bicubic", align_corners=False) * img.mean())
+    torch.testing.assert_close(out, F.interpolate(pos, size=(11, 7), mode=mode, align_corners=False) * img.mean())
 
 
-@pytest.mark.parametrize("kwargs", [dict(scale_factor=2.0, mode="bicubic"), dict(size=(9, 9), mode="bilinear"),
+@pytest.mark.parametrize("kwargs", [dict(scale_factor=2.0, mode="bicubic"), dict(size=(9, 9), mode="nearest"),
                                     dict(size=(9, 9), mode="bicubic", antialias=True)])
 def test_resize_calls_it_cannot_match_exactly_are_left(kwargs):
     pos = torch.randn(1, 2, 5, 5)
@@ -243,3 +245,35 @@ def test_one_mask_read_by_every_layer_goes_from_every_call():
     dropped, left, out = _sdpa_masks(two_layers, q, k, v)
     assert (dropped, left) == (2, 0)
     torch.testing.assert_close(out, two_layers(q, k, v))
+
+
+@pytest.mark.parametrize("mode", ["bicubic", "bilinear"])
+def test_the_training_backend_resizes_as_matmuls_and_gradients_equal_eager(mode):
+    from compiler.backend import BACKEND_STATS
+
+    class PosEmbed(torch.nn.Module):  # ViT's position embedding, interpolated to the image's patch grid
+        def __init__(self):
+            super().__init__()
+            self.grid = torch.nn.Parameter(torch.randn(1, 4, 7, 7))
+            self.proj = torch.nn.Conv2d(3, 4, 4, stride=4)
+
+        def forward(self, img):
+            p = self.proj(img)
+            pos = F.interpolate(self.grid, size=p.shape[-2:], mode=mode, align_corners=False)
+            return ((p + pos) ** 2).mean()
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = PosEmbed()
+    f = torch.compile(m, backend="symshape", dynamic=True)
+    before = BACKEND_STATS.get("resizes_as_matmuls", 0)
+    for h, w in ((4, 4), (20, 28), (52, 12), (44, 44)):  # patch grids 1x1, 5x7, 13x3, 11x11
+        img = torch.randn(2, 3, h, w)
+        f(img).backward()
+        got = [p.grad.clone() for p in m.parameters()]
+        m.zero_grad()
+        m(img).backward()
+        for a, p in zip(got, m.parameters()):
+            torch.testing.assert_close(a, p.grad, atol=1e-5, rtol=1e-4)
+        m.zero_grad()
+    assert BACKEND_STATS.get("resizes_as_matmuls", 0) > before
