@@ -22,6 +22,10 @@ kernels accumulate.  Only calls given ``size`` (not ``scale_factor``, whose sour
 coordinates use the factor itself) on 4-D floating tensors without antialiasing are
 rewritten.
 
+``mode="nearest"`` by a factor of 2, 4 or 8 (diffusers' ``Upsample2D``: ``scale_factor=2.0``)
+is each pixel repeated, an expand and a reshape (:func:`nearest_repeat`), whose backward
+is a block sum; exact, since for these factors eager's source index is ``o // f``.
+
 Example::
 
     >>> import torch
@@ -107,40 +111,82 @@ def separable_resize(x: torch.Tensor, size, *, mode: str = "bicubic", align_corn
     return out.to(x.dtype)
 
 
-def _rewritable(node) -> bool:
-    if node.op != "call_function" or node.target is not F.interpolate:
-        return False
-    kw = dict(zip(("input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias"),
-                  node.args))
+_ARG_NAMES = ("input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias")
+
+
+def _call_args(node) -> dict:
+    kw = dict(zip(_ARG_NAMES, node.args))
     kw.update(node.kwargs)
+    return kw
+
+
+def _float_input(kw) -> bool:
     x = kw.get("input")
     v = x.meta.get("example_value") if isinstance(x, torch.fx.Node) else None
+    return isinstance(v, torch.Tensor) and v.dim() == 4 and v.dtype.is_floating_point
+
+
+def _weighted(kw) -> bool:
+    """A bicubic or bilinear call given its output size: rewritable as :func:`separable_resize`."""
     size = kw.get("size")
     if isinstance(size, torch.fx.Node):  # x.shape[-2:] of another tensor: a torch.Size at trace time
         size = size.meta.get("example_value")
-    return (kw.get("mode") in ("bicubic", "bilinear") and not kw.get("antialias", False) and kw.get("scale_factor") is None
-            and isinstance(size, (tuple, list)) and len(size) == 2 and isinstance(v, torch.Tensor)
-            and v.dim() == 4 and v.dtype.is_floating_point)
+    return (kw.get("mode") in ("bicubic", "bilinear") and not kw.get("antialias", False)
+            and kw.get("scale_factor") is None and isinstance(size, (tuple, list)) and len(size) == 2
+            and _float_input(kw))
+
+
+def _repeat_factors(kw):
+    """``(fh, fw)`` for a nearest call by a power-of-two factor (2, 4 or 8) per dim, else None.
+
+    Eager picks input ``o >> 1`` at twice the size, else ``floor(o * (1 / f))`` in float:
+    for these factors ``1 / f`` is exact, so both are ``o // f``."""
+    f = kw.get("scale_factor")
+    if kw.get("mode") != "nearest" or kw.get("size") is not None or not _float_input(kw):
+        return None
+    fs = tuple(f) if isinstance(f, (tuple, list)) else (f, f)
+    if len(fs) != 2 or any(isinstance(v, bool) or not isinstance(v, (int, float)) or v not in (2, 4, 8) for v in fs):
+        return None
+    return tuple(int(v) for v in fs)
+
+
+def nearest_repeat(x: torch.Tensor, factors) -> torch.Tensor:
+    """``F.interpolate(x, scale_factor=factors, mode="nearest")`` for a 4-D ``x`` and integer
+    factors, as each pixel repeated ``fh x fw`` times (an expand and a reshape): its backward
+    sums each block, where torch's decomposition makes an ``index_put(accumulate=True)``.
+
+    >>> x = torch.randn(1, 2, 3, 5)
+    >>> torch.equal(nearest_repeat(x, (2, 4)), F.interpolate(x, scale_factor=(2, 4), mode="nearest"))
+    True
+    """
+    fh, fw = factors
+    n, c, h, w = x.shape
+    return x[:, :, :, None, :, None].expand(n, c, h, fh, w, fw).reshape(n, c, h * fh, w * fw)
 
 
 def resize_as_matmuls(gm: torch.fx.GraphModule) -> int:
     """Rewrite ``gm``'s (a dynamo graph's) bicubic and bilinear ``F.interpolate`` calls as
-    :func:`separable_resize`;
+    :func:`separable_resize`, and nearest ones by 2, 4 or 8 as :func:`nearest_repeat`;
     returns how many."""
     n = 0
     for node in gm.graph.nodes:
-        if not _rewritable(node):
+        if node.op != "call_function" or node.target is not F.interpolate:
             continue
-        kw = dict(zip(("input", "size", "scale_factor", "mode", "align_corners"), node.args))
-        kw.update(node.kwargs)
-        node.target = separable_resize
-        size = kw["size"]
-        node.args = (kw["input"], size if isinstance(size, torch.fx.Node) else tuple(size))
-        node.kwargs = {"mode": kw["mode"], "align_corners": bool(kw.get("align_corners") or False)}
+        kw = _call_args(node)
+        factors = _repeat_factors(kw)
+        if factors is not None:
+            node.target, node.args, node.kwargs = nearest_repeat, (kw["input"], factors), {}
+        elif _weighted(kw):
+            size = kw["size"]
+            node.target = separable_resize
+            node.args = (kw["input"], size if isinstance(size, torch.fx.Node) else tuple(size))
+            node.kwargs = {"mode": kw["mode"], "align_corners": bool(kw.get("align_corners") or False)}
+        else:
+            continue
         n += 1
     if n:
         gm.recompile()
     return n
 
 
-__all__ = ["separable_resize", "resize_weights", "resize_as_matmuls"]
+__all__ = ["separable_resize", "resize_weights", "nearest_repeat", "resize_as_matmuls"]

@@ -27,7 +27,7 @@ step pays at every step; flash and memory-efficient attention do not.  A boolean
 proved true everywhere (transformers builds them under ``torch.compile`` where eager
 passes none) is removed first (:mod:`compiler.train_masks`): a mask rules out the flash
 kernel, and a broadcast one the memory-efficient kernel too, which leaves SDPA's math
-path.  Bicubic and bilinear ``F.interpolate`` become two matmuls
+path.  Bicubic and bilinear ``F.interpolate`` become two matmuls, nearest by 2/4/8 an expand
 (:mod:`compiler.separable_resize`): torch's decomposition, which AOTAutograd applies
 whatever the table says, makes the backward sixteen (bilinear: four) ``index_put(accumulate=True)``.  Views in the
 (functional) ATen graphs become reshapes (:func:`views_as_reshapes`): symshape's

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
-from compiler.separable_resize import resize_as_matmuls, separable_resize
+from compiler.separable_resize import nearest_repeat, resize_as_matmuls, separable_resize
 from compiler.train_masks import drop_proved_masks
 
 
@@ -190,6 +190,7 @@ def test_resize_as_matmuls_leaves_no_index_put_in_the_backward(mode):
 
 
 @pytest.mark.parametrize("kwargs", [dict(scale_factor=2.0, mode="bicubic"), dict(size=(9, 9), mode="nearest"),
+                                    dict(scale_factor=3.0, mode="nearest"), dict(scale_factor=2.0, mode="nearest-exact"),
                                     dict(size=(9, 9), mode="bicubic", antialias=True)])
 def test_resize_calls_it_cannot_match_exactly_are_left(kwargs):
     pos = torch.randn(1, 2, 5, 5)
@@ -277,3 +278,27 @@ def test_the_training_backend_resizes_as_matmuls_and_gradients_equal_eager(mode)
             torch.testing.assert_close(a, p.grad, atol=1e-5, rtol=1e-4)
         m.zero_grad()
     assert BACKEND_STATS.get("resizes_as_matmuls", 0) > before
+
+
+@pytest.mark.parametrize("factors", [(2, 2), (4, 4), (2, 4), (8, 2)])
+@pytest.mark.parametrize("h,w", [(1, 1), (3, 7), (13, 5)])
+def test_nearest_repeat_equals_eager_values_and_gradients(factors, h, w):
+    x = torch.randn(2, 3, h, w, dtype=torch.float64, requires_grad=True)
+    got = nearest_repeat(x, factors)
+    want = F.interpolate(x, scale_factor=factors, mode="nearest")
+    g = torch.randn_like(want)
+    assert torch.equal(got, want)
+    torch.testing.assert_close(torch.autograd.grad(got, x, g)[0], torch.autograd.grad(want, x, g)[0])
+
+
+def test_nearest_upsampling_by_two_leaves_no_index_put_in_the_backward():
+    conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+
+    def fn(img):  # diffusers' Upsample2D: nearest by 2, then a convolution
+        return conv(F.interpolate(img, scale_factor=2.0, mode="nearest")).square().mean()
+
+    img = torch.randn(2, 3, 11, 7, requires_grad=True)
+    ops, out = _joint_ops(fn, img)
+    assert ops["rewritten"] == 1
+    assert not any("index_put" in o for o in ops["bw"]), sorted(ops["bw"])
+    torch.testing.assert_close(out, fn(img))
