@@ -52,14 +52,16 @@ import sympy
 import torch
 import torch.fx
 
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
 from shapes.errors import SymshapeError
+from shapes.spec import Dim
+from shapes.tracer import trace
 
 from .mask_proofs import prove
 from .sized_masks import MaskClass
 
 _SDPA_TARGETS = (torch._C._nn.scaled_dot_product_attention, torch.nn.functional.scaled_dot_product_attention)
-# A dynamo graph's node is impure (a side effect) or reads state: never part of a sizes-only mask.
-_STATEFUL = ("rand", "normal", "bernoulli", "dropout", "empty", "manual_seed", "uniform", "multinomial", "poisson")
 
 
 _IN_PLACE_OPERATORS = {operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
@@ -120,8 +122,7 @@ def _sizes_only_subgraph(mask: torch.fx.Node) -> Optional[tuple]:
             continue
         if n.op not in ("call_function", "call_method"):
             return None  # get_attr (a module's tensor) or a submodule call: reads state
-        if any(s in str(n.target) for s in _STATEFUL):
-            return None
+        # Random or uninitialized tensors need no refusal here: the proof has no rule for them.
         stack.extend(n.all_input_nodes)
     # A write into one of these tensors (or a view of one) anywhere in the graph would make the
     # mask SDPA reads something else than the steps that made it: such a mask is not proved.
@@ -151,7 +152,6 @@ def _proved_class(order: list, sizes: list, mask: torch.fx.Node, q, k) -> MaskCl
     """``mask``'s class at every size (``KEEP`` where not proved): traced by symshape and proved
     by :func:`compiler.mask_proofs.prove`.  ``CAUSAL`` needs the mask's last two sizes to be
     the query's and the key's lengths (``q``, ``k``: their example tensors)."""
-    import shapes
     v = _example(mask)
     if not isinstance(v, torch.Tensor) or v.dtype is not torch.bool:
         return MaskClass.KEEP
@@ -161,17 +161,16 @@ def _proved_class(order: list, sizes: list, mask: torch.fx.Node, q, k) -> MaskCl
     specs = [f"{n}: i64[{n}]" for n in names]
     hints = {n: int(_example(p).node.hint) if _example(p).node.hint is not None else 8 for n, p in zip(names, sizes)}
     # Every size from 0 up, unbounded: the proof then holds whatever range dynamo gave the symbol.
-    dims = {n: shapes.Dim(0, math.inf, h) for n, h in hints.items()}
+    dims = {n: Dim(0, math.inf, h) for n, h in hints.items()}
 
     def program(*holders):
         return sub(*(h.shape[0] for h in holders))
 
     program.__signature__ = None
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
     try:
         # A backend runs inside dynamo's fake mode and tracing context: symshape's trace runs outside them.
         with unset_fake_temporarily(), torch._guards.tracing(None):
-            tp = shapes.trace(program, *specs, dims=dims,
+            tp = trace(program, *specs, dims=dims,
                               device=v.device.type if v.device.type in ("cpu", "cuda") else None)
     except (SymshapeError, RuntimeError, TypeError, ValueError):
         return MaskClass.KEEP
