@@ -46,6 +46,7 @@ from .ir import BufferKind, Kernel
 from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
+from .separable_resize import resize_modes
 from .padded_linear import padded_steps
 from .row_buckets import bucketed_steps
 from .view_folding import fold_views
@@ -440,7 +441,8 @@ class CompiledProgram:
     def _counted_trace(self, *args, **kw):
         STATS["traces"] += 1
         self.stats["traces"] += 1
-        return shapes.trace(*args, **kw)
+        # Resizes traced as the matmuls they equal, not as torch's sixteen-gather decomposition.
+        return shapes.trace(*args, function_modes=resize_modes(), **kw)
 
     def _add(self, tp) -> Variant:
         v = Variant(tp, self.target, self.host_rewrites, self.cpp_calls)

@@ -1,4 +1,5 @@
-"""Bicubic and bilinear resizing in training graphs as two small matmuls, so the backward is two matmuls too.
+"""Bicubic and bilinear resizing as two small matmuls: in training graphs, so the backward is two matmuls too,
+and in the compiler's traces (:class:`ResizeAsMatmuls`), two ATen calls where torch's decomposition makes sixteen.
 
 ``F.interpolate(x, size=..., mode="bicubic")`` is separable: each output row is a
 weighted sum of four input rows (clamped at the border), and each output column of
@@ -37,9 +38,15 @@ Example::
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.fx
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
+
+from shapes.creation import pass_through
+from shapes.errors import program_error
 
 _A = -0.75  # torch's cubic convolution constant (as in PIL and OpenCV's INTER_CUBIC)
 
@@ -102,6 +109,10 @@ def separable_resize(x: torch.Tensor, size, *, mode: str = "bicubic", align_corn
     torch.Size([1, 2, 5, 6])
     """
     out_h, out_w = size
+    if not _resizable(x, out_h, out_w):
+        # Eager raises for an empty plane or channel dim ("Input and output sizes should be greater than 0"):
+        # its own op says so, where the matmuls would return an empty tensor.
+        return F.interpolate(x, size=(out_h, out_w), mode=mode, align_corners=align_corners)
     with torch.autocast(x.device.type, enabled=False):
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         kw = dict(mode=mode, align_corners=align_corners, device=x.device, dtype=xf.dtype)
@@ -114,6 +125,24 @@ def separable_resize(x: torch.Tensor, size, *, mode: str = "bicubic", align_corn
 _ARG_NAMES = ("input", "size", "scale_factor", "mode", "align_corners", "recompute_scale_factor", "antialias")
 
 
+def _eager_refusal(x, out_h, out_w):
+    """Eager's message where its 2-D upsampling refuses these sizes (an empty input or output plane,
+    then no channels; a batch of 0 is accepted), else None.  On symbolic sizes each comparison is a
+    guard of the trace."""
+    n, c, h, w = x.shape
+    if not (h > 0 and w > 0 and out_h > 0 and out_w > 0):
+        return (f"Input and output sizes should be greater than 0, but got input (H: {h}, W: {w}) "
+                f"output (H: {out_h}, W: {out_w})")
+    if not c > 0:
+        return f"Non-empty 4D data tensor expected but got a tensor with sizes [{n}, {c}, {h}, {w}]"
+    return None
+
+
+def _resizable(x, out_h, out_w) -> bool:
+    """Whether eager's op accepts these sizes (see :func:`_eager_refusal`)."""
+    return _eager_refusal(x, out_h, out_w) is None
+
+
 def _call_args(node) -> dict:
     kw = dict(zip(_ARG_NAMES, node.args))
     kw.update(node.kwargs)
@@ -122,7 +151,7 @@ def _call_args(node) -> dict:
 
 def _float_input(kw) -> bool:
     x = kw.get("input")
-    v = x.meta.get("example_value") if isinstance(x, torch.fx.Node) else None
+    v = x.meta.get("example_value") if isinstance(x, torch.fx.Node) else x
     return isinstance(v, torch.Tensor) and v.dim() == 4 and v.dtype.is_floating_point
 
 
@@ -161,6 +190,8 @@ def nearest_repeat(x: torch.Tensor, factors) -> torch.Tensor:
     """
     fh, fw = factors
     n, c, h, w = x.shape
+    if not _resizable(x, h * fh, w * fw):
+        return F.interpolate(x, scale_factor=(float(fh), float(fw)), mode="nearest")  # eager's error
     return x[:, :, :, None, :, None].expand(n, c, h, fh, w, fw).reshape(n, c, h * fh, w * fw)
 
 
@@ -189,4 +220,65 @@ def resize_as_matmuls(gm: torch.fx.GraphModule) -> int:
     return n
 
 
-__all__ = ["separable_resize", "resize_weights", "nearest_repeat", "resize_as_matmuls"]
+def _resized(kw: dict):
+    """The output of an ``F.interpolate`` call (its arguments by name) as :func:`nearest_repeat` or
+    :func:`separable_resize`, or None where neither applies."""
+    x, factors = kw.get("input"), _repeat_factors(kw)
+    if factors is not None:
+        out = (x.shape[2] * factors[0], x.shape[3] * factors[1])
+    elif _weighted(kw):
+        out = tuple(kw["size"])
+    else:
+        return None
+    # torch's decomposition, which the trace would record, lacks eager's size checks: raise as eager does.
+    refusal = _eager_refusal(x, *out)
+    if refusal is not None:
+        raise program_error(RuntimeError, refusal)
+    if factors is not None:
+        return nearest_repeat(x, factors)
+    return separable_resize(x, out, mode=kw["mode"], align_corners=bool(kw.get("align_corners") or False))
+
+
+class ResizeAsMatmuls(TorchFunctionMode):
+    """While symshape traces a program for the compiler (``shapes.trace(..., function_modes=...)``):
+    the ``F.interpolate`` calls :func:`resize_as_matmuls` rewrites in dynamo's graphs run as
+    :func:`separable_resize` or :func:`nearest_repeat`, so the trace holds two small matmuls (or an
+    expand) where torch's decomposition of bicubic resizing records sixteen gathers, each an ATen
+    launch (HF ViT's position embedding at every image size but its own).  ``rewritten`` counts them.
+    ``$SYMSHAPE_RESIZE_REWRITE=0`` turns the rewrite off (:func:`resize_modes` gives no mode).
+
+    >>> import shapes
+    >>> tp = shapes.trace(lambda x: F.interpolate(x, size=(7, 9), mode="bicubic"), "x: f32[B, 2, H, W]",
+    ...                   function_modes=(ResizeAsMatmuls(),))
+    >>> any("index" in str(n.target) for n in tp.graph.nodes), tp.output_shapes
+    (False, [(B, 2, 7, 9)])
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.rewritten = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.interpolate:
+            kw = dict(zip(_ARG_NAMES, args))
+            kw.update(kwargs)
+            out = _resized(kw)
+            if out is not None:
+                self.rewritten += 1
+                return out
+        return pass_through(func, args, kwargs)
+
+
+def resize_modes() -> tuple:
+    """The ``function_modes`` the compiler traces with: a :class:`ResizeAsMatmuls`, unless
+    ``$SYMSHAPE_RESIZE_REWRITE`` is ``0``.
+
+    >>> [type(m).__name__ for m in resize_modes()]
+    ['ResizeAsMatmuls']
+    """
+    return () if os.environ.get("SYMSHAPE_RESIZE_REWRITE", "1") == "0" else (ResizeAsMatmuls(),)
+
+
+__all__ = ["separable_resize", "resize_weights", "nearest_repeat", "resize_as_matmuls", "ResizeAsMatmuls",
+           "resize_modes"]

@@ -185,7 +185,19 @@ class CreationMode(TorchFunctionMode):
         return func(x, new, value)
 
 
+def pass_through(func, args, kwargs):
+    """``func(*args, **kwargs)``: how a ``TorchFunctionMode`` given to :func:`shapes.trace`
+    (``function_modes``) calls torch for the calls it leaves alone, so that an exception torch's
+    C++ raises there is the program's, as from :class:`CreationMode` (:func:`torch_call_frame`).
+
+    >>> pass_through(torch.add, (torch.ones(2), 1), {}).tolist()
+    [2.0, 2.0]
+    """
+    return func(*args, **kwargs)
+
+
 def torch_call_frame(frame) -> bool:
-    """Whether ``frame`` (a ``traceback.FrameSummary``) is :class:`CreationMode` calling torch:
-    an exception whose innermost frame it is was raised by torch's C++ for the program."""
-    return frame.filename == __file__ and frame.name == "__torch_function__"
+    """Whether ``frame`` (a ``traceback.FrameSummary``) is :class:`CreationMode` or
+    :func:`pass_through` calling torch: an exception whose innermost frame it is was raised by
+    torch's C++ for the program."""
+    return frame.filename == __file__ and frame.name in ("__torch_function__", "pass_through")

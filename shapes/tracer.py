@@ -328,7 +328,7 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
           translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
           progress: Optional[Callable[[int], None]] = None, backward: Optional[Callable] = None,
           requires_grad: tuple = (), device=None, world: Optional[str] = None,
-          compile_path: Optional[bool] = None) -> TracedProgram:
+          compile_path: Optional[bool] = None, function_modes: tuple = ()) -> TracedProgram:
     """Trace ``program`` (a function or nn.Module) at symbolic input sizes.
 
     Args:
@@ -364,6 +364,11 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
             torch.export, so that libraries take their trace-safe path.  None (the default): True, and if the
             program raises there after a library asked, traced again with False (eager's path).  The traced
             program's ``trace_options["compile_path"]`` says which path it holds.
+        function_modes: ``TorchFunctionMode`` s entered inside the trace's own while the program runs, so
+            that what they call is traced like the program's calls (a compiler rewriting a library call
+            into an equal one: :class:`compiler.separable_resize.ResizeAsMatmuls`).  A mode passes the
+            calls it leaves alone on through :func:`shapes.creation.pass_through`, so that torch's
+            errors there stay the program's.
 
     Returns a :class:`~shapes.program.TracedProgram`.
 
@@ -374,7 +379,8 @@ def trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fals
     if not callable(program):
         raise SpecError(f"program must be a function or an nn.Module, got {type(program).__name__}")
     opts = dict(dims=dims, specialize_zero_one=specialize_zero_one, translation_validation=translation_validation,
-                kwargs=kwargs, progress=progress, backward=backward, requires_grad=requires_grad, device=device)
+                kwargs=kwargs, progress=progress, backward=backward, requires_grad=requires_grad, device=device,
+                function_modes=tuple(function_modes))
     if isinstance(program, distributed.PerWorld) and world is not None:
         return _trace_per_world(program, specs, world, {**opts, "compile_path": compile_path is not False})
     if world is not None and not isinstance(world, str):
@@ -435,7 +441,8 @@ def _trace_per_world(program, specs, world, opts: dict) -> TracedProgram:
 def _trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = False,
            translation_validation: Optional[bool] = None, kwargs: Optional[dict] = None,
            progress: Optional[Callable[[int], None]] = None, backward: Optional[Callable] = None,
-           requires_grad: tuple = (), device=None, world=None, compile_path: bool = True) -> TracedProgram:
+           requires_grad: tuple = (), device=None, world=None, compile_path: bool = True,
+           function_modes: tuple = ()) -> TracedProgram:
     """:func:`trace` at a symbolic world (``world`` its name), a concrete one (a ``ConcreteWorld``) or none;
     ``compile_path=False`` runs the libraries' eager path (:func:`_trace_as_eager_runs`)."""
     parsed, names = parse_specs(specs)
@@ -455,7 +462,8 @@ def _trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fal
     world_scope = _world_scope(builder, world, dmap, hints)
     out, device_reads = _run_program(program, builder, args, kw, backward=backward, progress=progress,
                                      at=", ".join(f"{n}={hints[n]}" for n in hints), device=device,
-                                     world_scope=world_scope, compile_path=compile_path)
+                                     world_scope=world_scope, compile_path=compile_path,
+                                     function_modes=function_modes)
     if world_scope.world is not None and isinstance(world_scope.world.size, sympy.Symbol):
         dim_symbols.setdefault(world, world_scope.world.size)
     output_shapes, out_spec = _record_outputs(builder, out)
@@ -468,7 +476,7 @@ def _trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fal
     )
     # How to trace the same program again at other sizes (a FLOP count's other paths).
     tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad, "device": device,
-                        "world": world, "compile_path": compile_path}
+                        "world": world, "compile_path": compile_path, "function_modes": function_modes}
     for c in checkers:
         c.finish(tp)
     return tp
@@ -548,7 +556,7 @@ def _world_scope(builder, world, dmap, hints):
 
 
 def _run_program(program, builder, args, kwargs, *, backward, progress, at: str, device, world_scope=None,
-                 compile_path: bool = True):
+                 compile_path: bool = True, function_modes: tuple = ()):
     """Step 3: run the program (and ``backward``) under the recorder, with torch patched for tracing,
     its tensors reporting ``device`` and ``torch.distributed`` answered by ``world_scope``
     (:func:`shapes.distributed.open_world`) where given.
@@ -576,7 +584,10 @@ def _run_program(program, builder, args, kwargs, *, backward, progress, at: str,
     device_args = devices.DeviceArgs(device) if device.type != "cpu" else contextlib.nullcontext()
     with torch_patches.tracing(backward=backward is not None, compile_path=compile_path), grad_mode, enable_python_dispatcher(), \
             ModuleScope(program, builder), recorder, reported, CreationMode(builder), device_args, \
-            (world_scope if world_scope is not None else contextlib.nullcontext()), captured:
+            (world_scope if world_scope is not None else contextlib.nullcontext()), captured, \
+            contextlib.ExitStack() as modes:
+        for mode in function_modes:
+            modes.enter_context(mode)
         try:
             out = call(*args, **kwargs)
             if backward is not None:

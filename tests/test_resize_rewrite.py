@@ -1,0 +1,114 @@
+"""Resizing in the compiler's traces as the matmuls it equals (compiler.separable_resize.ResizeAsMatmuls).
+
+``F.interpolate`` with bicubic or bilinear ``size=``, or nearest by 2/4/8, is traced as two
+small matmuls (an expand) instead of torch's decomposition, whose sixteen gathers stay ATen
+launches in the plan.  The compiled program must equal eager at every size, raise where eager
+raises, and leave the program's own errors the program's.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+import shapes
+from compiler.separable_resize import ResizeAsMatmuls
+from compiler.wrapper import ExternStep
+from shapes.errors import TraceError
+
+
+def _aten_names(cp) -> list:
+    """The ATen (extern) calls of every variant ``cp`` compiled."""
+    return [str(getattr(s.target, "__name__", s.target)) for v in cp.variants for s in v.plan
+            if isinstance(s, ExternStep)]
+
+
+def _pos_embed(mode):
+    """A learned grid resized to the input's patch grid (HF ViT's interpolate_pos_encoding)."""
+    grid = torch.randn(1, 8, 5, 5, generator=torch.Generator().manual_seed(0))
+
+    def prog(x):
+        h, w = x.shape[-2] // 4, x.shape[-1] // 4
+        return x.mean((-2, -1))[:, :, None, None] + F.interpolate(grid, size=(h, w), mode=mode, align_corners=False)
+    return prog
+
+
+def _upsample(x):
+    return F.interpolate(x, scale_factor=2.0, mode="nearest") * 2
+
+
+@pytest.mark.parametrize("mode", ["bicubic", "bilinear"])
+def test_resizes_to_symbolic_sizes_equal_eager_without_gathers(mode):
+    prog = _pos_embed(mode)
+    cp = compiler.compile(prog, "x: f32[B, 8, H, W]")
+    for b, h, w in ((1, 4, 4), (2, 28, 12), (3, 52, 44), (1, 20, 20)):
+        x = torch.randn(b, 8, h, w)
+        torch.testing.assert_close(cp(x), prog(x), atol=1e-5, rtol=1e-5)
+    names = _aten_names(cp)
+    assert not any("index" in n for n in names), names
+
+
+def test_nearest_upsampling_is_bit_equal_and_fused():
+    cp = compiler.compile(_upsample, "x: f32[B, C, H, W]")
+    for shape in ((1, 1, 1, 1), (2, 3, 7, 5), (1, 4, 13, 2)):
+        x = torch.randn(*shape)
+        assert torch.equal(cp(x), _upsample(x))
+    assert not any("index" in n or "upsample" in n for n in _aten_names(cp))
+
+
+def test_without_the_rewrite_the_plan_has_the_gathers(monkeypatch):
+    """What the rewrite saves: torch's decomposition leaves gathers (ATen calls) in the plan."""
+    monkeypatch.setenv("SYMSHAPE_RESIZE_REWRITE", "0")
+    prog = _pos_embed("bicubic")
+    cp = compiler.compile(prog, "x: f32[B, 8, H, W]")
+    x = torch.randn(2, 8, 28, 12)
+    torch.testing.assert_close(cp(x), prog(x), atol=1e-5, rtol=1e-5)
+    assert sum("index" in n for n in _aten_names(cp)) >= 4
+
+
+def test_an_empty_output_raises_as_eager_does():
+    """H // 4 == 0 below H = 4: eager's interpolate raises; the matmuls would return an empty tensor."""
+    prog = _pos_embed("bicubic")
+    x = torch.randn(1, 8, 3, 8)
+    with pytest.raises(RuntimeError, match="greater than 0"):
+        prog(x)
+    cp = compiler.compile(prog, "x: f32[B, 8, H, W]")
+    ok = torch.randn(1, 8, 8, 8)
+    torch.testing.assert_close(cp(ok), prog(ok), atol=1e-5, rtol=1e-5)
+    with pytest.raises(Exception, match="greater than 0"):
+        cp(x)
+
+
+def test_the_programs_own_error_after_a_resize_stays_the_programs():
+    def prog(x):
+        y = F.interpolate(x, size=(6, 6), mode="bilinear")
+        return y @ torch.ones(5, 2, device=x.device)  # 6 columns against 5 rows: eager raises
+
+    with pytest.raises(TraceError) as e:
+        shapes.trace(prog, "x: f32[B, 3, H, W]", function_modes=(ResizeAsMatmuls(),))
+    assert "the program raised RuntimeError" in str(e.value) and "reduction dim" in str(e.value)
+
+    def bad_call(x):
+        return torch.cat([x, x[:, :, :1, :1]], dim=1)  # a torch error in a call the mode passes through
+
+    with pytest.raises(TraceError) as e:
+        shapes.trace(bad_call, "x: f32[B, 3, H, W]", function_modes=(ResizeAsMatmuls(),))
+    assert "the program raised" in str(e.value)
+
+
+def test_hf_vit_at_new_image_sizes_equals_eager_without_gathers():
+    transformers = pytest.importorskip("transformers")
+    conf = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                  image_size=32, patch_size=8)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    vit = transformers.ViTModel(conf, add_pooling_layer=False).eval()
+
+    def prog(px):
+        return vit(pixel_values=px, interpolate_pos_encoding=True).last_hidden_state
+
+    cp = compiler.compile(prog, "px: f32[B, 3, H, W]")
+    with torch.no_grad():
+        for b, h, w in ((2, 45, 45), (1, 8, 8), (1, 56, 40), (3, 104, 88)):
+            px = torch.randn(b, 3, h, w)
+            torch.testing.assert_close(cp(px), prog(px), atol=1e-4, rtol=1e-4)
+    assert not any("index" in n for n in _aten_names(cp))
