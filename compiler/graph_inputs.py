@@ -8,6 +8,12 @@ share their dims) or expressions of them, with each dim's example value -- and
 a layout that rebuilds the graph's argument list from the tensors at a call:
 a tensor, a SymInt (an expression of dims that some tensor carries) or a constant.
 
+A symbol no tensor carries alone but one carries linearly (``2*s`` after nearest
+upsampling by 2, ``s + 1`` of patches and a class token) is solved for: ``s`` is
+a named dim that only dim expressions give, which the binder solves at each call
+(:func:`shapes.program._bind_derived`: an odd size where ``2*s`` is written is a
+:class:`~shapes.errors.GuardViolation`, never a rounded ``s``).
+
 Example::
 
     >>> import torch
@@ -24,7 +30,7 @@ from typing import Optional
 import sympy
 import torch
 
-from shapes.errors import SymshapeError
+from shapes.errors import GuardViolation, SymshapeError
 from shapes.spec import DimExpr, InputSpec
 
 
@@ -122,6 +128,8 @@ class GraphPlan:
     ``layout``: per argument, ``(ArgKind.TENSOR, k)`` (the k-th tensor input),
     ``(ArgKind.EXPR, e)`` (a SymInt: its expression of the dims) or ``(ArgKind.CONST, v)``.
     ``where``: each dim symbol -> (tensor input, axis) that carries it.
+    ``solved``: each symbol no tensor carries alone -> :class:`Solved` (a dim ``a*s + b``
+    that gives it), in the order they were solved (``b`` may hold earlier ones).
 
     >>> plan = plan_graph([torch.randn(2, 3), 4])
     >>> plan.args([torch.randn(5, 3)])[1]
@@ -134,19 +142,41 @@ class GraphPlan:
     where: dict
     tensor_pos: list
     symbols: list = field(default_factory=list)
+    solved: dict = field(default_factory=dict)
     _cache: dict = field(default_factory=dict)
 
+    def covers(self, e) -> bool:
+        """Whether the size expression ``e`` can be computed from the input tensors' sizes."""
+        return e.free_symbols <= set(self.where) | set(self.solved)
+
+    def values(self, tensors) -> dict:
+        """Each symbol's value at a call on ``tensors`` (ints, or the trace's sizes while symshape traces).
+
+        Raises :class:`~shapes.errors.GuardViolation` where a solved symbol has no integer value
+        (an odd size where ``2*s`` is expected).
+        """
+        out = {s: tensors[k].shape[d] for s, (k, d) in self.where.items()}
+        for s, sol in self.solved.items():
+            out[s] = sol.value(tensors[sol.tensor].shape[sol.axis], out, self.specs[sol.tensor].name)
+        return out
+
     def dim_values(self, tensors) -> tuple:
-        return tuple(int(tensors[k].shape[d]) for k, d in (self.where[s] for s in self.symbols))
+        if not self.solved:
+            return tuple(int(tensors[k].shape[d]) for k, d in (self.where[s] for s in self.symbols))
+        vals = self.values(tensors)
+        return tuple(int(vals[s]) for s in self.symbols)
 
     def args(self, tensors) -> list:
         """The graph's argument list for a call on ``tensors`` (SymInts computed from their sizes)."""
         out = []
+        vals = None
         for kind, v in self.layout:
             if kind is ArgKind.TENSOR:
                 out.append(tensors[v])
             elif kind is ArgKind.EXPR:
-                out.append(eval_size(v, {s: tensors[k].shape[d] for s, (k, d) in self.where.items()}))
+                if vals is None:
+                    vals = self.values(tensors)
+                out.append(eval_size(v, vals))
             else:
                 out.append(v)
         return out
@@ -162,14 +192,119 @@ class GraphPlan:
         return got
 
 
+@dataclass(frozen=True)
+class Solved:
+    """A symbol ``s`` given by a tensor's dim of size ``a*s + b`` (``a`` a non-zero integer,
+    ``b`` a size expression of symbols known before ``s``): ``s = (size - b) / a``.
+
+    >>> s, t = sympy.symbols("s t", integer=True)
+    >>> sol = Solved(tensor=0, axis=1, a=2, b=t + 1)
+    >>> sol.value(11, {t: 4}, "arg0")
+    3
+    >>> sol.value(10, {t: 4}, "arg0")
+    Traceback (most recent call last):
+    ...
+    shapes.errors.GuardViolation: arg0.shape[1] is 10, but no size s makes it 2*s + (t + 1) at t=4 (10 - 5 is not a multiple of 2)
+    """
+
+    tensor: int
+    axis: int
+    a: int
+    b: sympy.Expr
+
+    def value(self, size, known: dict, name: str = "input"):
+        """``s`` for a dim of ``size`` (an int at a call, the trace's size while symshape traces),
+        ``known`` the values of the symbols in ``b``; a GuardViolation where no integer fits."""
+        # Decided on b's expression, not its value: a test of a traced size would be a guard.
+        rest = size if self.b == 0 else size - eval_size(self.b, known)
+        if self.a == 1:
+            return rest
+        if isinstance(rest, int) and rest % self.a:
+            at = ", ".join(f"{k}={known[k]}" for k in sorted(self.b.free_symbols, key=str))
+            raise GuardViolation(f"{name}.shape[{self.axis}] is {size}, but no size s makes it "
+                                 f"{self.a}*s + ({self.b}){f' at {at}' if at else ''} ({size} - {size - rest} is "
+                                 f"not a multiple of {self.a})")
+        # Exact: at a call checked above; in the trace the size is a*s + b itself, and the
+        # engine simplifies the floor division to s.
+        return rest // self.a
+
+
+def linear_in(e, s) -> Optional[tuple]:
+    """``(a, b)`` with ``e == a*s + b``, ``a`` a non-zero integer and ``b`` free of ``s``; else None.
+
+    >>> s, t = sympy.symbols("s t", integer=True)
+    >>> linear_in(4 * s + 2, s), linear_in(2 * (s + t) + 1, s), linear_in(s * t, s), linear_in(s**2, s)
+    ((4, 2), (2, 2*t + 1), None, None)
+    """
+    a, b = sympy.Integer(0), sympy.Integer(0)
+    for term in sympy.Add.make_args(sympy.expand(e)):
+        if s not in term.free_symbols:
+            b += term
+            continue
+        c, rest = term.as_coeff_Mul()
+        if rest != s or not c.is_Integer:
+            return None
+        a += c
+    return (int(a), b) if a != 0 else None
+
+
+def _solve_symbols(sym, example_inputs, tensor_pos, known: dict) -> dict:
+    """Symbols that tensor dims give only linearly (``2*s``, ``s + 1``), solved one at a time.
+
+    ``known``: symbol -> hint of those read directly.  Returns symbol -> :class:`Solved`,
+    and adds each solved symbol's hint to ``known``.
+    """
+    solved: dict = {}
+    progress = True
+    while progress:
+        progress = False
+        for k, i in enumerate(tensor_pos):
+            for d, (size, real) in enumerate(zip(sym[k].shape, example_inputs[i].shape)):
+                if not isinstance(size, torch.SymInt):
+                    continue
+                e = size.node.expr
+                unknown = e.free_symbols - set(known)
+                if len(unknown) != 1:
+                    continue
+                (s,) = unknown
+                lin = linear_in(e, s)
+                if lin is None:
+                    continue
+                a, b = lin
+                try:
+                    # The dim must be a dim expression: the binder solves s from it at each call.
+                    DimExpr.parse(spec_text(e))
+                    rest = _hint(real) - int(eval_size(b, known))
+                except (ValueError, SymshapeError):
+                    continue
+                if rest % a or rest // a < 0:
+                    continue  # the example itself disagrees: leave the size its own dim
+                solved[s] = Solved(tensor=k, axis=d, a=a, b=b)
+                known[s] = rest // a
+                progress = True
+    return solved
+
+
 def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
     """A :class:`GraphPlan` for a graph's example inputs (tensors, SymInts, numbers).
 
     ``symbolic``: where the example tensors are real (dynamo's backend call), the
     same arguments with symbolic sizes (placeholders' ``example_value``; None for
     an argument that has none): sizes are read from them, example values from the
-    real tensors.  Returns None when a SymInt argument is no expression of sizes
-    some tensor input carries.
+    real tensors.  A symbol that no tensor's dim is, but one's dim is linearly
+    (``2*s``), becomes a named dim that only dim expressions give (:class:`Solved`).
+    Returns None when a SymInt argument is no expression of sizes some tensor
+    input carries.
+
+    >>> from torch.fx.experimental.symbolic_shapes import ShapeEnv
+    >>> from torch._dynamo.source import ConstantSource
+    >>> env = ShapeEnv()
+    >>> s = env.create_symintnode(env.create_symbol(5, ConstantSource("s")), hint=5)
+    >>> plan = plan_graph([torch.randn(10, 3), 5], [torch.empty(2 * s, 3, device="meta"), s])
+    >>> str(plan.specs[0]).replace(str(s), "s"), list(plan.dims.values()), plan.layout[1][0]
+    ('arg0: f32[2*s, 3]', [5], <ArgKind.EXPR: 'expr'>)
+    >>> plan.args([torch.randn(14, 3)])[1]  # s solved from the tensor's size
+    7
     """
     tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
     sym = [symbolic[i] if symbolic is not None and i < len(symbolic) and isinstance(symbolic[i], torch.Tensor)
@@ -179,7 +314,10 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
         for d, s in enumerate(sym[k].shape):
             if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
                 where.setdefault(s.node.expr, (k, d))
-    specs, dims = [], {}
+    hints = {s: _hint(example_inputs[tensor_pos[k]].shape[d]) for s, (k, d) in where.items()}
+    solved = _solve_symbols(sym, example_inputs, tensor_pos, hints)
+    known = set(where) | set(solved)
+    specs, dims = [], {str(s): hints[s] for s in solved}
     for k, i in enumerate(tensor_pos):
         ex = example_inputs[i]
         spec_dims = []
@@ -194,7 +332,7 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
                 # A compound size (s0*s1 of a flattened view): an expression of named dims when
                 # the spec language writes it and every symbol is some tensor's dim; else its own dim.
                 expr = None
-                if e.free_symbols <= set(where):
+                if e.free_symbols <= known:
                     try:
                         expr = DimExpr.parse(spec_text(e))
                     except (ValueError, SymshapeError):
@@ -218,7 +356,7 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
             e = ex.node.expr
             if e.is_Integer:
                 layout.append((ArgKind.CONST, int(e)))
-            elif e.free_symbols <= set(where):
+            elif e.free_symbols <= known:
                 layout.append((ArgKind.EXPR, e))
             else:
                 return None
@@ -227,7 +365,7 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
         else:
             return None
     return GraphPlan(specs=specs, dims=dims, layout=layout, where=where, tensor_pos=tensor_pos,
-                     symbols=sorted(where, key=str))
+                     symbols=sorted(known, key=str), solved=solved)
 
 
-__all__ = ["plan_graph", "GraphPlan", "ArgKind", "eval_size", "spec_text"]
+__all__ = ["plan_graph", "GraphPlan", "ArgKind", "Solved", "eval_size", "linear_in", "spec_text"]

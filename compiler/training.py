@@ -66,7 +66,7 @@ from dataclasses import dataclass
 
 import torch
 
-from shapes.errors import SymshapeError
+from shapes.errors import GuardViolation, SymshapeError
 
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -161,7 +161,7 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     views_as_reshapes(gm)
     plan = plan_graph(list(example_inputs))
     outs = _outputs(gm)
-    if plan is None or outs is None:
+    if plan is None or outs is None or not all(plan.covers(e) for kind, e in outs if kind is ArgKind.EXPR):
         warn_fallback(stats, graph=graph, kind=FallbackKind.INPUTS,
                       reason="a size argument or output is not an expression of input tensors' sizes")
         return make_boxed_func(gm)
@@ -191,11 +191,17 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     sym_outs = [e for kind, e in outs if kind is ArgKind.EXPR]
     tensor_pos = plan.tensor_pos
     simple = not sym_outs and all(kind is ArgKind.TENSOR for kind, _ in outs)
+    # The kernels compute SymInt arguments from the tensors' sizes and never read the ones
+    # passed: each is checked against them (a size solved from 2*s included), not trusted.
+    sym_args = [i for i, (kind, _) in enumerate(plan.layout) if kind is ArgKind.EXPR]
+    sym_arg_exprs = [plan.layout[i][1] for i in sym_args]
 
     def run(args):
         # AOTAutograd's boxed call hands its argument list over (it steals it): cleared here and
         # passed on as Owned, each input (a backward's saved activation) is freed at its last use.
         tensors = Owned([args[i] for i in tensor_pos])
+        if sym_args:
+            _check_size_args(args, sym_args, plan.eval_exprs(sym_arg_exprs, tensors), sym_arg_exprs)
         ints = iter(plan.eval_exprs(sym_outs, tensors)) if sym_outs else iter(())
         if isinstance(args, list):  # a caller that passes a tuple keeps its references
             args.clear()
@@ -209,6 +215,13 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     run.compiled = compiled
     run._boxed_call = True
     return run
+
+
+def _check_size_args(args, positions, want, exprs) -> None:
+    """Refuse a call whose SymInt arguments are not what its tensors' sizes make them."""
+    for i, v, e in zip(positions, want, exprs):
+        if args[i] != v:
+            raise GuardViolation(f"size argument {i} is {args[i]} but the input tensors' sizes make {e} = {v}")
 
 
 def _traced_for(example_inputs, target):

@@ -397,6 +397,15 @@ def _bind_derived(derived, values: dict) -> None:
 def _solve(d, name, n, known, where, spec) -> int:
     sym = sympy.Symbol(name, integer=True)
     expr = d.sympy({**known, name: sym})
+    # a*T + b (2*T, T + 1: the training backend's sizes solved from upsampled or class-token dims),
+    # solved by a division: sympy.solve takes ~1 ms, paid at every new size of every graph.
+    b, term = expr.as_independent(sym, as_Add=True)
+    a, rest = term.as_coeff_Mul()
+    if rest == sym and a.is_Integer and a != 0 and b.is_Integer:
+        q, r = divmod(n - int(b), int(a))
+        if r == 0 and q >= 0:
+            return q
+        raise GuardViolation(f"{where} is {n}, but no size {name} makes {d} equal {n} (spec `{spec}`)")
     try:
         sols = sympy.solve(sympy.Eq(expr, n), sym)
     except NotImplementedError:

@@ -178,9 +178,13 @@ class _GraphBuilder:
         if src is None and e in self.sym_derived:
             # T from a size a*T + b (the spec's expression; run() checks inputs agree with it).
             inp, i, a, b = self.sym_derived[e]
+            # Each step keeps its size expression: lowering reads a node without one as a value
+            # computed at run time (the sub of 2*T + 1 was, and its size argument failed to lower).
             node = g.call_function(torch.ops.aten.sym_size.int, (inp, i))
+            node.meta["expr"] = a * e + b
             if b:
                 node = g.call_function(operator.sub, (node, b))
+                node.meta["expr"] = a * e
             if a != 1:
                 node = g.call_function(operator.floordiv, (node, a))
             node.meta["expr"] = e
