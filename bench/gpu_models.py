@@ -50,6 +50,9 @@ from bench.gpu_compare import _dynamo_graphs, _geo, _rel_err  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 MODES = ["eager", "inductor_dyn", "inductor_static", "symshape", "backend"]
+#: Asked for by name only (``--modes``): the backend with ``options={"cuda_graphs": True}`` (a CUDA
+#: graph per size bucket, :mod:`compiler.cuda_graphs`; graph memory is reported per model).
+EXTRA_MODES = ["backend_graphs"]
 
 
 class LMLogits(nn.Module):
@@ -248,6 +251,9 @@ class Mode:
             self.fn = torch.compile(prog, dynamic=False)
         elif mode == "symshape":
             self.fn = compiler.compile(prog, *specs, dims=dims, target=target)
+        elif mode == "backend_graphs":
+            self.fn = torch.compile(prog, backend="symshape", dynamic=True,
+                                    options={"target": target, "cuda_graphs": True})
         else:
             self.fn = torch.compile(prog, backend="symshape", dynamic=True, options={"target": target})
         #: Seconds before the first call (compiler.compile traces and builds here; torch.compile at its call).
@@ -309,6 +315,11 @@ def run_case(case: Case, dtype, points, device, modes, small, log) -> dict:
                       f"ms={pt.get('ms', float('nan')):8.3f} err={pt.get('err', float('nan')):.1e}"
                       + (f" FAIL {rec['fail']}" if "fail" in rec and "err" not in pt else ""), file=log, flush=True)
             rec["graphs"], rec["traces"] = run.counts()
+            if m == "backend_graphs":
+                from compiler.backend import graphed_programs
+                gps = graphed_programs()
+                rec["cuda_graphs"] = sum(gp.graph_count() for gp in gps)
+                rec["graph_mib"] = sum(gp.graph_bytes() for gp in gps) / 2 ** 20
             del run
     return res
 
@@ -341,12 +352,16 @@ def report(results: dict, modes) -> str:
             L.append(f"  {'  err/argmax':<12}" + "".join(f"{c:>17}" for c in err))
         L.append("  graphs/traces " + "  ".join(f"{m}={res[m].get('graphs', '-')}/{res[m].get('traces', '-')}"
                                                for m in modes if m != "eager"))
+        if "cuda_graphs" in res.get("backend_graphs", {}):
+            L.append(f"  backend_graphs: {res['backend_graphs']['cuda_graphs']} CUDA graphs recorded, holding "
+                     f"{res['backend_graphs']['graph_mib']:.1f} MiB")
         for m in modes:
             if "fail" in res.get(m, {}):
                 L.append(f"  {m} FAILED: {res[m]['fail']}")
     L.append("\ngeomean speedups over all points (ratio of ms)")
     pairs = [("symshape", "inductor_static"), ("symshape", "inductor_dyn"), ("backend", "inductor_dyn"),
              ("backend", "inductor_static"), ("symshape", "eager"), ("backend", "eager"),
+             ("backend_graphs", "inductor_dyn"), ("backend_graphs", "backend"), ("backend_graphs", "eager"),
              ("inductor_dyn", "eager"), ("inductor_static", "eager")]
     for a, b in pairs:
         if {a, b} <= has:
@@ -357,7 +372,7 @@ def report(results: dict, modes) -> str:
             L.append(f"  {a:<16} vs {b:<16} {_geo(xs):6.2f}x  (lowest point {low:.2f}x, {len(xs)} points)")
     if {"eager", "symshape", "backend"} & has:
         L.append("\nacceptance (#28)")
-        for m in ("symshape", "backend"):
+        for m in ("symshape", "backend", "backend_graphs"):
             if m not in has or "eager" not in has:
                 continue
             below = [(n, d, p) for (n, d), r in results.items() for p, pt in r[m]["points"].items()
@@ -365,7 +380,7 @@ def report(results: dict, modes) -> str:
             firsts = [pt.get("first_ms", math.inf) for r in results.values() for p, pt in
                       list(r[m]["points"].items())[1:]]
             recomp = [(n, d, r[m].get("traces"), r[m].get("graphs")) for (n, d), r in results.items()
-                      if r[m].get("traces", 0) > 1 or (m == "backend" and r[m].get("graphs", 0) > 1)]
+                      if r[m].get("traces", 0) > 1 or (m.startswith("backend") and r[m].get("graphs", 0) > 1)]
             L.append(f"  {m}: points below 0.95x eager: {len(below)} {below[:6]}")
             L.append(f"  {m}: first call at a later size: max {_fmt(max(firsts, default=float('nan')), '.0f')} ms "
                      f"(target <= 50)")
@@ -380,7 +395,7 @@ def main(argv=None):
     ap.add_argument("--smoke", action="store_true", help="tiny configs and sizes (CPU development)")
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--dtypes", default="", help="fp16,bf16 (default: both; --quick alternates per model)")
-    ap.add_argument("--modes", default="", help=f"comma-separated, of {','.join(MODES)}")
+    ap.add_argument("--modes", default="", help=f"comma-separated, of {','.join(MODES + EXTRA_MODES)}")
     ap.add_argument("--budget-s", type=float, default=0, help="start no new model after this many seconds")
     ap.add_argument("--decode", action="store_true", help="then the decode table (bench/gpu_decode.py)")
     ap.add_argument("--log", default="", help="per-point progress log (default stderr)")
