@@ -71,6 +71,11 @@ class Route:
     slices: list = field(default_factory=list)
     single: bool = False
     piecewise: Any = None
+    #: A route without a graph: its sizes and launches bound once (:meth:`Variant.bind_sizes`), and
+    #: whether its sizes-only masks are classified yet (at the signature's second call, as
+    #: :class:`CompiledProgram` does: classifying costs a sync).
+    bound: Any = None
+    classified: bool = False
 
 
 @dataclass
@@ -202,7 +207,7 @@ class GraphedProgram:
             return route.piecewise(tensors, route.values)
         if entry is None:
             self.stats["ungraphed_calls"] += 1
-            return self._run(route.variant, tensors, route.values)
+            return self._run_ungraphed(route, tensors)
         if route.padded:
             self.stats["padded_calls"] += 1
         written = entry.written
@@ -233,6 +238,23 @@ class GraphedProgram:
                     leaf = leaf.clone()
             out.append(leaf)
         return out[0] if route.single else pytree.tree_unflatten(out, route.variant.tp.out_spec)
+
+    def _run_ungraphed(self, route, tensors):
+        """A call with no graph, on the route's sizes and launches bound once: guards, asserts and
+        sizes depend on the signature alone (binding them at every call cost a prefill's
+        calls 1 ms of host time on an H100)."""
+        variant = route.variant
+        if self.kernels != "compiled" or variant.eager:
+            return self._run(variant, tensors, route.values)
+        if route.bound is None:
+            variant.check_device(tensors)
+            variant.check_asserts(route.values)
+            route.bound = variant.bind_sizes(route.values, classify=False)
+            route.classified = not variant.masks or variant.all_proven
+        elif not route.classified:
+            route.bound = variant.bind_sizes(route.values, classify=True)
+            route.classified = True
+        return variant.run_bound(tensors, *route.bound)
 
     def _run(self, variant, tensors, values):
         if self.kernels == "aten":

@@ -207,3 +207,22 @@ def test_graphs_share_one_pool_record_largest_first_and_keep_only_outputs():
     first = f.graphs[next(iter(f.graphs))].pool_growth
     later = sum(e.pool_growth for e in list(f.graphs.values())[1:])
     assert later <= first + 16 * 2 ** 20, f.report()
+
+
+def test_calls_too_large_to_graph_bind_their_sizes_once(monkeypatch):
+    """A size whose buffers exceed ``max_graph_bytes`` runs without a graph: its sizes and launches are
+    bound at the signature's first call (masks classified at its second), not at every call."""
+    from compiler.runtime import Variant
+    make, specs, _ = CASES["causal_attention"]
+    m = make().eval()
+    g = GraphedProgram(compiler.runtime.compile(m, *specs, dims={"T": (1, 64)}), max_graph_bytes=0)
+    binds = []
+    real = Variant.bind_sizes
+    monkeypatch.setattr(Variant, "bind_sizes", lambda self, *a, **k: binds.append(a) or real(self, *a, **k))
+    gen = torch.Generator().manual_seed(0)
+    for T in (5, 5, 5, 9, 9, 5, 17, 17, 17):
+        ins = _inputs(specs, 2, T, gen)
+        with torch.no_grad():
+            torch.testing.assert_close(g(*ins), m(*ins), atol=1e-4, rtol=1e-4)
+    assert g.stats["ungraphed_calls"] == 9 and g.stats["graphs"] == 0, g.stats
+    assert len(binds) <= 6, len(binds)  # three signatures, at most two bindings each
