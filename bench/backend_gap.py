@@ -14,6 +14,8 @@ on the CPU, real ones on CUDA) this builds both from the same module and prints,
   ``backend``, ``backend_inner`` (what the backend returned, called with the arguments dynamo
   passed it: no frame, no guards) and ``dynamo_only`` (dynamo's frame, guards and argument
   building; the graph's outputs cached), so ``backend ~ backend_inner + dynamo_only``;
+* ``inductor_dyn`` (``torch.compile(dynamic=True)``, Inductor) and ``inductor_inner`` (its compiled
+  graph called with the arguments dynamo passed it), the same split for the reference;
 * on CUDA, the device synchronizations one call makes (``torch.cuda.set_sync_debug_mode``).
 
 Usage::
@@ -43,7 +45,7 @@ import compiler  # noqa: E402
 from compiler.backend import symshape_backend  # noqa: E402
 from compiler.wrapper import ExternStep, KernelStep  # noqa: E402
 
-MODES = ["compile", "backend", "backend_inner", "dynamo_only"]
+MODES = ["compile", "backend", "backend_inner", "dynamo_only", "inductor_dyn", "inductor_inner"]
 #: ATen calls that make no kernel launch (views, metadata): left out of "ATen calls".
 _VIEWS = ("view", "reshape", "unsqueeze", "squeeze", "transpose", "permute", "expand", "t.default", "detach",
           "_unsafe_view", "slice", "select", "alias", "as_strided", "unflatten")
@@ -108,7 +110,18 @@ def build(case, small, device, dtype):
             return out[0]
         return first_outputs
 
+    def inductor(gm, example_inputs, **kw):  # Inductor dynamic, its compiled graph kept for inductor_inner
+        from torch._inductor.compile_fx import compile_fx
+        fn = compile_fx(gm, example_inputs)
+
+        def keep(*args):
+            seen["ind_args"] = args
+            return fn(*args)
+        seen["ind_fn"] = fn
+        return keep
+
     fns = {"compile": compiler.compile(prog, *specs, target=target),
+           "inductor_dyn": torch.compile(type(prog)(prog.m), backend=inductor, dynamic=True),
            # Dynamo caches per code object: each torch.compile mode gets its own wrapper module.
            "backend": torch.compile(type(prog)(prog.m), backend=backend, dynamic=True, options={"target": target}),
            "dynamo_only": torch.compile(type(prog)(prog.m), backend=cached, dynamic=True,
@@ -196,7 +209,7 @@ def run_model(case, point, device, dtype, small, rounds, n, profile=False):
     with torch.no_grad():
         ref = prog(*args)
         ok = {}
-        for m in ("compile", "backend", "dynamo_only"):
+        for m in ("compile", "backend", "dynamo_only", "inductor_dyn"):
             for _ in range(3):  # the shape's third call: sizes-only masks classified
                 got = fns[m](*args)
             # max|out - ref| / max|ref| (bench/gpu_models.py's error): logits reach ~10^2 in half types.
@@ -205,6 +218,8 @@ def run_model(case, point, device, dtype, small, rounds, n, profile=False):
         run = seen["runs"][-1]
         inner_args = seen["args"]
         fns["backend_inner"] = lambda *_: run(*inner_args)
+        ind_fn, ind_args = seen["ind_fn"], seen["ind_args"]
+        fns["inductor_inner"] = lambda *_: ind_fn(*ind_args)
         us = {m: [] for m in MODES}
         for r in range(rounds):
             order = MODES if r % 2 == 0 else MODES[::-1]  # neither mode always runs right after the other
