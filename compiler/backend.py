@@ -85,6 +85,40 @@ def _specialize_scalars(gm, example_inputs):
     return torch.fx.GraphModule(gm, g), todo
 
 
+def _restart_with_floats_specialized(gm) -> None:
+    """Ask dynamo to trace the frame again with its unspecialized Python floats (LayerNorm's eps,
+    dropout's p, attention's scaling: 0-dim tensor inputs read with ``.item()``) as constants.
+
+    Under ``dynamic=True`` dynamo makes each such float a new 0-dim tensor at every call and passes
+    it in (25 for a 4-layer BERT, about 10 us each of the H100 machine's host time with this
+    backend's check that it did not change).  Specialized, each is a constant of the graph that
+    dynamo's guards check (a new value compiles again), as Inductor's ``tensorify_python_scalars``
+    pass asks for the floats it cannot keep symbolic: the same mechanism
+    (``TensorifyState`` and ``TensorifyScalarRestartAnalysis``).  Where this torch has no such
+    mechanism, the floats stay inputs and :func:`_specialize_scalars` bakes them in, checked per call.
+    """
+    try:
+        from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+        from torch._dynamo.symbolic_convert import TensorifyState
+    except ImportError:
+        return
+    names = []
+    for n in gm.graph.nodes:
+        if n.op != "placeholder" or not n.users:
+            continue
+        ev = n.meta.get("example_value")
+        expr = getattr(getattr(getattr(ev, "item_memo", None), "node", None), "_expr", None)
+        name = getattr(expr, "name", None)
+        if (isinstance(ev, torch.Tensor) and ev.dim() == 0 and isinstance(name, str) and ev.dtype.is_floating_point
+                and all(u.op == "call_method" and u.target == "item" for u in n.users)
+                and not TensorifyState.should_specialize(name)):
+            names.append(name)
+    if names:
+        for name in names:
+            TensorifyState.specialize(name)
+        raise TensorifyScalarRestartAnalysis
+
+
 def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend; ``options["target"]`` picks ``cpp`` or ``triton``
     (default: triton for CUDA inputs, cpp otherwise; ``$SYMSHAPE_TARGET`` overrides);
@@ -102,6 +136,8 @@ def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
 def _compile(gm, example_inputs, options):
     # torch.compile(..., options={...}) hands the dict over as one keyword.
     options = {**(options.pop("options", None) or {}), **options}
+    if os.environ.get("SYMSHAPE_SPECIALIZE_FLOATS", "1") != "0":
+        _restart_with_floats_specialized(gm)  # raises dynamo's restart where there are floats to specialize
     BACKEND_STATS["graphs"] += 1
     eager_gm = gm
     gm, scalars = _specialize_scalars(gm, example_inputs)

@@ -53,3 +53,43 @@ def test_importing_compiler_registers_nothing_and_entry_point_finds_backend():
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+class _Floats(torch.nn.Module):
+    """Python float attributes read in forward: dynamo makes each a 0-dim tensor input under dynamic=True."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.eps, self.scale = 1e-5, 0.5
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(self.lin(x), (8,), eps=self.eps) * self.scale
+
+
+@pytest.mark.parametrize("specialize", ["1", "0"])
+def test_module_floats_become_constants_and_a_new_value_compiles_again(monkeypatch, specialize):
+    """The backend asks dynamo to specialize its float inputs (no 0-dim tensor made per call); with
+    SYMSHAPE_SPECIALIZE_FLOATS=0 they stay inputs, baked in and checked.  Either way a changed
+    attribute gives eager's value, never the first one's."""
+    from compiler.backend import symshape_backend
+    monkeypatch.setenv("SYMSHAPE_SPECIALIZE_FLOATS", specialize)
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = _Floats().eval()
+    handed = []
+
+    def spy(gm, example_inputs, **kw):
+        out = symshape_backend(gm, example_inputs, **kw)
+        handed.append([e for e in example_inputs if isinstance(e, torch.Tensor) and e.dim() == 0])
+        return out
+
+    f = torch.compile(m, backend=spy, dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5, 11):
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
+        assert len(handed) == 1 and (len(handed[0]) == 0) == (specialize == "1"), handed
+        m.scale = 2.0
+        x = torch.randn(7, 8)
+        torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
