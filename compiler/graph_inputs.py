@@ -285,6 +285,34 @@ def _solve_symbols(sym, example_inputs, tensor_pos, known: dict) -> dict:
     return solved
 
 
+def _input_spec(name, ex, sym, k, known, dims) -> InputSpec:
+    """The spec of tensor input ``k`` (real ``ex``, symbolic sizes ``sym``): each dim an int, a
+    named dim (added to ``dims`` with its example value) or an expression of ``known`` symbols."""
+    spec_dims = []
+    for d, (s, real) in enumerate(zip(sym.shape, ex.shape)):
+        e = s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(int(s))
+        if e.is_Integer:
+            spec_dims.append(int(e))
+        elif e.is_Symbol:
+            spec_dims.append(str(e))
+            dims[str(e)] = _hint(real)
+        else:
+            # A compound size (s0*s1 of a flattened view): an expression of named dims when
+            # the spec language writes it and every symbol is some tensor's dim; else its own dim.
+            expr = None
+            if e.free_symbols <= known:
+                try:
+                    expr = DimExpr.parse(spec_text(e))
+                except (ValueError, SymshapeError):
+                    expr = None
+            if expr is not None and expr.sympy({n: sympy.Symbol(n, integer=True) for n in expr.names}) is not None:
+                spec_dims.append(expr)
+            else:
+                spec_dims.append(f"a{k}_{d}")
+                dims[f"a{k}_{d}"] = _hint(real)
+    return InputSpec(name=name, dtype=ex.dtype, dims=tuple(spec_dims))
+
+
 def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
     """A :class:`GraphPlan` for a graph's example inputs (tensors, SymInts, numbers).
 
@@ -317,33 +345,8 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
     hints = {s: _hint(example_inputs[tensor_pos[k]].shape[d]) for s, (k, d) in where.items()}
     solved = _solve_symbols(sym, example_inputs, tensor_pos, hints)
     known = set(where) | set(solved)
-    specs, dims = [], {str(s): hints[s] for s in solved}
-    for k, i in enumerate(tensor_pos):
-        ex = example_inputs[i]
-        spec_dims = []
-        for d, (s, real) in enumerate(zip(sym[k].shape, ex.shape)):
-            e = s.node.expr if isinstance(s, torch.SymInt) else sympy.Integer(int(s))
-            if e.is_Integer:
-                spec_dims.append(int(e))
-            elif e.is_Symbol:
-                spec_dims.append(str(e))
-                dims[str(e)] = _hint(real)
-            else:
-                # A compound size (s0*s1 of a flattened view): an expression of named dims when
-                # the spec language writes it and every symbol is some tensor's dim; else its own dim.
-                expr = None
-                if e.free_symbols <= known:
-                    try:
-                        expr = DimExpr.parse(spec_text(e))
-                    except (ValueError, SymshapeError):
-                        expr = None
-                if expr is not None and expr.sympy({n: sympy.Symbol(n, integer=True) for n in expr.names}) is not None:
-                    spec_dims.append(expr)
-                else:
-                    name = f"a{k}_{d}"
-                    spec_dims.append(name)
-                    dims[name] = _hint(real)
-        specs.append(InputSpec(name=f"arg{i}", dtype=ex.dtype, dims=tuple(spec_dims)))
+    dims = {str(s): hints[s] for s in solved}
+    specs = [_input_spec(f"arg{i}", example_inputs[i], sym[k], k, known, dims) for k, i in enumerate(tensor_pos)]
     layout = []
     counter = 0
     for i, ex in enumerate(example_inputs):
