@@ -44,7 +44,6 @@ from typing import Any, Optional
 
 import sympy
 import torch
-from torch.utils import _pytree as pytree
 
 from .graph_capture import GraphRecorder
 from .wrapper import (FAST_CALLS, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, step_buffers,
@@ -413,7 +412,7 @@ class PiecewiseRun:
                 leaves.append(sizes[o.index])
             else:
                 leaves.append(o)
-        return pytree.tree_unflatten(leaves, v.tp.out_spec)
+        return v.unflatten(leaves)
 
     def _graph(self, n, seg, key, ins, sizes, seg_launches, device, replayed=frozenset()) -> Optional[Recorded]:
         """The recorded graph of segment ``n`` at ``key`` (recorded at its second call), or None
