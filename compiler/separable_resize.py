@@ -220,13 +220,31 @@ def resize_as_matmuls(gm: torch.fx.GraphModule) -> int:
     return n
 
 
+#: Multiply-adds per output pixel the two matmuls may cost (``in_h * in_w / out_w + in_w``), at
+#: the example sizes: 4x bicubic's 16 taps.  A position-embedding grid (14 x 14 to 20 x 20: 24)
+#: is far below; resizing a 512 x 512 image (768) is left to torch's gathers, which cost 16.
+MAX_MATMUL_MACS = 64
+
+
+def _example(v):
+    """A size's example value (a SymInt's hint), or None where it has none."""
+    return v.node.hint if isinstance(v, torch.SymInt) else int(v)
+
+
+def _few_taps(x, out) -> bool:
+    """Whether :func:`separable_resize` costs few multiply-adds per output at the example sizes
+    (a choice of speed, not of values: no guard is recorded)."""
+    ih, iw, ow = _example(x.shape[2]), _example(x.shape[3]), _example(out[1])
+    return None not in (ih, iw, ow) and ow > 0 and ih * iw / ow + iw <= MAX_MATMUL_MACS
+
+
 def _resized(kw: dict):
     """The output of an ``F.interpolate`` call (its arguments by name) as :func:`nearest_repeat` or
     :func:`separable_resize`, or None where neither applies."""
     x, factors = kw.get("input"), _repeat_factors(kw)
     if factors is not None:
         out = (x.shape[2] * factors[0], x.shape[3] * factors[1])
-    elif _weighted(kw):
+    elif _weighted(kw) and _few_taps(x, tuple(kw["size"])):
         out = tuple(kw["size"])
     else:
         return None
@@ -244,12 +262,14 @@ class ResizeAsMatmuls(TorchFunctionMode):
     the ``F.interpolate`` calls :func:`resize_as_matmuls` rewrites in dynamo's graphs run as
     :func:`separable_resize` or :func:`nearest_repeat`, so the trace holds two small matmuls (or an
     expand) where torch's decomposition of bicubic resizing records sixteen gathers, each an ATen
-    launch (HF ViT's position embedding at every image size but its own).  ``rewritten`` counts them.
+    launch (HF ViT's position embedding at every image size but its own).  Only where the matmuls
+    are cheap at the example sizes (:data:`MAX_MATMUL_MACS`): a large image keeps torch's op.
+    ``rewritten`` counts them.
     ``$SYMSHAPE_RESIZE_REWRITE=0`` turns the rewrite off (:func:`resize_modes` gives no mode).
 
     >>> import shapes
     >>> tp = shapes.trace(lambda x: F.interpolate(x, size=(7, 9), mode="bicubic"), "x: f32[B, 2, H, W]",
-    ...                   function_modes=(ResizeAsMatmuls(),))
+    ...                   dims={"H": 5, "W": 6}, function_modes=(ResizeAsMatmuls(),))
     >>> any("index" in str(n.target) for n in tp.graph.nodes), tp.output_shapes
     (False, [(B, 2, 7, 9)])
     """

@@ -112,3 +112,15 @@ def test_hf_vit_at_new_image_sizes_equals_eager_without_gathers():
             px = torch.randn(b, 3, h, w)
             torch.testing.assert_close(cp(px), prog(px), atol=1e-4, rtol=1e-4)
     assert not any("index" in n for n in _aten_names(cp))
+
+
+def test_a_large_image_keeps_torchs_resize():
+    """Two matmuls cost in_h * in_w / out_w + in_w multiply-adds an output: fine for a small grid,
+    far more than bicubic's 16 taps for an image; such a call is traced as torch's op."""
+    def big(x):
+        return F.interpolate(x, size=(x.shape[-2] * 2, x.shape[-1] * 2), mode="bilinear")
+
+    cp = compiler.compile(big, "x: f32[B, 3, H, W]", dims={"H": 96, "W": 96})
+    x = torch.randn(1, 3, 96, 96)
+    torch.testing.assert_close(cp(x), big(x), atol=1e-5, rtol=1e-5)
+    assert any("index" in n for n in _aten_names(cp))
