@@ -220,10 +220,11 @@ def resize_as_matmuls(gm: torch.fx.GraphModule) -> int:
     return n
 
 
-#: Multiply-adds per output pixel the two matmuls may cost (``in_h * in_w / out_w + in_w``), at
-#: the example sizes: 4x bicubic's 16 taps.  A position-embedding grid (14 x 14 to 20 x 20: 24)
-#: is far below; resizing a 512 x 512 image (768) is left to torch's gathers, which cost 16.
-MAX_MATMUL_MACS = 64
+#: The largest input plane (``in_h * in_w``, at the example sizes) resized as two matmuls: their
+#: multiply-adds per output grow with the input's sides where torch's gathers read 16 (bicubic) or
+#: 4 taps, so a small grid (a ViT's 14 x 14 or a DINOv2's 37 x 37 position embedding, at any output
+#: size) is rewritten and an image (96 x 96 and up) keeps torch's op.
+MAX_MATMUL_PLANE = 64 * 64
 
 
 def _example(v):
@@ -231,11 +232,11 @@ def _example(v):
     return v.node.hint if isinstance(v, torch.SymInt) else int(v)
 
 
-def _few_taps(x, out) -> bool:
-    """Whether :func:`separable_resize` costs few multiply-adds per output at the example sizes
-    (a choice of speed, not of values: no guard is recorded)."""
-    ih, iw, ow = _example(x.shape[2]), _example(x.shape[3]), _example(out[1])
-    return None not in (ih, iw, ow) and ow > 0 and ih * iw / ow + iw <= MAX_MATMUL_MACS
+def _small_plane(x) -> bool:
+    """Whether ``x``'s plane is small enough for :func:`separable_resize` at the example sizes (a
+    choice of speed, not of values: no guard is recorded)."""
+    ih, iw = _example(x.shape[2]), _example(x.shape[3])
+    return ih is not None and iw is not None and ih * iw <= MAX_MATMUL_PLANE
 
 
 def _resized(kw: dict):
@@ -244,7 +245,7 @@ def _resized(kw: dict):
     x, factors = kw.get("input"), _repeat_factors(kw)
     if factors is not None:
         out = (x.shape[2] * factors[0], x.shape[3] * factors[1])
-    elif _weighted(kw) and _few_taps(x, tuple(kw["size"])):
+    elif _weighted(kw) and _small_plane(x):
         out = tuple(kw["size"])
     else:
         return None
@@ -262,8 +263,8 @@ class ResizeAsMatmuls(TorchFunctionMode):
     the ``F.interpolate`` calls :func:`resize_as_matmuls` rewrites in dynamo's graphs run as
     :func:`separable_resize` or :func:`nearest_repeat`, so the trace holds two small matmuls (or an
     expand) where torch's decomposition of bicubic resizing records sixteen gathers, each an ATen
-    launch (HF ViT's position embedding at every image size but its own).  Only where the matmuls
-    are cheap at the example sizes (:data:`MAX_MATMUL_MACS`): a large image keeps torch's op.
+    launch (HF ViT's position embedding at every image size but its own).  Only a small input plane
+    (:data:`MAX_MATMUL_PLANE`) is rewritten: a large image keeps torch's op.
     ``rewritten`` counts them.
     ``$SYMSHAPE_RESIZE_REWRITE=0`` turns the rewrite off (:func:`resize_modes` gives no mode).
 

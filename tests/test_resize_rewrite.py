@@ -114,9 +114,30 @@ def test_hf_vit_at_new_image_sizes_equals_eager_without_gathers():
     assert not any("index" in n for n in _aten_names(cp))
 
 
+def test_hf_vit_general_trace_rewrites_at_small_example_grids():
+    """The first trace's example sizes may give a tiny output grid (2 x 3): the rewrite depends on the
+    input grid alone, so the variant serving every size has no gathers."""
+    transformers = pytest.importorskip("transformers")
+    conf = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                                  image_size=224, patch_size=16)
+    conf._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    vit = transformers.ViTModel(conf, add_pooling_layer=False).eval()
+
+    def prog(px):
+        return vit(pixel_values=px, interpolate_pos_encoding=True).last_hidden_state
+
+    cp = compiler.compile(prog, "px: f32[B, 3, H, W]")
+    with torch.no_grad():
+        for s in (224, 333, 48):
+            px = torch.randn(1, 3, s, s)
+            torch.testing.assert_close(cp(px), prog(px), atol=1e-4, rtol=1e-4)
+    assert not any("index" in n for n in _aten_names(cp))
+
+
 def test_a_large_image_keeps_torchs_resize():
-    """Two matmuls cost in_h * in_w / out_w + in_w multiply-adds an output: fine for a small grid,
-    far more than bicubic's 16 taps for an image; such a call is traced as torch's op."""
+    """Two matmuls cost multiply-adds per output that grow with the input's sides: fine for a small
+    grid, far more than bilinear's 4 taps for an image; such a call is traced as torch's op."""
     def big(x):
         return F.interpolate(x, size=(x.shape[-2] * 2, x.shape[-1] * 2), mode="bilinear")
 
