@@ -107,9 +107,11 @@ def _restart_with_floats_specialized(gm) -> None:
         if n.op != "placeholder" or not n.users:
             continue
         ev = n.meta.get("example_value")
-        expr = getattr(getattr(getattr(ev, "item_memo", None), "node", None), "_expr", None)
-        name = getattr(expr, "name", None)
+        node = getattr(getattr(ev, "item_memo", None), "node", None)
+        name = getattr(getattr(node, "_expr", None), "name", None)
+        # A Python float's symbol is backed (its value is the hint); a tensor's .item() is not (data).
         if (isinstance(ev, torch.Tensor) and ev.dim() == 0 and isinstance(name, str) and ev.dtype.is_floating_point
+                and getattr(node, "hint", None) is not None
                 and all(u.op == "call_method" and u.target == "item" for u in n.users)
                 and not TensorifyState.should_specialize(name)):
             names.append(name)

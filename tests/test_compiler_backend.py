@@ -93,3 +93,18 @@ def test_module_floats_become_constants_and_a_new_value_compiles_again(monkeypat
         m.scale = 2.0
         x = torch.randn(7, 8)
         torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_tensor_read_with_item_is_not_taken_for_a_float_attribute():
+    """A 0-dim tensor argument read with .item() is data, not a Python float: never specialized to
+    its first value."""
+    torch._dynamo.reset()
+
+    def f(x, t):
+        return x / t.item()
+
+    g = torch.compile(f, backend="symshape", dynamic=True)
+    with torch.no_grad():
+        for n, t in ((3, 2.0), (5, 4.0), (7, 0.5)):
+            x, tt = torch.randn(n, 4), torch.tensor(t, dtype=torch.float64)
+            torch.testing.assert_close(g(x, tt), f(x, tt))
