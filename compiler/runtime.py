@@ -112,7 +112,8 @@ def flat_unflatten(spec):
     """
     if spec.is_leaf():
         return lambda leaves: leaves[0]
-    children = spec.children_specs
+    # torch 2.13 deprecates ``children_specs`` for ``children()``; 2.11 (the GPU machine's) may lack the method.
+    children = spec.children() if callable(getattr(spec, "children", None)) else spec.children_specs
     if all(c.is_leaf() for c in children):
         if spec.type is tuple:
             return tuple
