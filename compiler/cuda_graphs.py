@@ -71,11 +71,6 @@ class Route:
     slices: list = field(default_factory=list)
     single: bool = False
     piecewise: Any = None
-    #: A route without a graph: its sizes and launches bound once (:meth:`Variant.bind_sizes`), and
-    #: whether its sizes-only masks are classified yet (at the signature's second call, as
-    #: :class:`CompiledProgram` does: classifying costs a sync).
-    bound: Any = None
-    classified: bool = False
 
 
 @dataclass
@@ -240,21 +235,12 @@ class GraphedProgram:
         return out[0] if route.single else pytree.tree_unflatten(out, route.variant.tp.out_spec)
 
     def _run_ungraphed(self, route, tensors):
-        """A call with no graph, on the route's sizes and launches bound once: guards, asserts and
-        sizes depend on the signature alone (binding them at every call cost a prefill's
-        calls 1 ms of host time on an H100)."""
-        variant = route.variant
-        if self.kernels != "compiled" or variant.eager:
-            return self._run(variant, tensors, route.values)
-        if route.bound is None:
-            variant.check_device(tensors)
-            variant.check_asserts(route.values)
-            route.bound = variant.bind_sizes(route.values, classify=False)
-            route.classified = not variant.masks or variant.all_proven
-        elif not route.classified:
-            route.bound = variant.bind_sizes(route.values, classify=True)
-            route.classified = True
-        return variant.run_bound(tensors, *route.bound)
+        """A call with no graph: through the compiled program, whose per-shape binding cache binds
+        sizes and launches once and classifies masks at a shape's second call (binding at every
+        call cost a prefill 1 ms of host time on an H100)."""
+        if self.kernels != "compiled" or route.variant.eager:
+            return self._run(route.variant, tensors, route.values)
+        return self.compiled(*tensors)
 
     def _run(self, variant, tensors, values):
         if self.kernels == "aten":

@@ -18,6 +18,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import os
@@ -359,15 +360,12 @@ class Variant:
         leaves = fn(tensors, sizes, launches, self._consts(device), device)
         return self.unflatten(leaves)
 
-    @property
+    @functools.cached_property
     def unflatten(self):
         """The outputs' structure from the leaves a run returns: a flat tuple or list of tensors
         (a training graph's ~50 outputs) or one tensor without pytree's per-leaf recursion
         (about 1.3 us a leaf on this machine's host), else ``pytree.tree_unflatten``."""
-        f = self.__dict__.get("_unflatten")
-        if f is None:
-            f = self.__dict__["_unflatten"] = flat_unflatten(self.tp.out_spec)
-        return f
+        return flat_unflatten(self.tp.out_spec)
 
     def _fn_for(self, classes: tuple):
         """The straight-line run at these mask classes: the steps that only made dropped masks left out."""

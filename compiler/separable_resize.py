@@ -143,10 +143,13 @@ def _resizable(x, out_h, out_w) -> bool:
     return _eager_refusal(x, out_h, out_w) is None
 
 
+def _by_name(args, kwargs) -> dict:
+    """An ``F.interpolate`` call's arguments by name (positional ones named as the function does)."""
+    return {**dict(zip(_ARG_NAMES, args)), **kwargs}
+
+
 def _call_args(node) -> dict:
-    kw = dict(zip(_ARG_NAMES, node.args))
-    kw.update(node.kwargs)
-    return kw
+    return _by_name(node.args, node.kwargs)
 
 
 def _float_input(kw) -> bool:
@@ -282,9 +285,7 @@ class ResizeAsMatmuls(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.interpolate:
-            kw = dict(zip(_ARG_NAMES, args))
-            kw.update(kwargs)
-            out = _resized(kw)
+            out = _resized(_by_name(args, kwargs))
             if out is not None:
                 self.rewritten += 1
                 return out

@@ -95,10 +95,11 @@ def test_the_programs_own_error_after_a_resize_stays_the_programs():
     assert "the program raised" in str(e.value)
 
 
-def test_hf_vit_at_new_image_sizes_equals_eager_without_gathers():
+def _hf_vit_compiled(image_size, patch_size):
+    """(HF ViT's last hidden state at any image size, its compiled program)."""
     transformers = pytest.importorskip("transformers")
     conf = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                                  image_size=32, patch_size=8)
+                                  image_size=image_size, patch_size=patch_size)
     conf._attn_implementation = "sdpa"
     torch.manual_seed(0)
     vit = transformers.ViTModel(conf, add_pooling_layer=False).eval()
@@ -106,33 +107,27 @@ def test_hf_vit_at_new_image_sizes_equals_eager_without_gathers():
     def prog(px):
         return vit(pixel_values=px, interpolate_pos_encoding=True).last_hidden_state
 
-    cp = compiler.compile(prog, "px: f32[B, 3, H, W]")
+    return prog, compiler.compile(prog, "px: f32[B, 3, H, W]")
+
+
+def _equal_eager_without_gathers(prog, cp, sizes):
     with torch.no_grad():
-        for b, h, w in ((2, 45, 45), (1, 8, 8), (1, 56, 40), (3, 104, 88)):
+        for b, h, w in sizes:
             px = torch.randn(b, 3, h, w)
             torch.testing.assert_close(cp(px), prog(px), atol=1e-4, rtol=1e-4)
     assert not any("index" in n for n in _aten_names(cp))
 
 
+def test_hf_vit_at_new_image_sizes_equals_eager_without_gathers():
+    prog, cp = _hf_vit_compiled(image_size=32, patch_size=8)
+    _equal_eager_without_gathers(prog, cp, ((2, 45, 45), (1, 8, 8), (1, 56, 40), (3, 104, 88)))
+
+
 def test_hf_vit_general_trace_rewrites_at_small_example_grids():
     """The first trace's example sizes may give a tiny output grid (2 x 3): the rewrite depends on the
     input grid alone, so the variant serving every size has no gathers."""
-    transformers = pytest.importorskip("transformers")
-    conf = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                                  image_size=224, patch_size=16)
-    conf._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    vit = transformers.ViTModel(conf, add_pooling_layer=False).eval()
-
-    def prog(px):
-        return vit(pixel_values=px, interpolate_pos_encoding=True).last_hidden_state
-
-    cp = compiler.compile(prog, "px: f32[B, 3, H, W]")
-    with torch.no_grad():
-        for s in (224, 333, 48):
-            px = torch.randn(1, 3, s, s)
-            torch.testing.assert_close(cp(px), prog(px), atol=1e-4, rtol=1e-4)
-    assert not any("index" in n for n in _aten_names(cp))
+    prog, cp = _hf_vit_compiled(image_size=224, patch_size=16)
+    _equal_eager_without_gathers(prog, cp, ((1, 224, 224), (1, 333, 333), (1, 48, 48)))
 
 
 def test_a_large_image_keeps_torchs_resize():
