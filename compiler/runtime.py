@@ -103,6 +103,27 @@ def view_as_traced(x, size):
     return x.reshape(size)
 
 
+def _view_slots(plan, lp, slot) -> dict:
+    """Per output of a ``view_as_traced`` step whose traced shape is known in the kernels' size
+    symbols: ``(shape slots, contiguous stride slots)`` (``slot(expr)`` gives an expression's slot)."""
+    known = set(lp.symbols)
+    out = {}
+    for st in plan:
+        if not isinstance(st, ExternStep) or getattr(st.target, "__name__", None) != "view_as_traced":
+            continue
+        buf = lp.buffers.get(st.out)
+        shape = getattr(buf, "shape", None)
+        if shape is None or not all(isinstance(d, (int, sympy.Expr)) and sympy.sympify(d).free_symbols <= known
+                                    for d in shape):
+            continue
+        strides, acc = [], sympy.Integer(1)
+        for d in reversed(shape):
+            strides.append(acc)
+            acc = acc * d
+        out[st.out] = (tuple(slot(d) for d in shape), tuple(slot(x) for x in reversed(strides)))
+    return out
+
+
 def flat_unflatten(spec):
     """``leaves -> structure`` for pytree ``spec``: direct for one leaf or a flat tuple or list.
 
@@ -246,6 +267,9 @@ class Variant:
         plan = padded_steps(plan, lp.buffers, getattr(self.tp.device, "type", None))
         # Half-precision CUDA matmuls at few row counts where enabled (compiler.row_buckets).
         plan = bucketed_steps(plan, getattr(self.tp.device, "type", None))
+        # Reshapes of contiguous tensors as direct views (compiler.wrapper.straight_line): their shapes
+        # and contiguous strides are size slots, made before the mask classes' slots follow them.
+        self.views = _view_slots(plan, lp, slot)
         # SDPA masks made from sizes alone: classified per size, then causal or dropped
         # (compiler.sized_masks); their classes follow the size slots in the sizes tuple.
         outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
@@ -271,7 +295,7 @@ class Variant:
         self.size_fn = compile_exprs(self.size_exprs, lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
         self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
-                                             self.outputs, cpu_allocs=self.cpp_calls)
+                                             self.outputs, cpu_allocs=self.cpp_calls, views=self.views)
         self._fns = {(sized_masks.MaskClass.KEEP,) * len(self.masks): self.fn}
         # Trace-time constants are fixed (moved to a device once); parameters and buffers are
         # read from the module on every call, so updates and moves are seen.
@@ -375,7 +399,7 @@ class Variant:
             plan, skip = self.plan_at(classes)
             fn = self._fns[classes] = straight_line(plan, [b.name for b in lp.inputs],
                                                     [b.name for b, _ in lp.consts], self.outputs, skip=skip,
-                                                    cpu_allocs=self.cpp_calls)[1]
+                                                    cpu_allocs=self.cpp_calls, views=self.views)[1]
         return fn
 
     def plan_at(self, classes: tuple) -> tuple:

@@ -36,6 +36,27 @@ def test_triton_case(results, case):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="direct launches need CUDA (the interpreter launches generically)")
+def test_direct_launches_go_through_torchs_static_launcher():
+    """A bound launch of a kernel torch's static CUDA launcher takes goes through it, at every
+    size (1, primes, a size past one block), and the values equal eager's."""
+    import compiler
+    from compiler.codegen import triton_launch
+
+    def prog(x, y):
+        return torch.softmax(x.float() * 2, -1).to(x.dtype) + y.sum(-1, keepdim=True)
+    before = set(triton_launch._SHARED.keys())
+    f = compiler.compile(prog, "x: f16[N, 64]", "y: f16[N, 64]", target="triton")
+    for n in (5, 1, 7, 33, 1031):
+        x, y = torch.randn(n, 64, device="cuda", dtype=torch.float16), torch.randn(n, 64, device="cuda",
+                                                                                   dtype=torch.float16)
+        for _ in range(2):  # the second call launches bound
+            torch.testing.assert_close(f(x, y), prog(x, y), atol=2e-3, rtol=2e-3)
+    statics = [d[5] for fn, parts in triton_launch._SHARED.items() if fn not in before
+               for d in parts.values() if d is not None]
+    assert statics and all(s is not None for s in statics), statics
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="direct launches need CUDA (the interpreter launches generically)")
 def test_a_new_size_launches_direct_through_the_shared_kernel():
     """Sizes are not specialized: after one size, every kernel launch at a new size goes
     straight to the compiled kernel (no generic JIT launch), and the values stay right."""

@@ -90,3 +90,37 @@ def test_dense_flat_kernel_indexes_by_its_linear_index():
     loads = [ln for ln in src.splitlines() if "tl.load(" in ln or "tl.store(" in ln]
     assert sum("+ (lin)" in ln for ln in loads) == 3, loads  # a, b and the output
     assert any("+ (j)" in ln for ln in loads), loads  # the bias, by column
+
+
+def test_reshapes_of_contiguous_tensors_are_direct_views_equal_to_reshape():
+    """A reshape whose input is contiguous at run time is made as a view with the traced shape's
+    strides (no dispatcher); a strided input still goes through reshape.  Both equal eager at
+    sizes 1, primes and larger, and the view aliases its input as reshape's does."""
+    def prog(x, w):
+        h = torch.relu(x @ w)                    # contiguous: a direct view
+        a = h.reshape(x.shape[0], -1, 4, 2)      # (B, T, 4, 2)
+        b = a.transpose(1, 2).reshape(x.shape[0], 4, -1)  # strided: reshape copies
+        return a.sum(-1) * 2, b + 1, h.view(-1)
+    f = compiler.compile(prog, "x: f32[B, T, 16]", "w: f32[16, 8]")
+    src = f.variants[0].source
+    assert "REINTERPRET(" in src
+    w = torch.randn(16, 8)
+    with torch.no_grad():
+        for B, T in [(1, 1), (2, 5), (3, 13), (4, 64)]:
+            x = torch.randn(B, T, 16)
+            got, want = f(x, w), prog(x, w)
+            for g, e in zip(got, want):
+                assert g.shape == e.shape and g.stride() == e.stride()
+                torch.testing.assert_close(g, e)
+
+
+def test_a_reshaped_parameter_keeps_what_autograd_records():
+    """A parameter's view is made by reshape (its requires_grad as eager gives it), not as a direct view."""
+    m = torch.nn.Linear(6, 4)
+
+    def prog(x):
+        return m.weight.reshape(-1) , x * 2
+    f = compiler.compile(prog, "x: f32[N]")
+    got, want = f(torch.randn(3)), prog(torch.randn(3))
+    assert got[0].requires_grad == want[0].requires_grad
+    torch.testing.assert_close(got[0], want[0])
