@@ -276,8 +276,15 @@ def _argmax_agree(out, ref) -> float:
     return (out.float().argmax(-1) == ref.argmax(-1)).float().mean().item()
 
 
-def run_case(case: Case, dtype, points, device, modes, small, log) -> dict:
-    """Every mode at every point of one model: ``{mode: {point: record}}`` plus per-mode counts."""
+def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int = 3) -> dict:
+    """Every mode at every point of one model: ``{mode: {point: record}}`` plus per-mode counts.
+
+    Each mode first meets every point (first-call ms, error, argmax), then the ms per call are
+    taken in ``rounds`` interleaved rounds (every mode at every point per round, the order reversed
+    every other round) and their median kept: the GPU machine's host speed drifts by up to 1.7x
+    within a minute (bench/results/gpu_models_order_h100_s10_2026-11-27.txt), so modes timed one
+    after another in blocks compared the drift, not the modes.  Every mode compiles its own wrapper
+    module around the same model (dynamo keeps an entry per wrapper), so none is reset in between."""
     torch.manual_seed(0)
     base = case.make(small).eval()
     prog = copy.deepcopy(base).to(device, dtype)
@@ -287,40 +294,63 @@ def run_case(case: Case, dtype, points, device, modes, small, log) -> dict:
     g = torch.Generator().manual_seed(1)
     inputs = {p: case.inputs(*p, device, dtype, g, small) for p in points}
     res: dict = {}
+    runs: dict = {}
+    torch._dynamo.reset()
     with torch.no_grad():
         refs = {p: ref_prog(*[t.float() if t.is_floating_point() else t for t in inputs[p]]).float()
                 for p in points}
         del ref_prog
         for m in modes:
-            torch._dynamo.reset()
             rec = res[m] = {"points": {}}
             try:
-                run = Mode(m, prog, specs, device, dims=case.dims(small) if case.dims else None)
+                run = Mode(m, type(prog)(prog.m), specs, device, dims=case.dims(small) if case.dims else None)
             except Exception as e:  # noqa: BLE001 - a mode that cannot start is reported, not fatal
                 rec["fail"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
                 continue
             for p in points:
-                pt = rec["points"][p] = {}
+                pt = rec["points"][p] = {"ms_rounds": []}
                 try:
                     out, pt["first_ms"] = run.first_call(inputs[p])
                     if p == points[0]:
                         pt["first_ms"] += run.setup_ms
                     pt["err"] = _rel_err(out, refs[p])
                     pt["agree"] = _argmax_agree(out, refs[p]) if case.lm else float("nan")
-                    pt["ms"] = bench_ms(run.fn, inputs[p], device)
+                    del out
                 except Exception as e:  # noqa: BLE001 - reported per point
                     rec["fail"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
-                    pt.setdefault("ms", float("nan"))
-                print(f"  {case.name:<8} {short:<4} {m:<16} B,T={p} first={pt.get('first_ms', float('nan')):9.1f}ms "
-                      f"ms={pt.get('ms', float('nan')):8.3f} err={pt.get('err', float('nan')):.1e}"
-                      + (f" FAIL {rec['fail']}" if "fail" in rec and "err" not in pt else ""), file=log, flush=True)
+                    pt["ms"] = float("nan")
             rec["graphs"], rec["traces"] = run.counts()
+            runs[m] = run
+        before = (_dynamo_graphs(), compiler.STATS["traces"])
+        for r in range(rounds):
+            for m in (list(runs) if r % 2 == 0 else list(runs)[::-1]):
+                for p in points:
+                    pt = res[m]["points"][p]
+                    if "err" not in pt:
+                        continue
+                    try:
+                        pt["ms_rounds"].append(bench_ms(runs[m].fn, inputs[p], device))
+                    except Exception as e:  # noqa: BLE001 - reported per point
+                        res[m]["fail"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+        for m, run in runs.items():
+            for p in points:
+                pt = res[m]["points"][p]
+                if pt.get("ms_rounds"):
+                    pt["ms"] = sorted(pt["ms_rounds"])[len(pt["ms_rounds"]) // 2]
+                pt.setdefault("ms", float("nan"))
+                print(f"  {case.name:<8} {short:<4} {m:<16} B,T={p} first={pt.get('first_ms', float('nan')):9.1f}ms "
+                      f"ms={pt['ms']:8.3f} ({' '.join(f'{x:.3f}' for x in pt['ms_rounds'])}) "
+                      f"err={pt.get('err', float('nan')):.1e}"
+                      + (f" FAIL {res[m]['fail']}" if "fail" in res[m] and "err" not in pt else ""), file=log, flush=True)
             if m == "backend_graphs":
                 from compiler.backend import graphed_programs
                 gps = graphed_programs()
-                rec["cuda_graphs"] = sum(gp.graph_count() for gp in gps)
-                rec["graph_mib"] = sum(gp.graph_bytes() for gp in gps) / 2 ** 20
-            del run
+                res[m]["cuda_graphs"] = sum(gp.graph_count() for gp in gps)
+                res[m]["graph_mib"] = sum(gp.graph_bytes() for gp in gps) / 2 ** 20
+        # Compiles while timing would be recompiles the counts above miss.
+        res["_timing_compiles"] = (_dynamo_graphs() - before[0], compiler.STATS["traces"] - before[1])
+        del runs
+    torch._dynamo.reset()
     return res
 
 
@@ -332,7 +362,7 @@ def report(results: dict, modes) -> str:
     """The tables: ms per point, speedups, first calls, errors, counts, geomeans, acceptance."""
     L = []
     has = set(modes)
-    L.append("ms per call (median); x = speedup over eager; first = the first call at that size in ms "
+    L.append("ms per call (median of interleaved rounds, each a do_bench median on CUDA); x = speedup over eager; first = the first call at that size in ms "
              "(at the first point: compile included, compiler.compile's trace and build too)")
     for (name, dname), res in results.items():
         L.append(f"\n{name} {dname}")
@@ -352,6 +382,9 @@ def report(results: dict, modes) -> str:
             L.append(f"  {'  err/argmax':<12}" + "".join(f"{c:>17}" for c in err))
         L.append("  graphs/traces " + "  ".join(f"{m}={res[m].get('graphs', '-')}/{res[m].get('traces', '-')}"
                                                for m in modes if m != "eager"))
+        tc = res.get("_timing_compiles", (0, 0))
+        if any(tc):
+            L.append(f"  while timing: {tc[0]} dynamo graphs and {tc[1]} symshape traces compiled (recompiles)")
         if "cuda_graphs" in res.get("backend_graphs", {}):
             L.append(f"  backend_graphs: {res['backend_graphs']['cuda_graphs']} CUDA graphs recorded, holding "
                      f"{res['backend_graphs']['graph_mib']:.1f} MiB")
@@ -399,6 +432,7 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=0, help="start no new model after this many seconds")
     ap.add_argument("--decode", action="store_true", help="then the decode table (bench/gpu_decode.py)")
     ap.add_argument("--log", default="", help="per-point progress log (default stderr)")
+    ap.add_argument("--rounds", type=int, default=0, help="interleaved timing rounds (default 3 on CUDA, 1 on the CPU)")
     a = ap.parse_args(argv)
     device = a.device
     small = a.smoke
@@ -425,7 +459,7 @@ def main(argv=None):
             t0 = time.perf_counter()
             try:
                 results[(case.name, dn)] = run_case(case, DTYPES[dn], case.points(a.quick, small), device, modes,
-                                                    small, log)
+                                                    small, log, rounds=a.rounds or (3 if device == "cuda" else 1))
             except Exception as e:  # noqa: BLE001 - a model that cannot be built or run is reported, not fatal
                 skipped.append(f"{case.name} {dn} failed: {type(e).__name__}: {str(e)[:160]}")
             print(f"[{case.name} {dn} done in {time.perf_counter() - t0:.0f}s]", flush=True)
