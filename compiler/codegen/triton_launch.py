@@ -18,7 +18,7 @@ specialized on still holds:
 The direct launch itself goes through torch's static CUDA launcher (the C++ launcher
 Inductor's own kernels use) where it takes the kernel: 7.3 us per launch on the H100
 machine's host against 12.4 us through the compiled kernel's Triton launcher
-(``.gpu/s10/launch_probe.py``).  ``SYMSHAPE_STATIC_LAUNCH=0`` keeps Triton's launcher.
+(``bench/launch_host.py``).  ``SYMSHAPE_STATIC_LAUNCH=0`` keeps Triton's launcher.
 
 Otherwise, and wherever the feature is missing (the interpreter, a Triton
 whose ``JITFunction.run`` returns no compiled kernel), the launch goes through
