@@ -124,3 +124,35 @@ def test_a_reshaped_parameter_keeps_what_autograd_records():
     got, want = f(torch.randn(3)), prog(torch.randn(3))
     assert got[0].requires_grad == want[0].requires_grad
     torch.testing.assert_close(got[0], want[0])
+
+
+def test_swapped_submodules_moved_buffers_and_reregistered_leaves_are_seen():
+    """Parameters and buffers are read from the module at every call: a swapped submodule, a
+    buffer replaced the way ``.to()`` replaces it, and a parameter turned into a buffer all give
+    eager's values (the generated reader, or nn.Module's own lookup where the reader's fails)."""
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = MLPBlock()
+            self.register_buffer("scale", torch.full((32,), 2.0))
+
+        def forward(self, x):
+            return self.block(x) * self.scale
+
+    torch.manual_seed(0)
+    m = Scaled().eval()
+    f = compiler.compile(m, "x: f32[B, T, 32]")
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4)
+        m.block.fc2 = torch.nn.Linear(64, 32)                      # a submodule swapped
+        torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4)
+        m._buffers["scale"] = torch.full((32,), -3.0)              # as Module._apply replaces a buffer
+        torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4)
+        w = m.block.fc1.weight.detach() * 0.5
+        del m.block.fc1.weight
+        m.block.fc1.register_buffer("weight", w)                   # the parameter now a buffer
+        torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4)
+        m.block.fc1._buffers["weight"] = None                      # gone: nn.Module's lookup decides
+        m.block.fc1.weight = torch.nn.Parameter(w * 3)
+        torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4)
