@@ -140,3 +140,91 @@ def test_a_large_image_keeps_torchs_resize():
     x = torch.randn(1, 3, 96, 96)
     torch.testing.assert_close(cp(x), big(x), atol=1e-5, rtol=1e-5)
     assert any("index" in n for n in _aten_names(cp))
+
+
+# Training steps: the training backend rewrites dynamo's graph (resize_as_matmuls) before AOTAutograd.
+
+def _nearest_conv(m, h):
+    return m.post(F.interpolate(h, scale_factor=2, mode="nearest"))
+
+
+def _bicubic_quarter(m, h):
+    return m.post(F.interpolate(h, size=(h.shape[-2] // 4, h.shape[-1] // 4), mode="bicubic", align_corners=False))
+
+
+def _nearest_of_channels(m, h):
+    return F.interpolate(h[:, : h.shape[-2] // 4], scale_factor=2, mode="nearest") * m.gain
+
+
+def _bicubic_of_rows(m, h):
+    return m.post(F.interpolate(h[:, :, : h.shape[-2] // 4], size=(5, 3), mode="bicubic", align_corners=False))
+
+
+def _bilinear_of_channels(m, h):
+    return F.interpolate(h[:, : h.shape[-2] // 4], size=(5, 3), mode="bilinear", align_corners=True) * m.gain
+
+
+class _Step(torch.nn.Module):
+    """A learned per-channel scale (which takes an empty plane, as eager's convs do not), ``resize(self, h)``,
+    and parameters after it (a conv, or a gain): gradients flow through the resize's backward."""
+
+    def __init__(self, resize):
+        super().__init__()
+        torch.manual_seed(0)
+        self.scale = torch.nn.Parameter(torch.rand(1, 3, 1, 1) + 0.5)
+        self.post = torch.nn.Conv2d(3, 4, 1)
+        self.gain = torch.nn.Parameter(torch.tensor(1.5))
+        self.resize = resize
+
+    def forward(self, x):
+        return self.resize(self, x * self.scale)
+
+
+def _train_step(model, params, x):
+    """(output, every parameter's gradient) of one step of ``model`` on ``x``, or what it raised."""
+    for p in params:
+        p.grad = None
+    try:
+        out = model(x)
+        out.square().sum().backward()
+    except Exception as e:  # noqa: BLE001 -- compared with what eager raised
+        return e
+    return out.detach(), [p.grad for p in params]
+
+
+@pytest.mark.parametrize("resize", [_nearest_conv, _bicubic_quarter, _nearest_of_channels, _bicubic_of_rows,
+                                    _bilinear_of_channels])
+def test_training_steps_at_empty_planes_raise_as_eager_does(resize):
+    """Where eager's resize refuses the sizes (an empty input or output plane, no channels), the compiled
+    training step raises eager's error, never returns a tensor; elsewhere its values and gradients are eager's.
+
+    torch's decomposition, which AOTAutograd records, lacks eager's checks: with no channels it returned an
+    empty tensor, with an empty input plane it raised IndexError.  Where dynamo's own fake-tensor run of
+    ``F.interpolate`` fails first (an empty output plane, or nearest's empty input: it divides by the
+    size), it raises its TorchRuntimeError (a RuntimeError) before any backend sees the graph, as
+    with ``backend="aot_eager"``: that error is torch's, and symshape's backend is never called."""
+    from compiler.backend import BACKEND_STATS
+
+    model = _Step(resize)
+    params = list(model.parameters())
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="symshape", dynamic=True)
+    refused = 0
+    for shape in ((2, 3, 8, 8), (1, 3, 13, 9), (1, 3, 3, 8), (2, 3, 2, 9), (2, 3, 0, 5), (2, 3, 12, 16)):
+        x = torch.randn(*shape)
+        want = _train_step(model, params, x)
+        graphs = BACKEND_STATS["graphs"]
+        got = _train_step(compiled, params, x)
+        if isinstance(want, Exception):
+            refused += 1
+            assert isinstance(got, Exception), (shape, "a tensor where eager raises", want)
+            if isinstance(got, torch._dynamo.exc.TorchRuntimeError) and "fake tensor" in str(got):
+                assert BACKEND_STATS["graphs"] == graphs, shape  # dynamo's refusal, before the backend
+                continue
+            assert (type(got), str(got)) == (type(want), str(want)), shape
+        else:
+            assert not isinstance(got, Exception), (shape, got)
+            torch.testing.assert_close(got[0], want[0], atol=1e-4, rtol=1e-4)
+            for g, w in zip(got[1], want[1]):
+                torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+    assert refused, "no size was refused"
