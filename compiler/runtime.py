@@ -151,6 +151,21 @@ def view_as_traced(x, size):
     return x.reshape(size)
 
 
+def _template(a, slot):
+    """An extern argument with its :class:`Ref` s as plan slots (sizes through ``slot(expr)``)."""
+    if isinstance(a, Ref):
+        if a.kind is RefKind.SIZE:
+            return SizeSlot(slot(a.value))
+        if a.kind is RefKind.BUF:
+            return BufSlot(a.value)
+        return DEVICE
+    if isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
+        return type(a)(_template(x, slot) for x in a)
+    if isinstance(a, dict):
+        return {k: _template(v, slot) for k, v in a.items()}
+    return a
+
+
 def _view_slots(plan, lp, slot) -> dict:
     """Per output of a ``view_as_traced`` step whose traced shape is known in the kernels' size
     symbols: ``(shape slots, contiguous stride slots)`` (``slot(expr)`` gives an expression's slot)."""
@@ -277,17 +292,7 @@ class Variant:
             return exprs[e]
 
         def tmpl(a):
-            if isinstance(a, Ref):
-                if a.kind is RefKind.SIZE:
-                    return SizeSlot(slot(a.value))
-                if a.kind is RefKind.BUF:
-                    return BufSlot(a.value)
-                return DEVICE
-            if isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
-                return type(a)(tmpl(x) for x in a)
-            if isinstance(a, dict):
-                return {k: tmpl(v) for k, v in a.items()}
-            return a
+            return _template(a, slot)
 
         plan = []
         for s in self.steps:
