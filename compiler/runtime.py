@@ -52,6 +52,7 @@ from .separable_resize import resize_modes
 from .padded_linear import padded_steps
 from .row_buckets import bucketed_steps
 from .view_folding import fold_views
+from .view_chains import find_chains, traced_layouts
 from .shared_masks import add_additive_forms, share_masks
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, Owned, SizeSlot, bind_launches, linear_calls,
                       straight_line, template_buffers)
@@ -323,6 +324,11 @@ class Variant:
         # Reshapes of contiguous tensors as direct views (compiler.wrapper.straight_line): their shapes
         # and contiguous strides are size slots, made before the mask classes' slots follow them.
         self.views = _view_slots(plan, lp, slot)
+        # Chains of views made as one direct view each (compiler.view_chains): their layouts' slots too.
+        self._layouts = traced_layouts(self.tp.graph.nodes, lp.symbols, None)
+        self._starts = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
+        find_chains(plan, self.outputs, self._layouts, self._starts, slot)
+        self._slots = exprs
         # SDPA masks made from sizes alone: classified per size, then causal or dropped
         # (compiler.sized_masks); their classes follow the size slots in the sizes tuple.
         outside = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
@@ -347,8 +353,7 @@ class Variant:
         self.size_exprs = list(exprs)
         self.size_fn = compile_exprs(self.size_exprs, lp.symbols)
         self.sym_index = [self.symbols.index(s) for s in lp.symbols]
-        self.source, self.fn = straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts],
-                                             self.outputs, cpu_allocs=self.cpp_calls, views=self.views)
+        self.source, self.fn = self._straight(plan)
         self._fns = {(sized_masks.MaskClass.KEEP,) * len(self.masks): self.fn}
         # Trace-time constants are fixed (moved to a device once); parameters and buffers are
         # read from the module on every call, so updates and moves are seen.
@@ -457,12 +462,20 @@ class Variant:
         """The straight-line run at these mask classes: the steps that only made dropped masks left out."""
         fn = self._fns.get(classes)
         if fn is None:
-            lp = self.lp
             plan, skip = self.plan_at(classes)
-            fn = self._fns[classes] = straight_line(plan, [b.name for b in lp.inputs],
-                                                    [b.name for b, _ in lp.consts], self.outputs, skip=skip,
-                                                    cpu_allocs=self.cpp_calls, views=self.views)[1]
+            fn = self._fns[classes] = self._straight(plan, skip)[1]
         return fn
+
+    def _straight(self, plan, skip=frozenset()) -> tuple:
+        """:func:`~compiler.wrapper.straight_line` of ``plan``, its view chains made as direct views."""
+        lp = self.lp
+        plan, ends, dropped = find_chains(plan, self.outputs, self._layouts, self._starts,
+                                          lambda e: self._slots[sympy.sympify(e)])
+        views = dict(self.views)
+        views.update({name: (e.layout.shape, e.layout.strides) + ((e.layout.offset,) if e.layout.offset is not None
+                                                                   else ()) for name, e in ends.items()})
+        return straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts], self.outputs,
+                             skip=frozenset(skip) | dropped, cpu_allocs=self.cpp_calls, views=views)
 
     def plan_at(self, classes: tuple) -> tuple:
         """``(plan, skip)``: the plan at these mask classes (dropped masks not passed) and the

@@ -71,6 +71,16 @@ class _RunCache:
 RUN_CACHE = _RunCache()
 
 
+class _Sizes:
+    def __repr__(self):
+        return "SIZES"
+
+
+#: The run's sizes tuple in an extern's arguments (a view chain's own calls read their sizes from it:
+#: :mod:`compiler.view_chains`).
+SIZES = _Sizes()
+
+
 @dataclass(frozen=True)
 class Alloc:
     """A kernel output buffer to allocate: shape and strides as size-slot indices."""
@@ -243,6 +253,8 @@ class _Writer:
         if a is RUN_CACHE:
             self.run_cache = True
             return "rc"
+        if a is SIZES:
+            return "s"
         if isinstance(a, list):
             return "[" + ", ".join(self.code(x) for x in a) + "]"
         if isinstance(a, tuple) and not hasattr(a, "_fields"):
@@ -312,10 +324,10 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
     ``cpu_allocs``: kernels' buffers are host memory (C++ kernels), allocated without
     the dispatcher (about half of ``torch.empty_strided``'s host time); otherwise they come
     from :func:`allocator` for the call's device.
-    ``views``: per output name of a ``view_as_traced`` step, the size slots of its shape and of
-    that shape's contiguous strides: a contiguous input that autograd does not track is viewed
-    with them directly (what ``reshape`` returns for it, without the dispatcher); any other
-    input is reshaped."""
+    ``views``: per output name of a step viewing its first argument, the size slots of its shape
+    and strides (and of its offset from the argument's, where given): an argument that is
+    contiguous and not tracked by autograd is viewed with them directly (what the step returns
+    for it, without the dispatcher); any other runs the step (:mod:`compiler.view_chains`)."""
     w = _Writer()
     views = views or {}
     if cpu_allocs:
@@ -359,8 +371,9 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
                 x = w.code(step.args[0])
                 size = "(" + "".join(f"s[{i}], " for i in view[0]) + ")"
                 stride = "(" + "".join(f"s[{i}], " for i in view[1]) + ")"
+                offset = f"{x}.storage_offset()" + (f" + s[{view[2]}]" if len(view) > 2 else "")
                 # Not for a tensor autograd tracks (a parameter): reshape's view of it carries requires_grad.
-                made = (f"(REINTERPRET({x}, {size}, {stride}, {x}.storage_offset()) if {x}.is_contiguous() and not "
+                made = (f"(REINTERPRET({x}, {size}, {stride}, {offset}) if {x}.is_contiguous() and not "
                         f"{x}.requires_grad else {made})")
             body.append(f"    {_var(step.out)} = {made}")
         if n in dead:
