@@ -37,7 +37,7 @@ import sympy
 import torch
 
 from .ir import contiguous_strides
-from .wrapper import SIZES, BufSlot, ExternStep, KernelStep, SizeSlot, step_buffers
+from .wrapper import SIZES, BufSlot, ExternStep, KernelStep, SizeSlot, step_buffers, template_buffers
 
 #: Steps whose result is a view of their first argument (or, for ``getitem``, of the sequence it indexes).
 _VIEW_NAMES = frozenset({"view_as_traced", "view", "_unsafe_view", "transpose", "t", "permute", "unsqueeze",
@@ -169,8 +169,7 @@ def find_chains(plan, outputs, layouts: dict, inputs_and_consts: set, slot) -> t
     for i, st in enumerate(plan):
         for r in step_buffers(st)[0]:
             readers.setdefault(r, set()).add(i)
-    kept_out = set()
-    _collect(outputs, kept_out)
+    kept_out = template_buffers(list(outputs), set())
     ends = {}
     for name, chain in links.items():
         st = plan[chain[-1]]
@@ -198,21 +197,9 @@ def find_chains(plan, outputs, layouts: dict, inputs_and_consts: set, slot) -> t
     return new, ends, frozenset(_unread(new, outputs, set(links)))
 
 
-def _collect(a, into: set) -> None:
-    if isinstance(a, BufSlot):
-        into.add(a.name)
-    elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
-        for x in a:
-            _collect(x, into)
-    elif isinstance(a, dict):
-        for x in a.values():
-            _collect(x, into)
-
-
 def _unread(plan, outputs, links: set) -> set:
     """Indices of view links (``links``: their outputs) that no kept step reads and no output returns."""
-    kept_out: set = set()
-    _collect(outputs, kept_out)
+    kept_out = template_buffers(list(outputs), set())
     dropped: set = set()
     changed = True
     while changed:
