@@ -71,3 +71,65 @@ def test_a_start_that_is_not_contiguous_runs_the_chain_s_own_calls():
             torch.testing.assert_close(g, e)
         # The view (the chain's end) has eager's layout; the kernel's output its own dense one.
         assert _layout(got[1]) == _layout(want[1]) and got[1].data_ptr() == x.data_ptr()
+
+
+_LINKS = ("view", "transpose", "permute", "select", "slice", "narrow", "unsqueeze", "expand", "split", "unbind", "t")
+
+
+def _random_chain(seed):
+    """A chain of 1 to 5 random views from a matmul's result (or from the input), then a kernel."""
+    import random
+    rng = random.Random(seed)
+    links = [rng.choice(_LINKS) for _ in range(rng.randint(1, 5))]
+    from_input = rng.random() < 0.3
+
+    def prog(x, w):
+        y = x if from_input else x @ w
+        for op in links:
+            d = y.dim()
+            if op == "view":
+                y = y.reshape(*y.shape[:-1], -1, 2) if y.shape[-1] % 2 == 0 else y.reshape(-1)
+            elif op == "transpose" and d >= 2:
+                y = y.transpose(0, d - 1)
+            elif op == "permute" and d >= 2:
+                y = y.permute(*reversed(range(d)))
+            elif op == "select" and d >= 2 and y.shape[-1] > 1:
+                y = y.select(-1, 1)
+            elif op == "slice" and y.shape[-1] > 2:
+                y = y[..., 1::2]
+            elif op == "narrow" and y.shape[0] > 1:
+                y = y.narrow(0, 1, y.shape[0] - 1)
+            elif op == "unsqueeze":
+                y = y.unsqueeze(1)
+            elif op == "expand":
+                y = y.unsqueeze(0).expand(3, *y.shape)
+            elif op == "split" and y.shape[-1] >= 4:
+                y = y.split(2, -1)[1]
+            elif op == "unbind" and d >= 2:
+                y = y.unbind(0)[0]
+            elif op == "t" and d == 2:
+                y = y.t()
+        return y * 2, y
+    return prog, links
+
+
+@pytest.mark.parametrize("seed", range(0, 200, 8))
+def test_random_view_chains_equal_eager(seed):
+    """Random chains of views (from a matmul or from the input, contiguous or strided at run time,
+    at sizes 1 and primes): eager's values and shapes, the returned view with eager's layout
+    wherever it stays a view."""
+    prog, links = _random_chain(seed)
+    w = torch.randn(8, 12)
+    f = compiler.compile(prog, "x: f32[B, T, 8]", "w: f32[8, 12]")
+    for B, T, strided in [(2, 3, False), (3, 5, True), (1, 1, False), (2, 7, True)]:
+        x = torch.randn(B, 8, T).transpose(1, 2) if strided else torch.randn(B, T, 8)
+        try:
+            want = prog(x, w)
+        except RuntimeError:
+            with pytest.raises(RuntimeError):
+                f(x, w)
+            continue
+        got = f(x, w)
+        for g, e in zip(got, want):
+            assert g.shape == e.shape, (links, B, T)
+            torch.testing.assert_close(g, e, rtol=0, atol=0)
