@@ -24,6 +24,7 @@ import math
 import operator
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -36,6 +37,7 @@ from shapes.errors import GuardViolation, SpecError
 from shapes.example_sizes import trace_general
 from shapes.devices import DeviceMismatch
 from shapes.guard import GuardKind
+from shapes.layout_reads import strided_input
 from shapes.program import violation_message
 from shapes.spec import Dim, DimExpr, check_declared_values, parse_dims, parse_spec
 
@@ -515,6 +517,8 @@ class CompiledProgram:
         self.target = target
         self.variants: list[Variant] = []
         self.stats = {"traces": 0, "variants": 0, "calls": 0}
+        #: Where the program read a layout while traced (shapes.layout_reads), or None.
+        self._layout_reads = None
         # (shape, dtype, device) per input -> (variant, size values, bound launches, the dim values
         # while its sizes-only masks are not classified yet, else None).
         self._bound: dict = {}
@@ -571,7 +575,21 @@ class CompiledProgram:
         # Resizes traced as the matmuls they equal, not as torch's sixteen-gather decomposition.
         return shapes.trace(*args, function_modes=resize_modes(), **kw)
 
+    def _call_program(self, tensors):
+        """The program itself on ``tensors`` (a strided input where the program read a layout while
+        traced: its trace holds for contiguous inputs only, :mod:`shapes.layout_reads`), said once."""
+        self.stats["program_calls"] = self.stats.get("program_calls", 0) + 1
+        if self.stats["program_calls"] == 1:
+            name = strided_input(tensors, self.specs)
+            warnings.warn(f"input {name} is not laid out as the trace's inputs are (contiguous, at offset 0) and "
+                          f"the program read a layout while traced ({self._layout_reads.text()}): such calls run "
+                          f"the program itself, uncompiled",
+                          LayoutFallback, stacklevel=3)
+        return self.program(*tensors)
+
     def _add(self, tp) -> Variant:
+        if tp.layout_reads and self.__dict__.get("_layout_reads") is None:
+            self._layout_reads = tp.layout_reads[0]
         v = Variant(tp, self.target, self.host_rewrites, self.cpp_calls)
         self.variants.append(v)
         STATS["variants"] += 1
@@ -636,6 +654,8 @@ class CompiledProgram:
             tensors = tensors[0]  # handed over: the run frees each input at its last use
         self.stats["calls"] += 1
         STATS["calls"] += 1
+        if self._layout_reads is not None and strided_input(tensors, self.specs) is not None:
+            return self._call_program(tensors)
         try:
             keyed = self.key_inputs
             # The device is part of the key: a binding checked for CPU tensors never serves CUDA ones.
@@ -678,6 +698,11 @@ class CompiledProgram:
         return out
 
 
+class LayoutFallback(UserWarning):
+    """A compiled program ran a call as the program itself: a strided input, and a program that
+    read a layout while traced (its trace holds for contiguous inputs only)."""
+
+
 def _device_of(tensors) -> Optional[torch.device]:
     for t in tensors:
         if isinstance(t, torch.Tensor):
@@ -699,4 +724,4 @@ def compile(program, *specs, dims=None, target: str = "cpp", device=None) -> Com
     return CompiledProgram(program, specs, dims, target, device=device)
 
 
-__all__ = ["compile", "CompiledProgram", "Variant", "STATS", "default_device", "math", "operator"]
+__all__ = ["compile", "CompiledProgram", "LayoutFallback", "Variant", "STATS", "default_device", "math", "operator"]

@@ -77,7 +77,12 @@ def real_device(t: torch.Tensor) -> torch.device:
 _META = torch._C.DispatchKey.Meta
 
 
-def _is_meta(t) -> bool:
+def is_meta(t) -> bool:
+    """Whether ``t`` is a trace's tensor (meta data), whatever device it reports.
+
+    >>> is_meta(torch.empty(2, device="meta")), is_meta(torch.empty(2))
+    (True, False)
+    """
     return torch._C._dispatch_keys(t).has(_META)
 
 
@@ -121,7 +126,7 @@ class ReportedDevice:
 
     def reports(self, t) -> bool:
         """Whether ``t`` should report the trace's device now."""
-        return (not self._suspended and _is_meta(t)
+        return (not self._suspended and is_meta(t)
                 and _get_current_dispatch_mode() is self.recorder)
 
     def _read(self, what: str):

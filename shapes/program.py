@@ -12,6 +12,7 @@ from torch.utils import _pytree as pytree
 
 from .data_names import data_names
 from .devices import DeviceMismatch
+from .layout_reads import LayoutMismatch, strided_input
 from .env import ShapeEnv
 from .errors import GuardViolation, SpecError
 from .functions import substitute
@@ -102,6 +103,9 @@ class TracedProgram:
     #: place it read that device: the trace assumes it there (:mod:`shapes.devices`).
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     device_reads: list = field(default_factory=list)
+    #: where the program read a trace tensor's layout (:mod:`shapes.layout_reads`): the trace then
+    #: holds for contiguous inputs only
+    layout_reads: list = field(default_factory=list)
     #: the symbolic world (:class:`shapes.distributed.World`) of a trace with ``world=``, else None
     world: Any = None
 
@@ -240,6 +244,8 @@ class TracedProgram:
         or runtime assert that fails, with its source line.
         """
         sym_vals = self.bind_sizes(tensors)
+        # A layout the trace did not see first: the guards hold for the trace's layout.
+        self.check_layout(tensors)
         for g in self.failing_guards(sym_vals):
             raise GuardViolation(violation_message(g, sym_vals), guard=g, values=sym_vals)
         self.check_device(tensors)
@@ -307,6 +313,26 @@ class TracedProgram:
                 raise DeviceMismatch(
                     f"input {s.name} is on {t.device} but the program was traced for {self.device} and read "
                     f"that device ({self.device_reads[0].text()}); trace it again for the inputs' device (device=...)")
+
+    def check_layout(self, tensors) -> None:
+        """Refuse a strided input where the program read a layout while traced (the trace saw
+        contiguous inputs only: :mod:`shapes.layout_reads`).
+
+        >>> import torch, shapes
+        >>> tp = shapes.trace(lambda x: x.reshape(-1) if x.is_contiguous() else x, "x: f32[A, B]")
+        >>> tp.check_layout([torch.ones(3, 2).t()])
+        Traceback (most recent call last):
+        ...
+        shapes.layout_reads.LayoutMismatch: input x is not laid out as the trace's inputs are (contiguous, at offset 0), but the program read a layout while traced (Tensor.is_contiguous at <doctest shapes.program.TracedProgram.check_layout[1]>:1), so the trace holds for that layout only: pass x.contiguous().clone(), or run the program itself
+        """
+        if not self.layout_reads:
+            return  # the program never looked: its graph gives the same values for any layout
+        name = strided_input(tensors, self.specs)
+        if name is not None:
+            raise LayoutMismatch(
+                f"input {name} is not laid out as the trace's inputs are (contiguous, at offset 0), but the program "
+                f"read a layout while traced ({self.layout_reads[0].text()}), so the trace holds for that layout "
+                f"only: pass {name}.contiguous().clone(), or run the program itself")
 
     def _traced_contiguous(self, node) -> bool:
         """Whether ``node``'s output was contiguous in the trace, at every size (cached)."""
