@@ -327,7 +327,7 @@ class Variant:
         # and contiguous strides are size slots, made before the mask classes' slots follow them.
         self.views = _view_slots(plan, lp, slot)
         # Chains of views made as one direct view each (compiler.view_chains): their layouts' slots too.
-        self._layouts = traced_layouts(self.tp.graph.nodes, lp.symbols, None)
+        self._layouts = traced_layouts(self.tp.graph.nodes, lp.symbols)
         self._starts = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
         find_chains(plan, self.outputs, self._layouts, self._starts, slot)
         self._slots = exprs
@@ -700,7 +700,11 @@ class CompiledProgram:
 
 class LayoutFallback(UserWarning):
     """A compiled program ran a call as the program itself: a strided input, and a program that
-    read a layout while traced (its trace holds for contiguous inputs only)."""
+    read a layout while traced (its trace holds for contiguous inputs only).
+
+    >>> issubclass(LayoutFallback, UserWarning)
+    True
+    """
 
 
 def _device_of(tensors) -> Optional[torch.device]:

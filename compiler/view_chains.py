@@ -60,16 +60,26 @@ def step_name(target) -> str:
 @dataclass(frozen=True, kw_only=True)
 class Layout:
     """A tensor's traced layout as size slots: sizes, strides and storage offset from its chain's
-    start (``None``: the start's own)."""
+    start (``None``: the start's own).
+
+    >>> Layout(shape=(0, 1), strides=(1, 2), offset=None).offset is None
+    True
+    """
 
     shape: tuple
     strides: tuple
     offset: Optional[int]
 
 
-def traced_layouts(nodes, symbols, slot) -> dict:
+def traced_layouts(nodes, symbols) -> dict:
     """``{node name: (shape, strides, offset)}`` (sympy) of every tensor node whose layout is known
-    in ``symbols``; ``slot`` is not called (the caller slots what it uses)."""
+    in ``symbols``.
+
+    >>> import shapes
+    >>> tp = shapes.trace(lambda x: x.t() * 2, "x: f32[N, 4]")
+    >>> traced_layouts(tp.graph.nodes, list(tp.dim_symbols.values()))["t_default"]
+    ((4, N), (1, 4), 0)
+    """
     known = set(symbols)
     out = {}
     for n in nodes:
@@ -99,7 +109,12 @@ def _view_input(step):
 
 
 class ChainCalls:
-    """A chain's own calls from its start, for a start that is not contiguous at run time."""
+    """A chain's own calls from its start, for a start that is not contiguous at run time.
+
+    >>> t = ExternStep(torch.ops.aten.t.default, (BufSlot("x"),), {}, "y")
+    >>> ChainCalls("x", [t])(torch.ones(2, 3), ()).shape
+    torch.Size([3, 2])
+    """
 
     def __init__(self, start: str, steps: list):
         self.start = start
@@ -127,7 +142,11 @@ class ChainCalls:
 @dataclass(frozen=True, kw_only=True)
 class ChainEnd:
     """How the run makes a chain's end: a direct view of ``start`` at ``layout`` (slots), else ``calls``
-    (``None`` for a chain of one link: its own step)."""
+    (``None`` for a chain of one link: its own step).
+
+    >>> ChainEnd(start="m", layout=Layout(shape=(0,), strides=(1,), offset=None), calls=None).start
+    'm'
+    """
 
     start: str
     layout: Layout
@@ -138,7 +157,20 @@ def find_chains(plan, outputs, layouts: dict, inputs_and_consts: set, slot) -> t
     """``(plan, ends, dropped)``: the chain ends of ``plan`` to make as direct views
     (``{out name: ChainEnd}``, each step's arguments now its start and the sizes tuple) and the
     indices of links nothing else reads (left out of the run).  ``layouts``: :func:`traced_layouts`;
-    ``slot(expr)``: an expression's size slot (a ``KeyError`` leaves that chain's calls as they are)."""
+    ``slot(expr)``: an expression's size slot (a ``KeyError`` leaves that chain's calls as they are).
+
+    >>> aten, N = torch.ops.aten, sympy.Symbol("N", integer=True)
+    >>> plan = [ExternStep(aten.mm.default, (BufSlot("a"), BufSlot("b")), {}, "m"),
+    ...         ExternStep(aten.t.default, (BufSlot("m"),), {}, "mt"),
+    ...         ExternStep(aten.unsqueeze.default, (BufSlot("mt"), 0), {}, "u"),
+    ...         ExternStep(aten.relu.default, (BufSlot("u"),), {}, "r")]
+    >>> layouts = {"m": ((N, 4), (4, 1), 0), "mt": ((4, N), (1, 4), 0), "u": ((1, 4, N), (4 * N, 1, 4), 0)}
+    >>> slots = {}
+    >>> new, ends, dropped = find_chains(plan, [BufSlot("r")], layouts, {"a", "b"},
+    ...                                  lambda e: slots.setdefault(sympy.sympify(e), len(slots)))
+    >>> sorted(ends), sorted(dropped), new[2].target.__name__     # t is not called: u is one view of m
+    (['u'], [1], 'view_chain')
+    """
     producer = {}
     for i, st in enumerate(plan):
         for w in step_buffers(st)[1]:

@@ -73,7 +73,13 @@ class LayoutMismatch(GuardViolation):
 
 class ReportedLayout:
     """While a trace runs, records the program's own layout reads in ``reads`` (see the module
-    docstring); ``recorder`` is the trace's dispatch mode, innermost while the program's code runs."""
+    docstring); ``recorder`` is the trace's dispatch mode, innermost while the program's code runs.
+
+    >>> with ReportedLayout(recorder=None) as rl:   # no trace running: nothing is the program's read
+    ...     _ = torch.ones(2, 3).t().is_contiguous()
+    >>> rl.reads
+    []
+    """
 
     def __init__(self, recorder):
         self.recorder = recorder
