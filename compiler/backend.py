@@ -32,6 +32,8 @@ import weakref
 
 import torch
 
+from shapes.errors import RaisedForProgram
+
 from .codegen import TARGETS
 from .cuda_graphs import GraphedProgram
 from .graph_inputs import plan_graph
@@ -215,7 +217,10 @@ def _compile_training(eager_gm, gm, scalars, example_inputs, target):
         raise  # dynamo's own control flow (it retraces the frame), not a failure
     except Exception as e:  # noqa: BLE001 -- the compiler boundary: run dynamo's graph, and say why
         BACKEND_STATS["eager_graphs"] += 1
-        warn_fallback(BACKEND_STATS, graph="training", kind=FallbackKind.AOT, reason=f"{type(e).__name__}: {e}")
+        if not _raised_for_program(e):
+            warn_fallback(BACKEND_STATS, graph="training", kind=FallbackKind.AOT, reason=f"{type(e).__name__}: {e}")
+        # (The program's own error at these sizes, where eager's op refuses them: dynamo's graph raises
+        # it as eager does, and no symshape limitation is reported.)
         return eager_gm.forward
     if not scalars:
         return step
@@ -225,6 +230,30 @@ def _compile_training(eager_gm, gm, scalars, example_inputs, target):
             return eager_gm(*args)  # a baked-in scalar changed: dynamo's graph as it is
         return step(*args)
     return run
+
+
+def _raised_for_program(e: BaseException) -> bool:
+    """Whether ``e``, or an exception it was raised from, is one symshape raised for the program
+    (:func:`shapes.errors.program_error`: eager raises it at these sizes too).
+
+    >>> from shapes.errors import program_error
+    >>> try:
+    ...     try:
+    ...         raise program_error(RuntimeError, "Input and output sizes should be greater than 0")
+    ...     except RuntimeError as inner:
+    ...         raise ValueError("while tracing") from inner
+    ... except ValueError as e:
+    ...     outer = e
+    >>> _raised_for_program(outer), _raised_for_program(ValueError("x"))
+    (True, False)
+    """
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, RaisedForProgram):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def register() -> None:
