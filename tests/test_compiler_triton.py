@@ -83,3 +83,42 @@ def test_a_new_size_launches_direct_through_the_shared_kernel():
         for fn in fns:
             del fn.run
     assert not generic, f"{len(generic)} generic launches at new sizes"
+
+
+def test_the_static_launcher_is_taken_only_where_it_can_launch_the_kernel(monkeypatch):
+    """torch's static launcher takes a kernel it parses with the call's argument count (scratch
+    arguments added); one it refuses (hooks, scratch memory, clusters) or another argument count
+    keeps Triton's launcher, and ``SYMSHAPE_STATIC_LAUNCH=0`` keeps it everywhere."""
+    from compiler.codegen import triton_launch
+
+    calls = []
+
+    class Static:
+        """torch's StaticallyLaunchedCudaKernel, as far as the bound launch reads it."""
+
+        def __init__(self, kernel):
+            if kernel.refuse:
+                raise NotImplementedError("We don't support launch enter or launch exit hooks")
+            self.arg_tys, self.has_global_scratch, self.has_profile_scratch = "OOi", True, False
+            self.num_warps, self.shared = 4, 0
+
+            class C:
+                @staticmethod
+                def _launch_kernel(*a):
+                    calls.append(a)
+            self.C_impl = C
+
+    class Kernel:
+        def __init__(self, refuse=False):
+            self.refuse, self.function = refuse, 1234
+
+    monkeypatch.setattr(triton_launch, "_static_class", lambda: Static)
+    launch, function, warps, shared, tys, scratch = triton_launch._static_parts(Kernel(), 3)
+    assert (function, warps, shared, tys, scratch) == (1234, 4, 0, "OOiO", (None,))
+    launch(function, 2, 1, 1, warps, shared, tys, ("x", "y", 7, *scratch), 0)
+    assert calls == [(1234, 2, 1, 1, 4, 0, "OOiO", ("x", "y", 7, None), 0)]
+    assert triton_launch._static_parts(Kernel(refuse=True), 3) is None
+    assert triton_launch._static_parts(Kernel(), 4) is None  # another argument count: Triton's launcher
+    monkeypatch.undo()  # the real _static_class, which reads the switch
+    monkeypatch.setenv("SYMSHAPE_STATIC_LAUNCH", "0")
+    assert triton_launch._static_class() is None
