@@ -171,10 +171,7 @@ def find_chains(plan, outputs, layouts: dict, inputs_and_consts: set, slot) -> t
     >>> sorted(ends), sorted(dropped), new[2].target.__name__     # t is not called: u is one view of m
     (['u'], [1], 'view_chain')
     """
-    producer = {}
-    for i, st in enumerate(plan):
-        for w in step_buffers(st)[1]:
-            producer[w] = i
+    # Starts the run checks for contiguity; the check, not this list, is what makes a direct view right.
     starts = {}
     for name in inputs_and_consts:
         starts[name] = name
