@@ -46,7 +46,7 @@ from .attention import fuse_causal_attention
 from .sdpa_calls import tune_calls
 from .codegen import TARGETS
 from .exprs import compile_exprs
-from .ir import BufferKind, Kernel
+from .ir import BufferKind, Kernel, contiguous_strides
 from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
@@ -182,11 +182,7 @@ def _view_slots(plan, lp, slot) -> dict:
         if shape is None or not all(isinstance(d, (int, sympy.Expr)) and sympy.sympify(d).free_symbols <= known
                                     for d in shape):
             continue
-        strides, acc = [], sympy.Integer(1)
-        for d in reversed(shape):
-            strides.append(acc)
-            acc = acc * d
-        out[st.out] = (tuple(slot(d) for d in shape), tuple(slot(x) for x in reversed(strides)))
+        out[st.out] = (tuple(slot(d) for d in shape), tuple(slot(x) for x in contiguous_strides(shape)))
     return out
 
 

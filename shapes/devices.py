@@ -179,23 +179,43 @@ class ReportedDevice:
             "get_device": get_device,
             "__repr__": show,
         }
-        for name, new in patches.items():
-            self._saved[name] = torch.Tensor.__dict__.get(name, _MISSING)
-            setattr(torch.Tensor, name, new)
+        self._saved = patch_tensor(patches)
         ReportedDevice._active.append(self)
         return self
 
     def __exit__(self, *exc):
         ReportedDevice._active.remove(self)
-        for name, old in self._saved.items():
-            if old is _MISSING:
-                delattr(torch.Tensor, name)
-            else:
-                setattr(torch.Tensor, name, old)
-        self._saved.clear()
+        restore_tensor(self._saved)
 
 
 _MISSING = object()
+
+
+def patch_tensor(patches: dict) -> dict:
+    """Set ``torch.Tensor``'s attributes to ``patches`` (name -> value); returns what
+    :func:`restore_tensor` puts back (a trace's reads of devices and layouts).
+
+    >>> saved = patch_tensor({"is_symshape_example": True})
+    >>> torch.ones(1).is_symshape_example
+    True
+    >>> restore_tensor(saved); hasattr(torch.ones(1), "is_symshape_example")
+    False
+    """
+    saved = {}
+    for name, new in patches.items():
+        saved[name] = torch.Tensor.__dict__.get(name, _MISSING)
+        setattr(torch.Tensor, name, new)
+    return saved
+
+
+def restore_tensor(saved: dict) -> None:
+    """Undo :func:`patch_tensor` (an attribute ``torch.Tensor`` did not have is deleted again)."""
+    for name, old in saved.items():
+        if old is _MISSING:
+            delattr(torch.Tensor, name)
+        else:
+            setattr(torch.Tensor, name, old)
+    saved.clear()
 
 
 def active() -> Optional[ReportedDevice]:

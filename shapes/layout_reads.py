@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from .devices import is_meta
+from .devices import is_meta, patch_tensor, restore_tensor
 from .errors import GuardViolation
 from .provenance import Provenance, capture
 
@@ -111,22 +111,12 @@ class ReportedLayout:
             read.__doc__ = real.__doc__
             return read
 
-        for name in _READS:
-            real = torch.Tensor.__dict__.get(name) or getattr(torch._C.TensorBase, name)
-            self._saved[name] = torch.Tensor.__dict__.get(name, _MISSING)
-            setattr(torch.Tensor, name, patched(name, real))
+        self._saved = patch_tensor({name: patched(name, torch.Tensor.__dict__.get(name)
+                                                  or getattr(torch._C.TensorBase, name)) for name in _READS})
         return self
 
     def __exit__(self, *exc):
-        for name, old in self._saved.items():
-            if old is _MISSING:
-                delattr(torch.Tensor, name)
-            else:
-                setattr(torch.Tensor, name, old)
-        self._saved.clear()
-
-
-_MISSING = object()
+        restore_tensor(self._saved)
 
 
 def _laid_out_as_traced(t: torch.Tensor) -> bool:
