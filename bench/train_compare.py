@@ -21,6 +21,9 @@ gradient error against fp32 eager at one fixed length before training
 (``max|g - g_ref|`` over the parameters / the largest ``|g_ref|``).  Dropout is 0 so that
 gradients compare exactly.
 
+On CUDA the modes run interleaved by default (:func:`run_interleaved`: one step of each in
+turn, in one process), ``--isolate`` runs each in a fresh process instead.
+
 ``--budget S`` stops starting new (model, dtype) rows after S seconds: the
 table then says which did not run.
 
@@ -171,24 +174,31 @@ def _compiled(mode, model):
     return torch.compile(model, backend="symshape", dynamic=True)
 
 
-def grad_error(model, fn, batch, dtype, device) -> float:
-    """Largest relative gradient error of ``fn`` against fp32 eager on ``model``'s copy."""
-    ref = copy.deepcopy(model).float()
-    ref(**batch).loss.backward()
+def grad_error(model, fn, batch, dtype, device, ref=None) -> float:
+    """Largest relative gradient error of ``fn`` against fp32 eager on ``model``'s copy
+    (or against ``ref``: :func:`ref_grads` of a model with the same weights)."""
+    ref = ref_grads(model, batch) if ref is None else ref
     with torch.autocast(device_type=device, dtype=dtype, enabled=dtype != torch.float32):
         fn(**batch).loss.backward()
     err = 0.0
     params = dict(model.named_parameters())
     # Relative to the largest reference gradient of the model: a parameter whose gradients are
     # all near 0 (BERT's unused position rows) would make a per-parameter ratio meaningless.
-    scale = max((q.grad.abs().max().item() for q in ref.parameters() if q.grad is not None), default=0.0) or 1.0
-    for n, q in ref.named_parameters():
+    scale = max((g.abs().max().item() for g in ref.values()), default=0.0) or 1.0
+    for n, g in ref.items():
         p = params[n]
-        if q.grad is None or p.grad is None:
+        if p.grad is None:
             continue
-        err = max(err, (p.grad.float() - q.grad).abs().max().item() / scale)
+        err = max(err, (p.grad.float() - g).abs().max().item() / scale)
     model.zero_grad(set_to_none=True)
     return err
+
+
+def ref_grads(model, batch) -> dict:
+    """{parameter name: gradient} of one fp32 eager step of a copy of ``model``."""
+    ref = copy.deepcopy(model).float()
+    ref(**batch).loss.backward()
+    return {n: q.grad for n, q in ref.named_parameters() if q.grad is not None}
 
 
 def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
@@ -283,6 +293,175 @@ def _run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
              if "mem" in res else ""),
           file=log, flush=True)
     return res
+
+
+class ModeRun:
+    """One mode of one (model, dtype) row, made ready to run steps one at a time, so that
+    :func:`run_interleaved` can take the modes in turn: its own model (the same initial
+    weights), compiled function and AdamW.  ``setup`` compiles it at ``check_len`` (the
+    gradient error step), timed as compile."""
+
+    def __init__(self, mode, name, dtype, device, max_len):
+        self.mode, self.name, self.dtype, self.device = mode, name, dtype, device
+        self.nocudnn = mode.endswith("_nocudnn")
+        self.model, self.batch = build(name, device, max_len)
+        base = mode.removesuffix("_nocudnn")
+        if base.startswith("symshape"):
+            compiler.register()
+        self.fn = (self.model if base == "eager" else
+                   torch.compile(self.model, dynamic=True) if base == "ind_dyn" else
+                   torch.compile(self.model, backend="symshape", dynamic=True))
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.times, self.compiles, self.peak_step = [], [], 0
+        self.res = {"ms": float("nan"), "compile_s": 0.0, "recompiles": 0, "fallbacks": 0, "peak_mib": float("nan"),
+                    "err": float("nan"), "steps": 0}
+
+    def _cudnn(self):
+        if self.device == "cuda":
+            torch.backends.cuda.enable_cudnn_sdp(not self.nocudnn)
+
+    def setup(self, check, ref):
+        self._cudnn()
+        fb0, self.parts0, g0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0), _parts(), _graphs()
+        metrics0 = _dynamo_metrics()
+        t0 = time.perf_counter()
+        self.res["err"] = grad_error(self.model, self.fn, check, self.dtype, self.device, ref)
+        _sync(self.device)
+        self.res["compile_s"] = time.perf_counter() - t0
+        self.res["dynamo_split"] = _dynamo_metrics(since=metrics0)
+        self.res["first_graphs"] = _graphs() - g0
+        self.res["fallbacks"] = compiler.BACKEND_STATS.get("eager_train_graphs", 0) - fb0
+        if self.mode.startswith("symshape"):
+            # Counters only this mode moves: what its first step's compile was made of.
+            self.first_parts = {k: v - self.parts0[k] for k, v in _parts().items()}
+
+    def step(self, L, g):
+        """One timed step at length ``L``; a step in which dynamo compiled is a compile."""
+        self._cudnn()
+        b = self.batch(L, g)
+        before, dev, traces = _graphs(), self.device, compiler.STATS["traces"]
+        fb = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
+        parts = _parts() if self.mode.startswith("symshape") else None
+        _sync(dev)
+        if dev == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        start_mem = torch.cuda.memory_allocated() if dev == "cuda" else 0
+        t = time.perf_counter()
+        with torch.autocast(device_type=dev, dtype=self.dtype, enabled=self.dtype != torch.float32):
+            loss = self.fn(**b).loss
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        _sync(dev)
+        dt = time.perf_counter() - t
+        if dev == "cuda":
+            self.peak_step = max(self.peak_step, torch.cuda.max_memory_allocated() - start_mem)
+        if _graphs() != before:
+            self.compiles.append(dt)
+            self.res["recompiles"] += _graphs() - before
+            if parts is not None:  # symshape's counters moved by this step only
+                self.later_parts = {k: self.later_parts.get(k, 0) + v - parts[k] for k, v in _parts().items()} \
+                    if hasattr(self, "later_parts") else {k: v - parts[k] for k, v in _parts().items()}
+        else:
+            self.times.append(dt)
+        self.res["steps"] += 1
+        self.res["retraces"] = self.res.get("retraces", 0) + compiler.STATS["traces"] - traces
+        self.res["fallbacks"] += compiler.BACKEND_STATS.get("eager_train_graphs", 0) - fb
+
+    def finish(self, log):
+        res = self.res
+        med = statistics.median(self.times) if self.times else float("nan")
+        res["ms"] = med * 1e3
+        res["compile_s"] += sum(c - (med if med == med else 0) for c in self.compiles)
+        if self.device == "cuda":
+            # Its own weights and AdamW state (every mode's are resident in this process) plus the
+            # largest rise of allocated memory within one of its steps.
+            own = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            own += sum(t.numel() * t.element_size() for st in self.opt.state.values() for t in st.values()
+                       if isinstance(t, torch.Tensor) and t.device.type == "cuda")
+            res["peak_mib"] = (own + self.peak_step) / 2 ** 20
+        if self.mode.startswith("symshape"):
+            res.update(self.first_parts)
+            for k, v in getattr(self, "later_parts", {}).items():
+                res[k] += v
+        timers = res.pop("dynamo_split", {})
+        split = ", ".join(f"{k} {timers[k]:.1f}" for k in _TIMERS if timers.get(k, 0) >= 0.05)
+        print(f"  {self.name:<6} {str(self.dtype)[6:]:<8} {self.mode:<10} ms={res['ms']:8.2f} "
+              f"compile={res['compile_s']:6.1f}s recompiles={res['recompiles']} fallbacks={res['fallbacks']} "
+              f"peak={res['peak_mib']:.0f}MiB err={res['err']:.1e}" + (f" {_split(res)}" if "sym_graphs_s" in res else "")
+              + (f" [first step, torch's compile timers s: {split}]" if split else ""),
+              file=log, flush=True)
+        return res
+
+
+#: torch's compile timers shown per mode: the whole frame, the attempt dynamo restarted (floats
+#: specialized), its bytecode tracing, the backend call (AOTAutograd and the backend's compiles
+#: within it), AOTAutograd's joint trace and min-cut, Inductor's forward and backward compiles.
+_TIMERS = ("_compile.compile_inner", "compile_attempt_0", "bytecode_tracing", "OutputGraph.call_user_compiler",
+           "aot_trace_joint_graph", "min_cut_rematerialization_partition", "compile_fx.<locals>.fw_compiler_base",
+           "compile_fx.<locals>.bw_compiler", "async_compile.wait")
+
+
+def _dynamo_metrics(since=None) -> dict:
+    """torch's compile-phase timers (``torch._dynamo.utils.compilation_time_metrics``: dynamo's
+    bytecode tracing, AOTAutograd's phases, Inductor's, the backend call): ``{phase: count}`` as a
+    mark, or with ``since`` (a mark) ``{phase: seconds since}`` (nested phases overlap)."""
+    from torch._dynamo.utils import compilation_time_metrics as m
+    if since is None:
+        return {k: len(v) for k, v in m.items()}
+    return {k: sum(v[since.get(k, 0):]) for k, v in m.items() if len(v) > since.get(k, 0)}
+
+
+def run_interleaved(modes, name, dtype, device, lens_by_mode, check_len, log) -> dict:
+    """Every mode of one (model, dtype) row in this process, one step each in turn (the order
+    reversed every other step): the GPU machine's host speed drifts by up to 1.7x within a
+    minute, so modes run one after another in blocks (or in processes started minutes apart)
+    compared the drift.  Each mode compiles at its first (gradient error) step; ``ind_static``
+    is not interleaved (its entries would share dynamo's cache with ``ind_dyn``'s).
+    Returns ``{mode: row}`` as :func:`run_mode`."""
+    torch._dynamo.reset()
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    runs, res = {}, {}
+    n = max(map(len, lens_by_mode.values()))
+    cfg = torch._dynamo.config
+    with cfg.patch(cache_size_limit=256, accumulated_cache_size_limit=1024), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            # The fp32 reference once (every mode's model has the same initial weights); it also
+            # pays this process's first CUDA work (cuBLAS handles, kernel loads) before any mode's
+            # compile is timed.
+            max_len = max(max(v) for v in lens_by_mode.values()) if lens_by_mode else check_len
+            model, batch = build(name, device, max(max_len, check_len) + 1)
+            ref = ref_grads(model, batch(check_len, torch.Generator().manual_seed(0)))
+            del model
+            for m in modes:
+                try:
+                    run = ModeRun(m, name, dtype, device, max(max_len, check_len) + 1)
+                    run.setup(run.batch(check_len, torch.Generator().manual_seed(0)), ref)
+                    runs[m] = run
+                except Exception as e:  # noqa: BLE001 -- a mode that fails is a row of the table
+                    res[m] = _failed(f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+                    print(f"  {name} {str(dtype)[6:]} {m}: FAIL {res[m]['fail']}", file=log, flush=True)
+            gens = {m: torch.Generator().manual_seed(1) for m in runs}
+            for i in range(n):
+                order = list(runs) if i % 2 == 0 else list(runs)[::-1]
+                for m in order:
+                    if m in res or i >= len(lens_by_mode[m]):
+                        continue
+                    try:
+                        runs[m].step(lens_by_mode[m][i], gens[m])
+                    except Exception as e:  # noqa: BLE001
+                        res[m] = _failed(f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+                        print(f"  {name} {str(dtype)[6:]} {m}: FAIL {res[m]['fail']}", file=log, flush=True)
+            for m, run in runs.items():
+                if m not in res:
+                    res[m] = run.finish(log)
+        finally:
+            if device == "cuda":
+                torch.backends.cuda.enable_cudnn_sdp(was)
+    del runs
+    torch._dynamo.reset()
+    return {m: res[m] for m in modes if m in res}
 
 
 def memory_phases(fn, b, opt, dtype) -> dict:
@@ -442,13 +621,18 @@ def main(argv=None):
     ap.add_argument("--same-lengths", dest="distinct_lengths", action="store_false",
                     help="every mode runs the very same lengths (default: each its own, see mode_lengths)")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
-                    help="each mode in a fresh process (default on CUDA): per-process first-use costs "
+                    help="each mode in a fresh process, its steps in one block: per-process first-use costs "
                          "(cuBLAS kernels loaded at their first call, cuDNN plans) charged to no other mode")
+    ap.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=None,
+                    help="all modes but ind_static in this process, one step each in turn (default on CUDA; "
+                         "see run_interleaved); --no-interleave runs each mode's steps in a block")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # MODE: run it alone, print RESULT json
     ap.add_argument("--lens", default=None, help=argparse.SUPPRESS)  # the worker's lengths
     a = ap.parse_args(argv)
+    if a.interleave is None:
+        a.interleave = a.device == "cuda" and not a.isolate
     if a.isolate is None:
-        a.isolate = a.device == "cuda"
+        a.isolate = False
     if a.worker is not None:
         return _worker(a)
     # Compiled steps are cheap on a GPU: 50 lengths there even with --quick (Inductor static,
@@ -464,7 +648,9 @@ def main(argv=None):
             f"torch={torch.__version__} steps={steps} lengths={lens} sizes={_sizes(a.device)}"
             + (f"\nmode k of {len(modes)} runs mode_lengths(lengths, k, {len(modes)}): no shape met by two modes"
                if a.distinct_lengths else "\nevery mode runs the same lengths: later modes find per-shape caches warm")
-            + ("\neach mode in a fresh process (--isolate)" if a.isolate else "\nall modes in one process"))
+            + ("\nmodes interleaved: one step of each in turn, in one process (ind_static in a block after them)"
+               if a.interleave else "\neach mode in a fresh process (--isolate)" if a.isolate
+               else "\nall modes in one process, each in a block"))
     print(head, flush=True)
     rows = {}
     table = head
@@ -474,7 +660,14 @@ def main(argv=None):
                 print(f"[budget] {name} {dt}: not run", flush=True)
                 continue
             rows[(name, dt)] = res = {}
+            if a.interleave:
+                inter = [m for m in modes if m != "ind_static" and not (m in only and name not in only[m])]
+                by_mode = {m: (mode_lengths(lens, modes.index(m), len(modes)) if a.distinct_lengths else lens)
+                           for m in inter}
+                res.update(run_interleaved(inter, name, dtypes[dt], a.device, by_mode, 127, sys.stdout))
             for k, m in enumerate(modes):
+                if a.interleave and m != "ind_static":
+                    continue
                 if m == "ind_static" and a.static_models is not None and name not in a.static_models.split(","):
                     continue
                 if m in only and name not in only[m]:
