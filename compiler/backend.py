@@ -99,11 +99,34 @@ def _restart_with_floats_specialized(gm) -> None:
     (``TensorifyState`` and ``TensorifyScalarRestartAnalysis``).  Where this torch has no such
     mechanism, the floats stay inputs and :func:`_specialize_scalars` bakes them in, checked per call.
     """
-    try:
+    names, state = _float_symbols(gm)
+    if names:
+        for name in names:
+            state.specialize(name)
         from torch._dynamo.exc import TensorifyScalarRestartAnalysis
+        raise TensorifyScalarRestartAnalysis
+
+
+def _keep_floats_as_inputs(gm) -> None:
+    """Tell AOTAutograd's ``tensorify_python_scalars`` pass that the graph's Python floats are
+    dealt with (:func:`_specialize_scalars` bakes them in, checked per call), so that it does not
+    make dynamo trace the frame again to specialize them: 2-3 s of GPT-2's first training step on
+    the H100 host (the ``compile_attempt_0`` of torch's compile timers), where a training step
+    is milliseconds and the per-call checks cost about 10 us each."""
+    names, state = _float_symbols(gm)
+    for name in names:
+        state.specialize(name)
+
+
+def _float_symbols(gm) -> tuple:
+    """(names of the backed float symbols of ``gm``'s 0-dim float inputs read only with
+    ``.item()`` and not yet specialized, dynamo's ``TensorifyState``); ``([], None)`` where this
+    torch has no such mechanism."""
+    try:
+        from torch._dynamo.exc import TensorifyScalarRestartAnalysis  # noqa: F401 - the mechanism's presence
         from torch._dynamo.symbolic_convert import TensorifyState
     except ImportError:
-        return
+        return [], None
     names = []
     for n in gm.graph.nodes:
         if n.op != "placeholder" or not n.users:
@@ -117,10 +140,7 @@ def _restart_with_floats_specialized(gm) -> None:
                 and all(u.op == "call_method" and u.target == "item" for u in n.users)
                 and not TensorifyState.should_specialize(name)):
             names.append(name)
-    if names:
-        for name in names:
-            TensorifyState.specialize(name)
-        raise TensorifyScalarRestartAnalysis
+    return names, TensorifyState
 
 
 def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
@@ -140,7 +160,10 @@ def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
 def _compile(gm, example_inputs, options):
     # torch.compile(..., options={...}) hands the dict over as one keyword.
     options = {**(options.pop("options", None) or {}), **options}
-    if os.environ.get("SYMSHAPE_SPECIALIZE_FLOATS", "1") != "0":
+    training = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
+    if training:
+        _keep_floats_as_inputs(gm)  # a training step is milliseconds: no retrace for 10 us a float
+    elif os.environ.get("SYMSHAPE_SPECIALIZE_FLOATS", "1") != "0":
         _restart_with_floats_specialized(gm)  # raises dynamo's restart where there are floats to specialize
     BACKEND_STATS["graphs"] += 1
     eager_gm = gm
@@ -148,7 +171,7 @@ def _compile(gm, example_inputs, options):
     cuda = any(isinstance(t, torch.Tensor) and t.device.type == "cuda" for t in example_inputs)
     target = options.get("target") or os.environ.get("SYMSHAPE_TARGET") or ("triton" if cuda else "cpp")
     TARGETS[target].prestart()  # kernel-build workers start now, while AOTAutograd and tracing run
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+    if training:
         # AOTAutograd plans its own graphs' inputs (sizes passed as SymInts included).
         return _compile_training(eager_gm, gm, scalars, example_inputs, target)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]

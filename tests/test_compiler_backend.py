@@ -95,6 +95,39 @@ def test_module_floats_become_constants_and_a_new_value_compiles_again(monkeypat
         torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-5)
 
 
+def test_training_floats_stay_inputs_without_a_retrace_and_a_new_value_is_honoured():
+    """In a training graph the floats are baked in and checked per call: dynamo traces the frame
+    once (no restart to specialize them, neither ours nor AOTAutograd's), gradients equal eager's,
+    and a changed attribute gives eager's values and gradients."""
+    from torch._dynamo.utils import compilation_time_metrics as timers
+    from compiler.backend import symshape_backend
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = _Floats().train()
+    ref = _Floats().train()
+    ref.load_state_dict(m.state_dict())
+    handed = []
+
+    def spy(gm, example_inputs, **kw):
+        handed.append([e for e in example_inputs if isinstance(e, torch.Tensor) and e.dim() == 0])
+        return symshape_backend(gm, example_inputs, **kw)
+
+    attempts = len(timers.get("compile_attempt_1", []))
+    f = torch.compile(m, backend=spy, dynamic=True)
+    for n, scale in ((3, 0.5), (5, 0.5), (11, 0.5), (7, 2.0)):
+        m.scale = ref.scale = scale
+        x = torch.randn(n, 8)
+        out, want = f(x), ref(x)
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+        out.square().sum().backward()
+        want.square().sum().backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=1e-4, rtol=1e-4)
+            p.grad = q.grad = None
+    assert len(handed) == 1 and len(handed[0]) == 2, handed  # one trace, both floats passed in
+    assert len(timers.get("compile_attempt_1", [])) == attempts, "dynamo traced the frame again"
+
+
 def test_a_tensor_read_with_item_is_not_taken_for_a_float_attribute():
     """A 0-dim tensor argument read with .item() is data, not a Python float: never specialized to
     its first value."""
