@@ -120,44 +120,6 @@ def split_builds():
     print("RESULT " + json.dumps(got))
 
 
-def ready_builds():
-    """With the workers ready, the current sizes' classes go to them too, ahead of the rest:
-    nothing is built in the parent, which then loads every class without compiling."""
-    import compiler
-    from compiler.codegen import build_pool, triton_build
-
-    def prog(x, y):
-        return torch_softmax(x) + y
-
-    f = compiler.compile(prog, "x: f32[B, N]", "y: f32[N]", target="triton")
-    launchers = [ln for _, ln in f.variants[0].launchers.values()]
-    current = (3, 32)
-    _compile_only()
-    pool = build_pool.BuildPool(TARGET, workers=2)
-    deadline = time.monotonic() + 120
-    while pool.ready_workers() < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    n = triton_build.build_split(pool, launchers, current)
-    now = [(ln, ln.class_at(current)) for ln in launchers]
-    got = {"n": n, "classes": sum(len(ln.classes()) for ln in launchers), "kernels": len(launchers),
-           "ready": pool.ready_workers(),
-           "now_pending": all(k in ln.pending for ln, k in now),
-           "all_pending": sum(len(ln.pending) for ln in launchers),
-           "none_in_parent": not any(bool(ln.kernel_for(k[0]).device_caches[0][0]) for ln, k in now)}
-    # Urgent jobs run in submission order ahead of the rest: a current class is among the first.
-    pool.drain()
-    before = _cache_files()
-    for ln in launchers:
-        for key in list(ln.pending):
-            triton_build.wait_built(ln.pending, key)
-            ln.kernel_for(key[0]).warmup(*ln.dtypes, *[3] * len(ln.names), grid=(1,), BLOCK=key[1],
-                                         num_warps=4 if key[1] <= 1024 else 8 if key[1] <= 4096 else 16)
-    got["new_cache_files"] = _cache_files() - before
-    got["errors"] = triton_build.WARM_ERRORS + build_pool.STATS["errors"]
-    pool.close()
-    print("RESULT " + json.dumps(got))
-
-
 def torch_softmax(x):
     import torch
     return torch.softmax(x, -1)

@@ -45,14 +45,6 @@ def test_the_current_sizes_build_here_and_the_rest_in_workers(tmp_path):
     assert got["new_cache_files"] == 0, got
 
 
-def test_ready_workers_build_the_current_sizes_too(tmp_path):
-    got, _ = _run("ready_builds", tmp_path)
-    assert not got["errors"], got["errors"]
-    assert got["ready"] == 2 and got["n"] == got["classes"] == got["all_pending"], got
-    assert got["now_pending"] and got["none_in_parent"], got
-    assert got["new_cache_files"] == 0, got
-
-
 def test_an_urgent_job_runs_next_and_a_job_is_submitted_once(tmp_path):
     got, _ = _run("urgent_first", tmp_path)
     assert not got["errors"], got

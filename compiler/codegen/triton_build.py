@@ -97,22 +97,13 @@ def warm(launchers, current=None) -> int:
 
 
 def build_split(pool, launchers, current=None) -> int:
-    """The classes at sizes ``current`` built first, then every other one: where at least half
-    of ``pool``'s workers are ready (the backend starts them before AOTAutograd runs), all go to
-    the workers, those at ``current`` ahead of the rest; else the classes at ``current`` are built
-    here in threads, before returning, and the rest handed to the workers (each launcher's
-    ``pending`` keeps the builds).  Returns the number of variants built or being built."""
+    """The classes at sizes ``current`` built here in threads, before returning; every other one
+    handed to ``pool``'s workers (kept in each launcher's ``pending``).  Returns the number of
+    variants built or being built."""
     # Tiled kernels (a workspace, a partials kernel) have no worker payload: all their classes here.
     local = [launcher for launcher in launchers if not getattr(launcher, "process_buildable", True)]
     launchers = [launcher for launcher in launchers if getattr(launcher, "process_buildable", True)]
     now, later = split_classes(launchers, current)
-    if pool.workers and 2 * pool.ready_workers() >= len(pool.workers):
-        # Ready workers build in parallel what this process's threads build one at a time (its
-        # compiler front end holds the GIL): GPT-2's training graphs' 137 variants took 13.7 s in
-        # threads on the H100 host (bench/results/train_compare_interleaved_h100_s11_2026-11-27.txt).
-        _submit(pool, now, urgent=True)
-        _submit(pool, later, urgent=False)
-        return len(now) + len(later) + (warm_threads(local) if local else 0)
     # The rest first, so that the workers start on them while this process builds what the
     # current call needs in its own threads: its compiler is loaded already, a fresh worker's
     # first build pays seconds for that (measured on the H200: Llama's first call waited 5.1 s
