@@ -22,7 +22,7 @@ import torch
 from shapes.functions import FloorDiv, PyMod
 
 from .index_checks import checked_index
-from .ir import HALF_DTYPES, Const, Op, RedRef, SizeVal
+from .ir import HALF_DTYPES, Const, Op, RedRef, SizeVal, compute_dtype
 from .lowered import TensorBox, Unsupported, cast
 
 aten = torch.ops.aten
@@ -173,12 +173,14 @@ def _gelu(lw, node, a, approximate="none"):
         else:
             t = Op("erf", (Op("mul", (x, c(math.sqrt(0.5))), dt),), dt)
         return Op("mul", (half_x, Op("add", (c(1.0), t), dt)), dt)
-    return _pointwise(lw, node, [a], f)
+    # ATen's GELU kernels compute a half-precision input in float32 and round once, at the end.
+    return _pointwise(lw, node, [a], f, compute=compute_dtype(_dt(node)))
 
 
 @register(aten.silu.default)
 def _silu(lw, node, a):
-    return _pointwise(lw, node, [a], lambda x: Op("mul", (x, Op("sigmoid", (x,), x.dtype)), x.dtype))
+    return _pointwise(lw, node, [a], lambda x: Op("mul", (x, Op("sigmoid", (x,), x.dtype)), x.dtype),
+                      compute=compute_dtype(_dt(node)))  # one rounding, as ATen's SiLU kernels
 
 
 @register(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor)
@@ -585,9 +587,10 @@ def _sum(lw, node, a, dim=None, keepdim=False, dtype=None):
 @register(aten.mean.dim, aten.mean.default)
 def _mean(lw, node, a, dim=None, keepdim=False, dtype=None):
     dt = _dt(node)
-    s = lw.reduce(a, list(dim or []), keepdim, "sum", dt, None)
+    ct = compute_dtype(dt)  # ATen sums and divides a half-precision mean in float32, rounding once
+    s = lw.reduce(a, list(dim or []), keepdim, "sum", ct, None)
     n = s.rsize
-    return lw.out_box(node, lambda idx: Op("div", (s(idx), SizeVal(n, dt)), dt))
+    return lw.out_box(node, lambda idx: cast(Op("div", (s(idx), SizeVal(n, ct)), ct), dt))
 
 
 @register(aten.amax.default, aten.amin.default)
@@ -597,11 +600,13 @@ def _amax(lw, node, a, dim=(), keepdim=False):
 
 
 def _softmax_parts(lw, x, dim):
-    dt = x.dtype
-    m = lw.reduce(x, [dim], True, "max", dt)
+    """(max, exp(x - max), sum of it) over ``dim``, in ``x``'s compute dtype: ATen's softmax
+    kernels take a half-precision row in float32 and round only the result."""
+    ct = compute_dtype(x.dtype)
+    m = lw.reduce(x, [dim], True, "max", ct)
     shape = x.shape
-    e = TensorBox(shape, dt, lambda idx: Op("exp", (Op("sub", (x(idx), m(idx)), dt),), dt))
-    s = lw.reduce(e, [dim], True, "sum", dt)
+    e = TensorBox(shape, ct, lambda idx: Op("exp", (Op("sub", (cast(x(idx), ct), m(idx)), ct),), ct))
+    s = lw.reduce(e, [dim], True, "sum", ct)
     return m, e, s
 
 
@@ -610,17 +615,17 @@ def _softmax(lw, node, x, dim, half_to_float):
     if half_to_float or x.dtype != _dt(node):
         raise Unsupported("softmax with a dtype change")
     m, e, s = _softmax_parts(lw, x, dim)
-    return lw.out_box(node, lambda idx: Op("div", (e(idx), s(idx)), x.dtype))
+    return lw.out_box(node, lambda idx: cast(Op("div", (e(idx), s(idx)), e.dtype), x.dtype))
 
 
 @register(aten._log_softmax.default)
 def _log_softmax(lw, node, x, dim, half_to_float):
     if half_to_float or x.dtype != _dt(node):
         raise Unsupported("log_softmax with a dtype change")
-    dt = x.dtype
     m, e, s = _softmax_parts(lw, x, dim)
-    return lw.out_box(node, lambda idx: Op("sub", (Op("sub", (x(idx), m(idx)), dt),
-                                                    Op("log", (s(idx),), dt)), dt))
+    ct = e.dtype
+    return lw.out_box(node, lambda idx: cast(Op("sub", (Op("sub", (cast(x(idx), ct), m(idx)), ct),
+                                                         Op("log", (s(idx),), ct)), ct), x.dtype))
 
 
 @register(aten.native_layer_norm.default)
@@ -628,30 +633,36 @@ def _layer_norm(lw, node, x, normalized_shape, weight, bias, eps):
     dt = x.dtype
     if not dt.is_floating_point:
         raise Unsupported("integer layer norm")
+    # ATen's layer norm computes a half-precision input in float32 (mean, variance, the affine
+    # part) and rounds each output once: the output to the input's dtype, mean and rstd to
+    # theirs (float32 on CUDA, the input's on the CPU: the node's own dtype says which).
+    ct = compute_dtype(dt)
     n = len(x.shape)
     dims = list(range(n - len(normalized_shape), n))
-    total = lw.reduce(x, dims, True, "sum", dt)
-    N = SizeVal(total.rsize, dt)
-    mean = TensorBox(total.shape, dt, lambda idx: Op("div", (total(idx), N), dt))
-    centered = TensorBox(x.shape, dt, lambda idx: Op("sub", (x(idx), mean(idx)), dt))
-    sq = TensorBox(x.shape, dt, lambda idx: Op("mul", (centered(idx), centered(idx)), dt))
-    var = lw.reduce(sq, dims, True, "sum", dt)
-    rstd = TensorBox(var.shape, dt, lambda idx: Op("rsqrt", (Op("add", (Op("div", (var(idx), N), dt),
-                                                                         Const(float(eps), dt)), dt),), dt))
+    total = lw.reduce(x, dims, True, "sum", ct)
+    N = SizeVal(total.rsize, ct)
+    mean = TensorBox(total.shape, ct, lambda idx: Op("div", (total(idx), N), ct))
+    centered = TensorBox(x.shape, ct, lambda idx: Op("sub", (cast(x(idx), ct), mean(idx)), ct))
+    sq = TensorBox(x.shape, ct, lambda idx: Op("mul", (centered(idx), centered(idx)), ct))
+    var = lw.reduce(sq, dims, True, "sum", ct)
+    rstd = TensorBox(var.shape, ct, lambda idx: Op("rsqrt", (Op("add", (Op("div", (var(idx), N), ct),
+                                                                         Const(float(eps), ct)), ct),), ct))
     shape = x.shape
 
     def out(idx):
-        v = Op("mul", (centered(idx), rstd(idx)), dt)
+        v = Op("mul", (centered(idx), rstd(idx)), ct)
         if weight is not None:
-            v = Op("mul", (v, lw.value(weight, idx, shape, dt)), dt)
+            v = Op("mul", (v, lw.value(weight, idx, shape, ct)), ct)
         if bias is not None:
-            v = Op("add", (v, lw.value(bias, idx, shape, dt)), dt)
+            v = Op("add", (v, lw.value(bias, idx, shape, ct)), ct)
         return v
     outs = [n_ for n_ in node.users]  # getitem nodes carry the fx node for layouts
     by_index = {u.args[1]: u for u in outs if u.target.__name__ == "getitem"}
     boxes = []
     for i, (fn, shp) in enumerate(((out, shape), (mean.fn, mean.shape), (rstd.fn, rstd.shape))):
-        boxes.append(TensorBox(tuple(shp), dt, fn, node=by_index.get(i)))
+        got = by_index.get(i)
+        odt = got.meta["val"].dtype if got is not None and "val" in got.meta else dt
+        boxes.append(TensorBox(tuple(shp), odt, (lambda f, d: lambda idx: cast(f(idx), d))(fn, odt), node=got))
     return tuple(boxes)
 
 
