@@ -394,6 +394,36 @@ def case_split_kernel_with_inner_stores():
     assert any(split), split
 
 
+def case_layers_computing_the_same_share_one_kernel_function():
+    # Each of four blocks (LayerNorm, GELU, a residual add; on its own weights) makes the same
+    # kernels on other buffers: their arguments are ordered by the kernels' structure and each
+    # function is named by its source, so each is one function (one build per size class)
+    # serving every block, and the program still equals eager at several sizes.
+    import compiler
+    from compiler.codegen.triton_classes import GENERIC
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.lin = torch.nn.LayerNorm(32), torch.nn.Linear(32, 32)
+
+        def forward(self, x):
+            return x + torch.nn.functional.gelu(self.lin(self.norm(x))) * 0.5
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(*[Block() for _ in range(4)]).to(DEVICE).eval()
+    f = _sizes(model, "x: f32[B, T, 32]", [(2, 3), (3, 7), (2, 19)])
+    launchers = [ln for _, ln in f.variants[0].launchers.values()]
+    by_fn = {}
+    for ln in launchers:
+        by_fn.setdefault(ln.fn_base, []).append(ln)
+    shared = [group for group in by_fn.values() if len(group) >= 2]
+    assert shared and len(by_fn) < len(launchers), sorted((k, len(v)) for k, v in by_fn.items())
+    for group in shared:  # one JIT function object: Triton builds each of its variants once
+        assert len({id(ln.variants[GENERIC]) for ln in group}) == 1
+        assert len({id(ln.kernel_for(c)) for ln in group for c, _ in ln.classes()[:1]}) == 1
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 

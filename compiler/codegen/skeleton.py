@@ -91,22 +91,50 @@ def call(fn: str) -> Spelling:
 
 
 class KernelSignature:
-    """A kernel's buffer arguments (reads, sorted, then writes) and their pointer names.
+    """A kernel's buffer arguments (reads in the order the kernel's values first load them,
+    then writes) and their pointer names.
+
+    The order follows the kernel's structure, never the buffers' names: two kernels that
+    compute the same thing on other buffers (a model's layers) get the same source, which
+    is built once (:meth:`~compiler.codegen.triton.TritonTarget.generate`).
 
     >>> import sympy, torch
-    >>> from compiler.ir import Buffer, Kernel
+    >>> from compiler.ir import Buffer, Kernel, Load, Op
     >>> out = Buffer(name="buf1", shape=(), strides=(), dtype=torch.float32, kind="kernel")
-    >>> k = Kernel(name="kernel0", outer=(), row_stores=[(out, None)], reads={"arg0"})
+    >>> add = Op("add", (Load("z9", 0, torch.float32), Load("a0", 0, torch.float32)), torch.float32)
+    >>> k = Kernel(name="kernel0", outer=(), row_stores=[(out, add)], reads={"a0", "z9"})
     >>> sig = KernelSignature(k)
     >>> sig.args, sig.ptr["buf1"], sig.written
-    (['arg0', 'buf1'], 'b1', {'buf1'})
+    (['z9', 'a0', 'buf1'], 'b2', {'buf1'})
     """
 
     def __init__(self, kernel: Kernel):
         stores = [b for b, *_ in kernel.inner_stores + kernel.row_stores]
-        self.args: list[str] = sorted(kernel.reads) + [b.name for b in stores]
+        seen = first_loads(kernel)
+        reads = [b for b in seen if b in kernel.reads] + sorted(set(kernel.reads) - set(seen))
+        self.args: list[str] = reads + [b.name for b in stores]
         self.ptr = {name: f"b{i}" for i, name in enumerate(self.args)}
         self.written = {b.name for b in stores}
+
+
+def first_loads(kernel: Kernel) -> list:
+    """The buffers ``kernel``'s values load, in the order of a walk of its reductions' bodies,
+    then its inner and row stores' values (each operand in turn, depth first)."""
+    order: dict = {}
+    seen: set = set()
+    values = ([v for *_, v in kernel.reductions] + [v for _, _, v in kernel.inner_stores]
+              + [v for _, v in kernel.row_stores])
+    stack = values[::-1]
+    while stack:
+        v = stack.pop()
+        if v is None or id(v) in seen:
+            continue
+        seen.add(id(v))
+        buf = getattr(v, "buf", None)
+        if isinstance(buf, str):
+            order.setdefault(buf, None)
+        stack.extend(reversed(getattr(v, "args", ()) or ()))
+    return list(order)
 
 
 class Scope:
@@ -207,6 +235,8 @@ class KernelGen:
         self.counter = 0
         sig = KernelSignature(kernel)
         self.args, self.ptr, self.written = sig.args, sig.ptr, sig.written
+        #: The function name the source is written with (None: the kernel's own name).
+        self.fn_base = None
         self.legal_memo: dict = {}
         #: Index expressions (simplified) a kernel has already computed under a name: a flat
         #: kernel's dense row-major index is its block's own linear index, no div/mod needed.

@@ -36,6 +36,7 @@ from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, 
 from .cpp import cache_dir
 from .decode_attention import try_decode
 from .decompositions import Primitives, spellings
+from ..exprs import IndexFacts
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 from .triton_build import prestart, warm  # noqa: F401 - warm re-exported
 from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, pow2_block  # noqa: F401 - re-exported
@@ -122,6 +123,10 @@ class TritonTarget(Target):
     op_table, type_names = OP_TABLE, TL
     const = staticmethod(_const)
 
+    def __init__(self):
+        #: Kernel modules built in this process, by file: the same source is one module.
+        self._modules: dict = {}
+
     def extern_call(self, op, dtype):
         """mm/addmm of a dtype the skinny kernel wins for choose it or cuBLAS per call
         (:mod:`compiler.skinny_matmul`); SDPA without cuDNN (:func:`sdpa_without_cudnn`)."""
@@ -177,7 +182,7 @@ class TritonTarget(Target):
         params = [g.ptr[n] for n in g.args] + [f"{s}_16" if d else s for s, d in zip(syms, div)]
         dns = [p for p in params[len(g.args):]]
         dns = f"(do_not_specialize={dns!r})" if dns else ""
-        name = k.name + variant.suffix
+        name = (g.fn_base or k.name) + variant.suffix
         head = [f"    {s} = {s}_16.to(tl.int64) * 16" if d else f"    {s} = {s}.to(tl.int64)  # int64 index math whatever the size"
                 for s, d in zip(syms, div)]
         ind = "    "
@@ -316,11 +321,37 @@ class TritonTarget(Target):
         return path, f"symshape_tk_{key}"
 
     def build(self, source):
+        """The module of ``source``: one per file (named by content) in this process, so that
+        kernels with the same source (a model's layers) share one JIT function, built once."""
         path, name = self.module_file(source)
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = self._modules.get(path)
+        if mod is None:
+            spec = importlib.util.spec_from_file_location(name, path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            self._modules[path] = mod
         return mod
+
+    def generate(self, lp, steps):
+        """Module source and, per kernel, ``(buffer argument names, launch metadata, function
+        name)``.  A kernel's function is named by its source: kernels that compute the same thing
+        on other buffers (each layer's LayerNorm; :class:`~.skeleton.KernelSignature` orders
+        arguments by the kernel's structure) are one function of the module, and each of their
+        size classes one build."""
+        names = self.sym_names(lp)
+        facts = IndexFacts(lp.env)
+        parts, meta, emitted = [], {}, set()
+        for s in steps:
+            if isinstance(s, Kernel):
+                g = KernelGen(self, s, lp, names, facts)
+                g.fn_base = _NAME
+                src, m = self.kernel_source(g)
+                base = function_name(src)
+                if base not in emitted:
+                    emitted.add(base)
+                    parts.append(src.replace(_NAME, base))
+                meta[s.name] = (g.args, m, base)
+        return self.module_source(parts), meta
 
     def make_launchers(self, lp, steps) -> dict:
         """Kernel name -> (buffer argument names, a :class:`SizeClassLauncher`)."""
@@ -330,8 +361,8 @@ class TritonTarget(Target):
         module = self.build(src)
         kernels = {s.name: s for s in steps if isinstance(s, Kernel)}
         return {name: (args, SizeClassLauncher(self, module, kernels[name], lp, *m,
-                                               dtypes=[lp.buffers[a].dtype for a in args]))
-                for name, (args, m) in meta.items()}
+                                               dtypes=[lp.buffers[a].dtype for a in args], fn_base=base))
+                for name, (args, m, base) in meta.items()}
 
     def prestart(self) -> None:
         """Start the build workers (:func:`.triton_build.prestart`) while the program lowers."""
@@ -342,11 +373,30 @@ class TritonTarget(Target):
         the ``current`` sizes first."""
         return warm([launch for _, launch in launchers.values()], current)
 
-    def variant_source(self, kernel, lp, variant) -> str:
-        """A module holding one size-class variant of ``kernel``."""
+    def variant_source(self, kernel, lp, variant, fn_base=None) -> str:
+        """A module holding one size-class variant of ``kernel``, its function named
+        ``fn_base`` (default: the kernel's name) and the class's suffix."""
         g = KernelGen(self, kernel, lp, self.sym_names(lp))
+        g.fn_base = fn_base
         src, _ = self.kernel_source(g, variant)
         return self.module_source([src])
+
+
+#: The function name a kernel's source is generated with before its own name (a digest of that
+#: source) replaces it.
+_NAME = "SYMSHAPE_KERNEL_FN"
+
+
+def function_name(source: str) -> str:
+    """The name of the Triton function whose source (written with the placeholder name) is
+    ``source``: a digest of it, so that the same kernel has the same name in every program.
+
+    >>> function_name("def SYMSHAPE_KERNEL_FN(b0):") == function_name("def SYMSHAPE_KERNEL_FN(b0):")
+    True
+    >>> function_name("def SYMSHAPE_KERNEL_FN(b0):").startswith("k_")
+    True
+    """
+    return "k_" + hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def _row_length(k):

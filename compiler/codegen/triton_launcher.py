@@ -66,8 +66,11 @@ class SizeClassLauncher:
     length is one expression, persistent (row <= PERSISTENT_MAX, block = the next power
     of two) or looped.  :meth:`warm_jobs` compiles every class the kernel can meet."""
 
-    def __init__(self, target, module, kernel, lp, kind, work, block, rowlen, dtypes=()):
+    def __init__(self, target, module, kernel, lp, kind, work, block, rowlen, dtypes=(), fn_base=None):
         self.target, self.kernel, self.lp, self.kind, self.block = target, kernel, lp, kind, block
+        #: The name of the kernel's functions in its sources (a digest of the source: kernels
+        #: computing the same thing share it, and their builds).
+        self.fn_base = fn_base or kernel.name
         sym_names = target.sym_names(lp)
         self.names = [sym_names[s] for s in lp.symbols]
         # A tiled kernel's row length is its reduced dim, which a split cuts (:func:`.split_count`).
@@ -78,9 +81,9 @@ class SizeClassLauncher:
         self.work_fn = compile_exprs(exprs, lp.symbols)
         self.nwork = len(work)
         self.dtypes = list(dtypes)
-        self.variants = {GENERIC: getattr(module, kernel.name)}
+        self.variants = {GENERIC: getattr(module, self.fn_base)}
         #: A splittable tiled kernel's partial-results kernel per size class.
-        self.parts = {GENERIC: getattr(module, kernel.name + "_part", None)}
+        self.parts = {GENERIC: getattr(module, self.fn_base + "_part", None)}
         self.plans: dict = {}
         self.bound: dict = {}
         #: (class, BLOCK) -> a build still running in a worker (:mod:`.triton_build`): the first
@@ -170,9 +173,9 @@ class SizeClassLauncher:
             raise ValueError(f"{self.kernel.name}: a tiled kernel is built in threads, not by a worker")
         out = []
         for sc, block in classes if classes is not None else self.classes():
-            path, mod = self.target.module_file(self.target.variant_source(self.kernel, self.lp, sc))
+            path, mod = self.target.module_file(self.target.variant_source(self.kernel, self.lp, sc, self.fn_base))
             args = [("dtype", str(d).rsplit(".", 1)[-1]) for d in self.dtypes] + [3] * len(self.names)
-            out.append(((sc, block), (path, mod, self.kernel.name + sc.suffix, args,
+            out.append(((sc, block), (path, mod, self.fn_base + sc.suffix, args,
                                       {"grid": (1,), "BLOCK": block, "num_warps": _warps(block)})))
         return out
 
@@ -196,9 +199,9 @@ class SizeClassLauncher:
     def kernel_for(self, sc: SizeClass):
         fn = self.variants.get(sc)
         if fn is None:
-            mod = self.target.build(self.target.variant_source(self.kernel, self.lp, sc))
-            fn = self.variants[sc] = getattr(mod, self.kernel.name + sc.suffix)
-            self.parts[sc] = getattr(mod, self.kernel.name + sc.suffix + "_part", None)
+            mod = self.target.build(self.target.variant_source(self.kernel, self.lp, sc, self.fn_base))
+            fn = self.variants[sc] = getattr(mod, self.fn_base + sc.suffix)
+            self.parts[sc] = getattr(mod, self.fn_base + sc.suffix + "_part", None)
         return fn
 
     def part_for(self, sc: SizeClass):

@@ -295,7 +295,7 @@ def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows
     if split:
         (group,) = groups
         nred = len(group)
-        body.append(f"{ind}if SPLIT:  # the rows' partial results, from {k.name}_part")
+        body.append(f"{ind}if SPLIT:  # the rows' partial results, from {name}_part")
         for i, n in enumerate(group):
             red = k.reductions[n][0]
             ident = _identity(red)
@@ -322,7 +322,7 @@ def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows
     free = [split and not any(isinstance(v, RedRef) for v in walk(value)) for _, _, value in k.inner_stores]
     for (buf, L, value), f in zip(k.inner_stores, free):
         if f:
-            row.lines.append(f"{ind}if not SPLIT:  # else written by {k.name}_part")
+            row.lines.append(f"{ind}if not SPLIT:  # else written by {name}_part")
         row.lines += _inner_store(g, buf, L, value, row, ind + "    " * f, "0", None)
     main = "\n".join(signature(name, consts) + _prologue(target, g, rows, ind) + body + row.lines)
     if not split:
