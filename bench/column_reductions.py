@@ -73,7 +73,7 @@ def print_forms():
     for name, fn, specs, _ in CASES:
         lp = lower(shapes.trace(fn, *specs))
         _, meta = TRITON.generate(lp, schedule(lp))
-        forms = ", ".join(f"{k}: {m[0].value} over {m[1]}" for k, (_, m) in meta.items())
+        forms = ", ".join(f"{k}: {m[0].value} over {m[1]}" for k, (_, m, _fn) in meta.items())
         print(f"{name:16s} {forms}")
 
 

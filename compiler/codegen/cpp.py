@@ -20,7 +20,8 @@ Example::
     >>> from compiler.codegen.cpp import CPP
     >>> lp = lower(shapes.trace(lambda x: torch.relu(x) + 1, "x: f32[N]"))
     >>> src, meta = CPP.generate(lp, schedule(lp))
-    >>> "extern \\"C\\" int kernel0" in src, meta["kernel0"][1]
+    >>> args, tags, fn = meta["kernel0"]
+    >>> f'extern "C" int {fn}(' in src, tags
     (True, ['a16', 'any'])
 """
 from __future__ import annotations
@@ -316,12 +317,12 @@ class CppTarget(Target):
         variants = size_classes(g) if simd and not column_reduction(k) else [("any", None)]
         fns, checks = [], []
         for tag, cls in variants:
-            fname = f"{k.name}__{tag}"
+            fname = f"{g.fn_base or k.name}__{tag}"
             fns.append(f"static void {fname}(void** bufs, const int64_t* sizes) {{")
             fns += self._body(g, cls, simd)
             fns.append("}")
             checks.append((cls.predicate(g) if cls else "true", fname))
-        out = fns + [f'extern "C" int {k.name}(void** bufs, const int64_t* sizes) {{']
+        out = fns + [f'extern "C" int {g.fn_base or k.name}(void** bufs, const int64_t* sizes) {{']
         out += self._sym_lines(g)
         for i, (pred, fname) in enumerate(checks):
             out.append(f"  if ({pred}) {{ {fname}(bufs, sizes); return {i}; }}")

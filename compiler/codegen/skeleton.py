@@ -19,6 +19,8 @@ Example::
 """
 from __future__ import annotations
 
+import hashlib
+
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -115,6 +117,23 @@ class KernelSignature:
         self.args: list[str] = reads + [b.name for b in stores]
         self.ptr = {name: f"b{i}" for i, name in enumerate(self.args)}
         self.written = {b.name for b in stores}
+
+
+#: The function name a kernel's source is generated with, before a digest of that source
+#: (:func:`function_name`) replaces it.
+FN_PLACEHOLDER = "SYMSHAPE_KERNEL_FN"
+
+
+def function_name(source: str) -> str:
+    """The name of the kernel function whose source, written with :data:`FN_PLACEHOLDER` as
+    its name, is ``source``: a digest of it, so the same kernel has the same name everywhere.
+
+    >>> function_name("int SYMSHAPE_KERNEL_FN(void);") == function_name("int SYMSHAPE_KERNEL_FN(void);")
+    True
+    >>> function_name("int SYMSHAPE_KERNEL_FN(void);").startswith("k_")
+    True
+    """
+    return "k_" + hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def first_loads(kernel: Kernel) -> list:
@@ -339,16 +358,24 @@ class Target:
         return {s: f"ks{i}" for i, s in enumerate(lp.symbols)}
 
     def generate(self, lp, steps):
-        """Module source and, per kernel, ``(buffer argument names, launch metadata)``."""
+        """Module source and, per kernel, ``(buffer argument names, launch metadata, function
+        name)``.  A kernel's function is named by its source (:func:`function_name`): kernels
+        that compute the same thing on other buffers (each layer's LayerNorm; the signature
+        orders arguments by the kernel's structure) are one function of the module, compiled
+        once."""
         names = self.sym_names(lp)
         facts = IndexFacts(lp.env)
-        parts, meta = [], {}
+        parts, meta, emitted = [], {}, set()
         for s in steps:
             if isinstance(s, Kernel):
                 g = KernelGen(self, s, lp, names, facts)
+                g.fn_base = FN_PLACEHOLDER
                 src, m = self.kernel_source(g)
-                parts.append(src)
-                meta[s.name] = (g.args, m)
+                base = function_name(src)
+                if base not in emitted:
+                    emitted.add(base)
+                    parts.append(src.replace(FN_PLACEHOLDER, base))
+                meta[s.name] = (g.args, m, base)
         return self.module_source(parts), meta
 
     def make_launchers(self, lp, steps) -> dict:
@@ -357,4 +384,4 @@ class Target:
         if not meta:
             return {}
         module = self.build(src)
-        return {name: (args, self.launcher(module, name, m, lp)) for name, (args, m) in meta.items()}
+        return {name: (args, self.launcher(module, base, m, lp)) for name, (args, m, base) in meta.items()}

@@ -36,7 +36,6 @@ from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, 
 from .cpp import cache_dir
 from .decode_attention import try_decode
 from .decompositions import Primitives, spellings
-from ..exprs import IndexFacts
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 from .triton_build import prestart, warm  # noqa: F401 - warm re-exported
 from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, pow2_block  # noqa: F401 - re-exported
@@ -332,27 +331,6 @@ class TritonTarget(Target):
             self._modules[path] = mod
         return mod
 
-    def generate(self, lp, steps):
-        """Module source and, per kernel, ``(buffer argument names, launch metadata, function
-        name)``.  A kernel's function is named by its source: kernels that compute the same thing
-        on other buffers (each layer's LayerNorm; :class:`~.skeleton.KernelSignature` orders
-        arguments by the kernel's structure) are one function of the module, and each of their
-        size classes one build."""
-        names = self.sym_names(lp)
-        facts = IndexFacts(lp.env)
-        parts, meta, emitted = [], {}, set()
-        for s in steps:
-            if isinstance(s, Kernel):
-                g = KernelGen(self, s, lp, names, facts)
-                g.fn_base = _NAME
-                src, m = self.kernel_source(g)
-                base = function_name(src)
-                if base not in emitted:
-                    emitted.add(base)
-                    parts.append(src.replace(_NAME, base))
-                meta[s.name] = (g.args, m, base)
-        return self.module_source(parts), meta
-
     def make_launchers(self, lp, steps) -> dict:
         """Kernel name -> (buffer argument names, a :class:`SizeClassLauncher`)."""
         src, meta = self.generate(lp, steps)
@@ -380,23 +358,6 @@ class TritonTarget(Target):
         g.fn_base = fn_base
         src, _ = self.kernel_source(g, variant)
         return self.module_source([src])
-
-
-#: The function name a kernel's source is generated with before its own name (a digest of that
-#: source) replaces it.
-_NAME = "SYMSHAPE_KERNEL_FN"
-
-
-def function_name(source: str) -> str:
-    """The name of the Triton function whose source (written with the placeholder name) is
-    ``source``: a digest of it, so that the same kernel has the same name in every program.
-
-    >>> function_name("def SYMSHAPE_KERNEL_FN(b0):") == function_name("def SYMSHAPE_KERNEL_FN(b0):")
-    True
-    >>> function_name("def SYMSHAPE_KERNEL_FN(b0):").startswith("k_")
-    True
-    """
-    return "k_" + hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def _row_length(k):
