@@ -20,7 +20,6 @@ Example::
 from __future__ import annotations
 
 import hashlib
-
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -98,7 +97,7 @@ class KernelSignature:
 
     The order follows the kernel's structure, never the buffers' names: two kernels that
     compute the same thing on other buffers (a model's layers) get the same source, which
-    is built once (:meth:`~compiler.codegen.triton.TritonTarget.generate`).
+    is built once (:meth:`Target.generate`).
 
     >>> import sympy, torch
     >>> from compiler.ir import Buffer, Kernel, Load, Op
