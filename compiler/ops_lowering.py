@@ -635,8 +635,11 @@ def _layer_norm(lw, node, x, normalized_shape, weight, bias, eps):
         raise Unsupported("integer layer norm")
     # ATen's layer norm computes a half-precision input in float32 (mean, variance, the affine
     # part) and rounds each output once: the output to the input's dtype, mean and rstd to
-    # theirs (float32 on CUDA, the input's on the CPU: the node's own dtype says which).
+    # theirs: float32 on CUDA (as the meta function says), the input's on the CPU (where the
+    # meta function says float32 too, and a training graph's backward expects the input's).
     ct = compute_dtype(dt)
+    device = getattr(lw.tp, "device", None)
+    stats_dt = dt if device is None or torch.device(device).type == "cpu" else None
     n = len(x.shape)
     dims = list(range(n - len(normalized_shape), n))
     total = lw.reduce(x, dims, True, "sum", ct)
@@ -661,7 +664,7 @@ def _layer_norm(lw, node, x, normalized_shape, weight, bias, eps):
     boxes = []
     for i, (fn, shp) in enumerate(((out, shape), (mean.fn, mean.shape), (rstd.fn, rstd.shape))):
         got = by_index.get(i)
-        odt = got.meta["val"].dtype if got is not None and "val" in got.meta else dt
+        odt = dt if i == 0 or got is None or "val" not in got.meta else stats_dt or got.meta["val"].dtype
         boxes.append(TensorBox(tuple(shp), odt, (lambda f, d: lambda idx: cast(f(idx), d))(fn, odt), node=got))
     return tuple(boxes)
 

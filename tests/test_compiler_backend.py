@@ -128,6 +128,33 @@ def test_training_floats_stay_inputs_without_a_retrace_and_a_new_value_is_honour
     assert len(timers.get("compile_attempt_1", [])) == attempts, "dynamo traced the frame again"
 
 
+def test_bf16_layer_norm_training_on_the_cpu_saves_stats_in_the_dtype_its_backward_reads():
+    """Under CPU bf16 autocast a LayerNorm runs in bf16: eager's CPU kernel returns its mean and
+    rstd in bf16 (the meta function says float32), and the backward graph's inputs say bf16.
+    The forward equals eager bit for bit (float32 inside, one rounding) and its saved stats have
+    the dtype the backward reads (a float32 rstd was refused by the backward's spec)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+
+    def make():
+        return torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    m, ref = make(), make()
+    ref.load_state_dict(m.state_dict())
+    f = torch.compile(m, backend="symshape", dynamic=True)
+    before = compiler.BACKEND_STATS["eager_train_graphs"]
+    for n in (5, 7, 13):
+        x = torch.randn(2, n, 16)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, want = f(x), ref(x)
+        assert out.dtype == want.dtype == torch.bfloat16 and torch.equal(out, want), n
+        out.float().square().sum().backward()
+        want.float().square().sum().backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad, q.grad, atol=0.02 * q.grad.abs().max().item(), rtol=0)
+            p.grad = q.grad = None
+    assert compiler.BACKEND_STATS["eager_train_graphs"] == before  # compiled, not run as ATen
+
+
 def test_a_tensor_read_with_item_is_not_taken_for_a_float_attribute():
     """A 0-dim tensor argument read with .item() is data, not a Python float: never specialized to
     its first value."""
