@@ -313,6 +313,8 @@ class ModeRun:
                    torch.compile(self.model, backend="symshape", dynamic=True))
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.times, self.compiles, self.peak_step = [], [], 0
+        #: symshape's compile counters (:func:`_parts`) moved by this mode's compiles.
+        self.sym_parts: dict = {}
         self.res = {"ms": float("nan"), "compile_s": 0.0, "recompiles": 0, "fallbacks": 0, "peak_mib": float("nan"),
                     "err": float("nan"), "steps": 0}
 
@@ -322,7 +324,7 @@ class ModeRun:
 
     def setup(self, check, ref):
         self._cudnn()
-        fb0, self.parts0, g0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0), _parts(), _graphs()
+        fb0, parts0, g0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0), _parts(), _graphs()
         metrics0 = _dynamo_metrics()
         t0 = time.perf_counter()
         self.res["err"] = grad_error(self.model, self.fn, check, self.dtype, self.device, ref)
@@ -332,8 +334,12 @@ class ModeRun:
         self.res["first_graphs"] = _graphs() - g0
         self.res["fallbacks"] = compiler.BACKEND_STATS.get("eager_train_graphs", 0) - fb0
         if self.mode.startswith("symshape"):
-            # Counters only this mode moves: what its first step's compile was made of.
-            self.first_parts = {k: v - self.parts0[k] for k, v in _parts().items()}
+            # Counters only this mode moves: what its compiles were made of.
+            self._add_parts(parts0)
+
+    def _add_parts(self, since):
+        for k, v in _parts().items():
+            self.sym_parts[k] = self.sym_parts.get(k, 0) + v - since[k]
 
     def step(self, L, g):
         """One timed step at length ``L``; a step in which dynamo compiled is a compile."""
@@ -360,8 +366,7 @@ class ModeRun:
             self.compiles.append(dt)
             self.res["recompiles"] += _graphs() - before
             if parts is not None:  # symshape's counters moved by this step only
-                self.later_parts = {k: self.later_parts.get(k, 0) + v - parts[k] for k, v in _parts().items()} \
-                    if hasattr(self, "later_parts") else {k: v - parts[k] for k, v in _parts().items()}
+                self._add_parts(parts)
         else:
             self.times.append(dt)
         self.res["steps"] += 1
@@ -380,10 +385,7 @@ class ModeRun:
             own += sum(t.numel() * t.element_size() for st in self.opt.state.values() for t in st.values()
                        if isinstance(t, torch.Tensor) and t.device.type == "cuda")
             res["peak_mib"] = (own + self.peak_step) / 2 ** 20
-        if self.mode.startswith("symshape"):
-            res.update(self.first_parts)
-            for k, v in getattr(self, "later_parts", {}).items():
-                res[k] += v
+        res.update(self.sym_parts)
         timers = res.pop("dynamo_split", {})
         split = ", ".join(f"{k} {timers[k]:.1f}" for k in _TIMERS if timers.get(k, 0) >= 0.05)
         print(f"  {self.name:<6} {str(self.dtype)[6:]:<8} {self.mode:<10} ms={res['ms']:8.2f} "

@@ -99,23 +99,24 @@ def _restart_with_floats_specialized(gm) -> None:
     (``TensorifyState`` and ``TensorifyScalarRestartAnalysis``).  Where this torch has no such
     mechanism, the floats stay inputs and :func:`_specialize_scalars` bakes them in, checked per call.
     """
-    names, state = _float_symbols(gm)
-    if names:
-        for name in names:
-            state.specialize(name)
+    if _specialize_floats(gm):
         from torch._dynamo.exc import TensorifyScalarRestartAnalysis
         raise TensorifyScalarRestartAnalysis
 
 
-def _keep_floats_as_inputs(gm) -> None:
-    """Tell AOTAutograd's ``tensorify_python_scalars`` pass that the graph's Python floats are
-    dealt with (:func:`_specialize_scalars` bakes them in, checked per call), so that it does not
-    make dynamo trace the frame again to specialize them: 2-3 s of GPT-2's first training step on
-    the H100 host (the ``compile_attempt_0`` of torch's compile timers), where a training step
-    is milliseconds and the per-call checks cost about 10 us each."""
+def _specialize_floats(gm) -> bool:
+    """Mark ``gm``'s Python floats (:func:`_float_symbols`) specialized in dynamo's
+    ``TensorifyState``; whether there were any.
+
+    Without a restart (a training graph) this only tells AOTAutograd's
+    ``tensorify_python_scalars`` pass that they are dealt with (:func:`_specialize_scalars` bakes
+    them in, checked per call), so that it does not make dynamo trace the frame again: 2-3 s of
+    GPT-2's first training step on the H100 host (``compile_attempt_0`` of torch's compile
+    timers), where a step is milliseconds and the per-call checks cost about 10 us a float."""
     names, state = _float_symbols(gm)
     for name in names:
         state.specialize(name)
+    return bool(names)
 
 
 def _float_symbols(gm) -> tuple:
@@ -162,7 +163,7 @@ def _compile(gm, example_inputs, options):
     options = {**(options.pop("options", None) or {}), **options}
     training = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs)
     if training:
-        _keep_floats_as_inputs(gm)  # a training step is milliseconds: no retrace for 10 us a float
+        _specialize_floats(gm)  # a training step is milliseconds: no retrace for 10 us a float
     elif os.environ.get("SYMSHAPE_SPECIALIZE_FLOATS", "1") != "0":
         _restart_with_floats_specialized(gm)  # raises dynamo's restart where there are floats to specialize
     BACKEND_STATS["graphs"] += 1

@@ -100,6 +100,13 @@ def _rsub(lw, node, a, b, alpha=1):
     return _pointwise(lw, node, [b, a, alpha], lambda y, x, k: Op("sub", (y, Op("mul", (x, k), x.dtype)), x.dtype))
 
 
+def _on_cpu(lw) -> bool:
+    """Whether the program is traced for the CPU (no device: the C++ target's CPU), where some
+    ATen kernels differ from their CUDA ones in what they round."""
+    device = getattr(lw.tp, "device", None)
+    return device is None or torch.device(device).type == "cpu"
+
+
 def _scalar_in_opmath(lw, node, args, f):
     """:func:`_pointwise` where a Python number operand of a half-precision op on the CPU is a
     float32 constant, unrounded: ATen's CPU mul and div kernels read the scalar's original value
@@ -108,8 +115,7 @@ def _scalar_in_opmath(lw, node, args, f):
     CUDA kernels read the converted value for all four (``TensorIterator.scalar_value``): a
     program traced for CUDA keeps the rounded constant."""
     out = _dt(node)
-    device = getattr(lw.tp, "device", None)
-    if out not in HALF_DTYPES or (device is not None and torch.device(device).type != "cpu"):
+    if out not in HALF_DTYPES or not _on_cpu(lw):
         return _pointwise(lw, node, args, f)
     shape = tuple(node.meta["shape"])
 
@@ -638,8 +644,6 @@ def _layer_norm(lw, node, x, normalized_shape, weight, bias, eps):
     # theirs: float32 on CUDA (as the meta function says), the input's on the CPU (where the
     # meta function says float32 too, and a training graph's backward expects the input's).
     ct = compute_dtype(dt)
-    device = getattr(lw.tp, "device", None)
-    stats_dt = dt if device is None or torch.device(device).type == "cpu" else None
     n = len(x.shape)
     dims = list(range(n - len(normalized_shape), n))
     total = lw.reduce(x, dims, True, "sum", ct)
@@ -664,7 +668,7 @@ def _layer_norm(lw, node, x, normalized_shape, weight, bias, eps):
     boxes = []
     for i, (fn, shp) in enumerate(((out, shape), (mean.fn, mean.shape), (rstd.fn, rstd.shape))):
         got = by_index.get(i)
-        odt = dt if i == 0 or got is None or "val" not in got.meta else stats_dt or got.meta["val"].dtype
+        odt = got.meta["val"].dtype if i > 0 and not _on_cpu(lw) and got is not None and "val" in got.meta else dt
         boxes.append(TensorBox(tuple(shp), odt, (lambda f, d: lambda idx: cast(f(idx), d))(fn, odt), node=got))
     return tuple(boxes)
 
