@@ -34,9 +34,17 @@ import copy
 import math
 import os
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable
+
+# Every compiler starts cold, as a user's first run does: fresh Triton and Inductor caches (a
+# kernel another run built, or a launcher it compiled, would be found on disk and its build not
+# timed).  A cache dir set in the environment is kept.
+_TMP = tempfile.mkdtemp(prefix="gpu_models_")
+os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_TMP, "triton"))
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_TMP, "inductor"))
 
 import torch
 import torch.nn as nn

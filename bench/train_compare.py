@@ -46,8 +46,16 @@ import os
 import random
 import statistics
 import sys
+import tempfile
 import time
 import warnings
+
+# Every compiler starts cold, as a user's first run does: fresh Triton and Inductor caches (a
+# kernel another run built, or a launcher it compiled, would be found on disk and its build not
+# timed).  A cache dir set in the environment is kept.
+_TMP = tempfile.mkdtemp(prefix="train_compare_")
+os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_TMP, "triton"))
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_TMP, "inductor"))
 
 import torch
 

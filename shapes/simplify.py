@@ -399,20 +399,27 @@ def _split_div_mod(t):
 
 def rule_div_mod_recombine(ctx, e):
     """k*b*(a // b) + k*(a % b)  ->  k*a   (Python's a == b*(a // b) + a % b, any b != 0):
-    views that split a dim and merge it again index linearly."""
+    views that split a dim and merge it again index linearly.  ``k*b`` may be spread over
+    several terms (``b = P + 1`` expands ``768*(P+1)*(a // b)`` into two), so the terms of
+    each ``//`` factor are summed before the comparison."""
     if not e.is_Add:
         return None
     terms = list(e.args)
     split = [_split_div_mod(t) for t in terms]
+    floors: dict = {}
+    for n, (k, f) in enumerate(split):
+        if isinstance(f, FloorDiv):
+            floors.setdefault(f.args, []).append(n)
     for i, (k, m) in enumerate(split):
         if not isinstance(m, (PyMod, sympy.Mod)):
             continue
         a, b = m.args
-        want = sympy.expand(k * b)
-        for j, (k2, f) in enumerate(split):
-            if isinstance(f, FloorDiv) and f.args == (a, b) and sympy.expand(k2 - want) == 0:
-                rest = [t for n, t in enumerate(terms) if n not in (i, j)]
-                return sympy.expand(sympy.Add(*rest) + k * a)
+        js = floors.get((a, b))
+        if not js:
+            continue
+        if sympy.expand(sympy.Add(*[split[j][0] for j in js]) - k * b) == 0:
+            rest = [t for n, t in enumerate(terms) if n != i and n not in js]
+            return sympy.expand(sympy.Add(*rest) + k * a)
     return None
 
 

@@ -344,6 +344,39 @@ def case_layernorm_weight_grad_and_batch_sums_in_tiles():
     assert "tiles" in _forms(f).values() and "tiles" in _forms(h).values(), (_forms(f), _forms(h))
 
 
+def case_norm_weight_grad_reading_row_stats_runs_in_tiles_with_few_classes():
+    # LayerNorm's weight gradient as AOTAutograd's backward writes it: sum over every token of
+    # g * (x - mean) * rstd, reading each token's mean and rstd.  Those per-row values are the
+    # same along a tile's row and decide nothing (before, two of them outvoted one strided load
+    # and the kernel ran one uncoalesced program per column, with a persistent block per power
+    # of two: 44 builds).  Tiled, a fixed column count has one XBLOCK, and the sizes' alignment
+    # decides no vector load: two variants; values equal eager's at 1, primes and past a tile.
+    import compiler
+
+    def lnw(g, x, mean, rstd):
+        xhat = (x - mean) * rstd
+        return (g * xhat).sum((0, 1)), g.sum((0, 1))
+
+    def scaled(g, mean, rstd):  # one strided load, two per-row ones
+        return (g * (mean * rstd)).sum((0, 1))
+
+    specs = ("g: f32[B, T, 48]", "x: f32[B, T, 48]", "mean: f32[B, T, 1]", "rstd: f32[B, T, 1]")
+    f = compiler.compile(lnw, *specs, target="triton")
+    h = compiler.compile(scaled, specs[0], *specs[2:], target="triton")
+    for B, T in [(2, 7), (3, 97), (1, 1), (5, 1031)]:
+        g, x = torch.randn(B, T, 48, device=DEVICE), torch.randn(B, T, 48, device=DEVICE)
+        mean, rstd = x.mean(-1, keepdim=True), torch.rand(B, T, 1, device=DEVICE) + 0.5
+        for got, want in zip(f(g, x, mean, rstd), lnw(g, x, mean, rstd)):
+            _close(got, want, atol=1e-3 * B, rtol=1e-4)
+        _close(h(g, mean, rstd), scaled(g, mean, rstd), atol=1e-3 * B, rtol=1e-4)
+    for prog in (f, h):
+        assert prog.stats["traces"] <= 2, prog.stats  # size 1 traces apart
+        for _, ln in prog.variants[0].launchers.values():  # the trace at (2, 7): B and T symbolic
+            if ln.kernel.reductions:
+                assert ln.kind.value == "tiles" and ln.aligned == [] and len(ln.classes()) <= 2, (
+                    ln.kind, ln.aligned, ln.classes())
+
+
 def case_few_columns_split_the_rows():
     # Few outputs over many rows (BERT's 768 columns of 4696 rows): the rows are cut into chunks
     # whose partial results a second kernel combines; equal to eager (and NaN kept) at sizes

@@ -185,6 +185,30 @@ def test_index_simplification_is_logged_and_validated():
     assert report.ok and not report.unknown, str(report)
 
 
+def test_a_split_merged_by_a_divisor_that_is_a_sum_recombines_and_validates():
+    """A ViT's tokens are ``P + 1`` per image (patches and the class token): flattening
+    ``[B, P + 1, 768]`` indexes ``768*(P+1)*(r // (P+1)) + 768*(r % (P+1))``, expanded into
+    three terms.  The engine sums the ``//`` terms and recombines them into ``768*r`` (a linear,
+    coalescable index); a sum that is not ``k*b`` stays as it is.  Translation validation proves it."""
+    from compiler.exprs import IndexFacts
+    from compiler.ir import loop_var
+    from shapes import ShapeEnv
+    from shapes.functions import FloorDiv, PyMod
+    from validation.translation import validate_env
+
+    env = ShapeEnv()
+    H = env.create_symbol("H", 14)
+    r, x0 = loop_var("r"), loop_var("x0")
+    P = FloorDiv(H, 16) ** 2 + H * H
+    n = P + 1
+    facts = IndexFacts(env)
+    assert facts.simplify_index(x0 + 768 * P * FloorDiv(r, n) + 768 * FloorDiv(r, n) + 768 * PyMod(r, n)) == 768 * r + x0
+    kept = facts.simplify_index(768 * P * FloorDiv(r, n) + 768 * PyMod(r, n))  # 768*(r // n) missing
+    assert kept.has(FloorDiv) and kept.has(PyMod), kept
+    report = validate_env(env)
+    assert report.ok and not report.unknown, str(report)
+
+
 def test_transposed_store_loops_in_memory_order():
     """A pointwise value stored transposed (a batched ``transpose(1, 2)`` a matmul reads): the
     kernel's rows run over the buffer's outer memory dim, so its inner loop writes (and reads

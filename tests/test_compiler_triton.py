@@ -122,3 +122,33 @@ def test_the_static_launcher_is_taken_only_where_it_can_launch_the_kernel(monkey
     monkeypatch.undo()  # the real _static_class, which reads the switch
     monkeypatch.setenv("SYMSHAPE_STATIC_LAUNCH", "0")
     assert triton_launch._static_class() is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host launchers are built for CUDA kernels only")
+def test_host_launchers_are_built_ahead_so_the_first_call_compiles_no_c(tmp_path, monkeypatch):
+    """Triton compiles a C launcher per kernel signature at the kernel's first launch (a third
+    of a second each, one after another); the compile builds them ahead in its build threads,
+    so the launches of the first call, in a Triton cache nothing has used yet, run the host's C
+    compiler not once."""
+    import threading
+
+    import triton.runtime.build as tbuild
+
+    import compiler
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+
+    def prog(x, y, w):  # three signatures: a pointwise kernel, a row reduction, a column sum
+        return (x * y).sum(-1), torch.softmax(x + w, -1), (x * w).sum(0)
+    f = compiler.compile(prog, "x: f32[N, 48]", "y: f32[N, 48]", "w: f32[48]", target="triton")
+    builds = []
+    real = tbuild._build
+
+    def build(*a, **kw):
+        if threading.current_thread() is threading.main_thread():  # a launch's, not the build threads'
+            builds.append(a[0])
+        return real(*a, **kw)
+    monkeypatch.setattr(tbuild, "_build", build)
+    x, y, w = (torch.randn(37, 48, device="cuda"), torch.randn(37, 48, device="cuda"), torch.randn(48, device="cuda"))
+    for o, r in zip(f(x, y, w), prog(x, y, w)):
+        torch.testing.assert_close(o, r)
+    assert builds == [], builds

@@ -24,6 +24,8 @@ Example::
     []
     >>> sorted(map(str, alignment_symbols([x0 * T + 3, B * 1024], {B, T})))
     ['T']
+    >>> sorted(map(str, alignment_symbols([x0 + 768 * sympy.Min(x0, T - 1)], {B, T})))
+    []
     >>> [c.suffix for c in reachable_classes(["ks1"], None)]
     ['', '_lks1']
 """
@@ -79,7 +81,9 @@ def alignment_symbols(exprs, size_symbols) -> frozenset:
         if not sizes or sizes <= out:
             continue
         try:
-            p = sympy.Poly(sympy.expand(e), *sorted(e.free_symbols, key=str))
+            # Generators picked by sympy: a ``min(r, N - 1)`` or ``j // N`` is one opaque factor,
+            # so ``768*min(r, N - 1)`` is a multiple of 16 whatever N is.
+            p = sympy.Poly(sympy.expand(e))
             if not p.domain.is_ZZ:
                 raise sympy.PolynomialError("non-integer coefficients")
         except (sympy.PolynomialError, sympy.GeneratorsNeeded, ValueError, TypeError):
@@ -87,7 +91,7 @@ def alignment_symbols(exprs, size_symbols) -> frozenset:
             continue
         for monom, coeff in p.terms():
             if int(coeff) % 16:
-                out |= {g for g, k in zip(p.gens, monom) if k and g in size_symbols}
+                out |= {s for g, k in zip(p.gens, monom) if k for s in g.free_symbols & size_symbols}
     return frozenset(out)
 
 

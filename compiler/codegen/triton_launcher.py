@@ -23,7 +23,7 @@ from .skeleton import KernelGen
 from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, capped_alignment, pow2_block, reachable_classes, row_blocks
 from .triton_build import wait_built
 from .triton_launch import Launcher, bind_launch
-from .triton_tiles import XBLOCKS, split_count, tile_blocks, tile_size
+from .triton_tiles import XBLOCKS, split_count, tile_blocks, tile_size, vector_indexes
 
 _pow2 = pow2_block
 
@@ -80,6 +80,8 @@ class SizeClassLauncher:
         self.tile = tile_size(kernel) if kind is Grid.TILES else None
         self.work_fn = compile_exprs(exprs, lp.symbols)
         self.nwork = len(work)
+        #: The launch's output counts (expressions): where all are numbers, a tiled kernel's XBLOCK is fixed.
+        self.work = tuple(work)
         self.dtypes = list(dtypes)
         self.variants = {GENERIC: getattr(module, self.fn_base)}
         #: A splittable tiled kernel's partial-results kernel per size class.
@@ -97,7 +99,8 @@ class SizeClassLauncher:
         self._by_flags: dict = {}
         g = _Recording(target, kernel, lp, sym_names)
         target.kernel_source(g)
-        aligned = alignment_symbols(g.seen, set(lp.symbols))
+        seen = g.seen if kind is not Grid.TILES else vector_indexes(kernel, g.seen)
+        aligned = alignment_symbols(seen, set(lp.symbols))
         #: The size names whose divisibility by 16 picks a class (the others never do).
         self.aligned = [sym_names[s] for s in lp.symbols if s in aligned]
         self.rowlen = rowlen if kind is Grid.ROWS else None
@@ -124,7 +127,11 @@ class SizeClassLauncher:
         size names ``aligned`` (default: the kernel's :attr:`aligned`)."""
         aligned = self.aligned if aligned is None else aligned
         if self.kind is Grid.TILES:  # (XBLOCK, split): a split launch has XBLOCK 16 (few outputs)
-            keys = [(xb, False) for xb in XBLOCKS] + ([(XBLOCKS[0], True)] if self.split else [])
+            widths = XBLOCKS
+            outputs = [sympy.sympify(w) for w in self.work]
+            if outputs and all(w.is_Integer for w in outputs):  # a fixed output count: one width
+                widths = (tile_blocks(int(max(outputs)), self.tile)[0],)
+            keys = [(xb, False) for xb in widths] + ([(XBLOCKS[0], True)] if self.split else [])
             return [(sc, key) for sc in reachable_classes(aligned, None) for key in keys]
         if self.loop_only:
             return [(sc, self.block) for sc in reachable_classes(aligned, None)]

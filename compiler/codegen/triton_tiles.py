@@ -74,7 +74,30 @@ def _linear_coeff(e, var):
     if not e.is_polynomial(var):  # floor division, modulo: no fixed stride
         return None
     c = e.coeff(var, 1)
-    return None if c.has(var) or (e - c * var).has(var) else c
+    # ``c`` may be a sum (``768*(P+1)`` for a ViT's tokens): the rest only loses ``var`` expanded.
+    return None if c.has(var) or sympy.expand(e - c * var).has(var) else c
+
+
+def vector_indexes(kernel: Kernel, exprs) -> list:
+    """The expressions of ``exprs`` (a tiled kernel's printed sizes and indexes) whose
+    alignment can change its code: indexes contiguous along the tile's rows (vector loads and
+    stores of ``XBLOCK`` adjacent elements), and the outer sizes that bound and wrap them.
+
+    A row's mean, the loop over the reduced dim and its mask are the same along a tile's row:
+    whether their sizes are multiples of 16 changes no load, so they pick no size class (each
+    aligned size doubles the builds).
+
+    >>> import sympy, torch
+    >>> from compiler.ir import Reduction, RVAR, loop_var
+    >>> N = sympy.Symbol("N", integer=True, positive=True)
+    >>> x0 = loop_var("x0")
+    >>> k = Kernel(name="k", outer=(768,), reductions=[(Reduction(0, "sum", (768,), N, None, torch.float32), (x0,), Load("a", x0 + 768 * RVAR, torch.float32))])
+    >>> vector_indexes(k, [x0 + 768 * RVAR, RVAR, N])
+    [768*r + x0, 768]
+    """
+    xlast = kernel.outer_vars[-1]
+    keep = [e for e in exprs if _linear_coeff(e, xlast) == 1]
+    return keep + [sympy.sympify(n) for n in kernel.outer]
 
 
 def wants_tiles(kernel: Kernel) -> bool:
@@ -92,8 +115,10 @@ def wants_tiles(kernel: Kernel) -> bool:
                 continue
             seen.add((v.buf, v.index))
             cr, cx = _linear_coeff(v.index, RVAR), _linear_coeff(v.index, xlast)
-            if cr is None or cx is None or cr == 0:
-                continue  # not per element of the row (a weight, a per-row value): no vote
+            if cr is None or cx is None or cr == 0 or cx == 0:
+                # not per element of the row (a weight, a per-column value) or the same for
+                # every output (a row's mean or rstd, read once per row of a tile): no vote
+                continue
             if cr == 1:
                 contiguous += 1
             elif cx == 1:
@@ -331,5 +356,5 @@ def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows
     return main + "\n\n\n" + "\n".join(lines)
 
 
-__all__ = ["TILE", "XBLOCKS", "wants_tiles", "tile_size", "tile_blocks", "splittable", "split_count", "finish",
+__all__ = ["vector_indexes", "TILE", "XBLOCKS", "wants_tiles", "tile_size", "tile_blocks", "splittable", "split_count", "finish",
            "tiled_source"]
