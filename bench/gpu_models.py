@@ -466,8 +466,14 @@ def main(argv=None):
                 continue
             t0 = time.perf_counter()
             try:
-                results[(case.name, dn)] = run_case(case, DTYPES[dn], case.points(a.quick, small), device, modes,
-                                                    small, log, rounds=a.rounds or (3 if device == "cuda" else 1))
+                # Every mode's wrapper compiles the model's one forward code object, and dynamo keeps
+                # at most recompile_limit (8) entries per code object: Inductor static's entry per
+                # point used them up, and later modes' new graphs (the backend's at B=1) silently
+                # ran eager.  Room for all of them, as train_compare has.
+                with torch._dynamo.config.patch(cache_size_limit=256, accumulated_cache_size_limit=1024):
+                    results[(case.name, dn)] = run_case(case, DTYPES[dn], case.points(a.quick, small), device,
+                                                        modes, small, log,
+                                                        rounds=a.rounds or (3 if device == "cuda" else 1))
             except Exception as e:  # noqa: BLE001 - a model that cannot be built or run is reported, not fatal
                 skipped.append(f"{case.name} {dn} failed: {type(e).__name__}: {str(e)[:160]}")
             print(f"[{case.name} {dn} done in {time.perf_counter() - t0:.0f}s]", flush=True)
