@@ -63,7 +63,7 @@ def _name(target) -> str:
 def plan_stats(cp) -> dict:
     """Per steady-state call of the CompiledProgram ``cp`` at its one bound shape: kernels,
     ATen calls (views left out), SDPA calls, and the masks (sizes-only, proved)."""
-    (v, sizes, _, _), = list(cp._bound.values())[:1]
+    (v, sizes, _, _, _), = list(cp._bound.values())[:1]
     classes = tuple(sizes[len(sizes) - len(v.masks):]) if v.masks else ()
     plan, skip = v.plan_at(classes) if v.masks else (v.plan, frozenset())
     steps = [s for i, s in enumerate(plan) if i not in skip]

@@ -45,6 +45,7 @@ from . import mask_proofs, sized_masks
 from .attention import fuse_causal_attention
 from .sdpa_calls import tune_calls
 from .codegen import TARGETS
+from .codegen.triton import repeated_shape
 from .exprs import compile_exprs
 from .ir import BufferKind, Kernel, contiguous_strides
 from .lowered import Ref, RefKind, Unsupported
@@ -666,12 +667,18 @@ class CompiledProgram:
         hit = self._bound.get(key)
         if hit is not None:
             # Guards, asserts and sizes depend on the shapes alone: computed once per shape.
-            v, sizes, launches, pending = hit
-            if pending is not None:
-                # The shape came back: now worth classifying its sizes-only masks (one sync).
-                sizes = v.bind_sizes(pending)[0]
-                self._bound[key] = (v, sizes, launches, None)
-            return v.run_bound(tensors, sizes, launches)
+            v, sizes, launches, pending, repeated = hit
+            if not repeated:
+                if pending is not None:
+                    # The shape came back: now worth classifying its sizes-only masks (one sync).
+                    sizes = v.bind_sizes(pending)[0]
+                self._bound[key] = (v, sizes, launches, None, True)
+                return v.run_bound(tensors, sizes, launches)
+            if self.target != "triton":
+                return v.run_bound(tensors, sizes, launches)
+            # A shape met twice before: kernels that plan per shape (cuDNN's attention) may run.
+            with repeated_shape():
+                return v.run_bound(tensors, sizes, launches)
         values = self.bind(tensors)
         device = _device_of(tensors)
         # C++ builds take CPU tensors only (Variant.check_device refuses others, with no trace
@@ -690,7 +697,7 @@ class CompiledProgram:
         sizes, launches = v.bind_sizes(values, classify=False)
         out = v.run_bound(tensors, sizes, launches)
         if key is not None and len(self._bound) < 4096:
-            self._bound[key] = (v, sizes, launches, values if v.masks and not v.all_proven else None)
+            self._bound[key] = (v, sizes, launches, values if v.masks and not v.all_proven else None, False)
         return out
 
 

@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 def _plan(cp):
     """(kernel steps, extern targets, mask classes) of the steps a repeated call runs."""
     from compiler.wrapper import KernelStep
-    (v, sizes, _, _), = cp._bound.values()
+    (v, sizes, _, _, _), = cp._bound.values()
     classes = tuple(sizes[len(sizes) - len(v.masks):]) if v.masks else ()
     plan, skip = v.plan_at(classes) if v.masks else (v.plan, frozenset())
     steps = [s for i, s in enumerate(plan) if i not in skip]

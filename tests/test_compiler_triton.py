@@ -152,3 +152,31 @@ def test_host_launchers_are_built_ahead_so_the_first_call_compiles_no_c(tmp_path
     for o, r in zip(f(x, y, w), prog(x, y, w)):
         torch.testing.assert_close(o, r)
     assert builds == [], builds
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="cuDNN's attention runs on CUDA only")
+def test_cudnn_attention_only_at_a_shape_met_twice_before(monkeypatch):
+    """cuDNN plans its attention per shape (milliseconds of host time at each new one), so a
+    compiled program keeps it off at a shape's first two calls and lets ATen choose as eager
+    does from the third on; values equal eager's at every call, and a new shape starts over."""
+    import compiler
+    from compiler.codegen import triton as tt
+
+    seen = []
+    real = tt._sdpa
+
+    def spy(*a, **kw):
+        seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+        return real(*a, **kw)
+    monkeypatch.setattr(tt, "_sdpa", spy)
+
+    def attn(q, k, v, m):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+    f = compiler.compile(attn, "q: f16[B, 4, T, 64]", "k: f16[B, 4, T, 64]", "v: f16[B, 4, T, 64]",
+                         "m: bool[B, 1, T, T]", target="triton")
+    for T in (37, 37, 37, 37, 53):
+        q, k, v = (torch.randn(2, 4, T, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+        m = torch.rand(2, 1, T, T, device="cuda") > 0.2
+        torch.testing.assert_close(f(q, k, v, m), attn(q, k, v, m), atol=2e-3, rtol=2e-3)
+    assert seen == [False, False, True, True, False], seen
+    assert torch.backends.cuda.cudnn_sdp_enabled()
