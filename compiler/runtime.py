@@ -45,7 +45,7 @@ from . import mask_proofs, sized_masks
 from .attention import fuse_causal_attention
 from .sdpa_calls import tune_calls
 from .codegen import TARGETS
-from .codegen.triton import repeated_shape
+from .repeated_shapes import repeated_shape
 from .exprs import compile_exprs
 from .ir import BufferKind, Kernel, contiguous_strides
 from .lowered import Ref, RefKind, Unsupported

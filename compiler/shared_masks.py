@@ -34,6 +34,7 @@ from shapes.functions import FloorDiv
 
 from .ir import Buffer, BufferKind, Const, Op
 from .lowered import ExternItem, Ref, RefKind, StoreItem, TensorBox, cast
+from .repeated_shapes import cudnn_allowed
 from .view_folding import mutates
 from .wrapper import RUN_CACHE, BufSlot, ExternStep
 
@@ -66,12 +67,14 @@ def sdpa_shared_mask(cache, q, k, v, attn_mask, dropout_p=0.0, is_causal=False, 
     mask's additive form made once per run (``cache``: the run's dict, :data:`~compiler.wrapper.RUN_CACHE`)
     where ATen would make that form for the memory-efficient kernel (see the module docstring).
     ``additive``: that form made by the mask's kernel (:func:`add_additive_forms`), else None."""
+    m = attn_mask
+    kw = dict(dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     was = _cudnn_enabled()
+    if was and cudnn_allowed(q):  # a repeated shape: ATen chooses as in eager (compiler.repeated_shapes)
+        return _sdpa(q, k, v, m, **kw)
     if was:
         _enable_cudnn(False)
     try:
-        m = attn_mask
-        kw = dict(dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
         if _choice(q, k, v, m, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa) == _EFFICIENT:
             f = _additive(cache, m, q.dtype, additive)
             if _choice(q, k, v, f, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa) == _EFFICIENT:

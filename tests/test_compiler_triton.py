@@ -158,8 +158,10 @@ def test_host_launchers_are_built_ahead_so_the_first_call_compiles_no_c(tmp_path
 def test_cudnn_attention_only_at_a_shape_met_twice_before(monkeypatch):
     """cuDNN plans its attention per shape (milliseconds of host time at each new one), so a
     compiled program keeps it off at a shape's first two calls and lets ATen choose as eager
-    does from the third on; values equal eager's at every call, and a new shape starts over."""
+    does from the third on, in both SDPA paths (one call; a boolean mask shared by two calls);
+    values equal eager's at every call, and a new shape starts over."""
     import compiler
+    from compiler import shared_masks
     from compiler.codegen import triton as tt
 
     seen = []
@@ -169,14 +171,25 @@ def test_cudnn_attention_only_at_a_shape_met_twice_before(monkeypatch):
         seen.append(torch.backends.cuda.cudnn_sdp_enabled())
         return real(*a, **kw)
     monkeypatch.setattr(tt, "_sdpa", spy)
+    monkeypatch.setattr(shared_masks, "_sdpa", spy)
 
     def attn(q, k, v, m):
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
-    f = compiler.compile(attn, "q: f16[B, 4, T, 64]", "k: f16[B, 4, T, 64]", "v: f16[B, 4, T, 64]",
-                         "m: bool[B, 1, T, T]", target="triton")
-    for T in (37, 37, 37, 37, 53):
-        q, k, v = (torch.randn(2, 4, T, 64, device="cuda", dtype=torch.float16) for _ in range(3))
-        m = torch.rand(2, 1, T, T, device="cuda") > 0.2
-        torch.testing.assert_close(f(q, k, v, m), attn(q, k, v, m), atol=2e-3, rtol=2e-3)
-    assert seen == [False, False, True, True, False], seen
+
+    def two(q, k, v, pad):
+        m = (pad > 0)[:, None, None, :].expand(-1, 1, q.shape[2], -1)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        return torch.nn.functional.scaled_dot_product_attention(a * 2, k, v, attn_mask=m)
+    specs = ("q: f16[B, 4, T, 64]", "k: f16[B, 4, T, 64]", "v: f16[B, 4, T, 64]")
+    f = compiler.compile(attn, *specs, "m: bool[B, 1, T, T]", target="triton")
+    g = compiler.compile(two, *specs, "pad: f16[B, T]", target="triton")
+    for prog, ref, per_call in ((f, attn, 1), (g, two, 2)):
+        seen.clear()
+        for T in (37, 37, 37, 37, 53):
+            q, k, v = (torch.randn(2, 4, T, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+            m = torch.rand(2, 1, T, T, device="cuda") > 0.2 if prog is f else torch.randn(2, T, device="cuda").half()
+            m[..., 0] = True if prog is f else 1.0  # no fully masked row (cuDNN's fill differs there)
+            torch.testing.assert_close(prog(q, k, v, m), ref(q, k, v, m), atol=2e-3, rtol=2e-3)
+        want = [False, False, True, True, False]
+        assert seen == [w for w in want for _ in range(per_call)], (ref.__name__, seen)
     assert torch.backends.cuda.cudnn_sdp_enabled()

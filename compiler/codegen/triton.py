@@ -20,7 +20,6 @@ Example::
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import os
@@ -33,6 +32,7 @@ from shapes.kernel_helpers import TRITON_SOURCE
 from shapes.printers import to_triton
 
 from .. import skinny_matmul
+from ..repeated_shapes import cudnn_allowed
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, flat_index, substitute
 from .cpp import cache_dir
 from .decode_attention import try_decode
@@ -370,7 +370,6 @@ def _row_length(k):
 
 
 _cudnn_sdp_enabled = torch.backends.cuda.cudnn_sdp_enabled
-_capturing = torch.cuda.is_current_stream_capturing  # a CUDA graph keeps the kernel of its capture
 _enable_cudnn_sdp = torch.backends.cuda.enable_cudnn_sdp
 _sdpa = torch.nn.functional.scaled_dot_product_attention
 
@@ -380,35 +379,12 @@ _sdpa = torch.nn.functional.scaled_dot_product_attention
 DECODE_KERNEL = os.environ.get("SYMSHAPE_DECODE_KERNEL", "1") != "0"
 
 
-#: Set while a compiled program runs a call at a shape it met twice before (:func:`repeated_shape`).
-_REPEATED = [False]
-
-
-@contextlib.contextmanager
-def repeated_shape():
-    """While a compiled program runs a call at a shape it has met twice before: SDPA may take
-    cuDNN's kernel (:func:`sdpa_without_cudnn`), whose per-shape plan the repeats pay back.
-
-    >>> with repeated_shape():
-    ...     _REPEATED[0]
-    True
-    >>> _REPEATED[0]
-    False
-    """
-    was = _REPEATED[0]
-    _REPEATED[0] = True
-    try:
-        yield
-    finally:
-        _REPEATED[0] = was
-
-
 def sdpa_without_cudnn(*args, **kwargs):
     """``scaled_dot_product_attention`` choosing among ATen's flash, memory-efficient and math
     kernels, not cuDNN's at a shape's first two calls: cuDNN builds an execution plan per new
     shape (measured 8.7 ms of host time per call on an H200 with torch 2.11 when the KV length
     grows by one each decode step, 35 ms per token for 4 layers), which a dynamic-shape program
-    meets at every size.  From a shape's third call on (:func:`repeated_shape`), and where the
+    meets at every size.  From a shape's third call on (:mod:`compiler.repeated_shapes`), and where the
     user turned cuDNN's attention off, ATen chooses as in eager.
     A decode step's attention on CUDA (one query position, no mask) runs
     :func:`~compiler.codegen.decode_attention.decode_attention` instead: one kernel launch.
@@ -423,11 +399,7 @@ def sdpa_without_cudnn(*args, **kwargs):
         if out is not None:
             return out
     was = _cudnn_sdp_enabled()
-    if not was or (_REPEATED[0] and not (getattr(args[0], "is_cuda", False) and _capturing())):
-        # A shape that keeps coming back (a served prompt length, an encoder at a fixed size)
-        # pays cuDNN's plan once and then runs its kernel, as eager does: with a mask at
-        # (1, 4096) cuDNN's flash kernel took 0.2 ms a layer on the H100 against 0.7 ms for
-        # ATen's memory-efficient one (bench/results/bert_b1_kernels_h100_s12_2026-11-27.txt).
+    if not was or cudnn_allowed(args[0] if args else None):  # a repeated shape: as eager (compiler.repeated_shapes)
         return _sdpa(*args, **kwargs)
     _enable_cudnn_sdp(False)
     try:

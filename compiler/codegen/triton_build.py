@@ -26,6 +26,7 @@ Example (no GPU here: nothing to build ahead)::
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -238,7 +239,9 @@ def build_launchers(kernels, executor) -> int:
     def build(k):
         try:
             make(k.src, k.metadata)
-        except Exception as e:  # noqa: BLE001 - ahead of time only: the first launch builds it (or raises Triton's error)
+        # Ahead of time only: the first launch builds it again (or raises Triton's error there).
+        except (OSError, RuntimeError, ImportError, ValueError, TypeError, AttributeError, KeyError,
+                subprocess.SubprocessError) as e:
             WARM_ERRORS.append(f"launcher of {getattr(k, 'name', '?')}: {type(e).__name__}: {e}"[:500])
     list(executor.map(build, todo.values()))
     return len(todo)
