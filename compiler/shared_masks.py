@@ -39,6 +39,7 @@ from .view_folding import mutates
 from .wrapper import RUN_CACHE, BufSlot, ExternStep
 
 _EFFICIENT = int(torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION)
+_CUDNN = int(torch.nn.attention.SDPBackend.CUDNN_ATTENTION)
 _sdpa = torch.nn.functional.scaled_dot_product_attention
 _choice = torch._fused_sdp_choice
 _cudnn_enabled = torch.backends.cuda.cudnn_sdp_enabled
@@ -70,8 +71,9 @@ def sdpa_shared_mask(cache, q, k, v, attn_mask, dropout_p=0.0, is_causal=False, 
     m = attn_mask
     kw = dict(dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     was = _cudnn_enabled()
-    if was and cudnn_allowed(q):  # a repeated shape: ATen chooses as in eager (compiler.repeated_shapes)
-        return _sdpa(q, k, v, m, **kw)
+    if was and cudnn_allowed(q) and _choice(q, k, v, m, dropout_p, is_causal, scale=scale,
+                                            enable_gqa=enable_gqa) == _CUDNN:
+        return _sdpa(q, k, v, m, **kw)  # a repeated shape that eager runs on cuDNN (compiler.repeated_shapes)
     if was:
         _enable_cudnn(False)
     try:
