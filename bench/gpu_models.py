@@ -266,6 +266,8 @@ class Mode:
             self.fn = torch.compile(prog, backend="symshape", dynamic=True, options={"target": target})
         #: Seconds before the first call (compiler.compile traces and builds here; torch.compile at its call).
         self.setup_ms = (time.perf_counter() - t0) * 1e3
+        #: Traces compiler.compile made before any call (the general one, and those ahead for size 1).
+        self.traces_at_compile = compiler.STATS["traces"] - self.traces0
 
     def first_call(self, args):
         """(output, ms of this call, synchronized)."""
@@ -328,6 +330,7 @@ def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int =
                     rec["fail"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
                     pt["ms"] = float("nan")
             rec["graphs"], rec["traces"] = run.counts()
+            rec["traces_at_compile"] = run.traces_at_compile
             runs[m] = run
         before = (_dynamo_graphs(), compiler.STATS["traces"])
         for r in range(rounds):
@@ -389,7 +392,9 @@ def report(results: dict, modes) -> str:
                    _fmt(res[m]["points"].get(p, {}).get("agree", float("nan")), '.3f') for m in modes]
             L.append(f"  {'  err/argmax':<12}" + "".join(f"{c:>17}" for c in err))
         L.append("  graphs/traces " + "  ".join(f"{m}={res[m].get('graphs', '-')}/{res[m].get('traces', '-')}"
-                                               for m in modes if m != "eager"))
+                                               for m in modes if m != "eager")
+                 + (f"  (symshape traces before its first call: {res['symshape']['traces_at_compile']})"
+                    if "traces_at_compile" in res.get("symshape", {}) else ""))
         tc = res.get("_timing_compiles", (0, 0))
         if any(tc):
             L.append(f"  while timing: {tc[0]} dynamo graphs and {tc[1]} symshape traces compiled (recompiles)")
@@ -422,10 +427,14 @@ def report(results: dict, modes) -> str:
                       list(r[m]["points"].items())[1:]]
             recomp = [(n, d, r[m].get("traces"), r[m].get("graphs")) for (n, d), r in results.items()
                       if r[m].get("traces", 0) > 1 or (m.startswith("backend") and r[m].get("graphs", 0) > 1)]
+            at_calls = [(n, d, r[m]["traces"] - r[m]["traces_at_compile"]) for (n, d), r in results.items()
+                        if "traces_at_compile" in r[m] and r[m]["traces"] > r[m]["traces_at_compile"]]
             L.append(f"  {m}: points below 0.95x eager: {len(below)} {below[:6]}")
             L.append(f"  {m}: first call at a later size: max {_fmt(max(firsts, default=float('nan')), '.0f')} ms "
                      f"(target <= 50)")
             L.append(f"  {m}: models with >1 trace or graph: {recomp}")
+            if m == "symshape":
+                L.append(f"  {m}: models traced again at a call (after compile): {at_calls}")
     return "\n".join(L)
 
 
@@ -477,6 +486,9 @@ def main(argv=None):
             except Exception as e:  # noqa: BLE001 - a model that cannot be built or run is reported, not fatal
                 skipped.append(f"{case.name} {dn} failed: {type(e).__name__}: {str(e)[:160]}")
             print(f"[{case.name} {dn} done in {time.perf_counter() - t0:.0f}s]", flush=True)
+            if (case.name, dn) in results and len(chosen) * len(dts) > 1:
+                # Each model's table as it finishes: a run cut by a device call's time limit keeps them.
+                print(report({(case.name, dn): results[(case.name, dn)]}, modes), flush=True)
     print(report(results, modes))
     from compiler.codegen import build_pool
     from compiler.codegen.triton_build import MODE, WAITS, WARM_ERRORS

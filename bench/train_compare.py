@@ -11,7 +11,8 @@ loss), backward, and AdamW outside the compiled region; fp32 and bf16 autocast.
 Modes: ``eager``; ``ind_dyn`` (``torch.compile(dynamic=True)``); ``ind_static``
 (``dynamic=False``, automatic dynamic shapes off: one compile per length; each of
 its lengths runs twice, the second step timed);
-``symshape`` (``backend="symshape", dynamic=True``); any mode with ``_nocudnn``
+``symshape`` (``backend="symshape", dynamic=True``); ``symshape_causal`` (the same with
+``options={"causal_masks": True}``: masks proved causal become ``is_causal=True``); any mode with ``_nocudnn``
 appended (``eager_nocudnn``, ``ind_dyn_nocudnn``) runs with cuDNN's SDPA disabled,
 which plans per shape and so costs a new-length step milliseconds of host time.  Per mode: median step ms
 over steps that compiled nothing, compile seconds (the time of steps that
@@ -316,9 +317,11 @@ class ModeRun:
         base = mode.removesuffix("_nocudnn")
         if base.startswith("symshape"):
             compiler.register()
+        # symshape_causal: options make another backend object, so dynamo compiles anew for it.
         self.fn = (self.model if base == "eager" else
                    torch.compile(self.model, dynamic=True) if base == "ind_dyn" else
-                   torch.compile(self.model, backend="symshape", dynamic=True))
+                   torch.compile(self.model, backend="symshape", dynamic=True,
+                                 options={"causal_masks": True} if base == "symshape_causal" else None))
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.times, self.compiles, self.peak_step = [], [], 0
         #: symshape's compile counters (:func:`_parts`) moved by this mode's compiles.

@@ -55,11 +55,18 @@ _FLATTEN = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, 
 _CAUSAL = Band(hi=0)
 
 
+# The trace's simplifier while fuse_causal_attention runs: sizes recorded before a guard fixed
+# a symbol (B before transformers' `batch_size != 1` branch at B = 1) compare equal to the
+# size the guard gave it only through the engine's replacements.
+_SIMPLIFY: list = []
+
+
 def _shape(n) -> Optional[tuple]:
     v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
     if not isinstance(v, torch.Tensor):
         return None
-    return tuple(sympy.sympify(s.node.expr if isinstance(s, torch.SymInt) else s) for s in v.shape)
+    dims = tuple(sympy.sympify(s.node.expr if isinstance(s, torch.SymInt) else s) for s in v.shape)
+    return tuple(_SIMPLIFY[-1](d) for d in dims) if _SIMPLIFY else dims
 
 
 def _same(a, b) -> bool:
@@ -271,6 +278,14 @@ def fuse_causal_attention(tp) -> int:
     (the score, mask and probability computations) are removed.
     """
     masks = MaskAnalysis(types.SimpleNamespace(traced=tp))
+    _SIMPLIFY.append(tp.env.simplify)
+    try:
+        return _fuse(tp, masks)
+    finally:
+        _SIMPLIFY.pop()
+
+
+def _fuse(tp, masks) -> int:
     g = tp.graph
     done = 0
     for node in list(g.nodes):

@@ -150,7 +150,9 @@ def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     ``options["cuda_graphs"]`` runs calls through CUDA graphs per size bucket
     (:mod:`compiler.cuda_graphs`; ``buckets`` and ``memory_budget`` as there);
     ``options["host_rewrites"]=False`` plans without :mod:`compiler.view_folding` and
-    :mod:`compiler.shared_masks` (for measuring them)."""
+    :mod:`compiler.shared_masks` (for measuring them); ``options["causal_masks"]`` (training
+    graphs; default ``$SYMSHAPE_TRAIN_CAUSAL=1``) turns attention masks proved causal into
+    ``is_causal=True`` (:mod:`compiler.train_masks`)."""
     t0 = time.perf_counter()
     try:
         return _compile(gm, example_inputs, options)
@@ -174,7 +176,7 @@ def _compile(gm, example_inputs, options):
     TARGETS[target].prestart()  # kernel-build workers start now, while AOTAutograd and tracing run
     if training:
         # AOTAutograd plans its own graphs' inputs (sizes passed as SymInts included).
-        return _compile_training(eager_gm, gm, scalars, example_inputs, target)
+        return _compile_training(eager_gm, gm, scalars, example_inputs, target, options.get("causal_masks"))
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     # Dynamo's example inputs are real: their symbolic sizes are the placeholders' example values.
     plan = plan_graph(list(example_inputs), [p.meta.get("example_value") for p in placeholders])
@@ -232,11 +234,11 @@ def _compile(gm, example_inputs, options):
     return run
 
 
-def _compile_training(eager_gm, gm, scalars, example_inputs, target):
+def _compile_training(eager_gm, gm, scalars, example_inputs, target, causal_masks=None):
     """Autograd records this graph (dynamo guards on grad mode and requires_grad): compile
     its forward and backward (:mod:`compiler.training`)."""
     try:
-        step = train_backend(gm, example_inputs, target=target, stats=BACKEND_STATS)
+        step = train_backend(gm, example_inputs, target=target, stats=BACKEND_STATS, causal=causal_masks)
     except torch._dynamo.exc.RestartAnalysis:
         raise  # dynamo's own control flow (it retraces the frame), not a failure
     except Exception as e:  # noqa: BLE001 -- the compiler boundary: run dynamo's graph, and say why

@@ -33,7 +33,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import shapes
-from shapes.errors import GuardViolation, SpecError
+from shapes.errors import GuardViolation, SpecError, SymshapeError
 from shapes.example_sizes import trace_general
 from shapes.devices import DeviceMismatch
 from shapes.guard import GuardKind
@@ -547,24 +547,67 @@ class CompiledProgram:
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", 0)  # what a CUDA tensor reports
         self._add(_tp if _tp is not None else self._trace(None, device))
+        if _tp is None:
+            self._size_one_ahead(device)
+
+    def _size_one_ahead(self, device) -> None:
+        """Trace now the variants for the sizes 1 the program itself branches on.
+
+        Size 1 needs no variant of its own unless the program asks about it: transformers'
+        masks ask ``if batch_size != position_ids.shape[0]`` (the guard ``B != 1``), so a call at
+        B = 1 takes another Python path and needs another trace.  Tracing it here, at the first
+        variant's other sizes, moves that trace (seconds on a real model) from a call at B = 1
+        to compile time, where the first variant's kernels are being built anyway.  At most two
+        dims; a program that refuses size 1 there is left to say so at such a call.
+        """
+        v0 = self.variants[0]
+        hints = v0.tp.hints
+        ones = []
+        for g in v0.tp.guards:
+            e = g.expr
+            if isinstance(e, sympy.Ne) and sympy.Integer(1) in e.args:
+                other = e.args[0] if e.args[1] == 1 else e.args[1]
+                if isinstance(other, sympy.Symbol) and other.name in self.names and other.name not in ones:
+                    ones.append(other.name)
+        for n in ones[:2]:
+            d = parse_dims(self.dims, self.names).get(n, Dim())
+            if not d.min <= 1 <= d.max or any(m not in hints for m in self.names):
+                continue
+            values = tuple(1 if m == n else int(hints[m]) for m in self.names)
+            if any(v.tp.device == device and v.covers(values) for v in self.variants):
+                continue
+            try:
+                self._add(self._trace(values, device))
+            except SymshapeError:
+                continue  # refused at size 1 (by the program or by symshape): a call there says why
 
     def _trace(self, values: Optional[tuple], device: torch.device):
         dims = dict(self.dims)
+        parsed = parse_dims(self.dims, self.names)
         if values is not None:
-            parsed = parse_dims(self.dims, self.names)
             for n, v in zip(self.names, values):
-                d = parsed.get(n, Dim(0))
+                d = parsed.get(n, Dim(0))  # an undeclared dim takes any size, 0 included
                 if not (d.min <= v <= d.max):
                     raise GuardViolation(f"dim {n} = {v} lies outside its range [{d.min}, {d.max}]")
+        # Size 1 is a size: one trace serves B = 1 and B = 8 alike (shapes.size_oblivious answers
+        # layout-only questions without a guard; a semantic one, such as broadcasting a size-1
+        # dim, stays a guard and a call it rejects traces again).  Size 0 keeps its own variant:
+        # kernels are not built for empty launches, so a general trace starts its ranges at 1.
+        zero = values is not None and 0 in values
+        for n in self.names:
+            d = parsed.get(n, Dim(0) if zero else Dim())
+            v = None if values is None else values[self.names.index(n)]
+            if zero:
                 dims[n] = Dim(d.min, d.max, v)
-        # Kernels keep PyTorch's 0/1 policy: a size 0 or 1 gets its own variant.
+            elif d.min == 0 or v is not None:
+                dims[n] = Dim(max(d.min, 1), d.max, d.hint if v is None else v)
         if values is None:
             # The first trace, at automatic example sizes: traced again at larger ones where those
             # pin a derived size to 0 or 1 (ViT's H // 16 at H=16), a variant no real call would use.
             # Each trace is counted; only the last one is compiled.
-            return trace_general(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device,
+            return trace_general(self.program, *self.specs, dims=dims, specialize_zero_one=False, device=device,
                                  trace=self._counted_trace)
-        return self._counted_trace(self.program, *self.specs, dims=dims, specialize_zero_one=True, device=device)
+        return self._counted_trace(self.program, *self.specs, dims=dims, specialize_zero_one=zero, device=device)
 
     def _counted_trace(self, *args, **kw):
         STATS["traces"] += 1

@@ -276,8 +276,10 @@ def attention_without_plans(example_inputs):
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
 
-def train_backend(gm, example_inputs, *, target: str, stats: dict):
-    """Compile a dynamo graph for training through AOTAutograd; returns the callable dynamo runs."""
+def train_backend(gm, example_inputs, *, target: str, stats: dict, causal=None):
+    """Compile a dynamo graph for training through AOTAutograd; returns the callable dynamo runs.
+    ``causal``: turn masks proved causal into ``is_causal=True`` (None: ``$SYMSHAPE_TRAIN_CAUSAL``,
+    default on)."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
@@ -290,7 +292,8 @@ def train_backend(gm, example_inputs, *, target: str, stats: dict):
     backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=min_cut_rematerialization_partition,
                            decompositions=decompositions(target))
     if os.environ.get("SYMSHAPE_TRAIN_REWRITES", "1") != "0":  # "0": AOTAutograd sees dynamo's graph as is (A/B)
-        causal = os.environ.get("SYMSHAPE_TRAIN_CAUSAL", "0") == "1"  # slower on GPT-2/Llama so far: see train_masks
+        if causal is None:  # on by default since session 13's A/B (train_masks); "0" turns it off
+            causal = os.environ.get("SYMSHAPE_TRAIN_CAUSAL", "1") == "1"
         stats["masks_dropped"] = stats.get("masks_dropped", 0) + drop_proved_masks(gm, causal=causal)
         stats["resizes_as_matmuls"] = stats.get("resizes_as_matmuls", 0) + resize_as_matmuls(gm)
     with attention_without_plans(example_inputs):

@@ -68,7 +68,8 @@ _LAYOUT_SITES = {
         "is_non_overlapping_and_dense", "_is_non_overlapping_and_dense_or_false",
         "compute_elementwise_output_logical_to_physical_perm", "should_swap", "compute_elementwise_output_strides",
         "suggest_memory_format", "are_strides_like_channels_last", "are_strides_like_channels_last_or_false",
-        "is_channels_last_strides_2d", "is_channels_last_strides_3d", "__lt__",
+        # ge: should_swap's stride comparison (a nested helper in recent torch), a layout choice too.
+        "is_channels_last_strides_2d", "is_channels_last_strides_3d", "__lt__", "ge",
     }),
     # should_expand: expanding a tensor to its own shape is the identity.
     # _reshape_view_helper_core_alg: the result has the requested shape and the input's values.
@@ -186,6 +187,10 @@ def site_of(ctx: Reasoner, expr, size_oblivious: bool = False, cpp_site: Optiona
     loc = frame.f_locals
     for suffix, funcs in _LAYOUT_SITES.items():
         if fn.endswith(suffix) and name in funcs:
+            if name == "ge" and isinstance(expr, sympy.Eq) and 0 in expr.args and not expr.has(PyMod, sympy.Mod):
+                # ge(a, b) asks b == 0 before a % b == 0: answered as at sizes >= 2 where b is 0,
+                # the next question would divide by zero.  Decided as usual (ranges or a guard).
+                return None
             if name == "_reshape_view_helper_core_alg" and loc.get("allow_copy") is True:
                 return "reshape"  # a view or a copy: equal values either way
             if name == "_collapse_view_helper" and loc.get("must_be_valid") is None and _copy_allowed(frame):

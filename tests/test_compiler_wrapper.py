@@ -38,7 +38,7 @@ def test_binding_cache_keeps_checks_per_shape():
     for shape in [(3, 5), (3, 5), (1, 5), (3, 5), (4, 9)]:
         x = torch.randn(*shape)
         torch.testing.assert_close(f(x), torch.softmax(x * 2, -1))
-    assert f.stats["variants"] == 2  # B = 1 is its own variant (PyTorch's 0/1 policy)
+    assert f.stats["variants"] == 1  # size 1 is a size: B = 1 is served by the same variant
     with pytest.raises(SpecError):
         f(torch.randn(3, 5, dtype=torch.float64))  # same shape as a cached call, wrong dtype
 

@@ -46,7 +46,11 @@ def test_one_program_runs_every_size_eager_runs(build, with_mask):
     single = shapes.trace(model, *specs, dims={"B": 2, "T": 5})
     tp = shapes.trace_paths(model, *specs, dims={"B": 2, "T": 5})
     refused = [(B, T) for B, T in ((1, 1), (1, 6), (3, 1)) if single.failing_guards({"B": B, "T": T})]
-    assert refused, "the single trace no longer splits on size 1: this test lost its subject"
+    # Gemma-2 with a mask asks no semantic question about size 1 (its stride questions are
+    # layout-only): then the single trace itself must run every size as eager does.
+    assert refused or (build is gemma2 and with_mask), "the single trace no longer splits on size 1"
+    if not refused:
+        tp = single
     for B, T in ((1, 1), (1, 6), (3, 1), (2, 2), (3, 7)):
         assert not tp.failing_guards({"B": B, "T": T})
         x = _inputs(B, T, with_mask)

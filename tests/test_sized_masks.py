@@ -30,12 +30,13 @@ def test_a_sizes_only_mask_is_classified_per_size_and_the_result_is_eager():
         for _ in range(2):  # the second call of a shape classifies its mask
             torch.testing.assert_close(f(q, k, val), _window(q, k, val), atol=1e-5, rtol=1e-5)
     # T == S: SDPA's own causal mask; T=3 over S=7: bottom-right aligned, not SDPA's
-    # top-left causal: kept.  T == 1 (its own variant, size 1): every key visible at every
-    # S, proved from the graph (compiler.mask_proofs): never classified.
-    assert _classes(f) == [MaskClass.KEEP, MaskClass.CAUSAL]
-    one = next(u for u in f.variants if u.proven != (None,))
-    assert one.proven == (MaskClass.NONE,) and one._classifier is None
-    assert sum(len(u._classifier.cache) for u in f.variants if u._classifier) == 3
+    # top-left causal: kept.  T == 1: every key visible at every S.  Size 1 is a size, so
+    # the one variant serves T == 1 too and classifies its mask per shape like the others.
+    assert _classes(f) == [MaskClass.KEEP, MaskClass.CAUSAL, MaskClass.NONE]
+    assert len(f.variants) == 1
+    assert v._classifier.cache == {(2, 5, 5): (MaskClass.CAUSAL,), (2, 6, 1): (MaskClass.NONE,),
+                                   (2, 7, 3): (MaskClass.KEEP,), (2, 7, 7): (MaskClass.CAUSAL,),
+                                   (2, 2, 1): (MaskClass.NONE,)}
 
 
 def test_a_shape_called_once_is_never_classified():
