@@ -88,8 +88,10 @@ def test_composite_ops_compute_in_float32_and_round_once_like_eager(dtype):
                 continue
             # Bits equal eager's but for a last-place difference here and there (float32 sums in
             # another order, libm's exp and tanh against ATen's vectorized ones).
+            # ATen picks its vector math by the CPU's ISA: on the H100 host (AVX-512) 5.4% of float16
+            # GELU elements differed in the last place, against under 5% here.
             differ = (got != want).float().mean().item()
-            assert differ <= 0.05, (name, B, T, differ)  # op by op in the half type: 20-70%
+            assert differ <= 0.08, (name, B, T, differ)  # op by op in the half type: 20-70%
             torch.testing.assert_close(got, want, rtol=ulp, atol=ulp * 1e-2 * want.abs().max().item(), msg=name)
 
 
