@@ -156,3 +156,21 @@ def test_swapped_submodules_moved_buffers_and_reregistered_leaves_are_seen():
         m.block.fc1._buffers["weight"] = None                      # gone: nn.Module's lookup decides
         m.block.fc1.weight = torch.nn.Parameter(w * 3)
         torch.testing.assert_close(f(x), m(x), atol=1e-5, rtol=1e-4)
+
+
+def test_a_branch_on_size_one_is_traced_at_compile_time_not_at_the_call():
+    # transformers' masks ask `if batch_size != position_ids.shape[0]` (position ids of batch 1):
+    # a call at B = 1 takes the other Python path.  compile() traces that path before the first
+    # call, so no call stops to trace.
+    def f(x):
+        pos = torch.arange(x.shape[1], dtype=x.dtype)[None]
+        if x.shape[0] != pos.shape[0]:
+            pos = pos.expand(x.shape[0], -1)
+        return x * pos + 1
+
+    c = compiler.compile(f, "x: f32[B, T]")
+    assert c.stats["traces"] == 2 and len(c.variants) == 2
+    for B, T in [(3, 7), (1, 7), (5, 2), (1, 13)]:
+        x = torch.randn(B, T)
+        torch.testing.assert_close(c(x), f(x))
+    assert c.stats["traces"] == 2  # B = 1 found its variant, traced ahead
