@@ -569,8 +569,9 @@ class CompiledProgram:
                 other = e.args[0] if e.args[1] == 1 else e.args[1]
                 if isinstance(other, sympy.Symbol) and other.name in self.names and other.name not in ones:
                     ones.append(other.name)
+        parsed = parse_dims(self.dims, self.names)
         for n in ones[:2]:
-            d = parse_dims(self.dims, self.names).get(n, Dim())
+            d = parsed.get(n, Dim())
             if not d.min <= 1 <= d.max or any(m not in hints for m in self.names):
                 continue
             values = tuple(1 if m == n else int(hints[m]) for m in self.names)
@@ -594,9 +595,9 @@ class CompiledProgram:
         # dim, stays a guard and a call it rejects traces again).  Size 0 keeps its own variant:
         # kernels are not built for empty launches, so a general trace starts its ranges at 1.
         zero = values is not None and 0 in values
-        for n in self.names:
+        for k, n in enumerate(self.names):
             d = parsed.get(n, Dim(0) if zero else Dim())
-            v = None if values is None else values[self.names.index(n)]
+            v = None if values is None else values[k]
             if zero:
                 dims[n] = Dim(d.min, d.max, v)
             elif d.min == 0 or v is not None:
