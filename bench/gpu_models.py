@@ -59,8 +59,9 @@ from bench.gpu_compare import _dynamo_graphs, _geo, _rel_err  # noqa: E402
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 MODES = ["eager", "inductor_dyn", "inductor_static", "symshape", "backend"]
 #: Asked for by name only (``--modes``): the backend with ``options={"cuda_graphs": True}`` (a CUDA
-#: graph per size bucket, :mod:`compiler.cuda_graphs`; graph memory is reported per model).
-EXTRA_MODES = ["backend_graphs"]
+#: graph per size bucket, :mod:`compiler.cuda_graphs`; graph memory is reported per model), and
+#: ``compiler.compile(..., cuda_graphs=True)`` the same way.
+EXTRA_MODES = ["backend_graphs", "symshape_graphs"]
 
 
 class LMLogits(nn.Module):
@@ -259,6 +260,9 @@ class Mode:
             self.fn = torch.compile(prog, dynamic=False)
         elif mode == "symshape":
             self.fn = compiler.compile(prog, *specs, dims=dims, target=target)
+        elif mode == "symshape_graphs":
+            self.fn = compiler.compile(prog, *specs, dims=dims, target=target, cuda_graphs=True)
+            self.fn.max_graph_bytes = None  # a graph at every point: what graphs save where calls are large
         elif mode == "backend_graphs":
             self.fn = torch.compile(prog, backend="symshape", dynamic=True,
                                     options={"target": target, "cuda_graphs": True})
@@ -353,9 +357,9 @@ def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int =
                       f"ms={pt['ms']:8.3f} ({' '.join(f'{x:.3f}' for x in pt['ms_rounds'])}) "
                       f"err={pt.get('err', float('nan')):.1e}"
                       + (f" FAIL {res[m]['fail']}" if "fail" in res[m] and "err" not in pt else ""), file=log, flush=True)
-            if m == "backend_graphs":
+            if m in ("backend_graphs", "symshape_graphs"):
                 from compiler.backend import graphed_programs
-                gps = graphed_programs()
+                gps = graphed_programs() if m == "backend_graphs" else [run.fn]
                 res[m]["cuda_graphs"] = sum(gp.graph_count() for gp in gps)
                 res[m]["graph_mib"] = sum(gp.graph_bytes() for gp in gps) / 2 ** 20
         # Compiles while timing would be recompiles the counts above miss.
@@ -398,16 +402,18 @@ def report(results: dict, modes) -> str:
         tc = res.get("_timing_compiles", (0, 0))
         if any(tc):
             L.append(f"  while timing: {tc[0]} dynamo graphs and {tc[1]} symshape traces compiled (recompiles)")
-        if "cuda_graphs" in res.get("backend_graphs", {}):
-            L.append(f"  backend_graphs: {res['backend_graphs']['cuda_graphs']} CUDA graphs recorded, holding "
-                     f"{res['backend_graphs']['graph_mib']:.1f} MiB")
+        for gm in ("backend_graphs", "symshape_graphs"):
+            if "cuda_graphs" in res.get(gm, {}):
+                L.append(f"  {gm}: {res[gm]['cuda_graphs']} CUDA graphs recorded, holding "
+                         f"{res[gm]['graph_mib']:.1f} MiB")
         for m in modes:
             if "fail" in res.get(m, {}):
                 L.append(f"  {m} FAILED: {res[m]['fail']}")
     L.append("\ngeomean speedups over all points (ratio of ms)")
     pairs = [("symshape", "inductor_static"), ("symshape", "inductor_dyn"), ("backend", "inductor_dyn"),
              ("backend", "inductor_static"), ("symshape", "eager"), ("backend", "eager"),
-             ("backend_graphs", "inductor_dyn"), ("backend_graphs", "backend"), ("backend_graphs", "eager"),
+             ("symshape_graphs", "inductor_static"), ("symshape_graphs", "inductor_dyn"),
+             ("symshape_graphs", "symshape"), ("symshape_graphs", "eager"), ("backend_graphs", "inductor_dyn"), ("backend_graphs", "backend"), ("backend_graphs", "eager"),
              ("inductor_dyn", "eager"), ("inductor_static", "eager")]
     for a, b in pairs:
         if {a, b} <= has:
@@ -418,7 +424,7 @@ def report(results: dict, modes) -> str:
             L.append(f"  {a:<16} vs {b:<16} {_geo(xs):6.2f}x  (lowest point {low:.2f}x, {len(xs)} points)")
     if {"eager", "symshape", "backend"} & has:
         L.append("\nacceptance (#28)")
-        for m in ("symshape", "backend", "backend_graphs"):
+        for m in ("symshape", "backend", "backend_graphs", "symshape_graphs"):
             if m not in has or "eager" not in has:
                 continue
             below = [(n, d, p) for (n, d), r in results.items() for p, pt in r[m]["points"].items()

@@ -59,6 +59,7 @@ class Lowerer:
         self.vals: dict[torch.fx.Node, Any] = {}
         self.hints = {s: sympy.Integer(v) for s, v in tp.env.hints.items()}
         self.externs = 0
+        self.mutating = False
 
     # -- buffers and boxes --------------------------------------------------------------
     def new_buffer(self, name, shape, dtype, kind, strides=None) -> Buffer:
@@ -115,14 +116,34 @@ class Lowerer:
         return buf
 
     def _store_strides(self, box) -> tuple:
-        """The strides a kernel stores ``box`` at: eager's where dense, else contiguous."""
+        """The strides a kernel stores ``box`` at: eager's where dense and someone may see them,
+        else contiguous.
+
+        Eager's layout follows its inputs': Whisper's encoder adds positions to its convolution's
+        output viewed ``(B, T, D)`` from ``(B, D, T)``, and every residual sum after it keeps that
+        transposed layout, so each norm and sum of every layer read across rows (eager copies it
+        back before each matmul; here the sums ran at a seventh of the bandwidth).  A value only
+        symshape's own kernels read has no layout anyone observes: it is stored contiguous."""
         val = box.node.meta.get("val") if box.node is not None else None
         if isinstance(val, torch.Tensor) and tuple(val.shape) and all(
                 isinstance(s, (int, torch.SymInt)) for s in val.stride()):
             st = tuple(sympy.sympify(s.node.expr if isinstance(s, torch.SymInt) else s) for s in val.stride())
             if _is_dense(box.shape, st, self.hints):
+                contiguous = contiguous_strides(box.shape)
+                if st != contiguous and self._kernels_only(box.node):
+                    return contiguous
                 return st
         return contiguous_strides(box.shape)
+
+    def _kernels_only(self, node) -> bool:
+        """Whether every reader of ``node`` is an op lowered into kernels (not an ATen call, which
+        may return another layout for another input layout, nor the program's output)."""
+        if not node.users or self.mutating:
+            return False
+        for u in node.users:
+            if u.op != "call_function" or u.target not in ops_lowering.HANDLERS or not _kernel_dtypes_ok(u):
+                return False
+        return True
 
     def template(self, a):
         """Extern arguments: tensors become buffer refs, SymInts size refs."""
