@@ -60,8 +60,9 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 MODES = ["eager", "inductor_dyn", "inductor_static", "symshape", "backend"]
 #: Asked for by name only (``--modes``): the backend with ``options={"cuda_graphs": True}`` (a CUDA
 #: graph per size bucket, :mod:`compiler.cuda_graphs`; graph memory is reported per model), and
-#: ``compiler.compile(..., cuda_graphs=True)`` the same way.
-EXTRA_MODES = ["backend_graphs", "symshape_graphs"]
+#: ``compiler.compile(..., cuda_graphs=True)`` the same way (``symshape`` is the default, graphs where the
+#: cost model says they pay; ``symshape_nographs`` is ``cuda_graphs=False``).
+EXTRA_MODES = ["backend_graphs", "symshape_graphs", "symshape_nographs"]
 
 
 class LMLogits(nn.Module):
@@ -260,6 +261,8 @@ class Mode:
             self.fn = torch.compile(prog, dynamic=False)
         elif mode == "symshape":
             self.fn = compiler.compile(prog, *specs, dims=dims, target=target)
+        elif mode == "symshape_nographs":
+            self.fn = compiler.compile(prog, *specs, dims=dims, target=target, cuda_graphs=False)
         elif mode == "symshape_graphs":
             self.fn = compiler.compile(prog, *specs, dims=dims, target=target, cuda_graphs=True)
             self.fn.max_graph_bytes = None  # a graph at every point: what graphs save where calls are large
@@ -357,11 +360,15 @@ def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int =
                       f"ms={pt['ms']:8.3f} ({' '.join(f'{x:.3f}' for x in pt['ms_rounds'])}) "
                       f"err={pt.get('err', float('nan')):.1e}"
                       + (f" FAIL {res[m]['fail']}" if "fail" in res[m] and "err" not in pt else ""), file=log, flush=True)
-            if m in ("backend_graphs", "symshape_graphs"):
+            if m in ("backend_graphs", "symshape_graphs") or isinstance(run.fn, compiler.GraphedProgram):
                 from compiler.backend import graphed_programs
                 gps = graphed_programs() if m == "backend_graphs" else [run.fn]
                 res[m]["cuda_graphs"] = sum(gp.graph_count() for gp in gps)
                 res[m]["graph_mib"] = sum(gp.graph_bytes() for gp in gps) / 2 ** 20
+                res[m]["decisions"] = [f"{k}: {v.text()}" for gp in gps for (_, k), v in
+                                       getattr(gp, "decisions", {}).items()]
+                if getattr(run.fn, "blocker", None):
+                    res[m]["decisions"].append(f"no graphs: {run.fn.blocker}")
         # Compiles while timing would be recompiles the counts above miss.
         res["_timing_compiles"] = (_dynamo_graphs() - before[0], compiler.STATS["traces"] - before[1])
         del runs
@@ -381,7 +388,7 @@ def report(results: dict, modes) -> str:
              "(at the first point: compile included, compiler.compile's trace and build too)")
     for (name, dname), res in results.items():
         L.append(f"\n{name} {dname}")
-        hdr = f"  {'B,T':<12}" + "".join(f"{m:>17}" for m in modes)
+        hdr = f"  {'B,T':<12}" + "".join(f"{m:>18}" for m in modes)
         L.append(hdr)
         pts = list(res["eager"]["points"]) if "eager" in res else []
         for p in pts:
@@ -389,12 +396,12 @@ def report(results: dict, modes) -> str:
             eager = ms.get("eager", float("nan"))
             cells = [f"{_fmt(ms[m], '.3f')}" + (f" {eager / ms[m]:.2f}x" if m != "eager" and ms[m] == ms[m]
                                                  else "") for m in modes]
-            L.append(f"  {str(p):<12}" + "".join(f"{c:>17}" for c in cells))
+            L.append(f"  {str(p):<12}" + "".join(f"{c:>18}" for c in cells))
             first = [_fmt(res[m]["points"].get(p, {}).get("first_ms", float("nan")), '.0f') for m in modes]
-            L.append(f"  {'  first ms':<12}" + "".join(f"{c:>17}" for c in first))
+            L.append(f"  {'  first ms':<12}" + "".join(f"{c:>18}" for c in first))
             err = [_fmt(res[m]["points"].get(p, {}).get("err", float("nan")), '.1e') + "/" +
                    _fmt(res[m]["points"].get(p, {}).get("agree", float("nan")), '.3f') for m in modes]
-            L.append(f"  {'  err/argmax':<12}" + "".join(f"{c:>17}" for c in err))
+            L.append(f"  {'  err/argmax':<12}" + "".join(f"{c:>18}" for c in err))
         L.append("  graphs/traces " + "  ".join(f"{m}={res[m].get('graphs', '-')}/{res[m].get('traces', '-')}"
                                                for m in modes if m != "eager")
                  + (f"  (symshape traces before its first call: {res['symshape']['traces_at_compile']})"
@@ -402,10 +409,11 @@ def report(results: dict, modes) -> str:
         tc = res.get("_timing_compiles", (0, 0))
         if any(tc):
             L.append(f"  while timing: {tc[0]} dynamo graphs and {tc[1]} symshape traces compiled (recompiles)")
-        for gm in ("backend_graphs", "symshape_graphs"):
+        for gm in ("backend_graphs", "symshape_graphs", "symshape"):
             if "cuda_graphs" in res.get(gm, {}):
                 L.append(f"  {gm}: {res[gm]['cuda_graphs']} CUDA graphs recorded, holding "
                          f"{res[gm]['graph_mib']:.1f} MiB")
+                L += [f"    {d}" for d in res[gm].get("decisions", [])]
         for m in modes:
             if "fail" in res.get(m, {}):
                 L.append(f"  {m} FAILED: {res[m]['fail']}")
@@ -413,7 +421,8 @@ def report(results: dict, modes) -> str:
     pairs = [("symshape", "inductor_static"), ("symshape", "inductor_dyn"), ("backend", "inductor_dyn"),
              ("backend", "inductor_static"), ("symshape", "eager"), ("backend", "eager"),
              ("symshape_graphs", "inductor_static"), ("symshape_graphs", "inductor_dyn"),
-             ("symshape_graphs", "symshape"), ("symshape_graphs", "eager"), ("backend_graphs", "inductor_dyn"), ("backend_graphs", "backend"), ("backend_graphs", "eager"),
+             ("symshape_graphs", "symshape"), ("symshape_graphs", "eager"), ("symshape", "symshape_nographs"),
+             ("symshape_nographs", "inductor_static"), ("backend_graphs", "inductor_dyn"), ("backend_graphs", "backend"), ("backend_graphs", "eager"),
              ("inductor_dyn", "eager"), ("inductor_static", "eager")]
     for a, b in pairs:
         if {a, b} <= has:

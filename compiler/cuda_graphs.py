@@ -38,6 +38,7 @@ from shapes.spec import parse_dims
 from .buckets import BucketChoice, bucket_for, buffer_bytes, choose_buckets
 from .exprs import compile_exprs
 from .graph_capture import GraphRecorder
+from .graph_policy import CallCost, graph_blocker
 from .lowered import Unsupported
 from .lowering import lower
 from .padding import PaddingReport, analyze_padding, padding_verdict
@@ -107,15 +108,33 @@ class GraphedProgram:
     ``piecewise``: where a dim cannot pad, graph the steps that never see it
     (:mod:`compiler.piecewise`); ``max_graph_bytes``: sizes whose buffers are estimated
     larger run without a graph (``None``: no limit).
+
+    ``policy="auto"`` (what :func:`compile` makes by default on CUDA) records a graph only where
+    it pays and cannot be told from a call: a size whose GPU time the program's closed forms
+    estimate within reach of its host time (:mod:`compiler.graph_policy`), of a program that
+    mutates nothing, draws no random numbers and returns no view of an input; no piecewise runs,
+    and no new graph once the graphs hold ``memory_budget``.  ``decisions`` keeps each size's
+    verdict, and ``blocker`` why a program gets none.
     """
 
     def __init__(self, compiled: CompiledProgram, buckets: Optional[dict] = None,
                  memory_budget: Optional[int] = None, max_graphs: int = 64, capture: Optional[bool] = None,
                  clone_outputs: bool = True, kernels: str = "compiled", largest_first: bool = True,
-                 piecewise: bool = True, max_graph_bytes: Optional[int] = 64 * 2 ** 20):
+                 piecewise: bool = True, max_graph_bytes: Optional[int] = 64 * 2 ** 20, policy: str = "always"):
         if kernels not in ("compiled", "aten"):
             raise ValueError(f"kernels must be 'compiled' (symshape's kernels) or 'aten' (the traced graph's "
                              f"ATen ops), got {kernels!r}")
+        if policy not in ("always", "auto"):
+            raise ValueError(f"policy must be 'always' (a graph at every size within max_graph_bytes) or 'auto' "
+                             f"(where the cost model says a graph pays), got {policy!r}")
+        self.policy = policy
+        self.costs: dict = {}  # id(variant) -> CallCost (policy "auto")
+        self.decisions: dict = {}  # (id(variant), key) -> GraphVerdict (policy "auto")
+        #: Why no call of this program runs as a graph under policy "auto" (None: calls may).
+        self.blocker = None
+        if policy == "auto":
+            piecewise = False
+            max_graph_bytes = None
         self.kernels = kernels
         self._routes: dict = {}
         self.compiled = compiled
@@ -275,6 +294,8 @@ class GraphedProgram:
             if key != values and not (variant.holds(*key) and all(ok(*key) for _, ok in variant.asserts)):
                 key = values  # the bucket size takes another path through the program: no padding
         entry = self.graphs.get((id(variant), key))
+        if entry is None and self.policy == "auto" and not self._pays(variant, key, tensors):
+            return Route(variant, values, None)
         if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs \
                 and self._small(variant, key):
             largest = self._largest_key(variant, plan, key) if key != values else None
@@ -313,6 +334,24 @@ class GraphedProgram:
                 names = names | changed
         return frozenset(names)
 
+    def _pays(self, variant, key, tensors) -> bool:
+        """Policy "auto": whether a graph at ``key`` is recorded (see the class's docstring)."""
+        if self.blocker is not None or variant.eager or not self._capturing(tensors):
+            return False
+        if self.graph_bytes() >= self._budget():
+            return False
+        cost = self.costs.get(id(variant))
+        if cost is None:
+            why = graph_blocker(variant.tp)
+            if why is not None:
+                self.blocker = why
+                return False
+            cost = self.costs[id(variant)] = CallCost(variant.tp, steps=len(variant.plan))
+        verdict = self.decisions.get((id(variant), key))
+        if verdict is None:
+            verdict = self.decisions[(id(variant), key)] = cost.verdict(dict(zip(self.compiled.names, key)))
+        return verdict.graph
+
     def _small(self, variant, key) -> bool:
         """Whether a graph at ``key`` is estimated within ``max_graph_bytes`` (every buffer at that
         size): a call that large is long on the GPU, so a graph saves little and holds much memory
@@ -328,6 +367,8 @@ class GraphedProgram:
         variant is recorded yet and the variant's guards hold there; else ``None``."""
         if not self.largest_first or not plan.bounded or any(v == id(variant) for v, _ in self.graphs):
             return None
+        if self.policy == "auto":
+            return None  # the cost model decides per size; a bucket it was not asked about is not recorded
         big = tuple(plan.choice.buckets[n][-1] if n in plan.bounded else v for n, v in zip(self.compiled.names, key))
         if big == key or (id(variant), big) in self.failed:
             return None
@@ -370,6 +411,13 @@ class GraphedProgram:
         entry.kept, entry.pool_growth = cost.kept, cost.pool_growth
         entry.bytes = sum(t.numel() * t.element_size() for t in entry.inputs + entry.outputs
                           if isinstance(t, torch.Tensor))
+
+    def __getattr__(self, name):
+        # What the compiled program knows (its variants, names, specs) reads through: a
+        # program compile() graphs by default is still that program to its users.
+        if name.startswith("__") or name == "compiled":
+            raise AttributeError(name)
+        return getattr(self.compiled, name)
 
     # -- reporting -------------------------------------------------------------------------
     def graph_count(self) -> int:
@@ -477,17 +525,32 @@ def graphed(compiled: CompiledProgram, **options) -> GraphedProgram:
     return GraphedProgram(compiled, **options)
 
 
-def compile(program, *specs, dims=None, target: str = "cpp", cuda_graphs: bool = False,
+def compile(program, *specs, dims=None, target: str = "cpp", cuda_graphs="auto",
             buckets: Optional[dict] = None, memory_budget: Optional[int] = None, max_graphs: int = 64,
             graph_kernels: str = "compiled", device=None):
-    """:func:`compiler.runtime.compile`, and with ``cuda_graphs=True`` a :class:`GraphedProgram`.
+    """:func:`compiler.runtime.compile`, run through CUDA graphs where they pay.
+
+    ``cuda_graphs="auto"`` (the default): for ``target="triton"`` on a machine with CUDA, a
+    :class:`GraphedProgram` with ``policy="auto"`` (a graph per size where the call is
+    launch-bound and a replay cannot be told from a call); otherwise the compiled program
+    itself.  ``True``: a graph at every size bucket (``policy="always"``); ``False``: none.
 
     >>> import torch, compiler
     >>> f = compiler.compile(lambda x: x * 2, "x: f32[N]", cuda_graphs=True)
     >>> f(torch.ones(3)).tolist(), f.plans and list(f.plans.values())[0].pads
     ([2.0, 2.0, 2.0], ('N',))
+    >>> type(compiler.compile(lambda x: x * 2, "x: f32[N]")).__name__   # C++ kernels: no graphs
+    'CompiledProgram'
     """
+    if cuda_graphs not in (True, False, "auto"):
+        raise ValueError(f"cuda_graphs must be True, False or 'auto', got {cuda_graphs!r}")
     c = runtime.compile(program, *specs, dims=dims, target=target, device=device)
+    if cuda_graphs == "auto":
+        if target != "triton" or not torch.cuda.is_available() or (
+                device is not None and torch.device(device).type != "cuda"):
+            return c
+        return GraphedProgram(c, buckets=buckets, memory_budget=memory_budget, max_graphs=max_graphs,
+                              kernels=graph_kernels, policy="auto")
     if not cuda_graphs:
         return c
     return GraphedProgram(c, buckets=buckets, memory_budget=memory_budget, max_graphs=max_graphs,
