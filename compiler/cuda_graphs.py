@@ -38,7 +38,7 @@ from shapes.spec import parse_dims
 from .buckets import BucketChoice, bucket_for, buffer_bytes, choose_buckets
 from .exprs import compile_exprs
 from .graph_capture import GraphRecorder
-from .graph_policy import CallCost, graph_blocker
+from .graph_policy import CallCost, graph_blocker, masks_kept
 from .lowered import Unsupported
 from .lowering import lower
 from .padding import PaddingReport, analyze_padding, padding_verdict
@@ -154,6 +154,8 @@ class GraphedProgram:
         self.piece_dims: dict = {}  # id(variant) -> the dim names its PiecewiseRun splits on
         self._last_values: dict = {}  # id(variant) -> dim values at its last new route
         self.stats = {"calls": 0, "replays": 0, "padded_calls": 0, "graphs": 0, "ungraphed_calls": 0}
+        if policy == "auto" and torch.cuda.is_available() and capture is not False:
+            self._prepare()
 
     # -- planning --------------------------------------------------------------------------
     def plan(self, variant) -> BucketPlan:
@@ -340,17 +342,30 @@ class GraphedProgram:
             return False
         if self.graph_bytes() >= self._budget():
             return False
-        cost = self.costs.get(id(variant))
+        cost = self._cost(variant)
         if cost is None:
-            why = graph_blocker(variant.tp)
-            if why is not None:
-                self.blocker = why
-                return False
-            cost = self.costs[id(variant)] = CallCost(variant.tp, steps=len(variant.plan))
+            return False
         verdict = self.decisions.get((id(variant), key))
         if verdict is None:
             verdict = self.decisions[(id(variant), key)] = cost.verdict(dict(zip(self.compiled.names, key)))
         return verdict.graph
+
+    def _cost(self, variant) -> Optional[CallCost]:
+        """The variant's cost model (made once), or ``None`` where its program may not be graphed."""
+        if id(variant) not in self.costs:
+            why = graph_blocker(variant.tp)
+            if why is not None:
+                self.blocker = why
+            self.costs[id(variant)] = None if why else CallCost(variant.tp, steps=len(variant.plan),
+                                                                masks_kept=masks_kept(variant))
+        return self.costs[id(variant)]
+
+    def _prepare(self) -> None:
+        """Policy "auto" on CUDA: the padding plan and cost model of every variant compiled so far,
+        made now rather than at a size's first call (GPT-2's size-1 variant: a 101 ms first call)."""
+        for v in getattr(self.compiled, "variants", []):
+            if not v.eager and self._cost(v) is not None:
+                self.plan(v)
 
     def _small(self, variant, key) -> bool:
         """Whether a graph at ``key`` is estimated within ``max_graph_bytes`` (every buffer at that

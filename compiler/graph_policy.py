@@ -48,6 +48,11 @@ BYTES_PER_S = 2.5e12
 #: gains the host time, a GPU-bound one loses little (its outputs' copy), so the rule leans to
 #: graphs (Whisper at B = 4: GPU 1.8 ms estimated against 1.2 ms of host, 1.14x with a graph).
 GPU_OVER_HOST = 1.5
+#: The same for a program whose attention takes a mask the graph must keep: while a graph records,
+#: SDPA may not choose cuDNN's kernel (:mod:`compiler.repeated_shapes`), and a masked call without
+#: it runs the memory-efficient kernel (BERT at (1, 4096): 3.45 ms as a graph against 2.36 ms).
+#: Only clearly launch-bound calls are worth that.
+MASKED_GPU_OVER_HOST = 0.5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +62,8 @@ class GraphVerdict:
     graph: bool
     gpu_s: float
     host_s: float
+    #: Copying the outputs out of the graph's buffers (a replay's outputs are copies).
+    copy_s: float = 0.0
 
     def text(self) -> str:
         """One line: the decision and its figures.
@@ -64,30 +71,48 @@ class GraphVerdict:
         >>> GraphVerdict(graph=True, gpu_s=4e-4, host_s=1.2e-3).text()
         'graph: GPU ~0.40 ms against host ~1.20 ms a call'
         """
-        return (f"{'graph' if self.graph else 'no graph'}: GPU ~{self.gpu_s * 1e3:.2f} ms against host "
+        copy = f" + copy-out ~{self.copy_s * 1e3:.2f} ms" if self.copy_s >= 5e-6 else ""
+        return (f"{'graph' if self.graph else 'no graph'}: GPU ~{self.gpu_s * 1e3:.2f} ms{copy} against host "
                 f"~{self.host_s * 1e3:.2f} ms a call")
 
 
 class CallCost:
     """A traced program's GPU time per call as a function of its dims, and its host time.
 
-    ``steps``: the plan's steps (launches and ATen calls) a call makes.
+    ``steps``: the plan's steps (launches and ATen calls) a call makes; ``masks_kept``: whether
+    its attention takes a mask the graph must keep (see :data:`MASKED_GPU_OVER_HOST`).
     """
 
-    def __init__(self, tp, steps: int):
+    def __init__(self, tp, steps: int, masks_kept: bool = False):
         costs = count_graph(tp)
         syms = sorted(tp.env.symbols.items())
         self.names = [n for n, _ in syms]
-        self._fn = compile_exprs([sympy.sympify(costs.total), sympy.sympify(costs.total_bytes)],
+        out = next(n for n in tp.graph.nodes if n.op == "output")
+        out_bytes = sympy.Add(*[sympy.Mul(*[sympy.sympify(d) for d in a.meta["shape"]]) * a.meta["val"].dtype.itemsize
+                                for a in out.args[0] if isinstance(a, torch.fx.Node)
+                                and isinstance(a.meta.get("val"), torch.Tensor) and "shape" in a.meta])
+        self._fn = compile_exprs([sympy.sympify(costs.total), sympy.sympify(costs.total_bytes), out_bytes],
                                  [s for _, s in syms])
         self.flops_per_s = HALF_FLOPS_PER_S if _half_precision(tp) else FLOAT_FLOPS_PER_S
         self.host_s = steps * HOST_S_PER_STEP
+        self.factor = MASKED_GPU_OVER_HOST if masks_kept else GPU_OVER_HOST
 
     def verdict(self, sizes: dict) -> GraphVerdict:
         """The verdict at ``sizes`` (dim name -> int; dims the trace fixed need not be given)."""
-        flops, nbytes = self._fn(*[int(sizes.get(n, 1)) for n in self.names])
+        flops, nbytes, out_bytes = self._fn(*[int(sizes.get(n, 1)) for n in self.names])
         gpu = float(flops) / self.flops_per_s + float(nbytes) / BYTES_PER_S
-        return GraphVerdict(graph=gpu < GPU_OVER_HOST * self.host_s, gpu_s=gpu, host_s=self.host_s)
+        copy = 2 * float(out_bytes) / BYTES_PER_S
+        return GraphVerdict(graph=gpu + copy < self.factor * self.host_s, gpu_s=gpu, host_s=self.host_s, copy_s=copy)
+
+
+def masks_kept(variant) -> bool:
+    """Whether a compiled variant's attention takes a mask that a graph must keep: an SDPA call
+    with a mask, where the variant's masks are not all proven causal or absent at every size."""
+    tp = variant.tp
+    sdpa = torch.ops.aten.scaled_dot_product_attention.default
+    masked = any(n.op == "call_function" and n.target is sdpa and (
+        len(n.args) > 3 and n.args[3] is not None or n.kwargs.get("attn_mask") is not None) for n in tp.graph.nodes)
+    return masked and not (getattr(variant, "masks", None) and getattr(variant, "all_proven", False))
 
 
 def _half_precision(tp) -> bool:
@@ -144,4 +169,5 @@ def graph_blocker(tp) -> Optional[str]:
     return None
 
 
-__all__ = ["CallCost", "GraphVerdict", "graph_blocker", "HOST_S_PER_STEP", "GPU_OVER_HOST"]
+__all__ = ["CallCost", "GraphVerdict", "graph_blocker", "masks_kept", "HOST_S_PER_STEP", "GPU_OVER_HOST",
+           "MASKED_GPU_OVER_HOST"]

@@ -89,3 +89,20 @@ def test_on_cuda_compile_graphs_launch_bound_sizes_only_and_equals_eager():
     assert graphed and all(k[0] < (1 << 18) for k in graphed)
     assert any(not v.graph for v in f.decisions.values())  # 262144 rows: GPU-bound, no graph
     assert f.graph_count() >= 1 and f.stats["replays"] >= 3
+
+
+def test_a_mask_the_graph_must_keep_asks_for_a_clearly_launch_bound_call():
+    from compiler.graph_policy import MASKED_GPU_OVER_HOST, masks_kept
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    masked = compiler.compile(lambda q, m: sdpa(q, q, q, attn_mask=m), "q: f32[B, 2, T, 8]", "m: bool[B, 1, T, T]")
+    plain = compiler.compile(lambda q: sdpa(q, q, q, is_causal=True), "q: f32[B, 2, T, 8]")
+    assert masks_kept(masked.variants[0]) and not masks_kept(plain.variants[0])
+    cost = CallCost(masked.variants[0].tp, steps=4, masks_kept=True)
+    assert cost.factor == MASKED_GPU_OVER_HOST < GPU_OVER_HOST
+
+
+def test_copying_large_outputs_out_counts_against_a_graph():
+    cost = CallCost(shapes.trace(lambda x: x.expand(4096, -1) * 2, "x: f16[1, N]"), steps=1)
+    v = cost.verdict({"N": 1 << 16})
+    assert v.copy_s == pytest.approx(2 * 4096 * (1 << 16) * 2 / 2.5e12)
+    assert "copy-out" in v.text()
