@@ -147,8 +147,9 @@ def _float_symbols(gm) -> tuple:
 def symshape_backend(gm: torch.fx.GraphModule, example_inputs, **options):
     """The dynamo backend; ``options["target"]`` picks ``cpp`` or ``triton``
     (default: triton for CUDA inputs, cpp otherwise; ``$SYMSHAPE_TARGET`` overrides);
-    ``options["cuda_graphs"]`` runs calls through CUDA graphs per size bucket
-    (:mod:`compiler.cuda_graphs`; ``buckets`` and ``memory_budget`` as there);
+    ``options["cuda_graphs"]``: ``"auto"`` (the default) runs inference calls on CUDA through
+    CUDA graphs where :mod:`compiler.graph_policy` says they pay, ``True`` at every size bucket
+    (:mod:`compiler.cuda_graphs`; ``buckets`` and ``memory_budget`` as there), ``False`` never;
     ``options["host_rewrites"]=False`` plans without :mod:`compiler.view_folding` and
     :mod:`compiler.shared_masks` (for measuring them); ``options["causal_masks"]`` (training
     graphs; default ``$SYMSHAPE_TRAIN_CAUSAL=1``) turns attention masks proved causal into
@@ -198,12 +199,20 @@ def _compile(gm, example_inputs, options):
     # the per-shape binding cache need only key on the inputs with dynamic dims.
     compiled.key_inputs = [i for i, s in enumerate(specs) if any(not isinstance(d, int) for d in s.dims)]
     runner = compiled
-    if options.get("cuda_graphs"):
+    tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
+    graphs = options.get("cuda_graphs", "auto")
+    if graphs not in (True, False, "auto"):
+        raise ValueError(f"options['cuda_graphs'] must be True, False or 'auto', got {graphs!r}")
+    if graphs is True or (graphs == "auto" and cuda and target == "triton"):
+        # Parameters and buffers dynamo passes to every call stay where they are: graphs read them
+        # in place (copying GPT-2's 250 MiB of weights into a graph's buffers at every call would
+        # cost more than the launches it saves).
+        static = [j for j, i in enumerate(tensor_pos) if isinstance(example_inputs[i], torch.nn.Parameter)
+                  or getattr(example_inputs[i], "_dynamo_static_input_type", None) is not None]
         extra = {k: options[k] for k in ("max_graph_bytes", "piecewise") if k in options}
         runner = GraphedProgram(compiled, buckets=options.get("buckets"), memory_budget=options.get("memory_budget"),
-                                **extra)
+                                policy="always" if graphs is True else "auto", static_inputs=static, **extra)
         _GRAPHED.add(runner)
-    tensor_pos = [i for i, ex in enumerate(example_inputs) if isinstance(ex, torch.Tensor)]
     # The tensors out of dynamo's argument list in one C call (dynamo passes every parameter too).
     pick = operator.itemgetter(*tensor_pos) if len(tensor_pos) > 1 else (lambda a: tuple(a[i] for i in tensor_pos))
     checks = tuple(scalars)

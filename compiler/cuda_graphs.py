@@ -92,6 +92,8 @@ class GraphEntry:
     kept: int = 0
     padded: bool = False
     written: list = field(default_factory=list)
+    #: ``(input index, data pointer)`` of the static inputs the graph reads in place.
+    static: list = field(default_factory=list)
 
 
 class GraphedProgram:
@@ -115,12 +117,17 @@ class GraphedProgram:
     mutates nothing, draws no random numbers and returns no view of an input; no piecewise runs,
     and no new graph once the graphs hold ``memory_budget``.  ``decisions`` keeps each size's
     verdict, and ``blocker`` why a program gets none.
+
+    ``static_inputs``: indices of inputs whose memory stays put between calls (a module's
+    parameters and buffers, which dynamo passes to every call): a graph reads them where they
+    are instead of copying them in, and a call where one has moved runs without the graph.
     """
 
     def __init__(self, compiled: CompiledProgram, buckets: Optional[dict] = None,
                  memory_budget: Optional[int] = None, max_graphs: int = 64, capture: Optional[bool] = None,
                  clone_outputs: bool = True, kernels: str = "compiled", largest_first: bool = True,
-                 piecewise: bool = True, max_graph_bytes: Optional[int] = 64 * 2 ** 20, policy: str = "always"):
+                 piecewise: bool = True, max_graph_bytes: Optional[int] = 64 * 2 ** 20, policy: str = "always",
+                 static_inputs=()):
         if kernels not in ("compiled", "aten"):
             raise ValueError(f"kernels must be 'compiled' (symshape's kernels) or 'aten' (the traced graph's "
                              f"ATen ops), got {kernels!r}")
@@ -128,6 +135,7 @@ class GraphedProgram:
             raise ValueError(f"policy must be 'always' (a graph at every size within max_graph_bytes) or 'auto' "
                              f"(where the cost model says a graph pays), got {policy!r}")
         self.policy = policy
+        self.static_inputs = frozenset(static_inputs)
         self.costs: dict = {}  # id(variant) -> CallCost (policy "auto")
         self.decisions: dict = {}  # (id(variant), key) -> GraphVerdict (policy "auto")
         #: Why no call of this program runs as a graph under policy "auto" (None: calls may).
@@ -224,10 +232,16 @@ class GraphedProgram:
         if entry is None:
             self.stats["ungraphed_calls"] += 1
             return self._run_ungraphed(route, tensors)
+        for i, ptr in entry.static:
+            if tensors[i].data_ptr() != ptr:  # a parameter replaced, not updated in place
+                self.stats["moved_static_calls"] = self.stats.get("moved_static_calls", 0) + 1
+                return self._run_ungraphed(route, tensors)
         if route.padded:
             self.stats["padded_calls"] += 1
         written = entry.written
         for k, (buf, view, t) in enumerate(zip(entry.inputs, route.views, tensors)):
+            if buf is t:
+                continue  # a static input, read in place
             if view is None:
                 buf.copy_(t)
                 written[k] = buf.shape
@@ -397,11 +411,15 @@ class GraphedProgram:
     def _record(self, variant, key, tensors, padded) -> Optional[GraphEntry]:
         c = self.compiled
         at = dict(zip(c.names, key))
-        bufs = []
-        for t, s in zip(tensors, c.specs):
+        bufs, static = [], []
+        for i, (t, s) in enumerate(zip(tensors, c.specs)):
             shape = [at[d] if isinstance(d, str) else d for d in s.dims]
+            if i in self.static_inputs and list(t.shape) == shape and t.is_cuda:
+                bufs.append(t)
+                static.append((i, t.data_ptr()))
+                continue
             bufs.append(torch.zeros(shape, dtype=t.dtype, device=t.device))
-        entry = GraphEntry(key, bufs, padded=padded, written=[(0,) * b.dim() for b in bufs])
+        entry = GraphEntry(key, bufs, padded=padded, written=[(0,) * b.dim() for b in bufs], static=static)
         if not self._capturing(tensors):
             entry.bytes = sum(b.numel() * b.element_size() for b in bufs)  # no graph: its input buffers
         else:
@@ -424,8 +442,9 @@ class GraphedProgram:
         entry.graph, entry.outputs, cost = self.recorder.record(
             lambda: self._run(variant, entry.inputs, entry.key), device)
         entry.kept, entry.pool_growth = cost.kept, cost.pool_growth
-        entry.bytes = sum(t.numel() * t.element_size() for t in entry.inputs + entry.outputs
-                          if isinstance(t, torch.Tensor))
+        kept_in = {i for i, _ in entry.static}
+        entry.bytes = sum(t.numel() * t.element_size() for k, t in enumerate(entry.inputs) if k not in kept_in) + sum(
+            t.numel() * t.element_size() for t in entry.outputs if isinstance(t, torch.Tensor))
 
     def __getattr__(self, name):
         # What the compiled program knows (its variants, names, specs) reads through: a

@@ -106,3 +106,25 @@ def test_copying_large_outputs_out_counts_against_a_graph():
     v = cost.verdict({"N": 1 << 16})
     assert v.copy_s == pytest.approx(2 * 4096 * (1 << 16) * 2 / 2.5e12)
     assert "copy-out" in v.text()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs")
+def test_the_backend_graphs_by_default_and_reads_parameters_in_place():
+    from compiler.backend import graphed_programs
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch._dynamo.reset()
+    m = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).cuda().half().eval()
+    f = torch.compile(m, backend="symshape", dynamic=True)
+    before = set(map(id, graphed_programs()))
+    with torch.no_grad():
+        for b in (8, 8, 5, 8):
+            x = torch.randn(b, 64, device="cuda", dtype=torch.float16)
+            torch.testing.assert_close(f(x), m(x), atol=2e-2, rtol=2e-2)
+        gp = [g for g in graphed_programs() if id(g) not in before]
+        assert gp and gp[0].policy == "auto" and gp[0].static_inputs and gp[0].graph_count() >= 1
+        assert all(e.static for e in gp[0].graphs.values())  # weights are read where they are
+        m[0].weight.mul_(2)  # an optimizer's in-place update: the graph sees it
+        torch.testing.assert_close(f(x), m(x), atol=2e-2, rtol=2e-2)
+        m[2].weight.data = torch.randn_like(m[2].weight)  # new storage: that call runs without the graph
+        torch.testing.assert_close(f(x), m(x), atol=2e-2, rtol=2e-2)
+        assert gp[0].stats.get("moved_static_calls", 0) >= 1
