@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import math
+from collections import ChainMap
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Optional
@@ -161,7 +162,9 @@ class GraphedProgram:
         self.pieces: dict = {}  # id(variant) -> PiecewiseRun
         self.piece_dims: dict = {}  # id(variant) -> the dim names its PiecewiseRun splits on
         self._last_values: dict = {}  # id(variant) -> dim values at its last new route
-        self.stats = {"calls": 0, "replays": 0, "padded_calls": 0, "graphs": 0, "ungraphed_calls": 0}
+        #: Graph counts first, then the compiled program's own (its traces and variants) read through.
+        self.stats = ChainMap({"calls": 0, "replays": 0, "padded_calls": 0, "graphs": 0, "ungraphed_calls": 0},
+                              compiled.stats)
         if policy == "auto" and torch.cuda.is_available() and capture is not False:
             self._prepare()
 

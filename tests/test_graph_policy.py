@@ -64,6 +64,7 @@ def test_an_auto_program_without_cuda_inputs_runs_its_compiled_kernels_and_reads
     torch.testing.assert_close(f(x), torch.relu(x) + 1)
     assert f.decisions == {} and f.graph_count() == 0 and f.stats["ungraphed_calls"] == 1
     assert f.variants is c.variants and f.names == c.names  # the compiled program's attributes read through
+    assert f.stats["traces"] == 1 and f.stats["variants"] == 1 and f.stats["calls"] == 1
     with pytest.raises(ValueError, match="policy must be"):
         GraphedProgram(c, policy="never")
 
