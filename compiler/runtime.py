@@ -43,6 +43,7 @@ from shapes.spec import Dim, DimExpr, check_declared_values, parse_dims, parse_s
 
 from . import mask_proofs, sized_masks
 from .attention import fuse_causal_attention
+from .branch_sizes import branch_sizes
 from .sdpa_calls import tune_calls
 from .codegen import TARGETS
 from .repeated_shapes import repeated_shape
@@ -548,39 +549,33 @@ class CompiledProgram:
             device = torch.device("cuda", 0)  # what a CUDA tensor reports
         self._add(_tp if _tp is not None else self._trace(None, device))
         if _tp is None:
-            self._size_one_ahead(device)
+            self._branches_ahead(device)
 
-    def _size_one_ahead(self, device) -> None:
-        """Trace now the variants for the sizes 1 the program itself branches on.
+    def _branches_ahead(self, device) -> None:
+        """Trace now the variants for the sizes the program itself branches on.
 
-        Size 1 needs no variant of its own unless the program asks about it: transformers'
-        masks ask ``if batch_size != position_ids.shape[0]`` (the guard ``B != 1``), so a call at
-        B = 1 takes another Python path and needs another trace.  Tracing it here, at the first
-        variant's other sizes, moves that trace (seconds on a real model) from a call at B = 1
-        to compile time, where the first variant's kernels are being built anyway.  At most two
-        dims; a program that refuses size 1 there is left to say so at such a call.
+        A size needs no variant of its own unless the program asks about it: transformers'
+        masks ask ``if batch_size != position_ids.shape[0]`` (the guard ``B != 1``) and HF's ViT
+        whether the image has exactly its trained patch count (``(H // 16) * (W // 16) != 196``),
+        so a call at B = 1 or at 224 x 224 takes another Python path and needs another trace.
+        Tracing it here (:mod:`compiler.branch_sizes` solves the guards), at the first variant's
+        other sizes, moves that trace (seconds on a real model) from the call to compile time,
+        where the first variant's kernels are being built anyway.  At most two; a program that
+        refuses such a size is left to say so at a call there.
         """
         v0 = self.variants[0]
         hints = v0.tp.hints
-        ones = []
-        for g in v0.tp.guards:
-            e = g.expr
-            if isinstance(e, sympy.Ne) and sympy.Integer(1) in e.args:
-                other = e.args[0] if e.args[1] == 1 else e.args[1]
-                if isinstance(other, sympy.Symbol) and other.name in self.names and other.name not in ones:
-                    ones.append(other.name)
+        if any(m not in hints for m in self.names):
+            return
         parsed = parse_dims(self.dims, self.names)
-        for n in ones[:2]:
-            d = parsed.get(n, Dim())
-            if not d.min <= 1 <= d.max or any(m not in hints for m in self.names):
-                continue
-            values = tuple(1 if m == n else int(hints[m]) for m in self.names)
+        bounds = {n: (d.min, d.max) for n, d in parsed.items()}
+        for values in branch_sizes([g.expr for g in v0.tp.guards], list(self.names), hints, bounds):
             if any(v.tp.device == device and v.covers(values) for v in self.variants):
                 continue
             try:
                 self._add(self._trace(values, device))
             except SymshapeError:
-                continue  # refused at size 1 (by the program or by symshape): a call there says why
+                continue  # refused there (by the program or by symshape): a call there says why
 
     def _trace(self, values: Optional[tuple], device: torch.device):
         dims = dict(self.dims)

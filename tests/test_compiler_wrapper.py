@@ -174,3 +174,20 @@ def test_a_branch_on_size_one_is_traced_at_compile_time_not_at_the_call():
         x = torch.randn(B, T)
         torch.testing.assert_close(c(x), f(x))
     assert c.stats["traces"] == 2  # B = 1 found its variant, traced ahead
+
+
+def test_a_branch_on_an_exact_image_size_is_traced_at_compile_time():
+    # HF's ViT interpolates its position embeddings unless the image has exactly the trained
+    # number of patches: the guard (H // 8) * (W // 8) != 16 is solved (H = W = 32) and that
+    # path traced before the first call.
+    def f(x):
+        if (x.shape[-2] // 8) * (x.shape[-1] // 8) != 16:
+            return x * 2
+        return x + 1
+
+    c = compiler.compile(f, "x: f32[B, H, W]")
+    assert c.stats["traces"] == 2 and len(c.variants) == 2
+    for shape in [(2, 32, 32), (1, 32, 39), (3, 40, 24), (2, 16, 64)]:
+        x = torch.randn(*shape)
+        torch.testing.assert_close(c(x), f(x))
+    assert c.stats["traces"] == 2  # (2, 16, 64) has 16 patches too: the same variant serves it
