@@ -138,6 +138,8 @@ class GraphedProgram:
         self.policy = policy
         self.static_inputs = frozenset(static_inputs)
         self.costs: dict = {}  # id(variant) -> CallCost (policy "auto")
+        #: id(variant) -> why it gets no graph under policy "auto" (None: it may).
+        self.not_graphed: dict = {}
         self.decisions: dict = {}  # (id(variant), key) -> GraphVerdict (policy "auto")
         #: Why no call of this program runs as a graph under policy "auto" (None: calls may).
         self.blocker = None
@@ -291,6 +293,8 @@ class GraphedProgram:
         c = self.compiled
         values = c.bind(tensors)
         variant = c.variant_for(values, next((t.device for t in tensors if isinstance(t, torch.Tensor)), None))
+        if self.policy == "auto" and not (self._capturing(tensors) and self._auto_ready(variant)):
+            return Route(variant, values, None)
         plan = self.plan(variant)
         if plan.exact and self.piecewise and self.kernels == "compiled" and not variant.eager:
             # A dim that cannot pad: graphs of the steps that never see it, the others run as
@@ -377,12 +381,28 @@ class GraphedProgram:
                                                                 masks_kept=masks_kept(variant))
         return self.costs[id(variant)]
 
+    def _auto_ready(self, variant) -> bool:
+        """Policy "auto": make the variant's cost model and padding plan (once); whether it may get
+        graphs.  Graphs only speed calls up: a variant symshape cannot plan runs as it is, and
+        ``not_graphed`` keeps why."""
+        if id(variant) not in self.not_graphed:
+            why = "it runs its ATen graph" if variant.eager else None
+            if why is None:
+                try:
+                    if self._cost(variant) is None:
+                        why = self.blocker
+                    else:
+                        self.plan(variant)
+                except Exception as e:  # noqa: BLE001 - an optimization's boundary: the call runs ungraphed
+                    why = f"its graph could not be planned ({type(e).__name__}: {e})"
+            self.not_graphed[id(variant)] = why
+        return self.not_graphed[id(variant)] is None
+
     def _prepare(self) -> None:
         """Policy "auto" on CUDA: the padding plan and cost model of every variant compiled so far,
         made now rather than at a size's first call (GPT-2's size-1 variant: a 101 ms first call)."""
         for v in getattr(self.compiled, "variants", []):
-            if not v.eager and self._cost(v) is not None:
-                self.plan(v)
+            self._auto_ready(v)
 
     def _small(self, variant, key) -> bool:
         """Whether a graph at ``key`` is estimated within ``max_graph_bytes`` (every buffer at that

@@ -129,3 +129,18 @@ def test_the_backend_graphs_by_default_and_reads_parameters_in_place():
         m[2].weight.data = torch.randn_like(m[2].weight)  # new storage: that call runs without the graph
         torch.testing.assert_close(f(x), m(x), atol=2e-2, rtol=2e-2)
         assert gp[0].stats.get("moved_static_calls", 0) >= 1
+
+
+def test_a_variant_whose_graph_cannot_be_planned_runs_ungraphed_with_the_reason_kept(monkeypatch):
+    import compiler.cuda_graphs as cg
+
+    def refuse(*a, **k):
+        raise NotImplementedError("no padding rule for this op")
+
+    c = compiler.runtime.compile(lambda x: torch.relu(x) + 1, "x: f32[B, T]")
+    f = GraphedProgram(c, policy="auto", capture=False)
+    monkeypatch.setattr(cg, "analyze_padding", refuse)
+    assert not f._auto_ready(c.variants[0])
+    assert "could not be planned (NotImplementedError: no padding rule" in f.not_graphed[id(c.variants[0])]
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(f(x), torch.relu(x) + 1)
