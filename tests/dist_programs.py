@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime
 import os
 import pickle
-import socket
 import tempfile
 
 import torch
@@ -94,9 +93,9 @@ def _run_case(name, shapes_, mesh):
         return (type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "", dict(counter.sent))
 
 
-def _worker(rank, W, port, cases, outdir):
+def _worker(rank, W, store, cases, outdir):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=W,
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=W,
                             timeout=datetime.timedelta(seconds=120))
     results = []
     for name, shapes_, mesh in cases:
@@ -107,17 +106,13 @@ def _worker(rank, W, port, cases, outdir):
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def _collect(worker, W, args_after_port):
+def _collect(worker, W, args_after_store):
     with tempfile.TemporaryDirectory() as d:
-        mp.spawn(worker, args=(W, _free_port(), *args_after_port, d), nprocs=W, join=True)
+        # A file store in this group's own folder: a TCP port picked free and then released could be
+        # taken by another group before the ranks bind it (seen once under a full suite's load:
+        # a barrier met another group's messages, "Split sizes doesn't match total dim 0 size").
+        store = "file://" + os.path.join(d, "store")
+        mp.spawn(worker, args=(W, store, *args_after_store, d), nprocs=W, join=True)
         out = []
         for r in range(W):
             with open(os.path.join(d, f"{r}.pkl"), "rb") as f:
@@ -131,9 +126,9 @@ def run_grid(W, cases):
     return _collect(_worker, W, (cases,))
 
 
-def _traced_worker(rank, W, port, name, specs, shapes_, outdir):
+def _traced_worker(rank, W, store, name, specs, shapes_, outdir):
     import shapes
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=W,
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=W,
                             timeout=datetime.timedelta(seconds=120))
     torch.manual_seed(rank)
     args = [torch.randn(s) for s in shapes_]
