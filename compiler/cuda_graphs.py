@@ -34,6 +34,7 @@ from typing import Any, Optional
 import torch
 from torch.utils import _pytree as pytree
 
+from shapes.errors import SymshapeError
 from shapes.spec import parse_dims
 
 from .buckets import BucketChoice, bucket_for, buffer_bytes, choose_buckets
@@ -393,7 +394,8 @@ class GraphedProgram:
                         why = self.blocker
                     else:
                         self.plan(variant)
-                except Exception as e:  # noqa: BLE001 - an optimization's boundary: the call runs ungraphed
+                except (SymshapeError, Unsupported, NotImplementedError, TypeError, ValueError, KeyError,
+                        ZeroDivisionError) as e:  # symshape's own analyses could not plan it: the call runs ungraphed
                     why = f"its graph could not be planned ({type(e).__name__}: {e})"
             self.not_graphed[id(variant)] = why
         return self.not_graphed[id(variant)] is None
