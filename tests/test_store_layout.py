@@ -44,3 +44,23 @@ def test_an_internal_residual_stream_is_stored_contiguous_and_outputs_keep_eager
     sums = [b for b in stored if b.name.startswith("add")]
     assert sums, "the residual sums read twice are stored"
     assert all(b.strides == contiguous_strides(b.shape) for b in stored), [(b.name, b.strides) for b in stored]
+
+
+def test_whispers_residual_stream_is_stored_contiguous_in_the_real_encoder():
+    # transformers' Whisper encoder: conv -> GELU -> permute(0, 2, 1) + positions, then residual
+    # sums that eager keeps transposed through every layer.
+    from tests.attention_models import BY_NAME, last_hidden
+
+    case = BY_NAME["whisper_encoder"]
+    m = case.build().eval()
+    c = compiler.compile(m, *case.specs)
+    with torch.no_grad():
+        for b in (1, 3):
+            x = torch.randn(b, 8, 32, generator=torch.Generator().manual_seed(b))
+            torch.testing.assert_close(last_hidden(c(x)), last_hidden(m(x)), atol=1e-5, rtol=1e-5)
+    lp = c.variants[0].lp
+    out_names = {o.value for o in lp.outputs if hasattr(o, "value")}
+    sums = [b for b in lp.buffers.values() if b.kind is BufferKind.KERNEL and b.name not in out_names
+            and b.name.startswith("add")]
+    assert sums, "the residual sums read by a norm and the next sum are stored"
+    assert all(b.strides == contiguous_strides(b.shape) for b in sums), [(b.name, b.strides) for b in sums]
