@@ -64,10 +64,10 @@ def branch_sizes(guards, names: list, hints: Mapping[str, int], bounds: Mapping[
 
 
 def _solve(diff, free, bounds) -> "int | None":
-    lo = max([1] + [bounds.get(s.name, (1, math.inf))[0] for s in free])
-    hi = min([lo + SCAN - 1] + [bounds.get(s.name, (1, math.inf))[1] for s in free])
+    lo = int(max([1] + [bounds.get(s.name, (1, math.inf))[0] for s in free]))
+    hi = min([lo + SCAN - 1] + [bounds.get(s.name, (1, math.inf))[1] for s in free])  # finite: SCAN bounds it
     fn = compile_exprs([diff], free)
-    for v in range(int(lo), int(hi) + 1 if hi != math.inf else int(lo) + SCAN):
+    for v in range(lo, int(hi) + 1):
         try:
             if fn(*[v] * len(free))[0] == 0:
                 return v

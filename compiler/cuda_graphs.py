@@ -318,7 +318,7 @@ class GraphedProgram:
             if key != values and not (variant.holds(*key) and all(ok(*key) for _, ok in variant.asserts)):
                 key = values  # the bucket size takes another path through the program: no padding
         entry = self.graphs.get((id(variant), key))
-        if entry is None and self.policy == "auto" and not self._pays(variant, key, tensors):
+        if entry is None and self.policy == "auto" and not self._pays(variant, key):
             return Route(variant, values, None)
         if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs \
                 and self._small(variant, key):
@@ -358,18 +358,15 @@ class GraphedProgram:
                 names = names | changed
         return frozenset(names)
 
-    def _pays(self, variant, key, tensors) -> bool:
-        """Policy "auto": whether a graph at ``key`` is recorded (see the class's docstring)."""
-        if self.blocker is not None or variant.eager or not self._capturing(tensors):
-            return False
+    def _pays(self, variant, key) -> bool:
+        """Policy "auto", for a variant :meth:`_auto_ready` admitted: whether a graph at ``key`` is
+        recorded (see the class's docstring)."""
         if self.graph_bytes() >= self._budget():
-            return False
-        cost = self._cost(variant)
-        if cost is None:
             return False
         verdict = self.decisions.get((id(variant), key))
         if verdict is None:
-            verdict = self.decisions[(id(variant), key)] = cost.verdict(dict(zip(self.compiled.names, key)))
+            verdict = self.decisions[(id(variant), key)] = self.costs[id(variant)].verdict(
+                dict(zip(self.compiled.names, key)))
         return verdict.graph
 
     def _cost(self, variant) -> Optional[CallCost]:
