@@ -312,6 +312,7 @@ def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int =
     inputs = {p: case.inputs(*p, device, dtype, g, small) for p in points}
     res: dict = {}
     runs: dict = {}
+    eager_outs: dict = {}
     torch._dynamo.reset()
     with torch.no_grad():
         refs = {p: ref_prog(*[t.float() if t.is_floating_point() else t for t in inputs[p]]).float()
@@ -331,6 +332,12 @@ def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int =
                     if p == points[0]:
                         pt["first_ms"] += run.setup_ms
                     pt["err"] = _rel_err(out, refs[p])
+                    # #28's "logits within Inductor's own error vs eager": the same-dtype eager run is
+                    # the reference here (the first mode, when "eager" is listed first).
+                    if m == "eager":
+                        eager_outs[p] = out.detach().clone()
+                    elif p in eager_outs:
+                        pt["err_eager"] = _rel_err(out, eager_outs[p].float())
                     pt["agree"] = _argmax_agree(out, refs[p]) if case.lm else float("nan")
                     del out
                 except Exception as e:  # noqa: BLE001 - reported per point
@@ -402,6 +409,9 @@ def report(results: dict, modes) -> str:
             err = [_fmt(res[m]["points"].get(p, {}).get("err", float("nan")), '.1e') + "/" +
                    _fmt(res[m]["points"].get(p, {}).get("agree", float("nan")), '.3f') for m in modes]
             L.append(f"  {'  err/argmax':<12}" + "".join(f"{c:>18}" for c in err))
+            vs = [_fmt(res[m]["points"].get(p, {}).get("err_eager", float("nan")), '.1e') if m != "eager" else "-"
+                  for m in modes]
+            L.append(f"  {'  err~eager':<12}" + "".join(f"{c:>18}" for c in vs))
         L.append("  graphs/traces " + "  ".join(f"{m}={res[m].get('graphs', '-')}/{res[m].get('traces', '-')}"
                                                for m in modes if m != "eager")
                  + (f"  (symshape traces before its first call: {res['symshape']['traces_at_compile']})"
@@ -448,6 +458,16 @@ def report(results: dict, modes) -> str:
             L.append(f"  {m}: first call at a later size: max {_fmt(max(firsts, default=float('nan')), '.0f')} ms "
                      f"(target <= 50)")
             L.append(f"  {m}: models with >1 trace or graph: {recomp}")
+            ref = next((r for r in ("inductor_dyn", "inductor_static") if r in has), None)
+            if ref is not None:
+                # Logits within Inductor's own error against eager (same dtype), point by point.
+                worse = [(n, d, p, f"{pt['err_eager']:.1e}>{r[ref]['points'][p]['err_eager']:.1e}")
+                         for (n, d), r in results.items() for p, pt in r[m]["points"].items()
+                         if "err_eager" in pt and "err_eager" in r[ref]["points"].get(p, {})
+                         and pt["err_eager"] > r[ref]["points"][p]["err_eager"]]
+                n_cmp = sum("err_eager" in pt for r in results.values() for pt in r[m]["points"].values())
+                L.append(f"  {m}: points whose error against eager exceeds {ref}'s: {len(worse)} of {n_cmp} "
+                         f"{worse[:4]}")
             if m == "symshape":
                 L.append(f"  {m}: models traced again at a call (after compile): {at_calls}")
     return "\n".join(L)

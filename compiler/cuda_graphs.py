@@ -74,6 +74,8 @@ class Route:
     slices: list = field(default_factory=list)
     single: bool = False
     piecewise: Any = None
+    #: Policy "auto": the size's first call, run without a graph; its second records one.
+    pending: bool = False
 
 
 @dataclass
@@ -116,9 +118,12 @@ class GraphedProgram:
     ``policy="auto"`` (what :func:`compile` makes by default on CUDA) records a graph only where
     it pays and cannot be told from a call: a size whose GPU time the program's closed forms
     estimate within reach of its host time (:mod:`compiler.graph_policy`), of a program that
-    mutates nothing, draws no random numbers and returns no view of an input; no piecewise runs,
-    and no new graph once the graphs hold ``memory_budget``.  ``decisions`` keeps each size's
-    verdict, and ``blocker`` why a program gets none.
+    mutates nothing, draws no random numbers and returns no view of an input; and no new graph
+    once the graphs hold ``memory_budget``.  A size gets its graph at its second call, not its
+    first: a size met once (a decode's cache length, a training step's sequence length) would
+    pay a recording and never replay it.  Where a dim cannot pad, the steps that never see it
+    run as piecewise graphs, as under ``"always"``.  ``decisions`` keeps each size's verdict,
+    and ``blocker`` why a program gets none.
 
     ``static_inputs``: indices of inputs whose memory stays put between calls (a module's
     parameters and buffers, which dynamo passes to every call): a graph reads them where they
@@ -145,8 +150,8 @@ class GraphedProgram:
         #: Why no call of this program runs as a graph under policy "auto" (None: calls may).
         self.blocker = None
         if policy == "auto":
-            piecewise = False
             max_graph_bytes = None
+        self._seen: dict = {}  # policy "auto": (id(variant), key) met once, whose graph waits for a second call
         self.kernels = kernels
         self._routes: dict = {}
         self.compiled = compiled
@@ -231,7 +236,8 @@ class GraphedProgram:
             # full garbage collections more frequent, each walking the whole heap).
             if len(self._routes) >= (64 if route.piecewise is not None else 4096):
                 self._routes.clear()
-            self._routes[sig] = route
+            if not route.pending:
+                self._routes[sig] = route
         entry = route.entry
         if route.piecewise is not None:
             return route.piecewise(tensors, route.values)
@@ -297,6 +303,8 @@ class GraphedProgram:
         if self.policy == "auto" and not (self._capturing(tensors) and self._auto_ready(variant)):
             return Route(variant, values, None)
         plan = self.plan(variant)
+        if self.policy == "auto" and plan.exact and not self._pays(variant, values):
+            return Route(variant, values, None)
         if plan.exact and self.piecewise and self.kernels == "compiled" and not variant.eager:
             # A dim that cannot pad: graphs of the steps that never see it, the others run as
             # they are (compiler.piecewise) -- a few graphs for every size, not one per size.
@@ -318,8 +326,14 @@ class GraphedProgram:
             if key != values and not (variant.holds(*key) and all(ok(*key) for _, ok in variant.asserts)):
                 key = values  # the bucket size takes another path through the program: no padding
         entry = self.graphs.get((id(variant), key))
-        if entry is None and self.policy == "auto" and not self._pays(variant, key):
-            return Route(variant, values, None)
+        if entry is None and self.policy == "auto":
+            if not self._pays(variant, key):
+                return Route(variant, values, None)
+            if (id(variant), key) not in self._seen:
+                if len(self._seen) >= 4096:  # sizes met once each (a decode without piecewise graphs)
+                    self._seen.clear()
+                self._seen[(id(variant), key)] = True
+                return Route(variant, values, None, pending=True)
         if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs \
                 and self._small(variant, key):
             largest = self._largest_key(variant, plan, key) if key != values else None
@@ -365,6 +379,8 @@ class GraphedProgram:
             return False
         verdict = self.decisions.get((id(variant), key))
         if verdict is None:
+            if len(self.decisions) >= 4096:  # a size per token: keep the memory bounded
+                self.decisions.clear()
             verdict = self.decisions[(id(variant), key)] = self.costs[id(variant)].verdict(
                 dict(zip(self.compiled.names, key)))
         return verdict.graph

@@ -144,3 +144,40 @@ def test_a_variant_whose_graph_cannot_be_planned_runs_ungraphed_with_the_reason_
     assert "could not be planned (NotImplementedError: no padding rule" in f.not_graphed[id(c.variants[0])]
     x = torch.randn(2, 3)
     torch.testing.assert_close(f(x), torch.relu(x) + 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="records CUDA graphs")
+def test_auto_graphs_a_size_at_its_second_call_and_a_growing_length_piecewise():
+    """A size met once gets no recording (a decode's cache length is new at every token); a size
+    met twice gets its graph; a dim that cannot pad (a softmax over the cache) leaves the steps
+    that never see it to piecewise graphs, a few for every length."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    g = torch.Generator(device="cuda").manual_seed(0)
+    ws = [torch.randn(128, 128, device="cuda", dtype=torch.float16, generator=g) / 12 for _ in range(6)]
+
+    def step(x, cache):
+        for w in ws[:3]:
+            x = torch.nn.functional.gelu(x @ w) + x
+        a = torch.softmax((x @ cache.T).float(), -1).to(x.dtype) @ cache  # over the cache length S
+        for w in ws[3:]:
+            a = torch.nn.functional.gelu(a @ w) + a
+        return a
+
+    f = compiler.compile(step, "x: f16[1, 128]", "cache: f16[S, 128]", target="triton")
+    assert isinstance(f, GraphedProgram) and f.policy == "auto"
+    x = torch.randn(1, 128, device="cuda", dtype=torch.float16, generator=g)
+    for S in range(17, 57):
+        cache = torch.randn(S, 128, device="cuda", dtype=torch.float16, generator=g)
+        torch.testing.assert_close(f(x, cache), step(x, cache), atol=2e-2, rtol=2e-2)
+    # 40 lengths, each met once: no graph per length, only the piecewise ones over the steps without S.
+    assert f.graphs == {} and f.stats["graphs"] == 0
+    assert f.pieces and all(pw is not None for pw in f.pieces.values()), f.pieces
+    assert 0 < f.graph_count() <= 8 and f.stats["replays"] == 0
+
+    h = compiler.compile(lambda y: torch.nn.functional.gelu(y @ ws[0]) @ ws[1], "y: f16[B, 128]", target="triton")
+    y = torch.randn(8, 128, device="cuda", dtype=torch.float16, generator=g)
+    h(y)
+    assert h.graph_count() == 0 and h.stats["ungraphed_calls"] == 1  # met once: no recording
+    h(y)
+    h(y)
+    assert h.graph_count() == 1 and h.stats["replays"] == 2
