@@ -172,7 +172,7 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
     row["traces"] = compiler.STATS["traces"]
     if method.startswith("inductor_ro") and cuda:
         row["cuda_graphs"] = inductor_graphs()
-    elif method == "symshape_graphs":
+    elif method in ("symshape_graphs", "symshape") and graphed_programs():  # "symshape": graphs where they pay
         gps = graphed_programs()
         row["cuda_graphs"] = sum(gp.graph_count() for gp in gps)
         row["graph_mib"] = sum(gp.graph_bytes() for gp in gps) / 2 ** 20
