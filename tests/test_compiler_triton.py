@@ -85,6 +85,59 @@ def test_a_new_size_launches_direct_through_the_shared_kernel():
     assert not generic, f"{len(generic)} generic launches at new sizes"
 
 
+def test_a_shared_kernel_binary_is_keyed_by_its_buffers_dtypes(monkeypatch):
+    """One kernel source serves float16 and bfloat16 buffers (a load's type is its pointer's) and
+    Triton compiles a binary for each: a binding of the source for bfloat16 buffers never launches
+    the float16 binary another binding shared (it read every value wrong, a CUDA graph's replays
+    of the column-reduction case on an H100).  The JIT function stands in for Triton's, whose
+    direct launch needs CUDA; the real case is the CUDA test below."""
+    from compiler.codegen import triton_launch
+
+    launched = []
+
+    class Kernel:
+        def __init__(self, dtype):
+            self.function, self.packed_metadata = f"binary for {dtype}", None
+
+        def run(self, *a):
+            launched.append(("direct", a[4]))
+
+    class Jit:
+        def run(self, *tensors_args, grid, warmup, **opts):
+            launched.append(("generic", tensors_args[0].dtype))
+            return Kernel(tensors_args[0].dtype)
+
+    class Runtime:
+        launch_enter_hook = launch_exit_hook = None
+
+    monkeypatch.setattr(triton_launch, "_RUNTIME", Runtime)
+    monkeypatch.setattr(triton_launch, "_get_device", lambda: 0)
+    monkeypatch.setattr(triton_launch, "_get_stream", lambda dev: 0)
+    monkeypatch.setattr(triton_launch, "_static_class", lambda: None)
+    fn = Jit()
+    half, bf16 = torch.zeros(4, dtype=torch.float16), torch.zeros(4, dtype=torch.bfloat16)
+    a = triton_launch.bind_launch(fn, (1,), [4], {"BLOCK": 16, "num_warps": 4})
+    a([half]), a([half])
+    b = triton_launch.bind_launch(fn, (1,), [4], {"BLOCK": 16, "num_warps": 4})  # another program's binding
+    b([bf16]), b([bf16])
+    c = triton_launch.bind_launch(fn, (2,), [9], {"BLOCK": 16, "num_warps": 4})  # a new size, float16 again
+    c([half])
+    assert launched == [("generic", torch.float16), ("direct", "binary for torch.float16"),
+                        ("generic", torch.bfloat16), ("direct", "binary for torch.bfloat16"),
+                        ("direct", "binary for torch.float16")], launched
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="direct launches need CUDA (the interpreter launches generically)")
+def test_float16_and_bfloat16_programs_of_one_kernel_source_each_compute_right():
+    import compiler
+    for spec, dt in (("f16", torch.float16), ("bf16", torch.bfloat16), ("f16", torch.float16)):
+        for graphs in (False, True):
+            f = compiler.compile(lambda x: x.float(), f"x: {spec}[N]", target="triton", cuda_graphs=graphs)
+            for n in (100, 100, 37, 37, 100):
+                x = torch.randn(n, device="cuda").to(dt)
+                assert torch.equal(f(x), x.float()), (spec, graphs, n)
+
+
 def test_the_static_launcher_is_taken_only_where_it_can_launch_the_kernel(monkeypatch):
     """torch's static launcher takes a kernel it parses with the call's argument count (scratch
     arguments added); one it refuses (hooks, scratch memory, clusters) or another argument count

@@ -114,10 +114,13 @@ def _direct_parts(kernel, tensors, n_args: int = -1):
     return run, function, packed, aligned, _get_device(), static
 
 
-#: Direct-launch parts per (JIT function, options, integer argument types): the kernel Triton
-#: compiled for one binding serves every other binding with the same key.  Size arguments are
-#: ``do_not_specialize``: Triton keys its compiled kernels on their type (i32 or i64 by value) and
-#: not on their values, so a new size (a new binding) needs no generic launch to find the kernel.
+#: Direct-launch parts per (JIT function, options, integer argument types, tensor dtypes): the
+#: kernel Triton compiled for one binding serves every other binding with the same key.  Size
+#: arguments are ``do_not_specialize``: Triton keys its compiled kernels on their type (i32 or
+#: i64 by value) and not on their values, so a new size (a new binding) needs no generic launch
+#: to find the kernel.  The dtypes belong to the key: one kernel source serves float16 and
+#: bfloat16 buffers alike (a load's type is its pointer's), and Triton compiles a binary for
+#: each; a bfloat16 launch of the float16 binary read every value wrong.
 _SHARED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -145,14 +148,20 @@ def bind_launch(fn, grid, args, options):
         shared = _SHARED.setdefault(fn, {})
     except TypeError:  # not weak-referenceable: no sharing
         shared = {}
-    direct = shared.get(key)
-    tried = direct is not None
+    direct = None
+    tried = False
 
     static_tail = None
 
     def launch(tensors):
-        nonlocal direct, tried, static_tail
+        nonlocal direct, tried, static_tail, key
         d = direct
+        if d is None and not tried:
+            # A binding's buffers keep their dtypes (one kernel of one compiled variant): the
+            # shared parts are looked up once, at the first launch, where the dtypes are known.
+            key = (*key, tuple(t.dtype for t in tensors))
+            d = direct = shared.get(key)
+            tried = d is not None
         if d is not None:
             run, function, packed, aligned, dev, static = d
             for i in aligned:
@@ -185,7 +194,8 @@ class Launcher:
     attention) meet a new size at every token: binding each (a plan, a closure, the shared
     cache's weak-key lookup) cost about 25 us per kernel on the H100 machine's host, more than
     the launch.  The direct path and its checks are :func:`bind_launch`'s, per integer
-    argument types (a size past 32 bits is another binary).
+    argument types (a size past 32 bits is another binary).  A Launcher serves one kernel of one
+    compiled variant, whose buffers keep their dtypes, so its parts need no dtype in their key.
 
     >>> calls = []
     >>> class Fake:
