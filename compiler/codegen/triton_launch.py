@@ -159,7 +159,7 @@ def bind_launch(fn, grid, args, options):
         if d is None and not tried:
             # A binding's buffers keep their dtypes (one kernel of one compiled variant): the
             # shared parts are looked up once, at the first launch, where the dtypes are known.
-            key = (*key, tuple(t.dtype for t in tensors))
+            key = (*key, tuple(getattr(t, "dtype", None) for t in tensors))
             d = direct = shared.get(key)
             tried = d is not None
         if d is not None:
