@@ -151,7 +151,7 @@ class GraphedProgram:
         self.blocker = None
         if policy == "auto":
             max_graph_bytes = None
-        self._seen: dict = {}  # policy "auto": (id(variant), key) met once, whose graph waits for a second call
+        self._seen: set = set()  # policy "auto": (id(variant), key) met once, whose graph waits for a second call
         self.kernels = kernels
         self._routes: dict = {}
         self.compiled = compiled
@@ -332,7 +332,7 @@ class GraphedProgram:
             if (id(variant), key) not in self._seen:
                 if len(self._seen) >= 4096:  # sizes met once each (a decode without piecewise graphs)
                     self._seen.clear()
-                self._seen[(id(variant), key)] = True
+                self._seen.add((id(variant), key))
                 return Route(variant, values, None, pending=True)
         if entry is None and (id(variant), key) not in self.failed and len(self.graphs) < self.max_graphs \
                 and self._small(variant, key):
