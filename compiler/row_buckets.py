@@ -22,6 +22,14 @@ backend's forward and backward, planned inside :func:`training_graphs`):
 H100 (bench/results/train_compare_gpt2_bf16_h100_train4_call2_2026-11-26.txt): GPT-2
 bf16 training at a new length every step, 22.53 -> 16.29 ms/step.
 
+Padding without copies: the buffers a training plan's kernels make and its matmuls read
+(through views) are allocated with room for the bucket's rows (:func:`alloc_with_room`), so
+a row-padded call reads them in place (the extra rows unset: each output row reads only its
+own input row).  A contraction rounded up needs zeros in both operands' extra rows: where the
+storage is one such allocation and the extra rows lie past every element the buffer holds, they
+are zeroed in place (one small fill) instead of copying the operand.  Any other operand (an
+ATen result, an input, a view whose extra rows would be another tensor's) is copied as before.
+
 Example::
 
     >>> [bucket(m) for m in (1, 64, 65, 520, 4096, 4097, 8184)]
@@ -34,10 +42,13 @@ Example::
 from __future__ import annotations
 
 import os
+import weakref
+from dataclasses import replace
 
 import torch
 
-from .wrapper import ExternStep
+from .view_chains import step_name
+from .wrapper import Alloc, BufSlot, ExternStep, KernelStep, reinterpret
 
 _MODE = os.environ.get("SYMSHAPE_MM_ROW_BUCKETS", "train")
 #: Whether compiled programs bucket their half-precision CUDA matmuls' rows: every program
@@ -95,12 +106,83 @@ def _padded(a, rows):
     return out
 
 
+#: Storages allocated with room for padded rows (:func:`alloc_with_room`), by data pointer: a weak
+#: reference to the storage and the bytes its buffer holds (what lies past them is padding).
+_ROOMY: dict = {}
+
+
+def _forget(ref, ptr) -> None:
+    if _ROOMY.get(ptr, (None,))[0] is ref:
+        del _ROOMY[ptr]
+
+
+def alloc_with_room(alloc, shape, strides, dtype):
+    """``alloc(shape, strides, dtype)`` for a contiguous buffer, on a storage with room for its
+    rows (all dims but the last) rounded up to :func:`bucket`; recorded, so that a contraction may
+    zero the extra rows in place (:func:`_zeroed_room`).
+
+    >>> from compiler.wrapper import allocator
+    >>> x = alloc_with_room(allocator(torch.device("cpu")), (3, 41, 8), (328, 8, 1), torch.float16)
+    >>> x.shape, x.is_contiguous(), x.untyped_storage().nbytes() // 2 // 8    # 123 rows -> 128
+    (torch.Size([3, 41, 8]), True, 128)
+    """
+    numel, want = 1, 1
+    for n in shape:
+        numel *= n
+    for n, st in zip(reversed(shape), reversed(strides)):
+        if n != 1 and st != want:  # not contiguous: the buffer as it is
+            return alloc(shape, strides, dtype)
+        want *= n
+    width = shape[-1] if shape else 0
+    rows = numel // width if width else 0
+    p = bucket(rows)
+    if p == rows:
+        return alloc(shape, strides, dtype)
+    base = alloc((p * width,), (1,), dtype)
+    storage = base.untyped_storage()
+    ptr = storage.data_ptr()
+    _ROOMY[ptr] = (weakref.ref(storage, lambda ref, ptr=ptr: _forget(ref, ptr)), numel * base.element_size())
+    return reinterpret(base, shape, strides, 0)
+
+
+def _grown(t, dim: int, size: int):
+    """``t`` with ``dim`` grown to ``size`` over its own storage (a view, no copy), or None where
+    the storage ends first."""
+    shape = list(t.shape)
+    shape[dim] = size
+    strides = t.stride()
+    end = t.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+    if end * t.element_size() > t.untyped_storage().nbytes():
+        return None
+    return t.as_strided(shape, strides)
+
+
+def _row_padded(a, rows):
+    """``a`` on ``rows`` rows: a view where its storage has room (the extra rows unset), else a copy."""
+    grown = _grown(a, 0, rows)
+    return grown if grown is not None else _padded(a, rows)
+
+
+def _zeroed_room(t, dim: int, size: int):
+    """``t`` grown along ``dim`` to ``size`` in its own storage, where that storage is an
+    :func:`alloc_with_room` allocation and every added element lies past the bytes its buffer
+    holds (so no tensor reads them but padded matmuls): a view whose added part the caller zeroes.
+    None otherwise."""
+    storage = t.untyped_storage()
+    entry = _ROOMY.get(storage.data_ptr())
+    if entry is None or entry[0]() is not storage or t.stride(dim) == 0:
+        return None
+    if (t.storage_offset() + t.shape[dim] * t.stride(dim)) * t.element_size() < entry[1]:
+        return None  # the added rows would be elements of the buffer itself
+    return _grown(t, dim, size)
+
+
 def linear(x, w, b=None):
     """``F.linear(x, w, b)`` on ``x``'s rows rounded up to :func:`bucket` (CUDA half types)."""
     p = _rows(x)
     if p is None:
         return torch.nn.functional.linear(x, w, b)
-    return torch.nn.functional.linear(_padded(x, p), w, b)[: x.shape[0]]
+    return torch.nn.functional.linear(_row_padded(x, p), w, b)[: x.shape[0]]
 
 
 #: Bytes of operands :func:`mm` copies at most to round a contraction up (a copy costs device
@@ -109,15 +191,13 @@ K_COPY_BYTES = 64 << 20
 
 
 def _contraction(a, b) -> int | None:
-    """The padded contraction length for ``a @ b`` (2-D CUDA half operands whose copies are
-    small: :data:`K_COPY_BYTES`), or None where it keeps its own."""
+    """The padded contraction length for ``a @ b`` (2-D CUDA half operands), or None where it
+    keeps its own."""
     if a.dim() != 2 or b.dim() != 2 or not a.is_cuda or a.dtype not in _HALF or b.dtype != a.dtype:
         return None
     k = a.shape[1]
     p = bucket(k)
-    if p == k or (a.shape[0] + b.shape[1]) * p * a.element_size() > K_COPY_BYTES:
-        return None
-    return p
+    return None if p == k else p
 
 
 def _zero_padded(a, dim: int, size: int):
@@ -146,6 +226,26 @@ def mm_padded_contraction(a, b, p: int):
     return torch.mm(_zero_padded(a, 1, p), _zero_padded(b, 0, p))
 
 
+def _padded_contraction(a, b, k: int):
+    """``a @ b`` with the contraction padded to ``k`` with zeros: operands with room zeroed in place,
+    the others copied (:func:`mm_padded_contraction`), or None where the copies would pass
+    :data:`K_COPY_BYTES` (a copy costs device time in proportion; the first-call cost it saves
+    does not grow with the operands)."""
+    ra, rb = _zeroed_room(a, 1, k), _zeroed_room(b, 0, k)
+    copied = (a.shape[0] if ra is None else 0) + (b.shape[1] if rb is None else 0)
+    if copied * k * a.element_size() > K_COPY_BYTES:
+        return None
+    if ra is None:
+        ra = _zero_padded(a, 1, k)
+    else:
+        ra.narrow(1, a.shape[1], k - a.shape[1]).zero_()
+    if rb is None:
+        rb = _zero_padded(b, 0, k)
+    else:
+        rb.narrow(0, b.shape[0], k - b.shape[0]).zero_()
+    return torch.mm(ra, rb)
+
+
 def mm(a, b):
     """``torch.mm(a, b)`` on ``a``'s rows rounded up to :func:`bucket` (CUDA half types); a
     weight gradient (rows fixed, the contraction runs over the tokens) on its contraction
@@ -153,8 +253,9 @@ def mm(a, b):
     p = _rows(a)
     if p is None:
         k = _contraction(a, b)
-        return torch.mm(a, b) if k is None else mm_padded_contraction(a, b, k)
-    return torch.mm(_padded(a, p), b)[: a.shape[0]]
+        out = None if k is None else _padded_contraction(a, b, k)
+        return torch.mm(a, b) if out is None else out
+    return torch.mm(_row_padded(a, p), b)[: a.shape[0]]
 
 
 def addmm(bias, a, b, *, beta=1, alpha=1):
@@ -162,7 +263,7 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
     p = _rows(a)
     if p is None or bias.dim() != 1:
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
-    return torch.addmm(bias, _padded(a, p), b, beta=beta, alpha=alpha)[: a.shape[0]]
+    return torch.addmm(bias, _row_padded(a, p), b, beta=beta, alpha=alpha)[: a.shape[0]]
 
 
 def bucketed_steps(plan, device_type) -> list:
@@ -177,8 +278,43 @@ def bucketed_steps(plan, device_type) -> list:
     if not _active() or device_type != "cuda":
         return plan
     swap = {torch.nn.functional.linear: linear, torch.ops.aten.mm.default: mm, torch.ops.aten.addmm.default: addmm}
-    return [ExternStep(swap[s.target], s.args, s.kwargs, s.out) if isinstance(s, ExternStep) and s.target in swap
+    plan = [ExternStep(swap[s.target], s.args, s.kwargs, s.out) if isinstance(s, ExternStep) and s.target in swap
             else s for s in plan]
+    return with_room(plan)
 
 
-__all__ = ["bucket", "linear", "mm", "addmm", "mm_padded_contraction", "K_COPY_BYTES", "bucketed_steps", "training_graphs", "ENABLED"]
+#: Plan steps whose result views their first argument's storage.
+_VIEW_STEPS = frozenset({"view_as_traced", "view", "_unsafe_view", "t", "transpose", "permute"})
+
+
+def with_room(plan) -> list:
+    """``plan`` with the buffers its kernels make and its bucketed matmuls read (through views)
+    allocated by :func:`alloc_with_room`.
+
+    >>> k = KernelStep(None, ("x",), (Alloc("x", (0,), (1,), torch.float16),), (False,))
+    >>> v = ExternStep(torch.ops.aten.t.default, (BufSlot("x"),), {}, "xt")
+    >>> plan = with_room([k, v, ExternStep(mm, (BufSlot("w"), BufSlot("xt")), {}, "y")])
+    >>> plan[0].allocs[0].room is alloc_with_room
+    True
+    """
+    made, source = set(), {}
+    for s in plan:
+        if isinstance(s, KernelStep):
+            made.update(al.name for al in s.allocs)
+        elif step_name(s.target) in _VIEW_STEPS and s.args and isinstance(s.args[0], BufSlot):
+            source[s.out] = s.args[0].name
+    want = set()
+    for s in plan:
+        if isinstance(s, ExternStep) and s.target in (linear, mm, addmm):
+            for a in (s.args[:1] if s.target is linear else s.args[:2] if s.target is mm else s.args[1:2]):
+                name = a.name if isinstance(a, BufSlot) else None
+                while name in source:
+                    name = source[name]
+                if name in made:
+                    want.add(name)
+    return [replace(s, allocs=tuple(replace(al, room=alloc_with_room) if al.name in want else al for al in s.allocs))
+            if isinstance(s, KernelStep) and any(al.name in want for al in s.allocs) else s for s in plan]
+
+
+__all__ = ["bucket", "linear", "mm", "addmm", "mm_padded_contraction", "K_COPY_BYTES", "bucketed_steps", "with_room",
+           "alloc_with_room", "training_graphs", "ENABLED"]

@@ -89,6 +89,9 @@ class Alloc:
     shape: tuple
     strides: tuple
     dtype: torch.dtype
+    #: Where set, ``room(alloc, shape, strides, dtype)`` makes the buffer instead of ``alloc``
+    #: (storage with room for padded matmul rows: :func:`compiler.row_buckets.alloc_with_room`).
+    room: Any = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,9 @@ except ImportError:  # pragma: no cover - a build without them: the dispatcher's
 
     def _REINTERPRET(x, size, stride, offset):
         return x.as_strided(size, stride, offset)
+
+#: ``reinterpret(x, size, stride, offset)``: a view of ``x``'s storage without the dispatcher.
+reinterpret = _REINTERPRET
 
 _cuda_device = getattr(torch._C, "_cuda_getDevice", None)
 
@@ -352,8 +358,11 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
                 shape = "(" + "".join(f"s[{i}], " for i in al.shape) + ")"
                 strides = "(" + "".join(f"s[{i}], " for i in al.strides) + ")"
                 dtype = w.obj(al.dtype, 'D')
-                body.append(f"    {_var(al.name)} = {'empty_strided' if cpu_allocs else 'alloc'}({shape}, {strides}, "
-                            f"{dtype})")
+                make = 'empty_strided' if cpu_allocs else 'alloc'
+                if al.room is not None:
+                    body.append(f"    {_var(al.name)} = {w.obj(al.room, 'R')}({make}, {shape}, {strides}, {dtype})")
+                else:
+                    body.append(f"    {_var(al.name)} = {make}({shape}, {strides}, {dtype})")
             args = []
             for name, contig in zip(step.buffers, step.contiguous):
                 v = _var(name)

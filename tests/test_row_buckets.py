@@ -49,3 +49,133 @@ def test_weight_gradient_form_equals_unpadded(m):
     got, want = rb.mm(x.t(), gy), x.t() @ gy
     assert got.shape == want.shape
     torch.testing.assert_close(got.float(), want.float(), atol=0.5, rtol=0.02)
+
+
+def _nan_alloc(shape, strides, dtype):
+    """An allocator whose memory holds NaN (what an uninitialized block may hold): padding that is
+    read without being zeroed shows up in any sum it reaches."""
+    return torch.full(shape, float("nan"), dtype=dtype).as_strided(shape, strides)
+
+
+def _roomy(t):
+    """``t``'s values in an :func:`rb.alloc_with_room` buffer of its shape (extra rows NaN)."""
+    out = rb.alloc_with_room(_nan_alloc, tuple(t.shape), tuple(t.stride()), t.dtype)
+    out.copy_(t)
+    return out
+
+
+@pytest.mark.parametrize("rows", [65, 97, 520, 1031])
+def test_a_buffer_with_room_is_padded_in_place_and_its_rows_read_as_they_are(rows):
+    g = torch.Generator().manual_seed(rows)
+    x = _roomy(torch.randint(-4, 5, (rows, 24), generator=g).float())
+    w = torch.randint(-4, 5, (24, 16), generator=g).float()
+    p = rb.bucket(rows)
+    padded = rb._row_padded(x, p)
+    assert padded.shape == (p, 24) and padded.data_ptr() == x.data_ptr()  # a view: nothing copied
+    assert torch.equal((padded @ w)[:rows], x @ w)
+    plain = torch.randint(-4, 5, (rows, 24), generator=g).float()  # no room: a copy
+    assert rb._row_padded(plain, p).data_ptr() != plain.data_ptr()
+
+
+@pytest.mark.parametrize("k", [65, 97, 520, 1031])
+def test_a_contraction_over_buffers_with_room_zeroes_their_padding_in_place(k):
+    """The weight-gradient form ``x.t() @ gy`` on buffers whose extra rows hold NaN: zeroed in place
+    (no copy), the sum exact; a buffer with no room is copied, the operand left as it was."""
+    g = torch.Generator().manual_seed(k)
+    x = _roomy(torch.randint(-4, 5, (k, 24), generator=g).float())
+    gy = _roomy(torch.randint(-4, 5, (k, 40), generator=g).float())
+    want = x.t().double() @ gy.double()
+    p = rb.bucket(k)
+    assert rb._zeroed_room(x.t(), 1, p).data_ptr() == x.data_ptr()
+    assert torch.equal(rb._padded_contraction(x.t(), gy, p).double(), want)
+    plain = gy.clone()
+    assert rb._zeroed_room(plain, 0, p) is None
+    assert torch.equal(rb._padded_contraction(x.t(), plain, p).double(), want)
+
+
+def test_padding_that_would_overwrite_the_buffers_own_elements_is_not_zeroed():
+    """A view of a buffer with room whose extra rows would be the buffer's next rows (one batch of
+    a [B, T, d] buffer): copied, never zeroed in place, and the buffer keeps its values."""
+    x = _roomy(torch.arange(3 * 80 * 8, dtype=torch.float32).reshape(3, 80, 8))
+    before = x.clone()
+    first = x[0]  # rows 80.. of this view are x[1]
+    assert rb._zeroed_room(first.t(), 1, rb.bucket(80)) is None
+    got = rb._padded_contraction(first.t(), first, rb.bucket(80))
+    assert torch.equal(got, first.t() @ first) and torch.equal(x, before)
+
+
+def test_a_freed_buffer_with_room_is_forgotten():
+    """The record of a buffer with room goes with its storage: memory reused by a tensor that is not
+    one (an input, an ATen result) is never zeroed as padding."""
+    import gc
+    x = _roomy(torch.ones(100, 8))
+    ptr = x.untyped_storage().data_ptr()
+    assert ptr in rb._ROOMY
+    view = x.t()
+    del x
+    gc.collect()
+    assert ptr in rb._ROOMY  # a view keeps the storage
+    del view
+    gc.collect()
+    assert ptr not in rb._ROOMY
+
+
+def test_buffers_feeding_bucketed_matmuls_through_views_get_room():
+    """The plan marks exactly the kernel outputs a bucketed matmul reads (through views), and the
+    generated wrapper allocates them with room and computes what eager does: a real CPU program's
+    plan with its matmuls swapped for the bucketed calls (which run plain on the CPU)."""
+    import compiler
+    from compiler.wrapper import ExternStep, KernelStep, template_buffers
+
+    def mlp(x, w1, w2):
+        h = torch.nn.functional.gelu(x @ w1)
+        return h.sin().reshape(-1, 4, 16).transpose(1, 2).reshape(-1, 16) @ w2, h.cos()
+
+    f = compiler.compile(mlp, "x: f32[M, 8]", "w1: f32[8, 16]", "w2: f32[16, 4]", target="cpp")
+    v = f.variants[0]
+    swapped = [ExternStep(rb.mm, s.args, s.kwargs, s.out) if isinstance(s, ExternStep) and s.target in
+               (torch.ops.aten.mm.default, torch.mm) else s for s in v.plan]
+    marked = rb.with_room(swapped)
+    made = {al.name: al for s in marked if isinstance(s, KernelStep) for al in s.allocs}
+    roomy = {n for n, al in made.items() if al.room is rb.alloc_with_room}
+    # The sine reaches the second matmul (through views) and gets room; the cosine, an output no
+    # matmul reads, does not.
+    outputs = template_buffers(list(v.outputs), set())
+    assert len(roomy) == 1 and len(made) >= 2 and not roomy & outputs
+    source, fn = v._straight(marked)
+    name = next(iter(roomy))
+    assert f"b_{name} = R" in source
+    v._fns = {k: fn for k in v._fns}
+    v.fn = fn
+    g = torch.Generator().manual_seed(0)
+    for m in (4 * 26, 4 * 101):
+        x, w1, w2 = (torch.randn(*s, generator=g) for s in ((m, 8), (8, 16), (16, 4)))
+        for got, want in zip(f(x, w1, w2), mlp(x, w1, w2)):
+            torch.testing.assert_close(got, want)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the buckets apply to CUDA half tensors only")
+@pytest.mark.parametrize("m", [65, 520, 4097])
+def test_cuda_matmuls_on_buffers_with_room_equal_unpadded(m):
+    """The training forms on bf16 CUDA buffers with room whose extra rows hold NaN: the row-padded
+    calls read them in place, the weight gradient zeroes them in place; all equal the plain calls."""
+    def nan_alloc(shape, strides, dtype):
+        return torch.full(shape, float("nan"), dtype=dtype, device="cuda").as_strided(shape, strides)
+
+    def roomy(t):
+        out = rb.alloc_with_room(nan_alloc, tuple(t.shape), tuple(t.stride()), t.dtype)
+        out.copy_(t)
+        return out
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = roomy(torch.randn(m, 768, device="cuda", dtype=torch.bfloat16, generator=g))
+    gy = roomy(torch.randn(m, 3072, device="cuda", dtype=torch.bfloat16, generator=g))
+    w = torch.randn(3072, 768, device="cuda", dtype=torch.bfloat16, generator=g)
+    b = torch.randn(3072, device="cuda", dtype=torch.bfloat16, generator=g)
+    for got, want in ((rb.linear(x, w, b), torch.nn.functional.linear(x, w, b)), (rb.mm(gy, w), gy @ w),
+                      (rb.addmm(b, x, w.t()), torch.addmm(b, x, w.t()))):
+        assert got.shape == want.shape and got.is_contiguous() and torch.isfinite(got).all()
+        torch.testing.assert_close(got.float(), want.float(), atol=0.05, rtol=0.02)
+    got, want = rb.mm(x.t(), gy), x.t() @ gy
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got.float(), want.float(), atol=0.5, rtol=0.02)
