@@ -27,7 +27,7 @@ Padding without copies: the buffers a training plan's kernels make and its matmu
 a row-padded call reads them in place (the extra rows unset: each output row reads only its
 own input row).  A contraction rounded up needs zeros in both operands' extra rows: where the
 storage is one such allocation and the extra rows lie past every element the buffer holds, they
-are zeroed in place (one small fill) instead of copying the operand.  Any other operand (an
+are zeroed in place (one small fill per storage) instead of copying the operand.  Any other operand (an
 ATen result, an input, a view whose extra rows would be another tensor's) is copied as before.
 
 Example::
@@ -107,7 +107,8 @@ def _padded(a, rows):
 
 
 #: Storages allocated with room for padded rows (:func:`alloc_with_room`), by data pointer: a weak
-#: reference to the storage and the bytes its buffer holds (what lies past them is padding).
+#: reference to the storage, the bytes its buffer holds (what lies past them is padding), and
+#: whether the padding is zero yet (zeroed at most once: nothing but this module touches it).
 _ROOMY: dict = {}
 
 
@@ -141,7 +142,7 @@ def alloc_with_room(alloc, shape, strides, dtype):
     base = alloc((p * width,), (1,), dtype)
     storage = base.untyped_storage()
     ptr = storage.data_ptr()
-    _ROOMY[ptr] = (weakref.ref(storage, lambda ref, ptr=ptr: _forget(ref, ptr)), numel * base.element_size())
+    _ROOMY[ptr] = [weakref.ref(storage, lambda ref, ptr=ptr: _forget(ref, ptr)), numel * base.element_size(), False]
     return reinterpret(base, shape, strides, 0)
 
 
@@ -164,17 +165,23 @@ def _row_padded(a, rows):
 
 
 def _zeroed_room(t, dim: int, size: int):
-    """``t`` grown along ``dim`` to ``size`` in its own storage, where that storage is an
-    :func:`alloc_with_room` allocation and every added element lies past the bytes its buffer
-    holds (so no tensor reads them but padded matmuls): a view whose added part the caller zeroes.
-    None otherwise."""
+    """``t`` grown along ``dim`` to ``size`` in its own storage, the added elements zero, where
+    that storage is an :func:`alloc_with_room` allocation and every added element lies past the
+    bytes its buffer holds (so no tensor reads them but padded matmuls); None otherwise.  The
+    storage's whole padding is zeroed at its first such use (one fill for every operand it backs)."""
     storage = t.untyped_storage()
     entry = _ROOMY.get(storage.data_ptr())
     if entry is None or entry[0]() is not storage or t.stride(dim) == 0:
         return None
-    if (t.storage_offset() + t.shape[dim] * t.stride(dim)) * t.element_size() < entry[1]:
+    size_of = t.element_size()
+    held = entry[1]
+    if (t.storage_offset() + t.shape[dim] * t.stride(dim)) * size_of < held or held % size_of:
         return None  # the added rows would be elements of the buffer itself
-    return _grown(t, dim, size)
+    grown = _grown(t, dim, size)
+    if grown is not None and not entry[2]:
+        t.as_strided(((storage.nbytes() - held) // size_of,), (1,), held // size_of).zero_()
+        entry[2] = True
+    return grown
 
 
 def linear(x, w, b=None):
@@ -227,23 +234,15 @@ def mm_padded_contraction(a, b, p: int):
 
 
 def _padded_contraction(a, b, k: int):
-    """``a @ b`` with the contraction padded to ``k`` with zeros: operands with room zeroed in place,
-    the others copied (:func:`mm_padded_contraction`), or None where the copies would pass
+    """``a @ b`` with the contraction padded to ``k`` with zeros: operands with room padded in place
+    (:func:`_zeroed_room`), the others copied (:func:`mm_padded_contraction`), or None where the copies would pass
     :data:`K_COPY_BYTES` (a copy costs device time in proportion; the first-call cost it saves
     does not grow with the operands)."""
     ra, rb = _zeroed_room(a, 1, k), _zeroed_room(b, 0, k)
     copied = (a.shape[0] if ra is None else 0) + (b.shape[1] if rb is None else 0)
     if copied * k * a.element_size() > K_COPY_BYTES:
         return None
-    if ra is None:
-        ra = _zero_padded(a, 1, k)
-    else:
-        ra.narrow(1, a.shape[1], k - a.shape[1]).zero_()
-    if rb is None:
-        rb = _zero_padded(b, 0, k)
-    else:
-        rb.narrow(0, b.shape[0], k - b.shape[0]).zero_()
-    return torch.mm(ra, rb)
+    return torch.mm(_zero_padded(a, 1, k) if ra is None else ra, _zero_padded(b, 0, k) if rb is None else rb)
 
 
 def mm(a, b):

@@ -179,3 +179,20 @@ def test_cuda_matmuls_on_buffers_with_room_equal_unpadded(m):
     got, want = rb.mm(x.t(), gy), x.t() @ gy
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got.float(), want.float(), atol=0.5, rtol=0.02)
+
+
+def test_a_storage_padding_is_zeroed_once_for_every_operand_it_backs():
+    """Two column blocks of one buffer with room (q and k of a fused projection) in two weight
+    gradients: the first zeroes the storage's whole padding, the second finds it zero."""
+    k = 97
+    g = torch.Generator().manual_seed(1)
+    qk = _roomy(torch.randint(-4, 5, (k, 48), generator=g).float())
+    gy = _roomy(torch.randint(-4, 5, (k, 40), generator=g).float())
+    p = rb.bucket(k)
+    entry = rb._ROOMY[qk.untyped_storage().data_ptr()]
+    assert entry[2] is False
+    for block in (qk[:, :24], qk[:, 24:]):
+        assert torch.equal(rb._padded_contraction(block.t(), gy, p).double(), block.t().double() @ gy.double())
+        assert entry[2] is True
+    whole = torch.tensor([], dtype=qk.dtype).set_(qk.untyped_storage())
+    assert whole.numel() == p * 48 and not torch.isnan(whole).any()  # the padding was NaN before
