@@ -431,6 +431,22 @@ class Variant:
         kvals = tuple(values[i] for i in self.sym_index)
         return self.sizes_at(kvals, classify), bind_launches(self.plan, kvals, bound=self.cpp_calls or self.target != "cpp")
 
+    def launches_at(self, kvals: tuple) -> Optional[tuple]:
+        """One ``launch(buffers)`` per kernel step at the kernels' dim values ``kvals``, unbound:
+        each plans its launch at the call (the kernels' ``launch_at``), with nothing kept per
+        shape.  For a shape's first call: a training loop or a decode meets a new shape at nearly
+        every call, where bindings would each serve one call and, kept, make Python's full
+        garbage collections frequent.  None where a kernel has no such launch (C++ kernels)."""
+        ats = self._launch_ats
+        if ats is None:
+            return None
+        return tuple([lambda tensors, _at=at: _at(tensors, kvals) for at in ats])
+
+    @functools.cached_property
+    def _launch_ats(self) -> Optional[list]:
+        ats = [getattr(st.launch, "launch_at", None) for st in self.plan if isinstance(st, KernelStep)]
+        return None if any(at is None for at in ats) else ats
+
     def sizes_at(self, kvals: tuple, classify: bool = True) -> tuple:
         """The sizes tuple at the kernels' dim values ``kvals``: the size slots, then the class
         of each sizes-only mask (computed once per size; all ``KEEP`` without ``classify``)."""
@@ -709,8 +725,10 @@ class CompiledProgram:
             v, sizes, launches, pending, repeated = hit
             if not repeated:
                 if pending is not None:
-                    # The shape came back: now worth classifying its sizes-only masks (one sync).
-                    sizes = v.bind_sizes(pending)[0]
+                    # The shape came back: now worth binding its launches and classifying its
+                    # sizes-only masks (one sync).
+                    sizes, bound = v.bind_sizes(pending)
+                    launches = bound if launches is None else launches
                 self._bound[key] = (v, sizes, launches, None, True)
                 return v.run_bound(tensors, sizes, launches)
             if self.target != "triton":
@@ -731,12 +749,21 @@ class CompiledProgram:
             return v.run(tensors, values, classify=False)
         v.check_device(tensors)
         v.check_asserts(values)
-        # Sizes and launches are bound once at a new shape (a training loop meets a new length at
-        # every step): the same binding runs this call and serves the shape's later calls.
-        sizes, launches = v.bind_sizes(values, classify=False)
-        out = v.run_bound(tensors, sizes, launches)
+        # A shape's first call computes its sizes once (kept for the shape's later calls) and
+        # launches unbound (a training loop meets a new length at every step, a decode a new cache
+        # length at every token); launches are bound where the shape comes back.
+        kvals = tuple(values[i] for i in v.sym_index)
+        sizes = v.sizes_at(kvals, classify=False)
+        unbound = v.launches_at(kvals)
+        if unbound is not None:
+            out = v.run_bound(tensors, sizes, unbound)
+            kept, later = None, values
+        else:
+            kept = bind_launches(v.plan, kvals, bound=v.cpp_calls or v.target != "cpp")
+            out = v.run_bound(tensors, sizes, kept)
+            later = values if v.masks and not v.all_proven else None
         if key is not None and len(self._bound) < 4096:
-            self._bound[key] = (v, sizes, launches, values if v.masks and not v.all_proven else None, False)
+            self._bound[key] = (v, sizes, kept, later, False)
         return out
 
 

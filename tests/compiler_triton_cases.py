@@ -457,6 +457,30 @@ def case_layers_computing_the_same_share_one_kernel_function():
         assert len({id(ln.kernel_for(c)) for ln in group for c, _ in ln.classes()[:1]}) == 1
 
 
+def case_a_shape_binds_its_launches_at_its_second_call():
+    """A shape's first call launches unbound (nothing kept per shape: a training loop meets a new
+    length at every step); its second call binds; every call equals eager."""
+    import compiler
+
+    def prog(x, y):
+        return torch.softmax(x * 2, -1) + y.sum(-1, keepdim=True)
+
+    f = compiler.compile(prog, "x: f32[N, 16]", "y: f32[N, 16]", target="triton")
+    launchers = [st.launch for st in f.variants[0].plan if hasattr(st, "launch") and hasattr(st.launch, "bound")]
+    assert launchers
+    def bindings():
+        return sum(len(L.bound) for L in launchers)
+
+    for n in (5, 1, 7, 33):
+        x, y = torch.randn(n, 16, device=DEVICE), torch.randn(n, 16, device=DEVICE)
+        before = bindings()
+        _close(f(x, y), prog(x, y))
+        assert bindings() == before, n
+        _close(f(x, y), prog(x, y))  # the shape came back: bound now
+        assert bindings() > before, n
+        _close(f(x, y), prog(x, y))
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 
