@@ -752,16 +752,14 @@ class CompiledProgram:
         # A shape's first call computes its sizes once (kept for the shape's later calls) and
         # launches unbound (a training loop meets a new length at every step, a decode a new cache
         # length at every token); launches are bound where the shape comes back.
-        kvals = tuple(values[i] for i in v.sym_index)
-        sizes = v.sizes_at(kvals, classify=False)
-        unbound = v.launches_at(kvals)
+        unbound = v.launches_at(tuple(values[i] for i in v.sym_index))
         if unbound is not None:
+            sizes, kept, later = v.sizes_at(tuple(values[i] for i in v.sym_index), classify=False), None, values
             out = v.run_bound(tensors, sizes, unbound)
-            kept, later = None, values
         else:
-            kept = bind_launches(v.plan, kvals, bound=v.cpp_calls or v.target != "cpp")
-            out = v.run_bound(tensors, sizes, kept)
+            sizes, kept = v.bind_sizes(values, classify=False)
             later = values if v.masks and not v.all_proven else None
+            out = v.run_bound(tensors, sizes, kept)
         if key is not None and len(self._bound) < 4096:
             self._bound[key] = (v, sizes, kept, later, False)
         return out
