@@ -119,6 +119,7 @@ def new_vs_fixed(fn, batch, g, opt, device, dtype, length, steps, host_profile=F
         prof.disable()
         out = io.StringIO()
         pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(30)
+        pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(45)
         text = out.getvalue()
     return dict(new_ms=newl, new2_ms=groups[1], new3_ms=groups[2], segs_per_new=segs / (3 * n), fixed_ms=fixed,
                 busy_new=busy_new, host_profile=text)

@@ -47,7 +47,7 @@ import torch
 
 from .graph_capture import GraphRecorder
 from .wrapper import (FAST_CALLS, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, step_buffers,
-                      straight_line, template_buffers)
+                      straight_line, template_buffers, unbound_launches)
 
 #: ATen ops that launch no GPU work (views): a segment of only these is not worth a graph.
 _VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
@@ -237,13 +237,12 @@ def copy_plan(reads, ins, seen, in_place, replayed, force) -> list:
 
 def sized_launches(steps, cell) -> Optional[tuple]:
     """One ``launch(buffers)`` per kernel step of ``steps`` at the sizes in ``cell[0]`` (set at
-    each call), made once: a call's sizes include the split dims, new at nearly every call, so
-    a launch bound per call (:func:`~compiler.wrapper.bind_launches`) serves one call, and the
-    bindings kept (up to 4096 per kernel) made Python's full garbage collections frequent:
-    about 185 us per token on the CPU while they accumulate (``bench/decode_launch_host_cpu.py``).
+    each call), made once (:func:`~compiler.wrapper.unbound_launches`): a call's sizes include
+    the split dims, new at nearly every call, so a launch bound per call serves one call, and the
+    bindings kept (up to 4096 per kernel) made Python's full garbage collections frequent: about
+    185 us per token on the CPU while they accumulate (``bench/decode_launch_host_cpu.py``).
     None where a step's launch has no ``launch_at`` (C++ kernels).
 
-    >>> from compiler.wrapper import Alloc
     >>> seen = []
     >>> class L:
     ...     def launch_at(self, tensors, sizes): seen.append((tensors, sizes))
@@ -252,14 +251,7 @@ def sized_launches(steps, cell) -> Optional[tuple]:
     >>> cell[0] = (5,); launches[0](["X"]); cell[0] = (6,); launches[0](["X"]); seen
     [(['X'], (5,)), (['X'], (6,))]
     """
-    out = []
-    for step in steps:
-        if isinstance(step, KernelStep):
-            at = getattr(step.launch, "launch_at", None)
-            if at is None:
-                return None
-            out.append(lambda tensors, _at=at: _at(tensors, cell[0]))
-    return tuple(out)
+    return unbound_launches(steps, lambda: cell[0])
 
 
 class PiecewiseRun:

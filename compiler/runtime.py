@@ -58,8 +58,8 @@ from .row_buckets import bucketed_steps
 from .view_folding import fold_views
 from .view_chains import find_chains, traced_layouts
 from .shared_masks import add_additive_forms, share_masks
-from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, Owned, SizeSlot, bind_launches, linear_calls,
-                      straight_line, template_buffers)
+from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, Owned, SizeSlot, bind_launches, launch_ats,
+                      launches_from, linear_calls, straight_line, template_buffers)
 
 #: Whether programs compiled from now on get the host-time rewrites (compiler.view_folding,
 #: compiler.shared_masks) by default; off only to measure them against the plain plan in one
@@ -432,20 +432,15 @@ class Variant:
         return self.sizes_at(kvals, classify), bind_launches(self.plan, kvals, bound=self.cpp_calls or self.target != "cpp")
 
     def launches_at(self, kvals: tuple) -> Optional[tuple]:
-        """One ``launch(buffers)`` per kernel step at the kernels' dim values ``kvals``, unbound:
-        each plans its launch at the call (the kernels' ``launch_at``), with nothing kept per
-        shape.  For a shape's first call: a training loop or a decode meets a new shape at nearly
-        every call, where bindings would each serve one call and, kept, make Python's full
-        garbage collections frequent.  None where a kernel has no such launch (C++ kernels)."""
-        ats = self._launch_ats
-        if ats is None:
-            return None
-        return tuple([lambda tensors, _at=at: _at(tensors, kvals) for at in ats])
+        """One ``launch(buffers)`` per kernel step at the kernels' dim values ``kvals``, unbound
+        (:func:`~compiler.wrapper.unbound_launches`): for a shape's first call, since a training
+        loop or a decode meets a new shape at nearly every call.  None where a kernel has no such
+        launch (C++ kernels)."""
+        return launches_from(self._launch_ats, lambda: kvals)
 
     @functools.cached_property
-    def _launch_ats(self) -> Optional[list]:
-        ats = [getattr(st.launch, "launch_at", None) for st in self.plan if isinstance(st, KernelStep)]
-        return None if any(at is None for at in ats) else ats
+    def _launch_ats(self) -> Optional[tuple]:
+        return launch_ats(self.plan)
 
     def sizes_at(self, kvals: tuple, classify: bool = True) -> tuple:
         """The sizes tuple at the kernels' dim values ``kvals``: the size slots, then the class

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -151,6 +151,38 @@ def bind_launches(plan, sizes, bound=True) -> tuple:
             out.append(bind(sizes) if bind is not None else
                        (lambda tensors, _launch=step.launch: _launch(tensors, sizes)))
     return tuple(out)
+
+
+def unbound_launches(steps, sizes_of) -> Optional[tuple]:
+    """One ``launch(buffers)`` per kernel step of ``steps``, each planning its launch at the call
+    (the kernel's ``launch_at``) at the sizes ``sizes_of()`` returns then; nothing is kept per
+    size.  For calls that meet a new size at nearly every call (a training loop, a decode), where
+    bound launches (:func:`bind_launches`) would each serve one call and, kept, make Python's full
+    garbage collections frequent.  None where a step's launch has no ``launch_at`` (C++ kernels).
+
+    >>> seen = []
+    >>> class L:
+    ...     def launch_at(self, tensors, sizes): seen.append((tensors, sizes))
+    >>> cell = [(5,)]
+    >>> launches = unbound_launches([KernelStep(L(), ("x",), (), (False,))], lambda: cell[0])
+    >>> launches[0](["X"]); cell[0] = (6,); launches[0](["X"]); seen
+    [(['X'], (5,)), (['X'], (6,))]
+    """
+    return launches_from(launch_ats(steps), sizes_of)
+
+
+def launch_ats(steps) -> Optional[tuple]:
+    """The kernel steps' ``launch_at`` methods, in plan order; None where one has none."""
+    ats = tuple(getattr(step.launch, "launch_at", None) for step in steps if isinstance(step, KernelStep))
+    return None if any(at is None for at in ats) else ats
+
+
+def launches_from(ats, sizes_of) -> Optional[tuple]:
+    """:func:`unbound_launches` from the steps' :func:`launch_ats` (computed once by a caller that
+    makes launches at every call)."""
+    if ats is None:
+        return None
+    return tuple([lambda tensors, _at=at: _at(tensors, sizes_of()) for at in ats])
 
 
 def linear_calls(plan, outputs) -> list:
