@@ -52,7 +52,7 @@ _VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default, at
 
 
 def _is_reshape(target) -> bool:
-    # The runtime's view (a reshape where eager's view would copy): see runtime.view_as_traced.
+    # The runtime's view (a reshape where eager's view would copy): see variant.view_as_traced.
     return getattr(target, "__name__", None) == "view_as_traced"
 
 
