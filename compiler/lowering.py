@@ -28,7 +28,7 @@ import torch.fx
 
 from shapes.functions import FloorDiv, PyMod, ToFloat, TrueDiv, TruncToInt
 
-from . import index_lowering, ops_lowering  # noqa: F401 (index_lowering: registers its handlers)
+from . import index_lowering, ops_lowering, view_lowering  # noqa: F401 (index_lowering, view_lowering: register their handlers)
 from .ir import KERNEL_DTYPES, Buffer, BufferKind, Const, Load, Op, OpKind, RedRef, Reduction, SizeVal, \
     compute_dtype, contiguous_strides, flat_index, loop_var, walk
 from .lowered import ExternItem, LoweredProgram, Ref, RefKind, SizeExpr, StoreItem, TensorBox, Unsupported, cast
