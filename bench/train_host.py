@@ -19,7 +19,6 @@ Example (the table's row order)::
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -30,7 +29,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import train_compare as tc  # noqa: E402
-from bench.train_profile import _step  # noqa: E402
+from bench.train_profile import _step, cudnn_sdp_off, step_args  # noqa: E402
 
 
 def rank(by_mode: dict, top: int) -> list:
@@ -44,12 +43,8 @@ def rank(by_mode: dict, top: int) -> list:
 def host_profile(mode, name, dtype, device, length, steps) -> dict:
     """``{"wall_ms": ..., "ops": {name: host us per step}}`` for one mode at a fixed length."""
     if mode.endswith("_nocudnn"):
-        was = torch.backends.cuda.cudnn_sdp_enabled()
-        torch.backends.cuda.enable_cudnn_sdp(False)
-        try:
+        with cudnn_sdp_off():
             return host_profile(mode.removesuffix("_nocudnn"), name, dtype, device, length, steps)
-        finally:
-            torch.backends.cuda.enable_cudnn_sdp(was)
     model, batch = tc.build(name, device, max(length, 928) + 1)
     g = torch.Generator().manual_seed(0)
     fn = tc._compiled(mode, model)
@@ -75,13 +70,7 @@ def host_profile(mode, name, dtype, device, length, steps) -> dict:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--model", default="vit")
-    ap.add_argument("--dtype", default="bf16")
-    ap.add_argument("--modes", default="eager,symshape")
-    ap.add_argument("--length", type=int, default=587)
-    ap.add_argument("--steps", type=int, default=10)
+    ap = step_args(__doc__.split("\n")[0], model="vit", steps=10)
     ap.add_argument("--top", type=int, default=15)
     a = ap.parse_args(argv)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.dtype]

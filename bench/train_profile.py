@@ -140,13 +140,9 @@ def fixed_length_ms(fn, b, opt, device, dtype, steps) -> float:
 def profile_mode(mode, name, dtype, device, warm, length, steps, offset=0, stride=1) -> dict:
     """Profile ``steps`` steps of ``mode`` at ``length`` after warm-up steps at ``warm`` lengths."""
     if mode.endswith("_nocudnn"):  # cuDNN's SDPA off, as in train_compare
-        was = torch.backends.cuda.cudnn_sdp_enabled()
-        torch.backends.cuda.enable_cudnn_sdp(False)
-        try:
+        with cudnn_sdp_off():
             return profile_mode(mode.removesuffix("_nocudnn"), name, dtype, device, warm, length, steps,
                                 offset, stride)
-        finally:
-            torch.backends.cuda.enable_cudnn_sdp(was)
     model, batch = tc.build(name, device, max(warm + [length]) + 1)
     g = torch.Generator().manual_seed(0)
     fn = tc._compiled(mode, model)
@@ -179,15 +175,32 @@ def profile_mode(mode, name, dtype, device, warm, length, steps, offset=0, strid
                 top=sorted(by_name.items(), key=lambda kv: -kv[1])[:18], warm_s=warm_s)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+class cudnn_sdp_off:
+    """cuDNN's SDPA off within (the ``_nocudnn`` modes of :mod:`bench.train_compare`), restored after."""
+
+    def __enter__(self):
+        self.was = torch.backends.cuda.cudnn_sdp_enabled()
+        torch.backends.cuda.enable_cudnn_sdp(False)
+
+    def __exit__(self, *exc):
+        torch.backends.cuda.enable_cudnn_sdp(self.was)
+
+
+def step_args(description, model="gpt2", steps=3):
+    """The parser this script and :mod:`bench.train_host` share: device, model, dtype, modes,
+    length and steps (``--dtype`` read as ``a.torch_dtype``)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--model", default="gpt2")
-    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--model", default=model)
+    ap.add_argument("--dtype", default="bf16", choices=("fp32", "bf16"))
     ap.add_argument("--modes", default="eager,symshape")
     ap.add_argument("--length", type=int, default=587)
-    ap.add_argument("--steps", type=int, default=3)
-    a = ap.parse_args(argv)
+    ap.add_argument("--steps", type=int, default=steps)
+    return ap
+
+
+def main(argv=None):
+    a = step_args(__doc__.split("\n")[0]).parse_args(argv)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
     import compiler
     res = {}

@@ -23,6 +23,7 @@ import torch
 import torch.fx
 
 from . import index_bounds
+from .decide import as_python
 from .env import ShapeEnv
 from .errors import TracerLimitation, UnsupportedOpError
 from .expr_graph import FxExprBuilder
@@ -143,14 +144,8 @@ class GraphBuilder:
     # -- symbolic expressions as nodes --------------------------------------------------
     def expr_node(self, e):
         e = self.env.simplify(sympy.sympify(e))
-        if e is sympy.true:
-            return True
-        if e is sympy.false:
-            return False
-        if e.is_Integer:
-            return int(e)
-        if e.is_number:
-            return float(e)
+        if e is sympy.true or e is sympy.false or e.is_number:
+            return as_python(e)
         n = self.expr_nodes.get(e)
         if n is not None:
             return n
