@@ -61,7 +61,7 @@ class training_graphs:
     """A context in which programs are planned for training (bucketed where :data:`ENABLED` is None).
 
     >>> with training_graphs():
-    ...     _active()
+    ...     active()
     True
     """
 
@@ -74,7 +74,8 @@ class training_graphs:
         _training = self.was
 
 
-def _active() -> bool:
+def active() -> bool:
+    """Whether programs planned now bucket their matmuls (:data:`ENABLED`, :class:`training_graphs`)."""
     return ENABLED if ENABLED is not None else _training
 
 _HALF = (torch.bfloat16, torch.float16)
@@ -274,7 +275,7 @@ def bucketed_steps(plan, device_type) -> list:
     >>> [s.target for s in bucketed_steps([step], "cpu")] == [torch.ops.aten.mm.default]
     True
     """
-    if not _active() or device_type != "cuda":
+    if not active() or device_type != "cuda":
         return plan
     swap = {torch.nn.functional.linear: linear, torch.ops.aten.mm.default: mm, torch.ops.aten.addmm.default: addmm}
     plan = [ExternStep(swap[s.target], s.args, s.kwargs, s.out) if isinstance(s, ExternStep) and s.target in swap
@@ -316,4 +317,4 @@ def with_room(plan) -> list:
 
 
 __all__ = ["bucket", "linear", "mm", "addmm", "mm_padded_contraction", "K_COPY_BYTES", "bucketed_steps", "with_room",
-           "alloc_with_room", "training_graphs", "ENABLED"]
+           "alloc_with_room", "training_graphs", "active", "ENABLED"]

@@ -40,7 +40,7 @@ from .lowered import Ref, RefKind, Unsupported
 from .lowering import lower
 from .scheduler import schedule
 from .padded_linear import padded_steps
-from .row_buckets import bucketed_steps
+from .half_gemm import training_matmuls
 from .view_folding import fold_views
 from .view_chains import find_chains, traced_layouts
 from .shared_masks import add_additive_forms, share_masks
@@ -305,8 +305,9 @@ class Variant:
             plan = fold_views(plan, self.outputs)
         # Half-precision linears of odd static width run on a padded weight (compiler.padded_linear).
         plan = padded_steps(plan, lp.buffers, getattr(self.tp.device, "type", None))
-        # Half-precision CUDA matmuls at few row counts where enabled (compiler.row_buckets).
-        plan = bucketed_steps(plan, getattr(self.tp.device, "type", None))
+        # Training graphs' half-precision matmuls on the Triton GEMM (compiler.half_gemm), else at few
+        # row counts where enabled (compiler.row_buckets).
+        plan = training_matmuls(plan, getattr(self.tp.device, "type", None))
         # Reshapes of contiguous tensors as direct views (compiler.wrapper.straight_line): their shapes
         # and contiguous strides are size slots, made before the mask classes' slots follow them.
         self.views = _view_slots(plan, lp, slot)
