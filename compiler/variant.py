@@ -305,8 +305,8 @@ class Variant:
             plan = fold_views(plan, self.outputs)
         # Half-precision linears of odd static width run on a padded weight (compiler.padded_linear).
         plan = padded_steps(plan, lp.buffers, getattr(self.tp.device, "type", None))
-        # Training graphs' half-precision matmuls on the Triton GEMM (compiler.half_gemm), else at few
-        # row counts where enabled (compiler.row_buckets).
+        # Training graphs' half-precision CUDA matmuls at few row counts (compiler.row_buckets), or on
+        # the Triton GEMM where opted in (compiler.half_gemm).
         plan = training_matmuls(plan, getattr(self.tp.device, "type", None))
         # Reshapes of contiguous tensors as direct views (compiler.wrapper.straight_line): their shapes
         # and contiguous strides are size slots, made before the mask classes' slots follow them.
