@@ -324,6 +324,8 @@ class ModeRun:
                                  options={"causal_masks": True} if base == "symshape_causal" else None))
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.times, self.compiles, self.peak_step = [], [], 0
+        #: ``(length, ms, compiled)`` per step, in order (``--per-step`` prints them).
+        self.trace: list = []
         #: symshape's compile counters (:func:`_parts`) moved by this mode's compiles.
         self.sym_parts: dict = {}
         self.res = {"ms": float("nan"), "compile_s": 0.0, "recompiles": 0, "fallbacks": 0, "peak_mib": float("nan"),
@@ -373,6 +375,7 @@ class ModeRun:
         dt = time.perf_counter() - t
         if dev == "cuda":
             self.peak_step = max(self.peak_step, torch.cuda.max_memory_allocated() - start_mem)
+        self.trace.append((L, round(dt * 1e3, 2), _graphs() != before))
         if _graphs() != before:
             self.compiles.append(dt)
             self.res["recompiles"] += _graphs() - before
@@ -397,6 +400,7 @@ class ModeRun:
                        if isinstance(t, torch.Tensor) and t.device.type == "cuda")
             res["peak_mib"] = (own + self.peak_step) / 2 ** 20
         res.update(self.sym_parts)
+        res["trace"] = self.trace
         timers = res.pop("dynamo_split", {})
         split = ", ".join(f"{k} {timers[k]:.1f}" for k in _TIMERS if timers.get(k, 0) >= 0.05)
         print(f"  {self.name:<6} {str(self.dtype)[6:]:<8} {self.mode:<10} ms={res['ms']:8.2f} "
@@ -517,7 +521,29 @@ def _geo(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
-def report(rows, modes, device, n_lens) -> str:
+def speedup(res, ref, mode) -> float:
+    """``ref``'s step time over ``mode``'s in one row.  Where ``mode`` ran beside an anchor in its own
+    process (``--pairs``), against that anchor's time in the same process; two paired modes compare by
+    the ratio of their ratios to their anchors (host speed drifts between processes; within one, the
+    anchor moves with it).
+
+    >>> speedup({"eager": {"ms": 10.0}, "symshape": {"ms": 8.0, "anchor": "eager", "anchor_ms": 12.0}}, "eager", "symshape")
+    1.5
+    >>> speedup({"ind_dyn": {"ms": 9.0, "anchor": "eager", "anchor_ms": 9.0},
+    ...          "symshape": {"ms": 8.0, "anchor": "eager", "anchor_ms": 12.0}}, "ind_dyn", "symshape")
+    1.5
+    """
+    r, x = res.get(ref), res.get(mode)
+    if r is None or x is None:
+        return float("nan")
+    if "anchor_ms" in x and x.get("anchor") == ref:
+        return x["anchor_ms"] / x["ms"]
+    if "anchor_ms" in x and "anchor_ms" in r and x.get("anchor") == r.get("anchor"):
+        return (x["anchor_ms"] / x["ms"]) / (r["anchor_ms"] / r["ms"])
+    return r["ms"] / x["ms"]
+
+
+def report(rows, modes, device, n_lens, per_step=False) -> str:
     lines = [f"step ms (median over steps that compiled nothing; {n_lens} random lengths)"]
     w = {m: max(12, len(m) + 2) for m in modes}
     hdr = f"{'model':<7}{'dtype':<9}" + "".join(f"{m:>{w[m]}}" for m in modes) + "   sym/eager  sym/ind_dyn"
@@ -525,8 +551,8 @@ def report(rows, modes, device, n_lens) -> str:
     vs_eager, vs_dyn = [], []
     for (name, dt), res in rows.items():
         ms = {m: res[m]["ms"] if m in res else float("nan") for m in modes}
-        a = ms.get("eager", float("nan")) / ms.get("symshape", float("nan"))
-        b = ms.get("ind_dyn", float("nan")) / ms.get("symshape", float("nan"))
+        a = speedup(res, "eager", "symshape")
+        b = speedup(res, "ind_dyn", "symshape")
         vs_eager.append(a)
         vs_dyn.append(b)
         lines.append(f"{name:<7}{dt:<9}" + "".join(f"{ms[m]:>{w[m]}.2f}" for m in modes) + f"   {a:>8.2f}x  {b:>9.2f}x")
@@ -542,7 +568,11 @@ def report(rows, modes, device, n_lens) -> str:
             lines.append(f"  {name:<6} {dt:<8} {m:<10} compile {r['compile_s']:>7.1f}s  recompiles {r['recompiles']:>3} "
                          f"({r.get('first_graphs', 0)})  retraces {r.get('retraces', 0)}  fallbacks {r['fallbacks']}  peak {r['peak_mib']:>8.0f}  "
                          f"err {r['err']:.1e}" + (f"  FAIL {r['fail']}" if "fail" in r else "")
+                         + (f"  beside {r['anchor']} at {r['anchor_ms']:.2f} ms" if "anchor_ms" in r else "")
                          + (f"  {_split(r)}" if "sym_graphs_s" in r else ""))
+            if per_step and r.get("trace"):
+                lines.append("      steps L:ms (* compiled): " + " ".join(
+                    f"{L}:{t:.1f}{'*' if c else ''}" for L, t, c in r["trace"]))
     ge, gd = _geo(vs_eager), _geo(vs_dyn)
     lines += ["", f"geomean symshape speedup: vs eager {ge:.2f}x, vs Inductor dynamic {gd:.2f}x"]
     want_e, want_d = (1.3, 1.0) if device == "cuda" else (1.0, 0.9)
@@ -552,7 +582,7 @@ def report(rows, modes, device, n_lens) -> str:
     like = {}
     for ref in ("eager_nocudnn", "ind_dyn_nocudnn"):
         if ref in modes:
-            g = like[ref] = _geo([res[ref]["ms"] / res["symshape"]["ms"] for res in rows.values()
+            g = like[ref] = _geo([speedup(res, ref, "symshape") for res in rows.values()
                                   if ref in res and "symshape" in res])
             lines.append(f"  geomean symshape speedup vs {ref} (cuDNN SDPA off in that mode): {g:.2f}x")
     if device == "cuda" and like:
@@ -562,7 +592,7 @@ def report(rows, modes, device, n_lens) -> str:
             f"vs {ref} >= {want} {'MET' if g >= want else 'MISSED'}"
             for (ref, g), want in ((kv, want_e if kv[0].startswith("eager") else want_d) for kv in like.items())))
     for var in (m for m in modes if m.startswith("symshape_")):
-        rel = {ref: _geo([res[ref]["ms"] / res[var]["ms"] for res in rows.values() if ref in res and var in res])
+        rel = {ref: _geo([speedup(res, ref, var) for res in rows.values() if ref in res and var in res])
                for ref in ("symshape", "eager", "ind_dyn", "eager_nocudnn", "ind_dyn_nocudnn")}
         lines.append(f"  {var}: geomean speedup " + ", ".join(f"vs {k} {v:.2f}x" for k, v in rel.items()))
     if device == "cuda":
@@ -591,18 +621,26 @@ def _worker(a) -> None:
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     lens = [int(x) for x in a.lens.split(",")]
     try:
-        res = run_mode(a.worker, a.models, dtypes[a.dtypes], a.device, lens, 127, sys.stdout)
+        if a.anchor:  # --pairs: the mode and its anchor in turn, in this process
+            by_mode = {a.anchor: [int(x) for x in a.anchor_lens.split(",")], a.worker: lens}
+            res = run_interleaved([a.anchor, a.worker], a.models, dtypes[a.dtypes], a.device, by_mode, 127, sys.stdout)
+        else:
+            res = run_mode(a.worker, a.models, dtypes[a.dtypes], a.device, lens, 127, sys.stdout)
     except Exception as e:  # noqa: BLE001 -- a process boundary: the parent's table says why
         res = _failed(f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
     print("RESULT " + json.dumps(res), flush=True)
 
 
-def _in_subprocess(a, name, dt, mode, lens) -> dict:
-    """One mode run by :func:`_worker` in a fresh Python process (its log lines passed through)."""
+def _in_subprocess(a, name, dt, mode, lens, anchor_lens=None) -> dict:
+    """One mode run by :func:`_worker` in a fresh Python process (its log lines passed through);
+    with ``anchor_lens``, the mode beside ``a.pairs`` (the anchor) in that process: its row gets
+    ``anchor`` and ``anchor_ms`` (the anchor's median there) and ``anchor_row`` (the anchor's row)."""
     import json
     import subprocess
     cmd = [sys.executable, os.path.abspath(__file__), "--device", a.device, "--models", name, "--dtypes", dt,
            "--worker", mode, "--lens", ",".join(map(str, lens))]
+    if anchor_lens is not None:
+        cmd += ["--anchor", a.pairs, "--anchor-lens", ",".join(map(str, anchor_lens))]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     res = None
     for line in proc.stdout.splitlines():
@@ -614,6 +652,12 @@ def _in_subprocess(a, name, dt, mode, lens) -> dict:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1][:160]
         res = _failed(f"worker exited {proc.returncode}: {tail}")
         print(f"  {name} {dt} {mode}: FAIL {res['fail']}", flush=True)
+    if anchor_lens is not None:
+        pair = res if mode in res or a.pairs in res else {mode: res}
+        res = dict(pair.get(mode) or _failed("no row"))
+        anchor = pair.get(a.pairs)
+        if anchor is not None and "fail" not in anchor:
+            res.update(anchor=a.pairs, anchor_ms=anchor["ms"], anchor_row=anchor)
     return res
 
 
@@ -642,9 +686,20 @@ def main(argv=None):
     ap.add_argument("--interleave", action=argparse.BooleanOptionalAction, default=None,
                     help="all modes but ind_static in this process, one step each in turn (default on CUDA; "
                          "see run_interleaved); --no-interleave runs each mode's steps in a block")
+    ap.add_argument("--pairs", default=None, metavar="ANCHOR",
+                    help="each mode but ANCHOR in a fresh process, interleaved with ANCHOR (e.g. eager_nocudnn) "
+                         "there; speedups are ratios to that process's ANCHOR (no two compiled copies of a model "
+                         "share a process, and host drift between processes cancels)")
+    ap.add_argument("--per-step", action="store_true", help="print every step's length and ms per mode")
+    ap.add_argument("--anchor", default=None, help=argparse.SUPPRESS)  # the worker's anchor mode (--pairs)
+    ap.add_argument("--anchor-lens", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)  # MODE: run it alone, print RESULT json
     ap.add_argument("--lens", default=None, help=argparse.SUPPRESS)  # the worker's lengths
     a = ap.parse_args(argv)
+    if a.pairs is not None:
+        if a.pairs not in a.modes.split(","):
+            ap.error(f"--pairs {a.pairs}: the anchor must be one of --modes")
+        a.interleave, a.isolate = False, False
     if a.interleave is None:
         a.interleave = a.device == "cuda" and not a.isolate
     if a.isolate is None:
@@ -666,6 +721,9 @@ def main(argv=None):
                if a.distinct_lengths else "\nevery mode runs the same lengths: later modes find per-shape caches warm")
             + ("\nmodes interleaved: one step of each in turn, in one process (ind_static in a block after them)"
                if a.interleave else "\neach mode in a fresh process (--isolate)" if a.isolate
+               else f"\neach mode in a fresh process beside {a.pairs}, one step of each in turn (--pairs); speedups "
+                    f"are ratios to that process's {a.pairs} (symshape vs Inductor: the ratio of their ratios); the "
+                    f"{a.pairs} column is its run beside the first mode" if a.pairs
                else "\nall modes in one process, each in a block"))
     print(head, flush=True)
     rows = {}
@@ -690,6 +748,15 @@ def main(argv=None):
                     continue
                 run_lens = (mode_lengths(lens, k, len(modes)) if a.distinct_lengths else lens)
                 run_lens = run_lens[:static_steps] if m == "ind_static" else run_lens
+                if a.pairs is not None:
+                    if m == a.pairs:
+                        continue
+                    anchor_lens = mode_lengths(lens, modes.index(a.pairs), len(modes)) if a.distinct_lengths else lens
+                    res[m] = _in_subprocess(a, name, dt, m, run_lens, anchor_lens[:len(run_lens)])
+                    if a.pairs not in res and "anchor_row" in res[m]:
+                        res[a.pairs] = res[m]["anchor_row"]
+                    _write(a, head, rows, modes, steps, static_steps, t_start)
+                    continue
                 if a.isolate:
                     res[m] = _in_subprocess(a, name, dt, m, run_lens)
                     _write(a, head, rows, modes, steps, static_steps, t_start)  # a run cut short keeps each mode
@@ -709,7 +776,7 @@ def main(argv=None):
 def _write(a, head, rows, modes, steps, static_steps, t_start) -> str:
     """The table of ``rows`` so far, written to ``--out`` when given."""
     table = (head + f"\nInductor static ran the first {static_steps} steps (one compile per length)\n\n"
-             + report(rows, modes, a.device, steps) + f"\n\nwall {time.perf_counter() - t_start:.0f}s")
+             + report(rows, modes, a.device, steps, per_step=a.per_step) + f"\n\nwall {time.perf_counter() - t_start:.0f}s")
     if a.out:
         with open(a.out, "w") as f:
             f.write(table + "\n")
