@@ -73,6 +73,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import row_buckets
 from .graph_inputs import ArgKind, plan_graph
+from .linear_groups import copy_graph, group_linears
 from .runtime import CompiledProgram
 from .separable_resize import resize_as_matmuls
 from .train_masks import drop_proved_masks
@@ -291,13 +292,34 @@ def train_backend(gm, example_inputs, *, target: str, stats: dict, causal=None):
 
     backend = aot_autograd(fw_compiler=fw, bw_compiler=bw, partition_fn=min_cut_rematerialization_partition,
                            decompositions=decompositions(target))
+    grouped, before = 0, None
     if os.environ.get("SYMSHAPE_TRAIN_REWRITES", "1") != "0":  # "0": AOTAutograd sees dynamo's graph as is (A/B)
         if causal is None:  # on by default since session 13's A/B (train_masks); "0" turns it off
             causal = os.environ.get("SYMSHAPE_TRAIN_CAUSAL", "1") == "1"
         stats["masks_dropped"] = stats.get("masks_dropped", 0) + drop_proved_masks(gm, causal=causal)
         stats["resizes_as_matmuls"] = stats.get("resizes_as_matmuls", 0) + resize_as_matmuls(gm)
+        before = copy_graph(gm.graph)
+        grouped = group_linears(gm)
     with attention_without_plans(example_inputs):
-        return backend(gm, example_inputs)
+        if not grouped:
+            return backend(gm, example_inputs)
+        try:
+            out = backend(gm, example_inputs)
+        except _TRACE_ERRORS as e:
+            # A consumer of a grouped linear's output needed what a slice of the stacked output is
+            # not (compiler.linear_groups): the graph as dynamo gave it traces instead (an
+            # optimization of ours not taken; the program is compiled all the same).
+            stats["linear_groups_reverted"] = stats.get("linear_groups_reverted", 0) + grouped
+            stats["linear_groups_last_error"] = f"{type(e).__name__}: {e}"[:300]
+            gm.graph = before
+            gm.recompile()
+            return backend(gm, example_inputs)
+        stats["linear_groups"] = stats.get("linear_groups", 0) + grouped
+        return out
+
+
+#: What AOTAutograd's trace of a rewritten graph raises where an op refuses its inputs.
+_TRACE_ERRORS = (RuntimeError, ValueError, TypeError, AssertionError, NotImplementedError, IndexError)
 
 
 def decompositions(target: str = "cpp") -> dict:
