@@ -12,7 +12,9 @@ Modes: ``eager``; ``ind_dyn`` (``torch.compile(dynamic=True)``); ``ind_static``
 (``dynamic=False``, automatic dynamic shapes off: one compile per length; each of
 its lengths runs twice, the second step timed);
 ``symshape`` (``backend="symshape", dynamic=True``); ``symshape_causal`` (the same with
-``options={"causal_masks": True}``: masks proved causal become ``is_causal=True``); any mode with ``_nocudnn``
+``options={"causal_masks": True}``: masks proved causal become ``is_causal=True``); ``symshape_groups``,
+``symshape_gemm``, ``symshape_groups_gemm`` (symshape with its opt-in rewrites on: :data:`VARIANTS`);
+any mode with ``_nocudnn``
 appended (``eager_nocudnn``, ``ind_dyn_nocudnn``) runs with cuDNN's SDPA disabled,
 which plans per shape and so costs a new-length step milliseconds of host time.  Per mode: median step ms
 over steps that compiled nothing, compile seconds (the time of steps that
@@ -23,7 +25,11 @@ gradient error against fp32 eager at one fixed length before training
 gradients compare exactly.
 
 On CUDA the modes run interleaved by default (:func:`run_interleaved`: one step of each in
-turn, in one process), ``--isolate`` runs each in a fresh process instead.
+turn, in one process), ``--isolate`` runs each in a fresh process instead, and ``--pairs ANCHOR``
+runs each mode in a fresh process interleaved with ``ANCHOR`` (say ``eager_nocudnn``) there, its
+speedups taken against that process's anchor (:func:`speedup`): no two compiled copies of a model
+share a process, and the host's drift between processes cancels.  ``--per-step`` lists every
+step's length and time.
 
 ``--budget S`` stops starting new (model, dtype) rows after S seconds: the
 table then says which did not run.
@@ -41,6 +47,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import math
 import os
@@ -160,7 +167,7 @@ def _parts() -> dict:
     return {"sym_graphs_s": compiler.BACKEND_STATS.get("train_graph_s", 0.0),
             "lower_s": compiler.STATS.get("lower_s", 0.0), "codegen_s": compiler.STATS.get("codegen_s", 0.0),
             "kernel_build_s": compiler.STATS.get("warm_s", 0.0), "kernel_variants": compiler.STATS.get("warmed", 0),
-            "build_wait_s": _waits()}
+            "build_wait_s": _waits(), "linear_groups": compiler.BACKEND_STATS.get("linear_groups", 0)}
 
 
 def _waits() -> float:
@@ -210,6 +217,33 @@ def ref_grads(model, batch) -> dict:
     return {n: q.grad for n, q in ref.named_parameters() if q.grad is not None}
 
 
+#: symshape variants a mode name turns on for its own compiles and steps (``symshape_groups``:
+#: :mod:`compiler.linear_groups`; ``symshape_gemm``: :mod:`compiler.half_gemm`; both).
+VARIANTS = {"symshape_groups": (True, False), "symshape_gemm": (False, True), "symshape_groups_gemm": (True, True)}
+
+
+@contextlib.contextmanager
+def variant(mode):
+    """The opt-in symshape rewrites of ``mode`` (:data:`VARIANTS`) on while the block runs.
+
+    >>> from compiler import linear_groups
+    >>> with variant("symshape_groups_nocudnn"):
+    ...     linear_groups.ENABLED
+    True
+    """
+    want = VARIANTS.get(mode.removesuffix("_nocudnn"))
+    if want is None:
+        yield
+        return
+    from compiler import half_gemm, linear_groups
+    saved = linear_groups.ENABLED, half_gemm.ENABLED
+    linear_groups.ENABLED, half_gemm.ENABLED = want
+    try:
+        yield
+    finally:
+        linear_groups.ENABLED, half_gemm.ENABLED = saved
+
+
 def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
     """See :func:`_run_mode`; ``symshape_buckets`` is symshape with its half-precision CUDA matmuls'
     rows rounded up to few buckets (:mod:`compiler.row_buckets`; the default for training graphs),
@@ -221,7 +255,8 @@ def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
             return _run_mode_cudnn(mode, name, dtype, device, lens, check_len, log)
         finally:
             row_buckets.ENABLED = was
-    return _run_mode_cudnn(mode, name, dtype, device, lens, check_len, log)
+    with variant(mode):
+        return _run_mode_cudnn(mode, name, dtype, device, lens, check_len, log)
 
 
 def _run_mode_cudnn(mode, name, dtype, device, lens, check_len, log) -> dict:
@@ -336,6 +371,10 @@ class ModeRun:
             torch.backends.cuda.enable_cudnn_sdp(not self.nocudnn)
 
     def setup(self, check, ref):
+        with variant(self.mode):
+            self._setup(check, ref)
+
+    def _setup(self, check, ref):
         self._cudnn()
         fb0, parts0, g0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0), _parts(), _graphs()
         metrics0 = _dynamo_metrics()
@@ -356,6 +395,10 @@ class ModeRun:
 
     def step(self, L, g):
         """One timed step at length ``L``; a step in which dynamo compiled is a compile."""
+        with variant(self.mode):
+            self._step(L, g)
+
+    def _step(self, L, g):
         self._cudnn()
         b = self.batch(L, g)
         before, dev, traces = _graphs(), self.device, compiler.STATS["traces"]
@@ -508,7 +551,8 @@ def _split(r) -> str:
     return (f"[compile: symshape graphs {r['sym_graphs_s']:.1f}s = trace+plan {trace:.1f} + lower {r['lower_s']:.1f} "
             f"+ codegen {r['codegen_s']:.1f} + kernel builds {r['kernel_build_s']:.1f} ({r['kernel_variants']} "
             f"variants); the rest is dynamo + AOTAutograd; first runs waited {r.get('build_wait_s', 0.0):.1f}s "
-            f"for builds in workers ({_build_mode()})]")
+            f"for builds in workers ({_build_mode()})"
+            + (f"; {r['linear_groups']} linear groups" if r.get("linear_groups") else "") + "]")
 
 
 def _build_mode() -> str:
