@@ -6,10 +6,7 @@ the math decomposition; however the program reached it.  Compiled (C++ target he
 under ``TRITON_INTERPRET=1`` in a subprocess, or on CUDA): equal to eager in fp32/fp16/bf16 at
 sizes 1 and primes, with one SDPA call and no attention-score buffer in the plan.
 """
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import sympy
@@ -19,6 +16,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa_imported_ea
 
 import shapes
 from shapes.errors import TraceError
+from tests import interpreted
 from tests import attention_forms as AF
 
 SDPA = torch.ops.aten.scaled_dot_product_attention.default
@@ -135,11 +133,6 @@ def test_compiled_triton_equals_eager():
     if torch.cuda.is_available():
         results = AF.run_all("triton")
     else:
-        env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "attention_forms.py"), "triton"],
-                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=900)
-        line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULTS ")]
-        assert line, f"the attention forms did not run:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-        results = json.loads(line[-1][len("RESULTS "):])
+        results = interpreted.script_results(os.path.join(interpreted.ROOT, "tests", "attention_forms.py"), "triton")
     bad = {k: v for k, v in results.items() if v != "ok"}
     assert len(results) == 3 * len(AF.FORMS) and not bad, bad

@@ -4,14 +4,14 @@ Without CUDA the kernel cases run on the CPU under TRITON_INTERPRET=1 in one sub
 (this file run as a script: the interpreter is chosen when triton is imported); with CUDA
 in-process.  Sizes include 1 and primes, and lengths over several key blocks.
 """
-import json
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
+
+from tests import interpreted
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -105,12 +105,7 @@ def run_all(device) -> dict:
 def results():
     if torch.cuda.is_available():
         return run_all("cuda")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=900)
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert line, f"the cases did not run:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-    return json.loads(line[-1][len("RESULTS "):])
+    return interpreted.script_results(os.path.abspath(__file__))
 
 
 @pytest.mark.parametrize("case", list(CASES) + ["into", "warm"])
@@ -210,4 +205,4 @@ def test_backend_decode_runs_the_kernel_and_equals_eager():
 
 
 if __name__ == "__main__":
-    print("RESULTS " + json.dumps(run_all("cpu")))
+    interpreted.print_results(run_all("cpu"))

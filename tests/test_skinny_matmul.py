@@ -4,16 +4,14 @@ Without CUDA the cases run on CPU under TRITON_INTERPRET=1 in one subprocess (th
 as a script; the interpreter is chosen when triton is imported); with CUDA in-process.
 Sizes are small: the interpreter is slow.
 """
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
+from tests import interpreted
+
 pytestmark = pytest.mark.triton
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 TOL = {torch.float32: (2e-5, 1e-5), torch.float16: (2e-2, 1e-2), torch.bfloat16: (1.5e-1, 2e-2)}
@@ -197,29 +195,14 @@ def case_ineligible_calls_run_aten():
     return "ok"
 
 
-CASES = [name for name in dir(sys.modules[__name__]) if name.startswith("case_")]
-
-
-def run_all() -> dict:
-    out = {}
-    for name in CASES:
-        try:
-            out[name] = globals()[name]()
-        except Exception as e:  # noqa: BLE001 - reported per case
-            out[name] = f"{type(e).__name__}: {e}"
-    return out
+CASES = interpreted.case_names(globals())
 
 
 @pytest.fixture(scope="module")
 def results():
     if torch.cuda.is_available():
-        return run_all()
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True, env=env,
-                       cwd=ROOT, timeout=900)
-    line = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULTS ")]
-    assert line, f"the cases did not run:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
-    return json.loads(line[-1][len("RESULTS "):])
+        return interpreted.run_cases(globals())
+    return interpreted.script_results(os.path.abspath(__file__))
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -230,4 +213,4 @@ def test_skinny_matmul_case(results, case):
 
 
 if __name__ == "__main__":
-    print("RESULTS " + json.dumps(run_all()))
+    interpreted.print_results(interpreted.run_cases(globals()))
