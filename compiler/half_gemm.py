@@ -34,6 +34,7 @@ import os
 import torch
 
 from . import row_buckets
+from .skinny_matmul import plain_operands
 from .wrapper import ExternStep
 
 #: Whether training graphs' half-precision CUDA matmuls run the Triton GEMM (else cuBLAS).  Off by
@@ -91,17 +92,10 @@ def _fits(t, lay) -> bool:
 
 def _usable(a, b, bias) -> tuple | None:
     """The layouts of ``a`` and ``b`` where the kernel takes ``a @ b + bias``, else None."""
-    if a.dtype not in _HALF or b.dtype != a.dtype or a.dim() != 2 or b.dim() != 2:
+    if a.dtype not in _HALF or not plain_operands(a, b, bias):
         return None
     if a.device.type != "cuda" and not (_INTERPRET and a.device.type == "cpu"):
         return None
-    if b.device != a.device or a.shape[1] != b.shape[0]:
-        return None
-    if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.dtype != a.dtype
-                             or bias.device != a.device or bias.shape[0] != b.shape[1] or bias.stride(0) != 1):
-        return None
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
-        return None  # the kernel records no autograd history
     la, lb = layout(a), layout(b)
     if la is None or lb is None or not _fits(a, la) or not _fits(b, lb):
         return None

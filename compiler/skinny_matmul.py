@@ -164,14 +164,27 @@ def skinny_matmul(a: torch.Tensor, b: torch.Tensor, bias=None, config=None, prec
     return out
 
 
-def _eligible(a, b, bias) -> bool:
+def plain_operands(a, b, bias) -> bool:
+    """Whether ``a @ b (+ bias)`` is a matmul a Triton kernel of ours may compute: 2-D operands of
+    one dtype and device whose sizes agree, a bias of one contiguous row of N (or none), and no
+    autograd history to record (the kernels record none).
+
+    >>> a, b = torch.randn(3, 4), torch.randn(4, 5)
+    >>> plain_operands(a, b, torch.randn(5)), plain_operands(a, b, torch.randn(3, 5)), plain_operands(a, b.double(), None)
+    (True, False, False)
+    """
     if a.dim() != 2 or b.dim() != 2 or a.dtype != b.dtype or a.device != b.device or a.shape[1] != b.shape[0]:
         return False
     if bias is not None and (not isinstance(bias, torch.Tensor) or bias.dim() != 1 or bias.dtype != a.dtype
                              or bias.device != a.device or bias.shape[0] != b.shape[1] or bias.stride(0) != 1):
         return False
-    if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)):
-        return False  # the kernel records no autograd history
+    return not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad
+                                             or (bias is not None and bias.requires_grad)))
+
+
+def _eligible(a, b, bias) -> bool:
+    if not plain_operands(a, b, bias):
+        return False
     # The sizes first: triton is imported only where the kernel could run.
     if not use_skinny(a.shape[0], b.shape[1], a.shape[1], a.dtype, a.device.type):
         return False
@@ -218,4 +231,4 @@ def extern_calls(dtype=None) -> dict:
     return {aten.mm.default: mm, aten.addmm.default: addmm}
 
 
-__all__ = ["mm", "addmm", "skinny_matmul", "use_skinny", "plan", "extern_calls", "ROWS", "CALLS"]
+__all__ = ["mm", "addmm", "skinny_matmul", "use_skinny", "plan", "extern_calls", "plain_operands", "ROWS", "CALLS"]

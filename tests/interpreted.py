@@ -49,6 +49,15 @@ def script_results(script: str, *args: str, timeout: int = 900) -> dict:
     return json.loads(line[-1][len("RESULTS "):])
 
 
+def module_results(namespace: dict, script: str) -> dict:
+    """A test module's case results: its ``case_*`` functions run here on CUDA, else ``script``
+    (the module's file, which prints them when run) under the interpreter."""
+    import torch
+    if torch.cuda.is_available():
+        return run_cases(namespace)
+    return script_results(os.path.abspath(script))
+
+
 def print_results(results: dict) -> None:
     """The line :func:`script_results` reads."""
     print("RESULTS " + json.dumps(results))

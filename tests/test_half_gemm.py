@@ -4,7 +4,6 @@ Without CUDA the cases run on CPU under TRITON_INTERPRET=1 in one subprocess (th
 as a script; the interpreter is chosen when triton is imported); with CUDA in-process.
 Sizes are small where the interpreter runs: it is slow.
 """
-import os
 
 import pytest
 import torch
@@ -163,9 +162,7 @@ CASES = interpreted.case_names(globals())
 
 @pytest.fixture(scope="module")
 def results():
-    if torch.cuda.is_available():
-        return interpreted.run_cases(globals())
-    return interpreted.script_results(os.path.abspath(__file__))
+    return interpreted.module_results(globals(), __file__)
 
 
 @pytest.mark.parametrize("case", CASES)
