@@ -13,7 +13,7 @@ Modes: ``eager``; ``ind_dyn`` (``torch.compile(dynamic=True)``); ``ind_static``
 its lengths runs twice, the second step timed);
 ``symshape`` (``backend="symshape", dynamic=True``); ``symshape_causal`` (the same with
 ``options={"causal_masks": True}``: masks proved causal become ``is_causal=True``); ``symshape_groups``,
-``symshape_gemm``, ``symshape_groups_gemm`` (symshape with its opt-in rewrites on: :data:`VARIANTS`);
+``symshape_gemm``, ``symshape_warm``, ``symshape_groups_warm`` (symshape with opt-in rewrites on: :data:`VARIANTS`);
 any mode with ``_nocudnn``
 appended (``eager_nocudnn``, ``ind_dyn_nocudnn``) runs with cuDNN's SDPA disabled,
 which plans per shape and so costs a new-length step milliseconds of host time.  Per mode: median step ms
@@ -217,9 +217,11 @@ def ref_grads(model, batch) -> dict:
     return {n: q.grad for n, q in ref.named_parameters() if q.grad is not None}
 
 
-#: symshape variants a mode name turns on for its own compiles and steps (``symshape_groups``:
-#: :mod:`compiler.linear_groups`; ``symshape_gemm``: :mod:`compiler.half_gemm`; both).
-VARIANTS = {"symshape_groups": (True, False), "symshape_gemm": (False, True), "symshape_groups_gemm": (True, True)}
+#: symshape variants a mode name turns on for its own compiles and steps: ``(module, flag)`` pairs
+#: set true (:mod:`compiler.linear_groups`, :mod:`compiler.half_gemm`, :mod:`compiler.cublas_warm`).
+VARIANTS = {"symshape_groups": (("linear_groups", "ENABLED"),), "symshape_gemm": (("half_gemm", "ENABLED"),),
+            "symshape_warm": (("cublas_warm", "ENABLED"),),
+            "symshape_groups_warm": (("linear_groups", "ENABLED"), ("cublas_warm", "ENABLED"))}
 
 
 @contextlib.contextmanager
@@ -231,17 +233,16 @@ def variant(mode):
     ...     linear_groups.ENABLED
     True
     """
-    want = VARIANTS.get(mode.removesuffix("_nocudnn"))
-    if want is None:
-        yield
-        return
-    from compiler import half_gemm, linear_groups
-    saved = linear_groups.ENABLED, half_gemm.ENABLED
-    linear_groups.ENABLED, half_gemm.ENABLED = want
+    import importlib
+    flags = [(importlib.import_module(f"compiler.{m}"), attr) for m, attr in VARIANTS.get(mode.removesuffix("_nocudnn"), ())]
+    saved = [getattr(m, attr) for m, attr in flags]
+    for m, attr in flags:
+        setattr(m, attr, True)
     try:
         yield
     finally:
-        linear_groups.ENABLED, half_gemm.ENABLED = saved
+        for (m, attr), v in zip(flags, saved):
+            setattr(m, attr, v)
 
 
 def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:

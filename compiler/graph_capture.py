@@ -24,6 +24,8 @@ from typing import Any, Callable
 import torch
 from torch.utils import _pytree as pytree
 
+from . import cublas_warm
+
 
 @dataclass
 class CaptureCost:
@@ -71,7 +73,8 @@ class GraphRecorder:
         torch.cuda.empty_cache()
         allocated, reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
+        # No cuBLAS warm-up launches from its thread while recording (compiler.cublas_warm).
+        with cublas_warm.exclusive(), torch.cuda.graph(graph, pool=self.pool, stream=self.stream):
             out = run()
         torch.cuda.synchronize(device)
         leaves = pytree.tree_leaves(out)

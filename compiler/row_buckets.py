@@ -47,6 +47,7 @@ from dataclasses import replace
 
 import torch
 
+from . import cublas_warm
 from .view_chains import step_name
 from .wrapper import Alloc, BufSlot, ExternStep, KernelStep, reinterpret
 
@@ -185,11 +186,40 @@ def _zeroed_room(t, dim: int, size: int):
     return grown
 
 
+def _layout_of(t) -> tuple:
+    """``(dtype, device, column-major)`` of a 2-D tensor: what an empty stand-in copies (a
+    warm-up holds no reference to the tensor itself, which may be an activation)."""
+    return t.dtype, t.device, t.dim() == 2 and t.stride(0) == 1 and t.stride(1) != 1
+
+
+def _empty(shape, layout):
+    """An empty 2-D tensor of ``shape`` with a :func:`_layout_of` layout."""
+    dtype, device, column_major = layout
+    if column_major:
+        return torch.empty(shape[::-1], dtype=dtype, device=device).t()
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def _warm_rows(op, a, others, out, p, call):
+    """Queue ``call`` at the other row buckets of the matmul ``op`` (:mod:`compiler.cublas_warm`):
+    ``call(x)`` runs it on an empty ``x`` of a bucket's rows (laid out as ``a``), making ``out``
+    columns; ``others``: its other operands (their shapes and strides name the call site)."""
+    if not cublas_warm.ENABLED:
+        return
+    k, size, la = a.shape[1], a.element_size(), _layout_of(a)
+    site = (op, la, k, tuple((tuple(o.shape), tuple(o.stride())) for o in others))
+    cublas_warm.note(site, p, lambda q: call(_empty((q, k), la)), bucket,
+                     nbytes=lambda q: (q * k + q * out) * size, device=a.device)
+
+
 def linear(x, w, b=None):
     """``F.linear(x, w, b)`` on ``x``'s rows rounded up to :func:`bucket` (CUDA half types)."""
     p = _rows(x)
     if p is None:
         return torch.nn.functional.linear(x, w, b)
+    shape_w, lw, nb = tuple(w.shape), _layout_of(w), None if b is None else b.shape[0]
+    _warm_rows(linear, x, (w,) + ((b,) if b is not None else ()), w.shape[0], p, lambda e: torch.nn.functional.linear(
+        e, _empty(shape_w, lw), None if nb is None else torch.empty(nb, dtype=e.dtype, device=e.device)))
     return torch.nn.functional.linear(_row_padded(x, p), w, b)[: x.shape[0]]
 
 
@@ -254,8 +284,21 @@ def mm(a, b):
     if p is None:
         k = _contraction(a, b)
         out = None if k is None else _padded_contraction(a, b, k)
+        if out is not None:
+            _warm_contraction(a, b, k)
         return torch.mm(a, b) if out is None else out
+    shape_b, lb = tuple(b.shape), _layout_of(b)
+    _warm_rows(mm, a, (b,), b.shape[1], p, lambda e: torch.mm(e, _empty(shape_b, lb)))
     return torch.mm(_row_padded(a, p), b)[: a.shape[0]]
+
+
+def _warm_contraction(a, b, k):
+    """Queue a weight gradient's ``a @ b`` at its contraction's other buckets (:mod:`compiler.cublas_warm`)."""
+    if not cublas_warm.ENABLED:
+        return
+    m, n, size, la, lb = a.shape[0], b.shape[1], a.element_size(), _layout_of(a), _layout_of(b)
+    cublas_warm.note((_warm_contraction, la, lb, m, n), k, lambda q: torch.mm(_empty((m, q), la), _empty((q, n), lb)), bucket,
+                     nbytes=lambda q: (m * q + q * n + m * n) * size, device=a.device)
 
 
 def addmm(bias, a, b, *, beta=1, alpha=1):
@@ -263,6 +306,9 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
     p = _rows(a)
     if p is None or bias.dim() != 1:
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+    shape_b, lb, nb = tuple(b.shape), _layout_of(b), bias.shape[0]
+    _warm_rows(addmm, a, (b, bias), b.shape[1], p, lambda e: torch.addmm(torch.empty(nb, dtype=e.dtype, device=e.device), e,
+                                                               _empty(shape_b, lb), beta=beta, alpha=alpha))
     return torch.addmm(bias, _row_padded(a, p), b, beta=beta, alpha=alpha)[: a.shape[0]]
 
 
