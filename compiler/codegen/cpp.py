@@ -41,6 +41,7 @@ from shapes.kernel_helpers import CPP_SOURCE
 from shapes.printers import to_cpp
 
 from ..ir import JVAR, RVAR, Const, Op, OpKind, ReductionKind, compute_dtype, flat_index
+from .cpu_heap import keep_heap_blocks
 from .cpp_build import UNIT, compile_module
 from .cpp_loops import COLUMN_BLOCK, column_dim, affine_in_loops, column_reduction, element_cost, row_pieces
 from .decompositions import Primitives, spellings
@@ -231,6 +232,7 @@ BUILD_COUNT = {"gcc": 0}
 
 def build(source: str) -> ctypes.CDLL:
     """Compile ``source`` (once per distinct source and flags) and load it."""
+    keep_heap_blocks()  # the kernels' buffers from malloc's heap, not fresh pages (cpu_heap)
     key = hashlib.sha256((source + " ".join(CXXFLAGS)).encode()).hexdigest()[:24]
     d = cache_dir()
     so = os.path.join(d, f"k_{key}.so")
