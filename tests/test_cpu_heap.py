@@ -47,7 +47,13 @@ def _faults(**env) -> float:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings")
 def test_a_compiled_model_takes_no_page_faults_per_call():
-    kept, fresh = _faults(), _faults(SYMSHAPE_MALLOPT="0")
-    if fresh < 500:  # glibc's dynamic threshold happened to keep the blocks this run (seen once in four)
-        pytest.skip(f"malloc's defaults served no fresh pages this run ({fresh} faults a call): nothing to compare")
+    # glibc's dynamic threshold sometimes keeps the blocks in the heap by itself (which thread
+    # freed what, in which order): up to three runs with its defaults, for one that faults.
+    for _ in range(3):
+        fresh = _faults(SYMSHAPE_MALLOPT="0")
+        if fresh >= 500:
+            break
+    else:
+        pytest.skip(f"malloc's defaults served no fresh pages in three runs ({fresh} faults a call): nothing to compare")
+    kept = _faults()
     assert kept * 10 < fresh, (kept, fresh)
