@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections import defaultdict
 
 import torch
@@ -29,7 +28,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import train_compare as tc  # noqa: E402
-from bench.train_profile import _step, cudnn_sdp_off, step_args  # noqa: E402
+from bench.train_profile import _step, cudnn_sdp_off, fixed_length_ms, step_args  # noqa: E402
 
 
 def rank(by_mode: dict, top: int) -> list:
@@ -52,13 +51,7 @@ def host_profile(mode, name, dtype, device, length, steps) -> dict:
     for L in (928, 458, length):  # compile, a second length, then the timed one
         _step(fn, batch(L, g), opt, device, dtype)
     b = batch(length, g)
-    _step(fn, b, opt, device, dtype)
-    tc._sync(device)
-    t = time.perf_counter()
-    for _ in range(steps):
-        _step(fn, b, opt, device, dtype)
-    tc._sync(device)
-    wall = (time.perf_counter() - t) / steps * 1e3
+    wall = fixed_length_ms(fn, b, opt, device, dtype, steps)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             _step(fn, b, opt, device, dtype)

@@ -102,14 +102,6 @@ def _usable(a, b, bias) -> tuple | None:
     return la, lb
 
 
-def _launcher(key, options):
-    got = _launchers.get(key)
-    if got is None:
-        from .codegen.triton_launch import Launcher
-        got = _launchers[key] = Launcher(_kernel(), options)
-    return got
-
-
 def matmul(a, b, bias=None):
     """``a @ b (+ bias)`` on the Triton GEMM where it takes them (see the module docstring), else
     :func:`torch.addmm` / :func:`torch.mm`.
@@ -142,7 +134,8 @@ def _run(a, b, bias, lay):
     key = (a_t, b_t, bias is not None, ld8, m_even, n_even, up, bm, bn, a.dtype)
     launch = _launchers.get(key)
     if launch is None:
-        launch = _launcher(key, {"A_T": a_t, "B_T": b_t, "HAS_BIAS": bias is not None, "LD8": ld8,
+        from .codegen.triton_launch import Launcher
+        launch = _launchers[key] = Launcher(_kernel(), {"A_T": a_t, "B_T": b_t, "HAS_BIAS": bias is not None, "LD8": ld8,
                                  "M_EVEN": m_even, "N_EVEN": n_even, "UPCAST": up, "BM": bm, "BN": bn, "BK": bk,
                                  "GM": 8, "num_warps": warps, "num_stages": stages})
     launch([a, b, out if bias is None else bias, out], (-(-m // bm) * -(-n // bn),), [m, n, k, lda, ldb, n])

@@ -73,6 +73,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import row_buckets
 from .graph_inputs import ArgKind, plan_graph
+from . import linear_groups
 from .linear_groups import copy_graph, group_linears
 from .runtime import CompiledProgram
 from .separable_resize import resize_as_matmuls
@@ -298,8 +299,9 @@ def train_backend(gm, example_inputs, *, target: str, stats: dict, causal=None):
             causal = os.environ.get("SYMSHAPE_TRAIN_CAUSAL", "1") == "1"
         stats["masks_dropped"] = stats.get("masks_dropped", 0) + drop_proved_masks(gm, causal=causal)
         stats["resizes_as_matmuls"] = stats.get("resizes_as_matmuls", 0) + resize_as_matmuls(gm)
-        before = copy_graph(gm.graph)
-        grouped = group_linears(gm)
+        if linear_groups.ENABLED:  # the graph as dynamo gave it, kept only where a rewrite may need undoing
+            before = copy_graph(gm.graph)
+            grouped = group_linears(gm)
     with attention_without_plans(example_inputs):
         if not grouped:
             return backend(gm, example_inputs)
