@@ -13,7 +13,8 @@ Modes: ``eager``; ``ind_dyn`` (``torch.compile(dynamic=True)``); ``ind_static``
 its lengths runs twice, the second step timed);
 ``symshape`` (``backend="symshape", dynamic=True``); ``symshape_causal`` (the same with
 ``options={"causal_masks": True}``: masks proved causal become ``is_causal=True``); ``symshape_groups``,
-``symshape_gemm``, ``symshape_warm``, ``symshape_groups_warm`` (symshape with opt-in rewrites on: :data:`VARIANTS`);
+``symshape_gemm``, ``symshape_warm``, ``symshape_groups_warm`` (symshape with opt-in rewrites on: :data:`VARIANTS`),
+``symshape_procs`` (kernel builds in worker processes: :data:`ENV_VARIANTS`);
 any mode with ``_nocudnn``
 appended (``eager_nocudnn``, ``ind_dyn_nocudnn``) runs with cuDNN's SDPA disabled,
 which plans per shape and so costs a new-length step milliseconds of host time.  Per mode: median step ms
@@ -223,6 +224,10 @@ VARIANTS = {"symshape_groups": (("linear_groups", "ENABLED"),), "symshape_gemm":
             "symshape_warm": (("cublas_warm", "ENABLED"),),
             "symshape_groups_warm": (("linear_groups", "ENABLED"), ("cublas_warm", "ENABLED"))}
 
+#: symshape variants set through the environment for the mode's compiles and steps:
+#: ``symshape_procs`` builds Triton kernel variants in worker processes (:mod:`compiler.codegen.triton_build`).
+ENV_VARIANTS = {"symshape_procs": {"SYMSHAPE_BUILD_PROCESSES": "1"}}
+
 
 @contextlib.contextmanager
 def variant(mode):
@@ -234,15 +239,24 @@ def variant(mode):
     True
     """
     import importlib
-    flags = [(importlib.import_module(f"compiler.{m}"), attr) for m, attr in VARIANTS.get(mode.removesuffix("_nocudnn"), ())]
+    base = mode.removesuffix("_nocudnn")
+    flags = [(importlib.import_module(f"compiler.{m}"), attr) for m, attr in VARIANTS.get(base, ())]
     saved = [getattr(m, attr) for m, attr in flags]
+    env = ENV_VARIANTS.get(base, {})
+    saved_env = {k: os.environ.get(k) for k in env}
     for m, attr in flags:
         setattr(m, attr, True)
+    os.environ.update(env)
     try:
         yield
     finally:
         for (m, attr), v in zip(flags, saved):
             setattr(m, attr, v)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
