@@ -7,7 +7,10 @@ Layouts are constexprs, leading dims are not: ``A_T`` says ``a`` is stored trans
 (element ``(m, k)`` at ``k * lda + m``), ``B_T`` the same for ``b`` (``(k, n)`` at
 ``n * ldb + k``); the unit stride is known at compile time, so loads along it vectorize.
 Every size and leading dim is ``do_not_specialize``: one binary serves every sequence
-length (Triton would otherwise build one per divisibility class of each).  ``LD8``
+length (Triton would otherwise build one per divisibility class of each), and the launcher
+(:class:`~compiler.codegen.triton_launch.Launcher`) reuses a binary across integer values, so
+a specialization (``lda == 1`` at a first call with one column) would be baked into later
+calls: on the H100 that read past the operands (NaN and inf at K=1 and K=13).  ``LD8``
 promises that every leading dim is a multiple of 8 (16-byte rows for half types).
 ``M_EVEN`` / ``N_EVEN`` promise that ``BM`` divides M / ``BN`` divides N: only then are
 the contiguous ``m`` (``A_T``) or ``n`` (not ``B_T``) indices hinted contiguous; rows past
@@ -25,7 +28,7 @@ import triton
 import triton.language as tl
 
 
-@triton.jit(do_not_specialize=["M", "K"])
+@triton.jit(do_not_specialize=["M", "N", "K", "lda", "ldb", "ldc"])
 def gemm(a, b, bias, c, M, N, K, lda, ldb, ldc,
          A_T: tl.constexpr, B_T: tl.constexpr, HAS_BIAS: tl.constexpr, LD8: tl.constexpr,
          M_EVEN: tl.constexpr, N_EVEN: tl.constexpr, UPCAST: tl.constexpr,
@@ -45,13 +48,12 @@ def gemm(a, b, bias, c, M, N, K, lda, ldb, ldc,
     rm = pm * BM + tl.arange(0, BM)
     rn = pn * BN + tl.arange(0, BN)
     rk = tl.arange(0, BK)
-    # Hints on a dim's wrapped indices are only true where BM (BN) divides it, and only matter
-    # where that dim is its operand's contiguous one; elsewhere they are harmless and help.
-    if M_EVEN or not A_T:
+    # Hints on a dim's wrapped indices are only true where BM (BN) divides it.
+    if M_EVEN:
         am = tl.max_contiguous(tl.multiple_of(rm % M, BM), BM)
     else:
         am = rm % M
-    if N_EVEN or B_T:
+    if N_EVEN:
         bn = tl.max_contiguous(tl.multiple_of(rn % N, BN), BN)
     else:
         bn = rn % N
