@@ -61,3 +61,27 @@ def module_results(namespace: dict, script: str) -> dict:
 def print_results(results: dict) -> None:
     """The line :func:`script_results` reads."""
     print("RESULTS " + json.dumps(results))
+
+
+def case_tests(namespace: dict, script: str) -> tuple:
+    """``(results, test)`` for a module to bind at its end: a module-scoped fixture that runs
+    its ``case_*`` functions (:func:`module_results`) and one test per case, which passes on
+    ``"ok"``, skips on ``"skip: why"`` and fails with anything else (the case's error).
+
+    Usage (the last line of a test module)::
+
+        results, test_case = interpreted.case_tests(globals(), __file__)
+    """
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def results():
+        return module_results(namespace, script)
+
+    @pytest.mark.parametrize("case", case_names(namespace))
+    def test(results, case):
+        if results[case].startswith("skip: "):
+            pytest.skip(results[case][len("skip: "):])
+        assert results[case] == "ok", results[case]
+
+    return results, test

@@ -157,17 +157,7 @@ def case_a_bf16_training_step_runs_its_matmuls_on_the_kernel():
     return "ok"
 
 
-CASES = interpreted.case_names(globals())
-
-
-@pytest.fixture(scope="module")
-def results():
-    return interpreted.module_results(globals(), __file__)
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_half_gemm_case(results, case):
-    assert results[case] == "ok", results[case]
+results, test_half_gemm_case = interpreted.case_tests(globals(), __file__)
 
 
 def test_layouts_and_configs():

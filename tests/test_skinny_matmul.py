@@ -194,19 +194,7 @@ def case_ineligible_calls_run_aten():
     return "ok"
 
 
-CASES = interpreted.case_names(globals())
-
-
-@pytest.fixture(scope="module")
-def results():
-    return interpreted.module_results(globals(), __file__)
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_skinny_matmul_case(results, case):
-    if results[case].startswith("skip: "):
-        pytest.skip(results[case][len("skip: "):])
-    assert results[case] == "ok", results[case]
+results, test_skinny_matmul_case = interpreted.case_tests(globals(), __file__)
 
 
 if __name__ == "__main__":
