@@ -45,8 +45,8 @@ def _rename_from(base):
 
 def _instrument():
     """Number each compiled graph's kernels apart and keep (graph, compiled) pairs."""
-    from compiler import runtime, training
-    sched, orig = runtime.schedule, training._compile_aten_graph
+    from compiler import training, variant
+    sched, orig = variant.schedule, training._compile_aten_graph
     count = [0]
 
     def schedule(lp):
@@ -57,7 +57,7 @@ def _instrument():
         r = orig(gm, ex, target=target, graph=graph, stats=stats)
         PROGRAMS.append((graph, r))
         return r
-    runtime.schedule = schedule
+    variant.schedule = schedule
     training._compile_aten_graph = compile_graph
 
 

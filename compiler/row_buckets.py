@@ -75,6 +75,16 @@ class training_graphs:
         _training = self.was
 
 
+def planning_training() -> bool:
+    """Whether programs planned now are a training step's graphs (inside :class:`training_graphs`),
+    whatever :data:`ENABLED` says.
+
+    >>> planning_training()
+    False
+    """
+    return _training
+
+
 def active() -> bool:
     """Whether programs planned now bucket their matmuls (:data:`ENABLED`, :class:`training_graphs`)."""
     return ENABLED if ENABLED is not None else _training
@@ -363,4 +373,4 @@ def with_room(plan) -> list:
 
 
 __all__ = ["bucket", "linear", "mm", "addmm", "mm_padded_contraction", "K_COPY_BYTES", "bucketed_steps", "with_room",
-           "alloc_with_room", "training_graphs", "active", "ENABLED"]
+           "alloc_with_room", "training_graphs", "planning_training", "active", "ENABLED"]

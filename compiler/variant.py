@@ -30,7 +30,7 @@ from shapes.devices import DeviceMismatch
 from shapes.guard import GuardKind
 from shapes.program import violation_message
 
-from . import mask_proofs, sized_masks
+from . import mask_proofs, row_buckets, sized_masks
 from .attention import fuse_causal_attention
 from .sdpa_calls import tune_calls
 from .codegen import TARGETS
@@ -215,6 +215,9 @@ class Variant:
         #: only.  A property of the build, checked by :meth:`run` (the uncached path): the binding
         #: cache's key holds the device, so a cached call never needs the check.
         self.device_type = "cpu" if target == "cpp" else None
+        #: A training step's graph (AOTAutograd's forward or backward): run under no_grad, its
+        #: outputs are saved activations and gradients, never views a caller's autograd tracks.
+        self.training = row_buckets.planning_training()
         env = tp.env
         self.symbols = [env.symbols[n] for n in sorted(env.symbols)]
         guards = [g.expr for g in env.constraints + env.records if g.kind is not GuardKind.RUNTIME_ASSERT
@@ -473,7 +476,8 @@ class Variant:
         views.update({name: (e.layout.shape, e.layout.strides) + ((e.layout.offset,) if e.layout.offset is not None
                                                                    else ()) for name, e in ends.items()})
         return straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts], self.outputs,
-                             skip=frozenset(skip) | dropped, cpu_allocs=self.cpp_calls, views=views)
+                             skip=frozenset(skip) | dropped, cpu_allocs=self.cpp_calls, views=views,
+                             untracked_outputs=self.training)
 
     def plan_at(self, classes: tuple) -> tuple:
         """``(plan, skip)``: the plan at these mask classes (dropped masks not passed) and the

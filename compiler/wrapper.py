@@ -268,7 +268,7 @@ def _var(name: str) -> str:
 class _Writer:
     def __init__(self):
         self.ns: dict = {"empty_strided": torch.empty_strided, "OWNED": Owned, "ALLOCATOR": allocator,
-                         "REINTERPRET": _REINTERPRET}
+                         "REINTERPRET": _REINTERPRET, "GRAD_ON": torch.is_grad_enabled}
         self.lines: list[str] = []
         self.count = 0
         self.run_cache = False
@@ -353,7 +353,8 @@ def _last_uses(plan, outputs) -> dict:
     return out
 
 
-def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=False, views=None):
+def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=False, views=None,
+                  untracked_outputs=False):
     """``(source, fn)``: ``fn(tensors, s, launches, const_tensors, dev)`` runs ``plan``
     (:class:`KernelStep` / :class:`ExternStep`) and returns the output leaves;
     ``s`` holds the size function's values, ``launches`` one ``launch(buffers)`` per
@@ -365,9 +366,13 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
     ``views``: per output name of a step viewing its first argument, the size slots of its shape
     and strides (and of its offset from the argument's, where given): an argument that is
     contiguous and not tracked by autograd is viewed with them directly (what the step returns
-    for it, without the dispatcher); any other runs the step (:mod:`compiler.view_chains`)."""
+    for it, without the dispatcher); any other runs the step (:mod:`compiler.view_chains`).  A
+    parameter (autograd tracks it) is viewed so only while grad mode is off, and only where the
+    view is not returned, unless ``untracked_outputs`` (a training graph: AOTAutograd saves its
+    outputs for the backward, where no autograd reads their flags)."""
     w = _Writer()
     views = views or {}
+    returned = set() if untracked_outputs else _returned_or_viewed(plan, outputs)
     if cpu_allocs:
         w.ns["empty_strided"] = _EMPTY_CPU
     body = w.lines
@@ -413,9 +418,15 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
                 size = "(" + "".join(f"s[{i}], " for i in view[0]) + ")"
                 stride = "(" + "".join(f"s[{i}], " for i in view[1]) + ")"
                 offset = f"{x}.storage_offset()" + (f" + s[{view[2]}]" if len(view) > 2 else "")
-                # Not for a tensor autograd tracks (a parameter): reshape's view of it carries requires_grad.
-                made = (f"(REINTERPRET({x}, {size}, {stride}, {offset}) if {x}.is_contiguous() and not "
-                        f"{x}.requires_grad else {made})")
+                # Not for a tensor autograd tracks (a parameter) while grad mode is on: reshape's view
+                # of it carries requires_grad.  Under no_grad (AOTAutograd runs a training step's
+                # forward and backward so) nothing records: BERT's backward took 14 chains of
+                # ``t(t(weight))`` through their own calls at every step, 13 us each on the CPU.
+                # A view the program returns keeps the rule: under no_grad ATen's view of a parameter
+                # still says requires_grad, and the caller gets what eager gives.
+                tracked = f"not {x}.requires_grad" if step.out in returned else \
+                    f"(not {x}.requires_grad or not GRAD_ON())"
+                made = f"(REINTERPRET({x}, {size}, {stride}, {offset}) if {x}.is_contiguous() and {tracked} else {made})"
             body.append(f"    {_var(step.out)} = {made}")
         if n in dead:
             body.append(f"    del {', '.join(_var(name) for name in sorted(dead[n]))}")
@@ -425,6 +436,28 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
     src = "def run(tensors, s, launches, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
     return src, w.ns["run"]
+
+
+#: Plan steps whose result may share its first argument's storage (a view, or the argument itself).
+_ALIASING = frozenset({"view_as_traced", "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "unsqueeze",
+                       "squeeze", "expand", "slice", "select", "detach", "alias", "as_strided", "split", "unbind",
+                       "getitem", "contiguous", "narrow", "diagonal", "unfold", "view_chain", "view_as", "movedim"})
+
+
+def _returned_or_viewed(plan, outputs) -> set:
+    """Names of ``plan``'s values that the program returns or that a returned value may view.
+
+    >>> t = ExternStep(torch.ops.aten.t.default, (BufSlot("w"),), {}, "wt")
+    >>> sorted(_returned_or_viewed([t], [BufSlot("wt")]))
+    ['w', 'wt']
+    """
+    names = set(template_buffers(list(outputs), set()))
+    for step in reversed(plan):
+        if not isinstance(step, ExternStep) or step.out not in names:
+            continue
+        if (getattr(step.target, "__name__", None) or str(step.target)).split(".")[0] in _ALIASING:
+            names.update(a.name for a in step.args if isinstance(a, BufSlot))
+    return names
 
 
 #: ATen ops a plan calls that make a view or read metadata: no kernel launch.

@@ -133,3 +133,52 @@ def test_random_view_chains_equal_eager(seed):
         for g, e in zip(got, want):
             assert g.shape == e.shape, (links, B, T)
             torch.testing.assert_close(g, e, rtol=0, atol=0)
+
+
+class _Tied(torch.nn.Module):
+    """An embedding whose weight is the output projection too (BERT's and GPT-2's LM heads): the
+    training graphs view the shared weight through chains of transposes."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.proj = torch.nn.Linear(16, 16)
+
+    def forward(self, ids):
+        return torch.nn.functional.linear(torch.tanh(self.proj(self.emb(ids))), self.emb.weight)
+
+
+def test_training_graphs_view_parameters_directly_and_train_as_eager(monkeypatch):
+    """AOTAutograd runs a training step's graphs under no_grad: a chain from a parameter (autograd
+    tracks it) is one direct view there, not the chain's own calls at every step, and the gradients
+    are eager's."""
+    from compiler import view_chains
+    calls = []
+    own = view_chains.ChainCalls.__call__
+    monkeypatch.setattr(view_chains.ChainCalls, "__call__", lambda self, start, s: calls.append(self.start) or own(self, start, s))
+    torch.manual_seed(0)
+    model = _Tied()
+    f = torch.compile(model, backend="symshape", dynamic=True)
+    for n in (5, 1, 7, 3):
+        ids = torch.randint(0, 50, (2, n))
+        f(ids).pow(2).mean().backward()
+        got = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        model(ids).pow(2).mean().backward()
+        for g, e in zip(got, [p.grad for p in model.parameters()]):
+            torch.testing.assert_close(g, e)
+        model.zero_grad()
+    assert calls == [], calls
+
+
+def test_a_returned_view_of_a_parameter_says_requires_grad_as_eager_does():
+    """Outside training graphs a view the program returns keeps ATen's flags: under no_grad eager's
+    view of a parameter still says requires_grad, and so does the compiled program's."""
+    def prog(x, w):
+        return x * 2, w.view(4, 16).view(8, 8).t()
+
+    f = compiler.compile(prog, "x: f32[N, 8]", "w: f32[8, 8]")
+    x, w = torch.randn(3, 8), torch.nn.Parameter(torch.randn(8, 8))
+    with torch.no_grad():
+        got, want = f(x, w)[1], prog(x, w)[1]
+    assert torch.equal(got, want) and got.requires_grad == want.requires_grad, (got.requires_grad, want.requires_grad)
