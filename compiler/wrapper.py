@@ -414,19 +414,7 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
             made = f"{w.obj(target, 'F')}({', '.join(call)})"
             view = views.get(step.out)
             if view is not None and step.args and isinstance(step.args[0], BufSlot) and not step.kwargs:
-                x = w.code(step.args[0])
-                size = "(" + "".join(f"s[{i}], " for i in view[0]) + ")"
-                stride = "(" + "".join(f"s[{i}], " for i in view[1]) + ")"
-                offset = f"{x}.storage_offset()" + (f" + s[{view[2]}]" if len(view) > 2 else "")
-                # Not for a tensor autograd tracks (a parameter) while grad mode is on: reshape's view
-                # of it carries requires_grad.  Under no_grad (AOTAutograd runs a training step's
-                # forward and backward so) nothing records: BERT's backward took 14 chains of
-                # ``t(t(weight))`` through their own calls at every step, 13 us each on the CPU.
-                # A view the program returns keeps the rule: under no_grad ATen's view of a parameter
-                # still says requires_grad, and the caller gets what eager gives.
-                tracked = f"not {x}.requires_grad" if step.out in returned else \
-                    f"(not {x}.requires_grad or not GRAD_ON())"
-                made = f"(REINTERPRET({x}, {size}, {stride}, {offset}) if {x}.is_contiguous() and {tracked} else {made})"
+                made = _direct_view(w.code(step.args[0]), view, made, step.out in returned)
             body.append(f"    {_var(step.out)} = {made}")
         if n in dead:
             body.append(f"    del {', '.join(_var(name) for name in sorted(dead[n]))}")
@@ -436,6 +424,27 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
     src = "def run(tensors, s, launches, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
     return src, w.ns["run"]
+
+
+def _direct_view(x: str, view: tuple, made: str, returned: bool) -> str:
+    """The expression making a view step's result: a direct view of ``x`` at ``view``'s size slots
+    where ``x`` is contiguous, else ``made`` (the step's own call).
+
+    Not for a tensor autograd tracks (a parameter) while grad mode is on: reshape's view of it
+    carries requires_grad.  Under no_grad (AOTAutograd runs a training step's forward and backward
+    so) nothing records: BERT's backward took 14 chains of ``t(t(weight))`` through their own calls
+    at every step, 13 us each on the CPU.  A view the program returns (``returned``) keeps the rule:
+    under no_grad ATen's view of a parameter still says requires_grad, and the caller gets what
+    eager gives.
+
+    >>> _direct_view("b_x", ((0,), (1,)), "F0(b_x)", True)
+    '(REINTERPRET(b_x, (s[0], ), (s[1], ), b_x.storage_offset()) if b_x.is_contiguous() and not b_x.requires_grad else F0(b_x))'
+    """
+    size = "(" + "".join(f"s[{i}], " for i in view[0]) + ")"
+    stride = "(" + "".join(f"s[{i}], " for i in view[1]) + ")"
+    offset = f"{x}.storage_offset()" + (f" + s[{view[2]}]" if len(view) > 2 else "")
+    tracked = f"not {x}.requires_grad" if returned else f"(not {x}.requires_grad or not GRAD_ON())"
+    return f"(REINTERPRET({x}, {size}, {stride}, {offset}) if {x}.is_contiguous() and {tracked} else {made})"
 
 
 #: Plan steps whose result may share its first argument's storage (a view, or the argument itself).

@@ -42,6 +42,7 @@ from shapes.printers import to_cpp
 
 from ..ir import JVAR, RVAR, Const, Op, OpKind, ReductionKind, compute_dtype, flat_index
 from .cpu_heap import keep_heap_blocks
+from . import cpp_call
 from .cpp_build import UNIT, compile_module
 from .cpp_loops import COLUMN_BLOCK, column_dim, affine_in_loops, column_reduction, element_cost, row_pieces
 from .decompositions import Primitives, spellings
@@ -255,8 +256,10 @@ def build(source: str) -> ctypes.CDLL:
 
 def _bound_launch(fn, tags, calls, name, sizes):
     """A C++ kernel's launch at fixed ``sizes`` (the wrapper binds once per input shape): the size
-    array is built here once, so a call builds only its buffers' pointer array.  The arrays
-    are the call's own (ctypes releases the GIL while the kernel runs: nothing shared is written).
+    array is built here once, so a call passes only its buffers' addresses, through
+    :mod:`compiler.codegen.cpp_call` where it is built, else ctypes (a pointer array per call).
+    The arrays are the call's own (the GIL is released while the kernel runs: nothing shared is
+    written).
 
     >>> got = []
     >>> class Fn:
@@ -266,6 +269,18 @@ def _bound_launch(fn, tags, calls, name, sizes):
     (5, 7)
     """
     vals = (ctypes.c_int64 * max(len(sizes), 1))(*sizes)
+    call = cpp_call.caller(cache_dir()) if isinstance(fn, ctypes._CFuncPtr) else None
+    if call is not None:
+        # Through the extension (compiler.codegen.cpp_call): the addresses as ints, read in C.
+        addr, vals_addr = ctypes.cast(fn, ctypes.c_void_p).value, ctypes.addressof(vals)
+
+        def direct(tensors):
+            i = call(addr, vals_addr, *[x.data_ptr() for x in tensors])
+            if i < 0:
+                raise RuntimeError(f"symshape: no size-class variant of {name} holds for sizes {tuple(sizes)}")
+            calls[tags[i]] += 1
+        direct.sizes = vals  # kept alive with the launch: the kernel reads it at every call
+        return direct
     ptr_types: dict = {}
 
     def launch(tensors):

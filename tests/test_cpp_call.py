@@ -1,0 +1,61 @@
+"""C++ kernels called through symshape's CPython extension (compiler.codegen.cpp_call), not ctypes."""
+import ctypes
+import os
+import subprocess
+import sys
+
+import torch
+
+import compiler
+from compiler.codegen import cpp, cpp_call
+
+_KERNEL = r"""
+#include <cstdint>
+extern "C" int scale_add(void** ptrs, int64_t* sizes) {
+  const float* x = (const float*)ptrs[0];
+  float* y = (float*)ptrs[1];
+  for (int64_t i = 0; i < sizes[0]; i++) y[i] = x[i] * sizes[1] + 1.0f;
+  return sizes[0] > 3 ? 1 : 0;
+}
+"""
+
+
+def test_the_extension_calls_a_kernel_with_its_buffers_and_sizes():
+    call = cpp_call.caller(cpp.cache_dir())
+    assert call is not None, cpp_call.STATE
+    fn = cpp.build(_KERNEL).scale_add
+    x, y = torch.arange(5, dtype=torch.float32), torch.zeros(5)
+    sizes = (ctypes.c_int64 * 2)(5, 3)
+    assert call(ctypes.cast(fn, ctypes.c_void_p).value, ctypes.addressof(sizes), x.data_ptr(), y.data_ptr()) == 1
+    assert torch.equal(y, x * 3 + 1)
+
+
+def test_a_bound_launch_goes_through_it_and_counts_the_variant():
+    fn = cpp.build(_KERNEL).scale_add
+    fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
+    calls = {"small": 0, "big": 0}
+    launch = cpp._bound_launch(fn, ["small", "big"], calls, "scale_add", (2, 4))
+    assert launch.__name__ == "direct"
+    x, y = torch.tensor([1.0, 2.0]), torch.zeros(2)
+    launch([x, y])
+    assert torch.equal(y, torch.tensor([5.0, 9.0])) and calls == {"small": 1, "big": 0}
+
+
+def test_compiled_programs_equal_eager_through_it():
+    f = compiler.compile(lambda x: torch.softmax(x * 2, -1) + x.sum(0), "x: f32[N, 16]", target="cpp")
+    for n in (1, 7, 33):
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(f(x), torch.softmax(x * 2, -1) + x.sum(0))
+    assert cpp_call.STATE.get("call") is not None, cpp_call.STATE
+
+
+def test_without_it_launches_stay_on_ctypes():
+    code = ("import torch, compiler; from compiler.codegen import cpp_call\n"
+            "f = compiler.compile(lambda x: x.exp() + 1, 'x: f32[N]', target='cpp')\n"
+            "x = torch.randn(9); assert torch.allclose(f(x), x.exp() + 1)\n"
+            "print(cpp_call.STATE)")
+    env = dict(os.environ, SYMSHAPE_CPP_CALL="0")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "'call': None" in r.stdout and "SYMSHAPE_CPP_CALL=0" in r.stdout, r.stdout
