@@ -400,6 +400,8 @@ class Variant:
         or meta tensor read by C++ kernels through a device pointer), with a typed error."""
         if self.device_type is None:
             return
+        if self.device_type == "cpu" and all(t.is_cpu for t in tensors if isinstance(t, torch.Tensor)):
+            return  # the common case, without a device object per tensor (~1 us each)
         for t, spec in zip(tensors, self.tp.specs):
             if isinstance(t, torch.Tensor) and t.device.type != self.device_type:
                 raise DeviceMismatch(

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 import compiler
@@ -25,16 +26,17 @@ def test_the_extension_calls_a_kernel_with_its_buffers_and_sizes():
     assert call is not None, cpp_call.STATE
     fn = cpp.build(_KERNEL).scale_add
     x, y = torch.arange(5, dtype=torch.float32), torch.zeros(5)
-    sizes = (ctypes.c_int64 * 2)(5, 3)
-    assert call(ctypes.cast(fn, ctypes.c_void_p).value, ctypes.addressof(sizes), x.data_ptr(), y.data_ptr()) == 1
+    assert call(ctypes.cast(fn, ctypes.c_void_p).value, 2, 5, 3, x.data_ptr(), y.data_ptr()) == 1
     assert torch.equal(y, x * 3 + 1)
+    with pytest.raises(ValueError, match="fewer arguments"):
+        call(ctypes.cast(fn, ctypes.c_void_p).value, 3, 5, 3)
 
 
 def test_a_bound_launch_goes_through_it_and_counts_the_variant():
     fn = cpp.build(_KERNEL).scale_add
     fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
     calls = {"small": 0, "big": 0}
-    launch = cpp._bound_launch(fn, ["small", "big"], calls, "scale_add", (2, 4))
+    launch = cpp._bound_launch(fn, ["small", "big"], calls, "scale_add", (2, 4), ctypes.cast(fn, ctypes.c_void_p).value)
     assert launch.__name__ == "direct"
     x, y = torch.tensor([1.0, 2.0]), torch.zeros(2)
     launch([x, y])

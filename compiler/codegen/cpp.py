@@ -254,12 +254,12 @@ def build(source: str) -> ctypes.CDLL:
         return ctypes.CDLL(so)
 
 
-def _bound_launch(fn, tags, calls, name, sizes):
-    """A C++ kernel's launch at fixed ``sizes`` (the wrapper binds once per input shape): the size
-    array is built here once, so a call passes only its buffers' addresses, through
-    :mod:`compiler.codegen.cpp_call` where it is built, else ctypes (a pointer array per call).
-    The arrays are the call's own (the GIL is released while the kernel runs: nothing shared is
-    written).
+def _bound_launch(fn, tags, calls, name, sizes, addr=None):
+    """A C++ kernel's launch at fixed ``sizes`` (the wrapper binds once per input shape), so a call
+    passes only its buffers' addresses: through :mod:`compiler.codegen.cpp_call` where it is built
+    (``addr``: the kernel's address), else ctypes (the size array built here once, a pointer array
+    per call).  The arrays are the call's own (the GIL is released while the kernel runs: nothing
+    shared is written).
 
     >>> got = []
     >>> class Fn:
@@ -268,19 +268,18 @@ def _bound_launch(fn, tags, calls, name, sizes):
     >>> launch([torch.zeros(2)]); got[0][1:]
     (5, 7)
     """
-    vals = (ctypes.c_int64 * max(len(sizes), 1))(*sizes)
-    call = cpp_call.caller(cache_dir()) if isinstance(fn, ctypes._CFuncPtr) else None
-    if call is not None:
-        # Through the extension (compiler.codegen.cpp_call): the addresses as ints, read in C.
-        addr, vals_addr = ctypes.cast(fn, ctypes.c_void_p).value, ctypes.addressof(vals)
+    call = cpp_call.STATE["call"] if "call" in cpp_call.STATE else cpp_call.caller(cache_dir())
+    if call is not None and addr is not None:
+        # Through the extension (compiler.codegen.cpp_call): sizes and addresses as ints, read in C.
+        head = (addr, len(sizes), *sizes)
 
         def direct(tensors):
-            i = call(addr, vals_addr, *[x.data_ptr() for x in tensors])
+            i = call(*head, *[x.data_ptr() for x in tensors])
             if i < 0:
                 raise RuntimeError(f"symshape: no size-class variant of {name} holds for sizes {tuple(sizes)}")
             calls[tags[i]] += 1
-        direct.sizes = vals  # kept alive with the launch: the kernel reads it at every call
         return direct
+    vals = (ctypes.c_int64 * max(len(sizes), 1))(*sizes)
     ptr_types: dict = {}
 
     def launch(tensors):
@@ -467,7 +466,8 @@ class CppTarget(Target):
                 raise RuntimeError(f"symshape: no size-class variant of {name} holds for sizes {tuple(sizes)}")
             _calls[_tags[i]] += 1
         launch.variant_calls = calls  # size-class tag -> launches (selected by the kernel's C++ predicate)
-        launch.bind = lambda sizes: _bound_launch(fn, meta, calls, name, sizes)
+        addr = ctypes.cast(fn, ctypes.c_void_p).value
+        launch.bind = lambda sizes: _bound_launch(fn, meta, calls, name, sizes, addr)
         return launch
 
 

@@ -5,9 +5,10 @@ call builds a ``c_void_p`` array from the buffers' addresses and converts both a
 about 3 us of the host's time per launch on the 2-core CI machine, where a BERT training
 step at a few tokens launches 40 kernels (~0.12 ms of a 1.1 ms forward and backward).
 :func:`caller` builds, once per Python version and cached on disk beside the kernels, a
-one-function extension module: ``call(kernel address, sizes address, *buffer addresses)``
-(``METH_FASTCALL``: the addresses are Python ints, read in C; the GIL is released while the
-kernel runs, as ctypes does).  Where it cannot be built (no Python headers, no compiler),
+one-function extension module: ``call(kernel address, n, *n sizes, *buffer addresses)``
+(``METH_FASTCALL``: sizes and addresses are Python ints, read in C onto the stack; the GIL is
+released while the kernel runs, as ctypes does), so a launch bound to new sizes (a training
+step at a new length) makes no ctypes array either.  Where it cannot be built (no Python headers, no compiler),
 :func:`caller` returns None and launches stay on ctypes, with the reason in :data:`STATE`.
 
 Example::
@@ -42,34 +43,45 @@ SOURCE = r"""
 
 typedef int (*kernel_fn)(void**, int64_t*);
 
-/* call(kernel, sizes, *buffers): the kernel's return value (its size-class variant, or -1). */
+/* call(kernel, n, *sizes, *buffers): the kernel's return value (its size-class variant, or -1). */
 static PyObject* call(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   if (nargs < 2) {
-    PyErr_SetString(PyExc_TypeError, "call(kernel address, sizes address, *buffer addresses)");
+    PyErr_SetString(PyExc_TypeError, "call(kernel address, n, *n sizes, *buffer addresses)");
     return NULL;
   }
   kernel_fn fn = (kernel_fn)PyLong_AsVoidPtr(args[0]);
-  int64_t* sizes = (int64_t*)PyLong_AsVoidPtr(args[1]);
-  Py_ssize_t n = nargs - 2;
-  void* small[64];
-  void** ptrs = n <= 64 ? small : (void**)PyMem_Malloc(n * sizeof(void*));
-  if (ptrs == NULL) return PyErr_NoMemory();
-  for (Py_ssize_t i = 0; i < n; i++) ptrs[i] = PyLong_AsVoidPtr(args[i + 2]);
-  if (fn == NULL || PyErr_Occurred()) {
-    if (ptrs != small) PyMem_Free(ptrs);
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a null kernel address");
+  Py_ssize_t ns = PyLong_AsSsize_t(args[1]);
+  if (PyErr_Occurred()) return NULL;
+  if (fn == NULL || ns < 0 || ns > nargs - 2) {
+    PyErr_SetString(PyExc_ValueError, "a null kernel address, or fewer arguments than sizes");
     return NULL;
   }
-  int r;
-  Py_BEGIN_ALLOW_THREADS
-  r = fn(ptrs, sizes);
-  Py_END_ALLOW_THREADS
-  if (ptrs != small) PyMem_Free(ptrs);
-  return PyLong_FromLong(r);
+  Py_ssize_t np = nargs - 2 - ns;
+  int64_t small_sizes[64];
+  void* small_ptrs[64];
+  int64_t* sizes = ns <= 64 ? small_sizes : (int64_t*)PyMem_Malloc((ns ? ns : 1) * sizeof(int64_t));
+  void** ptrs = np <= 64 ? small_ptrs : (void**)PyMem_Malloc((np ? np : 1) * sizeof(void*));
+  PyObject* result = NULL;
+  if (sizes == NULL || ptrs == NULL) {
+    PyErr_NoMemory();
+  } else {
+    for (Py_ssize_t i = 0; i < ns; i++) sizes[i] = PyLong_AsLongLong(args[2 + i]);
+    for (Py_ssize_t i = 0; i < np; i++) ptrs[i] = PyLong_AsVoidPtr(args[2 + ns + i]);
+    if (!PyErr_Occurred()) {
+      int r;
+      Py_BEGIN_ALLOW_THREADS
+      r = fn(ptrs, sizes);
+      Py_END_ALLOW_THREADS
+      result = PyLong_FromLong(r);
+    }
+  }
+  if (sizes != NULL && sizes != small_sizes) PyMem_Free(sizes);
+  if (ptrs != NULL && ptrs != small_ptrs) PyMem_Free(ptrs);
+  return result;
 }
 
 static PyMethodDef methods[] = {
-  {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL, "call(kernel, sizes, *buffers)"},
+  {"call", (PyCFunction)(void (*)(void))call, METH_FASTCALL, "call(kernel, n, *sizes, *buffers)"},
   {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "symshape_cpp_call", NULL, -1, methods};
