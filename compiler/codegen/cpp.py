@@ -278,6 +278,7 @@ def _bound_launch(fn, tags, calls, name, sizes, addr=None):
             if i < 0:
                 raise RuntimeError(f"symshape: no size-class variant of {name} holds for sizes {tuple(sizes)}")
             calls[tags[i]] += 1
+        direct.kernel = fn  # its library stays loaded while the launch lives
         return direct
     vals = (ctypes.c_int64 * max(len(sizes), 1))(*sizes)
     ptr_types: dict = {}
