@@ -21,9 +21,17 @@ extern "C" int scale_add(void** ptrs, int64_t* sizes) {
 """
 
 
-def test_the_extension_calls_a_kernel_with_its_buffers_and_sizes():
+def _caller():
+    """The extension's call; a machine without Python's headers skips (launches stay on ctypes there)."""
     call = cpp_call.caller(cpp.cache_dir())
+    if call is None and str(cpp_call.STATE.get("why", "")).startswith("no Python.h"):
+        pytest.skip(cpp_call.STATE["why"])
     assert call is not None, cpp_call.STATE
+    return call
+
+
+def test_the_extension_calls_a_kernel_with_its_buffers_and_sizes():
+    call = _caller()
     fn = cpp.build(_KERNEL).scale_add
     x, y = torch.arange(5, dtype=torch.float32), torch.zeros(5)
     assert call(ctypes.cast(fn, ctypes.c_void_p).value, 2, 5, 3, x.data_ptr(), y.data_ptr()) == 1
@@ -33,6 +41,7 @@ def test_the_extension_calls_a_kernel_with_its_buffers_and_sizes():
 
 
 def test_a_bound_launch_goes_through_it_and_counts_the_variant():
+    _caller()
     fn = cpp.build(_KERNEL).scale_add
     fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
     calls = {"small": 0, "big": 0}
@@ -48,7 +57,7 @@ def test_compiled_programs_equal_eager_through_it():
     for n in (1, 7, 33):
         x = torch.randn(n, 16)
         torch.testing.assert_close(f(x), torch.softmax(x * 2, -1) + x.sum(0))
-    assert cpp_call.STATE.get("call") is not None, cpp_call.STATE
+    _caller()
 
 
 def test_without_it_launches_stay_on_ctypes():
