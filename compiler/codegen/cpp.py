@@ -1,4 +1,4 @@
-"""C++/OpenMP kernels for scheduled groups, built with gcc and loaded by ctypes.
+"""C++/OpenMP kernels for scheduled groups, built with gcc, loaded by ctypes, called through :mod:`.cpp_call`.
 
 Every kernel is ``extern "C" int NAME(void** bufs, const int64_t* sizes)``:
 buffer pointers in the kernel's argument order and the program's dim values,
