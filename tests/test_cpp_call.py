@@ -70,3 +70,16 @@ def test_without_it_launches_stay_on_ctypes():
                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert r.returncode == 0, r.stderr[-2000:]
     assert "'call': None" in r.stdout and "SYMSHAPE_CPP_CALL=0" in r.stdout, r.stdout
+
+
+def test_a_shape_s_first_call_launches_unbound_and_equals_eager():
+    """A C++ program meets a new shape at every call (a training loop): its first call at a shape
+    passes the sizes with the addresses (no launch bound per kernel), and a shape met again binds."""
+    _caller()
+    f = compiler.compile(lambda x, y: torch.relu(x) @ y + x.sum(), "x: f32[N, K]", "y: f32[K, M]", target="cpp")
+    v = None
+    for n in (3, 5, 3, 8, 1):
+        x, y = torch.randn(n, 6), torch.randn(6, 4)
+        torch.testing.assert_close(f(x, y), torch.relu(x) @ y + x.sum())
+        v = f.variants[0]
+        assert v.launches_at(tuple(range(len(v.sym_index)))) is not None

@@ -469,6 +469,16 @@ class CppTarget(Target):
         launch.variant_calls = calls  # size-class tag -> launches (selected by the kernel's C++ predicate)
         addr = ctypes.cast(fn, ctypes.c_void_p).value
         launch.bind = lambda sizes: _bound_launch(fn, meta, calls, name, sizes, addr)
+        call = cpp_call.STATE["call"] if "call" in cpp_call.STATE else cpp_call.caller(cache_dir())
+        if call is not None:
+            # Unbound (a shape's first call, compiler.runtime): the sizes go with the addresses, so
+            # a training step at a new length binds nothing per kernel.
+            def launch_at(tensors, sizes, _fn=fn):
+                i = call(addr, len(sizes), *sizes, *[t.data_ptr() for t in tensors])
+                if i < 0:
+                    raise RuntimeError(f"symshape: no size-class variant of {name} holds for sizes {tuple(sizes)}")
+                calls[meta[i]] += 1
+            launch.launch_at = launch_at
         return launch
 
 
