@@ -213,9 +213,8 @@ def _empty(shape, layout):
 def _warm_rows(op, a, others, out, p, call):
     """Queue ``call`` at the other row buckets of the matmul ``op`` (:mod:`compiler.cublas_warm`):
     ``call(x)`` runs it on an empty ``x`` of a bucket's rows (laid out as ``a``), making ``out``
-    columns; ``others``: its other operands (their shapes and strides name the call site)."""
-    if not cublas_warm.ENABLED:
-        return
+    columns; ``others``: its other operands (their shapes and strides name the call site).
+    Called only where :data:`compiler.cublas_warm.ENABLED`."""
     k, size, la = a.shape[1], a.element_size(), _layout_of(a)
     site = (op, la, k, tuple((tuple(o.shape), tuple(o.stride())) for o in others))
     cublas_warm.note(site, p, lambda q: call(_empty((q, k), la)), bucket,
@@ -227,9 +226,10 @@ def linear(x, w, b=None):
     p = _rows(x)
     if p is None:
         return torch.nn.functional.linear(x, w, b)
-    shape_w, lw, nb = tuple(w.shape), _layout_of(w), None if b is None else b.shape[0]
-    _warm_rows(linear, x, (w,) + ((b,) if b is not None else ()), w.shape[0], p, lambda e: torch.nn.functional.linear(
-        e, _empty(shape_w, lw), None if nb is None else torch.empty(nb, dtype=e.dtype, device=e.device)))
+    if cublas_warm.ENABLED:  # opt-in: nothing made for it on the hot path otherwise
+        shape_w, lw, nb = tuple(w.shape), _layout_of(w), None if b is None else b.shape[0]
+        _warm_rows(linear, x, (w,) + ((b,) if b is not None else ()), w.shape[0], p, lambda e: torch.nn.functional.linear(
+            e, _empty(shape_w, lw), None if nb is None else torch.empty(nb, dtype=e.dtype, device=e.device)))
     return torch.nn.functional.linear(_row_padded(x, p), w, b)[: x.shape[0]]
 
 
@@ -294,18 +294,18 @@ def mm(a, b):
     if p is None:
         k = _contraction(a, b)
         out = None if k is None else _padded_contraction(a, b, k)
-        if out is not None:
+        if out is not None and cublas_warm.ENABLED:
             _warm_contraction(a, b, k)
         return torch.mm(a, b) if out is None else out
-    shape_b, lb = tuple(b.shape), _layout_of(b)
-    _warm_rows(mm, a, (b,), b.shape[1], p, lambda e: torch.mm(e, _empty(shape_b, lb)))
+    if cublas_warm.ENABLED:
+        shape_b, lb = tuple(b.shape), _layout_of(b)
+        _warm_rows(mm, a, (b,), b.shape[1], p, lambda e: torch.mm(e, _empty(shape_b, lb)))
     return torch.mm(_row_padded(a, p), b)[: a.shape[0]]
 
 
 def _warm_contraction(a, b, k):
-    """Queue a weight gradient's ``a @ b`` at its contraction's other buckets (:mod:`compiler.cublas_warm`)."""
-    if not cublas_warm.ENABLED:
-        return
+    """Queue a weight gradient's ``a @ b`` at its contraction's other buckets (:mod:`compiler.cublas_warm`;
+    called only where it is on)."""
     m, n, size, la, lb = a.shape[0], b.shape[1], a.element_size(), _layout_of(a), _layout_of(b)
     cublas_warm.note((_warm_contraction, la, lb, m, n), k, lambda q: torch.mm(_empty((m, q), la), _empty((q, n), lb)), bucket,
                      nbytes=lambda q: (m * q + q * n + m * n) * size, device=a.device)
@@ -316,9 +316,10 @@ def addmm(bias, a, b, *, beta=1, alpha=1):
     p = _rows(a)
     if p is None or bias.dim() != 1:
         return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
-    shape_b, lb, nb = tuple(b.shape), _layout_of(b), bias.shape[0]
-    _warm_rows(addmm, a, (b, bias), b.shape[1], p, lambda e: torch.addmm(torch.empty(nb, dtype=e.dtype, device=e.device), e,
-                                                               _empty(shape_b, lb), beta=beta, alpha=alpha))
+    if cublas_warm.ENABLED:
+        shape_b, lb, nb = tuple(b.shape), _layout_of(b), bias.shape[0]
+        _warm_rows(addmm, a, (b, bias), b.shape[1], p, lambda e: torch.addmm(
+            torch.empty(nb, dtype=e.dtype, device=e.device), e, _empty(shape_b, lb), beta=beta, alpha=alpha))
     return torch.addmm(bias, _row_padded(a, p), b, beta=beta, alpha=alpha)[: a.shape[0]]
 
 

@@ -447,10 +447,6 @@ def _direct_view(x: str, view: tuple, made: str, returned: bool) -> str:
     return f"(REINTERPRET({x}, {size}, {stride}, {offset}) if {x}.is_contiguous() and {tracked} else {made})"
 
 
-#: Plan steps whose result may share its first argument's storage (a view, or the argument itself).
-_ALIASING = frozenset({"view_as_traced", "view", "_unsafe_view", "reshape", "t", "transpose", "permute", "unsqueeze",
-                       "squeeze", "expand", "slice", "select", "detach", "alias", "as_strided", "split", "unbind",
-                       "getitem", "contiguous", "narrow", "diagonal", "unfold", "view_chain", "view_as", "movedim"})
 
 
 def _returned_or_viewed(plan, outputs) -> set:
@@ -472,6 +468,10 @@ def _returned_or_viewed(plan, outputs) -> set:
 #: ATen ops a plan calls that make a view or read metadata: no kernel launch.
 _VIEWS = frozenset({"view_as_traced", "view", "_unsafe_view", "t", "transpose", "permute", "unsqueeze", "squeeze",
                     "expand", "slice", "select", "detach", "alias", "as_strided", "sym_size", "split", "unbind"})
+#: Plan steps whose result may share its first argument's storage: the views, and the steps that
+#: may return a view or the argument itself.
+_ALIASING = (_VIEWS - {"sym_size"}) | {"reshape", "getitem", "contiguous", "narrow", "diagonal", "unfold", "view_chain",
+                                       "view_as", "movedim"}
 
 
 def plan_launches(plan) -> int:

@@ -41,11 +41,11 @@ def test_the_extension_calls_a_kernel_with_its_buffers_and_sizes():
 
 
 def test_a_bound_launch_goes_through_it_and_counts_the_variant():
-    _caller()
     fn = cpp.build(_KERNEL).scale_add
     fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
     calls = {"small": 0, "big": 0}
-    launch = cpp._bound_launch(fn, ["small", "big"], calls, "scale_add", (2, 4), ctypes.cast(fn, ctypes.c_void_p).value)
+    launch = cpp._bound_launch(fn, ["small", "big"], calls, "scale_add", (2, 4), ctypes.cast(fn, ctypes.c_void_p).value,
+                               _caller())
     assert launch.__name__ == "direct"
     x, y = torch.tensor([1.0, 2.0]), torch.zeros(2)
     launch([x, y])

@@ -254,10 +254,10 @@ def build(source: str) -> ctypes.CDLL:
         return ctypes.CDLL(so)
 
 
-def _bound_launch(fn, tags, calls, name, sizes, addr=None):
+def _bound_launch(fn, tags, calls, name, sizes, addr=None, call=None):
     """A C++ kernel's launch at fixed ``sizes`` (the wrapper binds once per input shape), so a call
-    passes only its buffers' addresses: through :mod:`compiler.codegen.cpp_call` where it is built
-    (``addr``: the kernel's address), else ctypes (the size array built here once, a pointer array
+    passes only its buffers' addresses: through :mod:`compiler.codegen.cpp_call`'s ``call`` where it
+    is built (``addr``: the kernel's address), else ctypes (the size array built here once, a pointer array
     per call).  The arrays are the call's own (the GIL is released while the kernel runs: nothing
     shared is written).
 
@@ -268,7 +268,6 @@ def _bound_launch(fn, tags, calls, name, sizes, addr=None):
     >>> launch([torch.zeros(2)]); got[0][1:]
     (5, 7)
     """
-    call = cpp_call.STATE["call"] if "call" in cpp_call.STATE else cpp_call.caller(cache_dir())
     if call is not None and addr is not None:
         # Through the extension (compiler.codegen.cpp_call): sizes and addresses as ints, read in C.
         head = (addr, len(sizes), *sizes)
@@ -468,8 +467,8 @@ class CppTarget(Target):
             _calls[_tags[i]] += 1
         launch.variant_calls = calls  # size-class tag -> launches (selected by the kernel's C++ predicate)
         addr = ctypes.cast(fn, ctypes.c_void_p).value
-        launch.bind = lambda sizes: _bound_launch(fn, meta, calls, name, sizes, addr)
-        call = cpp_call.STATE["call"] if "call" in cpp_call.STATE else cpp_call.caller(cache_dir())
+        call = cpp_call.caller(cache_dir())
+        launch.bind = lambda sizes: _bound_launch(fn, meta, calls, name, sizes, addr, call)
         if call is not None:
             # Unbound (a shape's first call, compiler.runtime): the sizes go with the addresses, so
             # a training step at a new length binds nothing per kernel.
