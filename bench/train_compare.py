@@ -19,7 +19,8 @@ any mode with ``_nocudnn``
 appended (``eager_nocudnn``, ``ind_dyn_nocudnn``) runs with cuDNN's SDPA disabled,
 which plans per shape and so costs a new-length step milliseconds of host time.  Per mode: median step ms
 over steps that compiled nothing, compile seconds (the time of steps that
-compiled, less a median step each), dynamo graphs compiled after the first
+compiled, or in which a launch waited for a kernel build running in a worker
+process, less a median step each), dynamo graphs compiled after the first
 step (recompiles), symshape fallbacks, peak CUDA memory, and the largest
 gradient error against fp32 eager at one fixed length before training
 (``max|g - g_ref|`` over the parameters / the largest ``|g_ref|``).  Dropout is 0 so that
@@ -173,6 +174,14 @@ def _parts() -> dict:
             "build_wait_s": _waits(), "linear_groups": compiler.BACKEND_STATS.get("linear_groups", 0)}
 
 
+def _building() -> tuple:
+    """Launches that waited for a kernel build still running in a worker, or took one back from
+    the queue and compiled it: a step during which these move paid for a build (counted as
+    compile time, not as a step time)."""
+    from compiler.codegen.triton_build import WAITS
+    return WAITS["n"], WAITS.get("taken", 0)
+
+
 def _waits() -> float:
     """Seconds launches waited for kernel builds still running in worker processes (not part of
     ``sym_graphs_s``: the waits happen in the first run, after the graph compiled)."""
@@ -323,7 +332,7 @@ def _run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
             b = batch(L, g)
             # Inductor static compiles at every new length: it runs each length twice, the second timed.
             for _ in range(2 if mode == "ind_static" else 1):
-                before = _graphs()
+                before, built = _graphs(), _building()
                 _sync(device)
                 t = time.perf_counter()
                 with torch.autocast(device_type=device, dtype=dtype, enabled=dtype != torch.float32):
@@ -333,7 +342,7 @@ def _run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
                 opt.zero_grad(set_to_none=True)
                 _sync(device)
                 dt = time.perf_counter() - t
-                (compiles if _graphs() != before else times).append(dt)
+                (compiles if _graphs() != before or _building() != built else times).append(dt)
             res["steps"] += 1
         med = statistics.median(times) if times else float("nan")
         res["ms"] = med * 1e3
@@ -418,7 +427,7 @@ class ModeRun:
     def _step(self, L, g):
         self._cudnn()
         b = self.batch(L, g)
-        before, dev, traces = _graphs(), self.device, compiler.STATS["traces"]
+        before, dev, traces, built = _graphs(), self.device, compiler.STATS["traces"], _building()
         fb = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
         parts = _parts() if self.mode.startswith("symshape") else None
         _sync(dev)
@@ -436,7 +445,7 @@ class ModeRun:
         if dev == "cuda":
             self.peak_step = max(self.peak_step, torch.cuda.max_memory_allocated() - start_mem)
         self.trace.append((L, round(dt * 1e3, 2), _graphs() != before))
-        if _graphs() != before:
+        if _graphs() != before or _building() != built:  # a step that compiled or built kernels
             self.compiles.append(dt)
             self.res["recompiles"] += _graphs() - before
             if parts is not None:  # symshape's counters moved by this step only

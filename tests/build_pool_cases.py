@@ -67,7 +67,7 @@ def program_builds():
     first = ln.class_at(current)
     got = {"submitted": n, "classes": len(ln.classes()), "aligned": ln.aligned,
            # The workers are still starting (they import Triton): the queue is as submitted.
-           "first_is_queued_first": bool(pool._queue) and pool._queue[0] is pool._jobs[ln.pending[first][1]]}
+           "first_is_queued_first": bool(pool._queue) and pool._queue[0] is pool._jobs[ln.pending[first][0][1]]}
     pool.drain()
     got["failed"] = build_pool.STATS["failed"]
     got["errors"] = build_pool.STATS["errors"]
@@ -116,6 +116,41 @@ def split_builds():
                                          num_warps=4 if key[1] <= 1024 else 8 if key[1] <= 4096 else 16)
     got["new_cache_files"] = _cache_files() - before
     got["errors"] = triton_build.WARM_ERRORS + build_pool.STATS["errors"]
+    pool.close()
+    print("RESULT " + json.dumps(got))
+
+
+def tiled_builds():
+    """Every class of every kernel, tiled ones (a column sum: a kernel and, split, its partials
+    kernel) included, built by the workers; the parent's warm-ups then find every binary."""
+    import compiler
+    from compiler.codegen import build_pool, triton_build
+
+    def prog(x, y):
+        return x.sum(0) + y, torch_softmax(x)
+
+    f = compiler.compile(prog, "x: f32[B, N]", "y: f32[N]", target="triton")
+    launchers = [ln for _, ln in f.variants[0].launchers.values()]
+    current = (3, 32)
+    _compile_only()
+    pool = build_pool.BuildPool(TARGET, workers=2)
+    while pool.ready_workers() < 2:
+        time.sleep(0.05)
+    n = triton_build.submit_builds(pool, launchers, current)
+    got = {"n": n, "classes": sum(len(ln.classes()) for ln in launchers),
+           "tiled": sum(ln.split for ln in launchers),
+           "split_jobs": sum(len(v) == 2 for ln in launchers for v in ln.pending.values())}
+    pool.drain()
+    got["failed"] = build_pool.STATS["failed"]
+    before = _cache_files()
+    for ln in launchers:
+        for key in list(ln.pending):
+            triton_build.wait_built(ln.pending, key)
+            for job in ln.warm_jobs([key]):
+                job()
+    got["new_cache_files"] = _cache_files() - before
+    got["errors"] = triton_build.WARM_ERRORS + build_pool.STATS["errors"]
+    got["waits"] = dict(triton_build.WAITS)
     pool.close()
     print("RESULT " + json.dumps(got))
 

@@ -45,6 +45,15 @@ def test_the_current_sizes_build_here_and_the_rest_in_workers(tmp_path):
     assert got["new_cache_files"] == 0, got
 
 
+def test_tiled_kernels_and_their_partials_build_in_workers(tmp_path):
+    got, _ = _run("tiled_builds", tmp_path)
+    assert not got["errors"] and got["failed"] == 0, got
+    assert got["tiled"] >= 1 and got["split_jobs"] >= 1, got  # a split variant: two builds under one key
+    assert got["n"] == got["classes"], got
+    assert got["new_cache_files"] == 0, got  # the parent compiled nothing itself
+    assert got["waits"]["taken"] == 0, got
+
+
 def test_an_urgent_job_runs_next_and_a_job_is_submitted_once(tmp_path):
     got, _ = _run("urgent_first", tmp_path)
     assert not got["errors"], got

@@ -158,6 +158,11 @@ class BuildPool:
         for entry in list(self._jobs.values()):
             entry[0].exception()
 
+    def ready_workers(self) -> int:
+        """Workers that have started (loaded Triton's compiler) and take jobs."""
+        with self._lock:
+            return sum(1 for w in self.workers if w.ready)
+
     def pending(self) -> int:
         """Jobs submitted and not finished."""
         return sum(1 for e in list(self._jobs.values()) if not e[0].done())

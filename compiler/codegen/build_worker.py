@@ -7,7 +7,8 @@ quarter of a second.  It never touches the
 GPU: a compile-only Triton driver answers the current target (sent by the
 parent, which knows its GPU) and device 0, so ``JITFunction.warmup`` runs
 Triton's own code path, computes the same cache key the parent will, and
-writes the binary where the parent's launch finds it.
+writes the binary where the parent's launch finds it (with, on a Triton that
+compiles one per signature, the kernel's host launcher: :func:`_build_launcher`).
 
 Protocol (pickles over the pipes; stdout carries only the protocol, anything
 printed goes to stderr):
@@ -128,6 +129,33 @@ def _prewarm() -> None:
     _attempt(build)  # only a head start: the real builds report their own errors
 
 
+_LAUNCHERS: set = set()
+
+
+def _build_launcher(kernel) -> None:
+    """Build the host launcher of a compiled ``kernel`` into Triton's cache, once per signature.
+
+    Triton up to 3.6 compiles a small C module per kernel signature at the kernel's first
+    launch (0.3-0.4 s of the host's C compiler each, one after the other in the launching
+    thread); built here, in parallel with the other workers, the parent's first launch loads it.
+    Later Triton (one generic launcher, no ``make_launcher``) has nothing to build.  Only a
+    head start: a failure (no ``libcuda`` to link against) leaves the build to the launch."""
+    try:
+        from triton.backends.nvidia import driver as nvidia
+    except ImportError:
+        return
+    src, meta = getattr(kernel, "src", None), getattr(kernel, "metadata", None)
+    if not hasattr(nvidia, "make_launcher") or src is None or meta is None:
+        return
+    # What the C source depends on: the signature and which arguments are constants (names,
+    # not values: a BLOCK of 256 or 1024 is the same launcher).
+    key = (repr(getattr(src, "signature", None)), repr(sorted(map(str, getattr(src, "constants", None) or ()))))
+    if key in _LAUNCHERS:
+        return
+    _LAUNCHERS.add(key)
+    _attempt(lambda: nvidia.CudaLauncher(src, meta))
+
+
 def _attempt(fn):
     """``fn()``'s error as text, or None: a build's failure is the parent's to report, never
     the end of the worker."""
@@ -169,7 +197,10 @@ def main() -> None:
             return
         job_id, path, modname, fname, args, kwargs = job
         t0 = time.perf_counter()
-        err = _attempt(lambda: getattr(_module(path, modname), fname).warmup(*_args(args), **kwargs))
+        built = []
+        err = _attempt(lambda: built.append(getattr(_module(path, modname), fname).warmup(*_args(args), **kwargs)))
+        if built:
+            _build_launcher(built[0])
         pickle.dump((job_id, err, time.perf_counter() - t0), proto_out)
         proto_out.flush()
 

@@ -39,8 +39,9 @@ MODE: dict = {"mode": None, "reason": None}
 #: Why builds ahead failed (Triton's message), newest last; their kernels compile at launch instead.
 WARM_ERRORS: list = []
 
-#: Seconds calls spent waiting for builds still running in workers, and how many waits.
-WAITS: dict = {"s": 0.0, "n": 0}
+#: Seconds calls spent waiting for builds still running in workers, how many waits, and how
+#: many builds a launch took back from the queue (and compiled itself).
+WAITS: dict = {"s": 0.0, "n": 0, "taken": 0}
 
 _GAVE_UP: list = []
 
@@ -85,8 +86,10 @@ def prestart() -> None:
 def warm(launchers, current=None) -> int:
     """Build every reachable class of every launcher (:class:`~.triton.SizeClassLauncher`):
     in worker processes, the classes at sizes ``current`` (the values of the launchers'
-    size symbols; None: unknown) first and the others in the background; else in threads,
-    all before returning.  Returns the number of variants built or being built."""
+    size symbols; None: unknown) first and the others in the background (all of them in the
+    workers, returning at once, where at least half the workers are ready; else this call's
+    classes here, in threads, first); else in threads, all before returning.  Returns the
+    number of variants built or being built."""
     if not launchers or not _enabled():
         return 0
     pool, why = process_pool()
@@ -94,6 +97,13 @@ def warm(launchers, current=None) -> int:
         MODE.update(mode="threads", reason=why)
         return warm_threads(launchers)
     MODE.update(mode="processes", reason=None)
+    if pool.ready_workers() * 2 >= len(pool.workers) > 0:
+        # Workers started ahead (the backend starts them at its first call, while dynamo and
+        # AOTAutograd run) have their compiler loaded: every build goes to them, this call's
+        # first, and compiling returns at once.  A training step's backward graph then traces
+        # and lowers while its forward's kernels build; the first launch of a variant waits
+        # for its build only.
+        return submit_builds(pool, launchers, current)
     return build_split(pool, launchers, current)
 
 
@@ -136,20 +146,21 @@ def split_classes(launchers, current) -> tuple:
 
 def _submit(pool, items, urgent: bool) -> None:
     """Hand ``(launcher, (class, BLOCK))`` items to ``pool``; urgent ones ahead of every job
-    waiting, in the items' order."""
+    waiting, in the items' order.  Each launcher's ``pending`` keeps, per item, its builds (a
+    split tiled variant has two: its kernel and its partials kernel)."""
     jobs = []
     for launcher, key in items:
-        ((_, payload),) = launcher.build_payloads([key])
-        jobs.append((launcher, key, repr(payload), payload))
+        for _, payload in launcher.build_payloads([key]):
+            jobs.append((launcher, key, repr(payload), payload))
     for launcher, key, job, payload in (reversed(jobs) if urgent else jobs):  # urgent: last in, first out
-        launcher.pending[key] = (pool, job, pool.submit(job, payload, urgent=urgent))
+        launcher.pending.setdefault(key, []).append((pool, job, pool.submit(job, payload, urgent=urgent)))
 
 
 def submit_builds(pool, launchers, current=None) -> int:
     """Hand every class of every launcher to ``pool`` (a :class:`~.build_pool.BuildPool`), those
     at sizes ``current`` ahead of every job waiting, in launch order; each launcher's ``pending``
-    keeps the builds, for :func:`wait_built`.  Tiled kernels, which no worker builds, are left
-    out (their launches compile them).  Returns the number of variants submitted."""
+    keeps the builds, for :func:`wait_built`.  Launchers no worker can build are left out
+    (their launches compile them).  Returns the number of variants submitted."""
     launchers = [launcher for launcher in launchers if getattr(launcher, "process_buildable", True)]
     now, later = split_classes(launchers, current)
     _submit(pool, now, urgent=True)
@@ -158,22 +169,24 @@ def submit_builds(pool, launchers, current=None) -> int:
 
 
 def wait_built(pending: dict, key) -> None:
-    """Wait for the build of variant ``key`` if one is running (and forget it); a failed build
-    is recorded in :data:`WARM_ERRORS`, and the launch compiles the variant itself."""
+    """Wait for the builds of variant ``key`` if any are running (and forget them); a failed build
+    is recorded in :data:`WARM_ERRORS`, and the launch compiles the variant itself.  A build no
+    worker has started yet is taken back: the launch compiles it here, not behind the queue."""
     got = pending.pop(key, None)
     if got is None:
         return
-    pool, job_key, fut = got
-    if fut.done() and fut.exception() is None:
-        return
-    if not fut.done() and pool.take(job_key):
-        return  # no worker has started it: the launch builds it here, not behind the queue
-    t0 = time.perf_counter()
-    err = pool.wait(job_key, fut)
-    WAITS["s"] += time.perf_counter() - t0
-    WAITS["n"] += 1
-    if err is not None:
-        WARM_ERRORS.append(err[:500])
+    for pool, job_key, fut in got:
+        if fut.done() and fut.exception() is None:
+            continue
+        if not fut.done() and pool.take(job_key):
+            WAITS["taken"] += 1
+            continue
+        t0 = time.perf_counter()
+        err = pool.wait(job_key, fut)
+        WAITS["s"] += time.perf_counter() - t0
+        WAITS["n"] += 1
+        if err is not None:
+            WARM_ERRORS.append(err[:500])
 
 
 def warm_threads(launchers, workers: int = 0, classes=None) -> int:

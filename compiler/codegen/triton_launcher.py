@@ -84,6 +84,9 @@ class SizeClassLauncher:
         self.work = tuple(work)
         self.dtypes = list(dtypes)
         self.variants = {GENERIC: getattr(module, self.fn_base)}
+        #: The file and module name a loaded variant's function lives in (the generic one: the
+        #: program's module), for a worker to build that very function (Triton's key holds both).
+        self._files = {GENERIC: (module.__file__, module.__name__)}
         #: A splittable tiled kernel's partial-results kernel per size class.
         self.parts = {GENERIC: getattr(module, self.fn_base + "_part", None)}
         self.plans: dict = {}
@@ -168,22 +171,33 @@ class SizeClassLauncher:
 
     @property
     def process_buildable(self) -> bool:
-        """Whether a build worker (:mod:`.build_worker`) can build this kernel's variants: one
-        kernel warmed with sizes only.  A tiled kernel (a workspace argument, a partials kernel
-        beside it) is built in this process's threads."""
-        return self.kind is not Grid.TILES
+        """Whether a build worker (:mod:`.build_worker`) can build this kernel's variants (every
+        kernel can: a tiled one as its kernel and, where it splits, its partials kernel)."""
+        return True
 
     def build_payloads(self, classes=None) -> list:
         """``[((class, BLOCK), payload)]`` for a build worker (:mod:`.build_worker`): the variant's
-        module file, its function and the warm-up's arguments, for ``classes`` (default: all)."""
-        if not self.process_buildable:
-            raise ValueError(f"{self.kernel.name}: a tiled kernel is built in threads, not by a worker")
+        module file, its function and the warm-up's arguments, for ``classes`` (default: all).
+        A split tiled variant has two entries under its key (its kernel, its partials kernel),
+        with the arguments :meth:`warm_jobs` warms them with."""
         out = []
         for sc, block in classes if classes is not None else self.classes():
-            path, mod = self.target.module_file(self.target.variant_source(self.kernel, self.lp, sc, self.fn_base))
-            args = [("dtype", str(d).rsplit(".", 1)[-1]) for d in self.dtypes] + [3] * len(self.names)
-            out.append(((sc, block), (path, mod, self.fn_base + sc.suffix, args,
-                                      {"grid": (1,), "BLOCK": block, "num_warps": _warps(block)})))
+            path, mod = self._files.get(sc) or self.target.module_file(
+                self.target.variant_source(self.kernel, self.lp, sc, self.fn_base))
+            ptrs = [("dtype", str(d).rsplit(".", 1)[-1]) for d in self.dtypes]
+            sizes = [3] * len(self.names)
+            opts = self._options(block)
+            name = self.fn_base + sc.suffix
+            if not self.split:
+                out.append(((sc, block), (path, mod, name, ptrs + sizes,
+                                          {"grid": (1,), **opts})))
+                continue
+            ws = ("dtype", "float32") if opts["SPLIT"] else ptrs[0]  # float32 partials, or the first buffer
+            args = ptrs + [ws] + sizes + [3, 3]
+            out.append(((sc, block), (path, mod, name, args, {"grid": (1,), **opts})))
+            if opts["SPLIT"]:
+                part = {k: v for k, v in opts.items() if k != "SPLIT"}
+                out.append(((sc, block), (path, mod, name + "_part", args, {"grid": (1, 1), **part})))
         return out
 
     def class_at(self, sizes) -> tuple:
@@ -291,8 +305,12 @@ class SizeClassLauncher:
             xb, block = tile_blocks(n, self.tile)
             grid = ((n + xb - 1) // xb,)
             if not self.split:
+                if self.pending:
+                    wait_built(self.pending, (sc, (xb, False)))
                 return fn, grid, args, self._options((xb, False))
             splits, chunk = split_count(n, row, block, xb)
+            if self.pending:
+                wait_built(self.pending, (sc, (xb, splits > 1)))
             opts = self._options((xb, splits > 1))
             return _SplitLaunch(fn, self.parts[sc] if splits > 1 else None, grid, args + [splits, chunk], opts,
                                 len(self.kernel.reductions) * splits * n), grid, args, opts
