@@ -14,7 +14,7 @@ its lengths runs twice, the second step timed);
 ``symshape`` (``backend="symshape", dynamic=True``); ``symshape_causal`` (the same with
 ``options={"causal_masks": True}``: masks proved causal become ``is_causal=True``); ``symshape_groups``,
 ``symshape_gemm``, ``symshape_warm``, ``symshape_groups_warm`` (symshape with opt-in rewrites on: :data:`VARIANTS`),
-``symshape_procs`` (kernel builds in worker processes: :data:`ENV_VARIANTS`);
+``symshape_threads`` (kernel builds in threads, not worker processes: :data:`ENV_VARIANTS`);
 any mode with ``_nocudnn``
 appended (``eager_nocudnn``, ``ind_dyn_nocudnn``) runs with cuDNN's SDPA disabled,
 which plans per shape and so costs a new-length step milliseconds of host time.  Per mode: median step ms
@@ -236,8 +236,9 @@ VARIANTS = {"symshape_groups": (("linear_groups", "ENABLED"),), "symshape_gemm":
             "symshape_groups_warm": (("linear_groups", "ENABLED"), ("cublas_warm", "ENABLED"))}
 
 #: symshape variants set through the environment for the mode's compiles and steps:
-#: ``symshape_procs`` builds Triton kernel variants in worker processes (:mod:`compiler.codegen.triton_build`).
-ENV_VARIANTS = {"symshape_procs": {"SYMSHAPE_BUILD_PROCESSES": "1"}}
+#: ``symshape_threads`` builds Triton kernel variants in this process's threads, not in worker
+#: processes (:mod:`compiler.codegen.triton_build`).
+ENV_VARIANTS = {"symshape_threads": {"SYMSHAPE_BUILD_PROCESSES": "0"}}
 
 
 @contextlib.contextmanager

@@ -291,6 +291,14 @@ def _raised_for_program(e: BaseException) -> bool:
     return False
 
 
+def prestart_builds() -> None:
+    """Start the kernel-build workers now where kernels will be built for a GPU: called when
+    a program asks for the backend (:mod:`compiler.dynamo_entry`, :func:`register`), before
+    its first graph arrives."""
+    if torch.cuda.is_available():
+        TARGETS["triton"].prestart()
+
+
 def register() -> None:
     """Register ``backend="symshape"`` with dynamo explicitly.
 
@@ -307,3 +315,4 @@ def register() -> None:
     registry.list_backends()  # loads the entry points: an installed symshape is found, not shadowed
     if "symshape" not in registry._BACKENDS:
         registry.register_backend(symshape_backend, name="symshape")
+    prestart_builds()
