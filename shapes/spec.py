@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -116,14 +117,23 @@ class DimExpr:
         return conv(ast.parse(self.text, mode="eval").body)
 
     def evaluate(self, values: Mapping[str, int]) -> int:
-        """The size at integer ``values`` of its names."""
-        return int(self.sympy(values))
+        """The size at integer ``values`` of its names (Python's ``//`` and ``%``: the
+        floor division and modulo the expression means), without building an expression:
+        a compiled program checks its derived dims at every call."""
+        return _int_function(self.text, self.names)(*(int(values[n]) for n in self.names))
 
     def __str__(self) -> str:
         return self.text
 
     def __repr__(self) -> str:
         return f"DimExpr({self.text!r})"
+
+
+@functools.lru_cache(maxsize=4096)
+def _int_function(text: str, names: tuple):
+    """``text`` (a parsed :class:`DimExpr`: names, integers, ``+ - * // %``, parentheses)
+    as a Python function of ``names``, compiled once."""
+    return eval(f"lambda {', '.join(names)}: {text}", {"__builtins__": {}})  # noqa: S307 - checked by DimExpr.parse
 
 
 def dim_names(dims) -> list[str]:
