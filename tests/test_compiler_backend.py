@@ -50,6 +50,8 @@ def test_importing_compiler_registers_nothing_and_entry_point_finds_backend():
             "assert 'symshape' not in r._COMPILER_FNS\n"
             "f = r.lookup_backend('symshape')\n"
             "assert f is compiler.symshape_backend, f\n"
+            "import sys\n"
+            "assert 'compiler.dynamo_entry' in sys.modules  # loaded by the lookup: it starts kernel builds\n"
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == "ok", out.stderr[-2000:]
