@@ -62,69 +62,13 @@ def host_profile(mode, name, dtype, device, length, steps) -> dict:
     return {"wall_ms": wall, "ops": dict(ops)}
 
 
-def new_length_profile(mode, name, dtype, device, n, top) -> dict:
-    """Steps at ``n`` lengths none of which ran before (train_compare's random lengths, as a
-    training run meets them): ``{"ms": median wall ms, "steps": counted, "text": cProfile's
-    top functions by own time over those steps}``.  Steps in which dynamo or symshape compiled
-    are left out of both."""
-    import cProfile
-    import io
-    import pstats
-    import statistics
-    import time
-
-    import compiler
-    if mode.endswith("_nocudnn"):
-        with cudnn_sdp_off():
-            return new_length_profile(mode.removesuffix("_nocudnn"), name, dtype, device, n, top)
-    seen = {928, 458}
-    lens = [L for L in tc.lengths(4 * n, 64, 1024, seed=1) if not (L in seen or seen.add(L))][:n]
-    model, batch = tc.build(name, device, 1025)
-    g = torch.Generator().manual_seed(0)
-    fn = tc._compiled(mode, model)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    for L in (928, 458):
-        _step(fn, batch(L, g), opt, device, dtype)
-    times, profiles = [], []
-    for L in lens:
-        b = batch(L, g)
-        before, traces = tc._graphs(), compiler.STATS["traces"]
-        pr = cProfile.Profile()
-        tc._sync(device)
-        t = time.perf_counter()
-        pr.enable()
-        _step(fn, b, opt, device, dtype)
-        tc._sync(device)
-        pr.disable()
-        dt = time.perf_counter() - t
-        if tc._graphs() == before and compiler.STATS["traces"] == traces:
-            times.append(dt * 1e3)
-            profiles.append(pr)
-    out = io.StringIO()
-    if profiles:
-        st = pstats.Stats(profiles[0], stream=out)
-        for pr in profiles[1:]:
-            st.add(pr)
-        st.sort_stats("tottime").print_stats(top)
-    return {"ms": statistics.median(times) if times else float("nan"), "steps": len(times),
-            "text": out.getvalue()}
-
-
 def main(argv=None):
     ap = step_args(__doc__.split("\n")[0], model="vit", steps=10)
     ap.add_argument("--top", type=int, default=15)
-    ap.add_argument("--new-lengths", type=int, default=0,
-                    help="then N steps at lengths not met before, per mode: median wall ms and a cProfile")
     a = ap.parse_args(argv)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
     import compiler
     compiler.register()
-    if a.new_lengths:
-        for m in a.modes.split(","):
-            r = new_length_profile(m, a.model, dtype, a.device, a.new_lengths, a.top)
-            print(f"{a.model} {a.dtype} {m}: {r['steps']} steps at new lengths, median {r['ms']:.2f} ms "
-                  f"(cProfile on; its own time per function over those steps)\n{r['text']}", flush=True)
-        return
     res = {m: host_profile(m, a.model, dtype, a.device, a.length, a.steps) for m in a.modes.split(",")}
     w = max(14, *(len(m) + 2 for m in res))
     print(f"{a.model} {a.dtype} {a.device} length {a.length}, {a.steps} steps "
