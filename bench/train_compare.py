@@ -620,13 +620,16 @@ def report(rows, modes, device, n_lens, per_step=False) -> str:
     hdr = f"{'model':<7}{'dtype':<9}" + "".join(f"{m:>{w[m]}}" for m in modes) + "   sym/eager  sym/ind_dyn"
     lines += [hdr, "-" * len(hdr)]
     vs_eager, vs_dyn = [], []
+    # The row's columns against the references run: torch's defaults, else cuDNN's SDPA off.
+    shown = [next((r for r in (base, base + "_nocudnn") if r in modes), base) for base in ("eager", "ind_dyn")]
     for (name, dt), res in rows.items():
         ms = {m: res[m]["ms"] if m in res else float("nan") for m in modes}
-        a = speedup(res, "eager", "symshape")
-        b = speedup(res, "ind_dyn", "symshape")
-        vs_eager.append(a)
-        vs_dyn.append(b)
+        vs_eager.append(speedup(res, "eager", "symshape"))
+        vs_dyn.append(speedup(res, "ind_dyn", "symshape"))
+        a, b = (speedup(res, ref, "symshape") for ref in shown)
         lines.append(f"{name:<7}{dt:<9}" + "".join(f"{ms[m]:>{w[m]}.2f}" for m in modes) + f"   {a:>8.2f}x  {b:>9.2f}x")
+    if shown != ["eager", "ind_dyn"]:
+        lines.append(f"(sym/eager: against {shown[0]}; sym/ind_dyn: against {shown[1]})")
     lines += ["", "per mode: compile s, recompiles after the first step (graphs at first step), symshape retraces "
               "after the first step, fallbacks, "
               "peak MiB, max grad err vs fp32 eager"]
