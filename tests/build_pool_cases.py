@@ -212,6 +212,28 @@ def take_back():
     print("RESULT " + json.dumps(got))
 
 
+def idle_pool_ends():
+    """A pool with nothing to do for its idle time ends its workers; a queued job's waiter is
+    answered when a pool closes; the next pool_for starts a new pool."""
+    from compiler.codegen import build_pool
+    path = _kernel_file()
+    pool = build_pool.BuildPool(TARGET, workers=1, idle_s=1.0)
+    pids = [w.proc.pid for w in pool.workers]
+    first = pool.submit(("add", 128), _payload(path, 128))
+    first.exception()
+    deadline = time.monotonic() + 30
+    while pool.broken is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    gone = [not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z" for pid in pids]
+    other = build_pool.BuildPool(TARGET, workers=1, idle_s=0)
+    queued = [other.submit(("add", b), _payload(path, b)) for b in (256, 512, 1024)]
+    other.close()
+    answered = [f.done() for f in queued]
+    print("RESULT " + json.dumps({"broken": pool.broken, "first_ok": first.exception() is None, "gone": gone,
+                                  "answered": answered}))
+
+
 def worker_dies():
     """A worker killed mid-build fails its job (the waiter gets the reason, never hangs), and
     the last worker's death fails the jobs still queued."""

@@ -71,6 +71,13 @@ def test_exiting_while_builds_run_ends_the_workers_cleanly(tmp_path):
     assert not again["errors"], again
 
 
+def test_an_idle_pool_ends_its_workers_and_a_closed_pool_answers_its_waiters(tmp_path):
+    got, _ = _run("idle_pool_ends", tmp_path)
+    assert got["first_ok"] and got["broken"] and got["broken"].startswith("idle"), got
+    assert all(got["gone"]), got
+    assert all(got["answered"]), got  # queued jobs fail at close, so no waiter hangs
+
+
 def test_a_dead_worker_fails_its_jobs_instead_of_hanging(tmp_path):
     got, _ = _run("worker_dies", tmp_path)
     assert got["errors"][0] and "exited" in got["errors"][0], got

@@ -87,10 +87,22 @@ class _Worker:
         self.proc.stdin.flush()
 
 
-class BuildPool:
-    """``workers`` build processes compiling for ``target`` ``(backend, arch, warp_size)``."""
+def idle_seconds() -> float:
+    """Seconds a pool with nothing to build keeps its workers: ``$SYMSHAPE_BUILD_IDLE_S``, else
+    120 (0: until exit).  Sixteen idle workers hold about 2 GB of host memory (140 MB each);
+    a program that compiles again later starts new ones (a second), as at its first graph.
 
-    def __init__(self, target, workers: int = 0):
+    >>> idle_seconds() >= 0
+    True
+    """
+    return max(0.0, float(os.environ.get("SYMSHAPE_BUILD_IDLE_S", "120")))
+
+
+class BuildPool:
+    """``workers`` build processes compiling for ``target`` ``(backend, arch, warp_size)``, ended
+    after ``idle_s`` seconds with nothing queued or running (default :func:`idle_seconds`)."""
+
+    def __init__(self, target, workers: int = 0, idle_s: float | None = None):
         self.target = tuple(target)
         self.pid = os.getpid()
         self._lock = threading.Lock()
@@ -98,9 +110,25 @@ class BuildPool:
         self._jobs: dict = {}  # key -> [future, job tuple, state: JobState]
         self._by_id: dict = {}
         self._next = 0
-        self.broken = None  # why the pool stopped (every worker gone), or None
+        self.broken = None  # why the pool stopped (every worker gone, closed, idle), or None
         self.workers = [_Worker(self, self.target) for _ in range(workers or default_workers())]
         STATS["workers"] = len(self.workers)
+        self.idle_s = idle_seconds() if idle_s is None else idle_s
+        self._last = time.monotonic()  # the last submit or finished job
+        if self.idle_s > 0:
+            threading.Thread(target=self._reap_when_idle, daemon=True, name="symshape-build-reaper").start()
+
+    def _reap_when_idle(self) -> None:
+        while True:
+            time.sleep(min(self.idle_s, 5.0) / 2)
+            with self._lock:
+                if self.broken is not None:
+                    return
+                busy = bool(self._queue) or any(w.job is not None for w in self.workers)
+                if busy or time.monotonic() - self._last < self.idle_s:
+                    continue
+            self.close(why=f"idle for {self.idle_s:g} s: workers ended (a later compile starts new ones)")
+            return
 
     # -- submitting and waiting -------------------------------------------------------
     def submit(self, key, payload, urgent: bool = False) -> Future:
@@ -113,6 +141,7 @@ class BuildPool:
                     self._promote(got)
                 return got[0]
             fut: Future = Future()
+            self._last = time.monotonic()
             if self.broken is not None:
                 fut.set_exception(RuntimeError(f"build pool stopped: {self.broken}"))
                 return fut
@@ -202,6 +231,7 @@ class BuildPool:
                         job_id, err, secs = msg
                         entry = self._by_id.pop(job_id, None)
                         w.job = None
+                        self._last = time.monotonic()
                         if entry is not None:
                             entry[2] = JobState.DONE
                             STATS["worker_s"] += secs
@@ -220,7 +250,7 @@ class BuildPool:
             lost = [w.job] if w.job is not None else []
             w.job = None
             if not self.workers:
-                self.broken = f"every build worker exited (the last with code {w.proc.poll()})"
+                self.broken = self.broken or f"every build worker exited (the last with code {w.proc.poll()})"
                 lost += list(self._queue)
                 self._queue.clear()
             for entry in lost:
@@ -230,12 +260,18 @@ class BuildPool:
                     entry[0].set_exception(RuntimeError("the build worker exited before finishing"))
             self._dispatch()
 
-    def close(self) -> None:
+    def close(self, why: str = "closed") -> None:
         """End the workers now (jobs not finished fail; their variants compile at launch)."""
         with self._lock:
             workers, self.workers = self.workers, []
-            self.broken = self.broken or "closed"
+            self.broken = self.broken or why
+            queued = list(self._queue)
             self._queue.clear()
+            for entry in queued:  # a waiter on one must not wait forever
+                entry[2] = JobState.DONE
+                self._by_id.pop(entry[1][0], None)
+                if not entry[0].done():
+                    entry[0].set_exception(RuntimeError(f"build pool stopped: {self.broken}"))
         for w in workers:
             for f in (w.proc.stdin,):
                 try:
@@ -277,4 +313,4 @@ def _close_at_exit():
         pool.close()
 
 
-__all__ = ["BuildPool", "STATS", "current_pool", "default_workers", "pool_for"]
+__all__ = ["BuildPool", "STATS", "current_pool", "default_workers", "idle_seconds", "pool_for"]
