@@ -85,8 +85,8 @@ def run_model(name, lengths, reps, dtype, modes=MODES) -> dict:
     failed = []
     for mode, (fn, model) in compiled.items():  # compile (and warm) every mode at every length first
         runtime.HOST_REWRITES["cpp_calls"] = mode != "sym_generic"  # read when a program is made
-        try:
-            for L in lengths:
+        try:  # each length twice, in turn: Inductor's failure on HF ViT shows on a length's second step
+            for L in [*lengths, *lengths]:
                 _step(fn, model, batches[L], dtype)
         except Exception as e:  # a mode that cannot train this model (Inductor on HF ViT): its row says so
             print(f"  {name}: {mode} FAILED ({type(e).__name__}: {' '.join(str(e).split())[:160]})", flush=True)
