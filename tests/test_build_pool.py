@@ -95,3 +95,12 @@ def test_a_job_no_worker_started_is_taken_back(tmp_path):
     got, _ = _run("take_back", tmp_path)
     assert got["taken"] and not got["taken_running"] and got["queued_after"] == 2, got
     assert "taken back" in got["error"] and got["others_ok"], got
+
+
+def test_a_bad_idle_time_names_the_variable(monkeypatch):
+    from compiler.codegen import build_pool
+    monkeypatch.setenv("SYMSHAPE_BUILD_IDLE_S", "2min")
+    with pytest.raises(ValueError, match="SYMSHAPE_BUILD_IDLE_S='2min' is not a number of seconds"):
+        build_pool.idle_seconds()
+    monkeypatch.setenv("SYMSHAPE_BUILD_IDLE_S", "-5")
+    assert build_pool.idle_seconds() == 0.0

@@ -95,7 +95,12 @@ def idle_seconds() -> float:
     >>> idle_seconds() >= 0
     True
     """
-    return max(0.0, float(os.environ.get("SYMSHAPE_BUILD_IDLE_S", "120")))
+    text = os.environ.get("SYMSHAPE_BUILD_IDLE_S", "120")
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        raise ValueError(f"SYMSHAPE_BUILD_IDLE_S={text!r} is not a number of seconds "
+                         "(say 120; 0 keeps idle build workers until exit)") from None
 
 
 class BuildPool:
