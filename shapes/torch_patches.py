@@ -19,6 +19,7 @@ process-wide): is_compiling() is True there, for example.
 | the builtin ``scaled_dot_product_attention`` wherever a module bound it (``torch.nn.functional``, ``from torch.nn.functional import ...``) (:func:`sdpa_bool_flags`) | a decided size comparison passed as ``is_causal`` is a SymBool where eager has a bool; torch's argument parser rejects it *before* any TorchFunctionMode or dispatch mode sees the call, so only a Python wrapper bound where the program looks the name up can pass its value | 2.11 | rebinding the builtin |
 | ``torch.Tensor.device``, ``is_cuda``, ``is_cpu``, ``is_meta``, ``get_device``, ``__repr__`` (``devices.ReportedDevice``, entered by the tracer inside :func:`tracing`) | the trace's meta tensors report the device the program will run on to the program's code (library code branches on it), as torch.export's fake tensors do; torch's kernels still see ``meta`` | 2.11 | restoring the class attributes |
 | ``torch.Tensor.tolist`` on meta tensors (:func:`tolist_by_items`) | ``tolist()`` copies storage in C++, below the dispatcher, and a meta tensor has none; read element by element (``.item()``, which the tracer records as data reads) it gives the values symbolically, as torch.export's fake tensors do | 2.11 | rebinding the method |
+| ``torch.fx.experimental._config.backed_size_oblivious``, off where a user set it (:func:`own_size_obliviousness`) | it is for torch's ShapeEnv; with it on, torch's reference kernels (``expand``) ask a SymInt's node for a hint through helpers that accept torch's ``SymNode`` only, and raise on symshape's | 2.11 | the config's own patch |
 | global ``nn.Module`` forward hooks (``recorder.ModuleScope``, entered by the tracer inside :func:`tracing`) | which module emitted each node | 2.11 | removing the hooks |
 | ``torch.distributed`` (and ``distributed_c10d``) ``is_initialized``, ``get_world_size``, ``get_rank``, the five modeled collectives, ``barrier``, the unmodeled c10d calls, ``_get_default_group``; ``_functional_collectives``' five; ``DeviceMesh.__init__`` and DTensor's ``OpDispatcher.dispatch`` (``shapes.distributed.open_world``, entered by the tracer inside :func:`tracing` for ``trace(..., world=)`` only) | the program runs against a symbolic world size in one process; what is not modeled raises a TracerLimitation rather than touching a real process group | 2.11 | restoring each attribute |
 
@@ -79,6 +80,32 @@ def tracing(*, backward: bool = False, compile_path: bool = True):
         stack.enter_context(tolist_by_items())
         if backward:
             stack.enter_context(composite_autograd_on_meta())
+        stack.enter_context(own_size_obliviousness())
+        yield
+
+
+@contextlib.contextmanager
+def own_size_obliviousness():
+    """``torch.fx.experimental._config.backed_size_oblivious`` off while tracing.
+
+    The flag tells torch's own ShapeEnv to treat backed sizes of 1 like unbacked ones; a user
+    sets it so that dynamo captures one graph for size 1 and the other sizes.  torch's
+    reference kernels (``expand``, views) then ask each SymInt's node for a hint through
+    helpers that only know torch's ``SymNode`` and raise on any other node, symshape's
+    :class:`~shapes.symnode.SymExprNode` included.  symshape answers size-1 questions its own
+    way (:mod:`shapes.size_oblivious`), so the flag has nothing to do inside a trace; dynamo's
+    capture, which it is for, has finished before a backend traces the captured graph.
+
+    >>> import torch.fx.experimental._config as fx_config
+    >>> with fx_config.patch(backed_size_oblivious=True), own_size_obliviousness():
+    ...     fx_config.backed_size_oblivious
+    False
+    """
+    from torch.fx.experimental import _config as fx_config
+    if not getattr(fx_config, "backed_size_oblivious", False):
+        yield
+        return
+    with fx_config.patch(backed_size_oblivious=False):
         yield
 
 

@@ -170,3 +170,33 @@ def test_a_tensor_read_with_item_is_not_taken_for_a_float_attribute():
         for n, t in ((3, 2.0), (5, 4.0), (7, 0.5)):
             x, tt = torch.randn(n, 4), torch.tensor(t, dtype=torch.float64)
             torch.testing.assert_close(g(x, tt), f(x, tt))
+
+
+class _ExpandedBuffer(torch.nn.Module):
+    """BERT's ``token_type_ids``: a buffer's first T columns expanded to the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("ids", torch.arange(64).remainder(3).unsqueeze(0))
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        return self.lin(x) + self.ids[:, :T].expand(B, T).unsqueeze(-1)
+
+
+def test_torchs_size_oblivious_flag_gives_one_graph_for_batch_one_too():
+    # A user who sets torch's backed_size_oblivious (so that dynamo captures size 1 with the other
+    # sizes) got a symshape limitation here: torch's expand reference asked our SymInt node for a
+    # hint through a helper that knows torch's SymNode only.
+    from torch.fx.experimental import _config as fx_config
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    m = _ExpandedBuffer().eval()
+    graphs = compiler.BACKEND_STATS["graphs"]
+    f = torch.compile(m, backend="symshape", dynamic=True)
+    with torch.no_grad(), fx_config.patch(backed_size_oblivious=True):
+        for B, T in [(4, 7), (1, 5), (3, 11), (1, 1)]:
+            x = torch.randn(B, T, 8)
+            assert torch.allclose(f(x), m(x), atol=1e-5, rtol=1e-4), (B, T)
+    assert compiler.BACKEND_STATS["graphs"] - graphs == 1
