@@ -19,6 +19,7 @@ Usage::
     python bench/gpu_models.py                           # every model, both dtypes, the full sweep
     python bench/gpu_models.py --only llama,bert --dtypes bf16
     python bench/gpu_models.py --device cpu --smoke      # tiny configs on the CPU (no Inductor)
+    python bench/gpu_models.py --size-oblivious          # dynamo captures B = 1 with the other sizes
 
 Example (the suite)::
 
@@ -485,7 +486,13 @@ def main(argv=None):
     ap.add_argument("--decode", action="store_true", help="then the decode table (bench/gpu_decode.py)")
     ap.add_argument("--log", default="", help="per-point progress log (default stderr)")
     ap.add_argument("--rounds", type=int, default=0, help="interleaved timing rounds (default 3 on CUDA, 1 on the CPU)")
+    ap.add_argument("--size-oblivious", action="store_true",
+                    help="torch's backed_size_oblivious on for every torch.compile mode (Inductor's and the "
+                         "backend's): dynamo captures B = 1 with the other sizes instead of a second graph")
     a = ap.parse_args(argv)
+    if a.size_oblivious:
+        from torch.fx.experimental import _config as fx_config
+        fx_config.backed_size_oblivious = True
     device = a.device
     small = a.smoke
     modes = a.modes.split(",") if a.modes else (MODES if device == "cuda" else ["eager", "symshape", "backend"])
@@ -493,7 +500,8 @@ def main(argv=None):
     name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     import transformers
     print(f"{name} torch={torch.__version__} transformers={transformers.__version__} "
-          f"{'smoke (tiny configs)' if small else 'quick' if a.quick else 'full'}", flush=True)
+          f"{'smoke (tiny configs)' if small else 'quick' if a.quick else 'full'}"
+          f"{' backed_size_oblivious' if a.size_oblivious else ''}", flush=True)
     t_start = time.perf_counter()
     results, skipped = {}, []
     chosen = [c for c in CASES if not a.only or c.name in a.only.split(",")]

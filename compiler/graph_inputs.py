@@ -371,4 +371,38 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
                      symbols=sorted(known, key=str), solved=solved)
 
 
-__all__ = ["plan_graph", "GraphPlan", "ArgKind", "Solved", "eval_size", "linear_in", "spec_text"]
+def general_hints(dims: dict, values) -> dict:
+    """``dims`` (symbol name -> example size) with each 0 or 1 moved to an unused multiple of 8
+    inside the symbol's range (from the ShapeEnv of ``values``' symbolic sizes), for a trace
+    whose variant serves size 1 too; a symbol whose range holds no such size keeps its example.
+
+    Dynamo's example sizes are a trace's hints.  A size of 1 among them (dynamo captures one
+    under torch's ``backed_size_oblivious``) makes a trace there answer size-1 questions for
+    that size alone (a linear's view of a permuted input holds only at B = 1: ``Eq(B, 1)``),
+    and the next batch size traces again.
+
+    >>> general_hints({"s0": 1, "s1": 8, "s2": 5}, [])
+    {'s0': 16, 's1': 8, 's2': 5}
+    """
+    if all(v > 1 for v in dims.values()):
+        return dims
+    ranges = {}
+    for val in values:
+        for s in (val.shape if isinstance(val, torch.Tensor) else ()):
+            if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
+                ranges.setdefault(str(s.node.expr), s.node.shape_env.var_to_range.get(s.node.expr))
+    used = set(dims.values())
+    out = dict(dims)
+    for name, v in dims.items():
+        if v > 1:
+            continue
+        r = ranges.get(name)
+        hint = next(h for h in range(8, 1 << 20, 8) if h not in used)
+        if r is not None and not (r.lower <= hint <= r.upper):
+            continue  # a small range: the example's size it is
+        out[name] = hint
+        used.add(hint)
+    return out
+
+
+__all__ = ["plan_graph", "general_hints", "GraphPlan", "ArgKind", "Solved", "eval_size", "linear_in", "spec_text"]

@@ -200,3 +200,53 @@ def test_torchs_size_oblivious_flag_gives_one_graph_for_batch_one_too():
             x = torch.randn(B, T, 8)
             assert torch.allclose(f(x), m(x), atol=1e-5, rtol=1e-4), (B, T)
     assert compiler.BACKEND_STATS["graphs"] - graphs == 1
+
+
+class _ConvThenLinear(torch.nn.Module):
+    """Whisper's encoder start: a conv's output permuted to (B, T, C), normed, then a linear."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 8, 3, padding=1)
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.nn.functional.gelu(self.conv(x)).permute(0, 2, 1)
+        return self.lin(torch.nn.functional.layer_norm(h, (8,)))
+
+
+def test_a_graph_captured_at_batch_one_is_traced_at_a_general_size():
+    # Under backed_size_oblivious dynamo's example batch is 1; traced there, the linear's view of
+    # its permuted input held only at B = 1 (a guard Eq(B, 1)) and B = 2 traced again.
+    from torch.fx.experimental import _config as fx_config
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    m = _ConvThenLinear().eval()
+    graphs, traces = compiler.BACKEND_STATS["graphs"], compiler.STATS["traces"]
+    f = torch.compile(m, backend="symshape", dynamic=True)
+    with torch.no_grad(), fx_config.patch(backed_size_oblivious=True):
+        for B, T in [(1, 9), (2, 9), (3, 17), (1, 4)]:
+            x = torch.randn(B, 4, T)
+            assert torch.allclose(f(x), m(x), atol=1e-5, rtol=1e-4), (B, T)
+    assert compiler.BACKEND_STATS["graphs"] - graphs == 1
+    assert compiler.STATS["traces"] - traces == 1
+
+
+def test_a_training_step_captured_at_batch_one_traces_forward_and_backward_once():
+    import copy
+    from torch.fx.experimental import _config as fx_config
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    m = _ConvThenLinear()
+    ref = copy.deepcopy(m)
+    graphs, traces = compiler.BACKEND_STATS["graphs"], compiler.STATS["traces"]
+    f = torch.compile(m, backend="symshape", dynamic=True)
+    with fx_config.patch(backed_size_oblivious=True):
+        for B, T in [(1, 9), (2, 9), (3, 17), (1, 4)]:
+            x = torch.randn(B, 4, T)
+            f(x).square().sum().backward()
+            ref(x).square().sum().backward()
+            for p, q in zip(m.parameters(), ref.parameters()):
+                assert torch.allclose(p.grad, q.grad, atol=1e-4, rtol=1e-4), (B, T)
+    assert compiler.BACKEND_STATS["graphs"] - graphs == 1
+    assert compiler.STATS["traces"] - traces == 2  # the forward graph and the backward graph
