@@ -56,6 +56,7 @@ import compiler  # noqa: E402
 
 compiler.register()  # backend="symshape" from this source tree, installed or not
 from bench.gpu_compare import _dynamo_graphs, _geo, _rel_err  # noqa: E402
+from compiler.codegen.triton_build import WAITS  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 MODES = ["eager", "inductor_dyn", "inductor_static", "symshape", "backend"]
@@ -329,7 +330,13 @@ def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int =
             for p in points:
                 pt = rec["points"][p] = {"ms_rounds": []}
                 try:
+                    waits = dict(WAITS)
                     out, pt["first_ms"] = run.first_call(inputs[p])
+                    # Of a first call's ms, how many it waited for kernel builds from the workers,
+                    # and how many variants it took back from the queue to compile itself (their
+                    # compile time is in first_ms, not in the wait): the first-call stall's parts.
+                    pt["build_wait_ms"] = (WAITS["s"] - waits["s"]) * 1e3
+                    pt["builds_taken"] = WAITS["taken"] - waits["taken"]
                     if p == points[0]:
                         pt["first_ms"] += run.setup_ms
                     pt["err"] = _rel_err(out, refs[p])
@@ -365,6 +372,7 @@ def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int =
                     pt["ms"] = sorted(pt["ms_rounds"])[len(pt["ms_rounds"]) // 2]
                 pt.setdefault("ms", float("nan"))
                 print(f"  {case.name:<8} {short:<4} {m:<16} B,T={p} first={pt.get('first_ms', float('nan')):9.1f}ms "
+                      f"(build wait {pt.get('build_wait_ms', float('nan')):.0f}ms, {pt.get('builds_taken', 0)} taken) "
                       f"ms={pt['ms']:8.3f} ({' '.join(f'{x:.3f}' for x in pt['ms_rounds'])}) "
                       f"err={pt.get('err', float('nan')):.1e}"
                       + (f" FAIL {res[m]['fail']}" if "fail" in res[m] and "err" not in pt else ""), file=log, flush=True)
@@ -407,6 +415,11 @@ def report(results: dict, modes) -> str:
             L.append(f"  {str(p):<12}" + "".join(f"{c:>18}" for c in cells))
             first = [_fmt(res[m]["points"].get(p, {}).get("first_ms", float("nan")), '.0f') for m in modes]
             L.append(f"  {'  first ms':<12}" + "".join(f"{c:>18}" for c in first))
+            parts = [res[m]["points"].get(p, {}) for m in modes]
+            if any(q.get("build_wait_ms", 0) > 0.5 or q.get("builds_taken") for q in parts):
+                L.append(f"  {'  build wait':<12}" + "".join(
+                    f"{(_fmt(q.get('build_wait_ms', float('nan')), '.0f') + ' ms/' + str(q.get('builds_taken', '-'))) if m in ('symshape', 'backend') else '':>18}"
+                    for m, q in zip(modes, parts)) + "   (ms waited for worker builds / variants compiled at the call)")
             err = [_fmt(res[m]["points"].get(p, {}).get("err", float("nan")), '.1e') + "/" +
                    _fmt(res[m]["points"].get(p, {}).get("agree", float("nan")), '.3f') for m in modes]
             L.append(f"  {'  err/argmax':<12}" + "".join(f"{c:>18}" for c in err))
@@ -534,7 +547,7 @@ def main(argv=None):
                 print(report({(case.name, dn): results[(case.name, dn)]}, modes), flush=True)
     print(report(results, modes))
     from compiler.codegen import build_pool
-    from compiler.codegen.triton_build import MODE, WAITS, WARM_ERRORS
+    from compiler.codegen.triton_build import MODE, WARM_ERRORS
     pool = build_pool.STATS
     how = (f"in {pool['workers']} worker processes: {pool['done']} built, {pool['failed']} failed, "
            f"{pool['worker_s']:.1f} worker-s; calls waited {WAITS['s']:.1f} s for {WAITS['n']} of them"
