@@ -32,11 +32,11 @@ import weakref
 
 import torch
 
-from shapes.errors import RaisedForProgram, SymshapeError
+from shapes.errors import RaisedForProgram
 
 from .codegen import TARGETS
 from .cuda_graphs import GraphedProgram
-from .graph_inputs import general_hints, plan_graph
+from .graph_inputs import built_at_general_sizes, plan_graph
 from .runtime import CompiledProgram
 from .training import FallbackKind, train_backend, warn_fallback
 
@@ -178,9 +178,8 @@ def _compile(gm, example_inputs, options):
     if training:
         # AOTAutograd plans its own graphs' inputs (sizes passed as SymInts included).
         return _compile_training(eager_gm, gm, scalars, example_inputs, target, options.get("causal_masks"))
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    # Dynamo's example inputs are real: their symbolic sizes are the placeholders' example values.
-    plan = plan_graph(list(example_inputs), [p.meta.get("example_value") for p in placeholders])
+    symbolic = [n.meta.get("example_value") for n in gm.graph.nodes if n.op == "placeholder"]  # their sizes as symbols
+    plan = plan_graph(list(example_inputs), symbolic)
     if plan is None:
         BACKEND_STATS["eager_graphs"] += 1
         return eager_gm.forward
@@ -193,8 +192,9 @@ def _compile(gm, example_inputs, options):
     # Traced for the device the graph runs on (where it makes tensors, which branches it took).
     device = next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None)
     traced_for = device if target == "triton" and device is not None and device.type in ("cpu", "cuda") else None
-    compiled = _compiled_at_general_sizes(program, specs, dims, target, traced_for, options.get("host_rewrites"),
-                                          placeholders)
+    compiled = built_at_general_sizes(  # not traced at a size of 1: that variant would serve it alone
+        lambda d: CompiledProgram(program, specs, d, target, device=traced_for, host_rewrites=options.get("host_rewrites")),
+        dims, symbolic)
     # Dynamo's guards check every input's dtype and static sizes before this graph runs:
     # the per-shape binding cache need only key on the inputs with dynamic dims.
     compiled.key_inputs = [i for i, s in enumerate(specs) if any(not isinstance(d, int) for d in s.dims)]
@@ -241,25 +241,6 @@ def _compile(gm, example_inputs, options):
     run.compiled = compiled
     run.runner = runner
     return run
-
-
-def _compiled_at_general_sizes(program, specs, dims, target, device, host_rewrites, placeholders):
-    """The graph's :class:`CompiledProgram`, its first variant traced where no dim is 0 or 1.
-
-    Dynamo's example sizes are a trace's hints; a dim of size 1 among them (dynamo captures one
-    under torch's ``backed_size_oblivious``) makes a trace there answer size-1 questions for that
-    size alone (Whisper's linear views its input as it can only at B = 1: ``Eq(B, 1)``), and the
-    next batch size traces again.  Traced at a general size the variant serves B = 1 as well,
-    where the program allows.  Where the program refuses that size (a check dynamo kept in the
-    graph), the trace is made at dynamo's sizes, as before.
-    """
-    general = general_hints(dims, [p.meta.get("example_value") for p in placeholders])
-    if general != dims:
-        try:
-            return CompiledProgram(program, specs, general, target, device=device, host_rewrites=host_rewrites)
-        except SymshapeError:
-            pass  # refused at the general size: dynamo's own sizes are a call that runs
-    return CompiledProgram(program, specs, dims, target, device=device, host_rewrites=host_rewrites)
 
 
 def _compile_training(eager_gm, gm, scalars, example_inputs, target, causal_masks=None):

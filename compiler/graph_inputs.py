@@ -405,4 +405,21 @@ def general_hints(dims: dict, values) -> dict:
     return out
 
 
-__all__ = ["plan_graph", "general_hints", "GraphPlan", "ArgKind", "Solved", "eval_size", "linear_in", "spec_text"]
+def built_at_general_sizes(build, dims: dict, values):
+    """``build(dims)`` at :func:`general_hints` (a compiled program whose first variant is traced
+    where no dim is 0 or 1); at ``dims`` themselves where the program refuses those sizes (a
+    check dynamo kept in the graph): the example's sizes are a call that runs.
+
+    >>> built_at_general_sizes(lambda d: d, {"s0": 1}, [])
+    {'s0': 8}
+    """
+    general = general_hints(dims, values)
+    if general != dims:
+        try:
+            return build(general)
+        except SymshapeError:
+            pass
+    return build(dims)
+
+
+__all__ = ["plan_graph", "general_hints", "built_at_general_sizes", "GraphPlan", "ArgKind", "Solved", "eval_size", "linear_in", "spec_text"]

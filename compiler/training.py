@@ -72,7 +72,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import row_buckets
-from .graph_inputs import ArgKind, general_hints, plan_graph
+from .graph_inputs import ArgKind, built_at_general_sizes, plan_graph
 from . import linear_groups
 from .linear_groups import copy_graph, group_linears
 from .runtime import CompiledProgram
@@ -158,20 +158,6 @@ def compile_aten_graph(gm, example_inputs, *, target: str, graph: str, stats: di
         stats["train_graph_s"] = stats.get("train_graph_s", 0.0) + time.perf_counter() - t0
 
 
-def _compiled_at_general_sizes(program, plan, example_inputs, target):
-    """The graph's :class:`CompiledProgram`, traced where no dim is 0 or 1
-    (:func:`~compiler.graph_inputs.general_hints`); at the example's sizes where the program
-    refuses those."""
-    device = _traced_for(example_inputs, target)
-    general = general_hints(plan.dims, example_inputs)
-    if general != plan.dims:
-        try:
-            return CompiledProgram(program, plan.specs, general, target, device=device)
-        except SymshapeError:
-            pass  # refused at the general size: the example's sizes are a call that runs
-    return CompiledProgram(program, plan.specs, plan.dims, target, device=device)
-
-
 def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     stats["train_graphs"] = stats.get("train_graphs", 0) + 1
     views_as_reshapes(gm)
@@ -192,7 +178,9 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
         # set: symshape's own trace runs outside them, as dynamo's backend call does.
         with torch._C._DisableAutocast(), unset_fake_temporarily(), torch._guards.tracing(None), \
                 row_buckets.training_graphs():
-            compiled = _compiled_at_general_sizes(program, plan, example_inputs, target)
+            compiled = built_at_general_sizes(
+                lambda d: CompiledProgram(program, plan.specs, d, target, device=_traced_for(example_inputs, target)),
+                plan.dims, example_inputs)
     except SymshapeError as e:
         warn_fallback(stats, graph=graph, kind=FallbackKind.TRACE, reason=f"{type(e).__name__}: {e}")
         return make_boxed_func(gm)
