@@ -372,9 +372,10 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
 
 
 def general_hints(dims: dict, values) -> dict:
-    """``dims`` (symbol name -> example size) with each 0 or 1 moved to an unused multiple of 8
-    inside the symbol's range (from the ShapeEnv of ``values``' symbolic sizes), for a trace
-    whose variant serves size 1 too; a symbol whose range holds no such size keeps its example.
+    """``dims`` (symbol name -> example size) with each 0 or 1 moved to an unused size inside the
+    symbol's range (from the ShapeEnv of ``values``' symbolic sizes; a multiple of 8 where there is
+    one), for a trace whose variant serves size 1 too; a symbol whose range holds no other size
+    keeps its example.
 
     Dynamo's example sizes are a trace's hints.  A size of 1 among them (dynamo captures one
     under torch's ``backed_size_oblivious``) makes a trace there answer size-1 questions for
@@ -397,9 +398,13 @@ def general_hints(dims: dict, values) -> dict:
         if v > 1:
             continue
         r = ranges.get(name)
-        hint = next(h for h in range(8, 1 << 20, 8) if h not in used)
-        if r is not None and not (r.lower <= hint <= r.upper):
-            continue  # a small range: the example's size it is
+        lo, hi = (2, 1 << 20) if r is None else (max(2, int(r.lower)), min(1 << 20, r.upper))
+        # An unremarkable size (a multiple of 8) where the range has one; else the largest other.
+        hint = next((h for h in range(8, int(hi) + 1, 8) if h >= lo and h not in used), None)
+        if hint is None:
+            hint = next((h for h in range(int(hi), lo - 1, -1) if h not in used), None)
+        if hint is None:
+            continue  # no size but 0 or 1 (or taken ones): the example's size it is
         out[name] = hint
         used.add(hint)
     return out
