@@ -55,5 +55,12 @@ def test_a_compiled_model_takes_no_page_faults_per_call():
             break
     else:
         pytest.skip(f"malloc's defaults served no fresh pages in three runs ({fresh} faults a call): nothing to compare")
-    kept = _faults()
-    assert kept * 10 < fresh, (kept, fresh)
+    # Faults outside malloc's blocks (Python's own 1 MiB object arenas are mmap'd and unmapped as
+    # they empty) add a few hundred a call in some runs: the best of up to three runs with the
+    # thresholds raised. Without them every run faults like ``fresh``, so the test still fails.
+    kept = []
+    for _ in range(3):
+        kept.append(_faults())
+        if kept[-1] * 10 < fresh:
+            break
+    assert min(kept) * 10 < fresh, (kept, fresh)
