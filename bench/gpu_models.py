@@ -337,6 +337,7 @@ def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int =
                     # compile time is in first_ms, not in the wait): the first-call stall's parts.
                     pt["build_wait_ms"] = (WAITS["s"] - waits["s"]) * 1e3
                     pt["builds_taken"] = WAITS["taken"] - waits["taken"]
+                    pt["stand_ins"] = WAITS["stand_ins"] - waits["stand_ins"]
                     if p == points[0]:
                         pt["first_ms"] += run.setup_ms
                     pt["err"] = _rel_err(out, refs[p])
@@ -372,7 +373,8 @@ def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int =
                     pt["ms"] = sorted(pt["ms_rounds"])[len(pt["ms_rounds"]) // 2]
                 pt.setdefault("ms", float("nan"))
                 print(f"  {case.name:<8} {short:<4} {m:<16} B,T={p} first={pt.get('first_ms', float('nan')):9.1f}ms "
-                      f"(build wait {pt.get('build_wait_ms', float('nan')):.0f}ms, {pt.get('builds_taken', 0)} taken) "
+                      f"(build wait {pt.get('build_wait_ms', float('nan')):.0f}ms, {pt.get('builds_taken', 0)} taken, "
+                      f"{pt.get('stand_ins', 0)} stand-ins) "
                       f"ms={pt['ms']:8.3f} ({' '.join(f'{x:.3f}' for x in pt['ms_rounds'])}) "
                       f"err={pt.get('err', float('nan')):.1e}"
                       + (f" FAIL {res[m]['fail']}" if "fail" in res[m] and "err" not in pt else ""), file=log, flush=True)
@@ -416,10 +418,11 @@ def report(results: dict, modes) -> str:
             first = [_fmt(res[m]["points"].get(p, {}).get("first_ms", float("nan")), '.0f') for m in modes]
             L.append(f"  {'  first ms':<12}" + "".join(f"{c:>18}" for c in first))
             parts = [res[m]["points"].get(p, {}) for m in modes]
-            if any(q.get("build_wait_ms", 0) > 0.5 or q.get("builds_taken") for q in parts):
+            if any(q.get("build_wait_ms", 0) > 0.5 or q.get("builds_taken") or q.get("stand_ins") for q in parts):
                 L.append(f"  {'  build wait':<12}" + "".join(
-                    f"{(_fmt(q.get('build_wait_ms', float('nan')), '.0f') + ' ms/' + str(q.get('builds_taken', '-'))) if m in ('symshape', 'backend') else '':>18}"
-                    for m, q in zip(modes, parts)) + "   (ms waited for worker builds / variants compiled at the call)")
+                    f"{(_fmt(q.get('build_wait_ms', float('nan')), '.0f') + ' ms/' + str(q.get('builds_taken', '-')) + '/' + str(q.get('stand_ins', '-'))) if m in ('symshape', 'backend') else '':>18}"
+                    for m, q in zip(modes, parts))
+                    + "   (ms waited for worker builds / variants compiled at the call / launches of a stand-in variant)")
             err = [_fmt(res[m]["points"].get(p, {}).get("err", float("nan")), '.1e') + "/" +
                    _fmt(res[m]["points"].get(p, {}).get("agree", float("nan")), '.3f') for m in modes]
             L.append(f"  {'  err/argmax':<12}" + "".join(f"{c:>18}" for c in err))

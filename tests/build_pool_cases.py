@@ -120,6 +120,48 @@ def split_builds():
     print("RESULT " + json.dumps(got))
 
 
+def stand_ins():
+    """One worker, a program whose softmax row is symbolic: after the current sizes' variant, the
+    general one (looped, nothing assumed aligned) is queued next; once it is built, a plan at sizes
+    whose own variant is still queued runs it and moves its own build to the front; once that is
+    built, the plan runs its own."""
+    import compiler
+    from compiler.codegen import build_pool, stand_ins, triton_build
+
+    def prog(x):
+        return torch_softmax(x * 2) + 1
+
+    f = compiler.compile(prog, "x: f32[B, N]", target="triton")
+    (ln,) = [ln for _, ln in f.variants[0].launchers.values()]
+    current = (3, 32)
+    pool = build_pool.BuildPool(TARGET, workers=1)
+    triton_build.submit_builds(pool, [ln], current)
+    keys = ln.classes()
+    general = stand_ins.general_keys(keys, tiled=False)
+    queue = list(pool._queue)  # the worker is still starting: the queue is as submitted
+    pos = {k: queue.index(pool._jobs[ln.pending[k][0][1]]) for k in keys}
+    got = {"general": [str(k) for k in general], "classes": len(keys),
+           "general_right_after_current": sorted(pos[k] for k in general) == list(range(1, 1 + len(general)))
+           and pos[ln.class_at(current)] == 0}
+    for k in [ln.class_at(current), *general]:
+        pool.wait(ln.pending[k][0][1], ln.pending[k][0][2])
+    _compile_only()
+    later = (2, 8192)  # the last class queued: a persistent row of 8192, N aligned
+    own = ln.class_at(later)
+    (fn, grid, args, opts), is_own = ln._plan(later)
+    job = ln.pending[own][0][1]
+    got["own"] = is_own
+    got["stood_in"] = [str((sc, opts["BLOCK"])) for sc, k in ln.variants.items() if k is fn and sc != own]
+    entry = pool._jobs[job]
+    got["own_promoted"] = entry[2] is not build_pool.JobState.QUEUED or pool._queue[0] is entry
+    pool.drain()
+    (fn, grid, args, opts), is_own = ln._plan(later)
+    got["own_after_drain"] = is_own and fn is ln.variants[own[0]] and opts["BLOCK"] == own[1]
+    got["errors"] = triton_build.WARM_ERRORS + build_pool.STATS["errors"]
+    pool.close()
+    print("RESULT " + json.dumps(got))
+
+
 def tiled_builds():
     """Every class of every kernel, tiled ones (a column sum: a kernel and, split, its partials
     kernel) included, built by the workers; the parent's warm-ups then find every binary."""

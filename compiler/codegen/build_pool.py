@@ -171,6 +171,14 @@ class BuildPool:
         exc = fut.exception()
         return None if exc is None else f"{type(exc).__name__}: {exc}"
 
+    def promote(self, key) -> None:
+        """Put the job of ``key`` first in line if no worker has started it (a call needs it next)."""
+        with self._lock:
+            entry = self._jobs.get(key)
+            if entry is not None:
+                self._promote(entry)
+                self._dispatch()
+
     def take(self, key) -> bool:
         """Take back the job of ``key`` if no worker has started it (the caller builds it itself:
         faster than waiting behind the queue); its future fails with "taken"."""

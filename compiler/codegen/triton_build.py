@@ -13,7 +13,9 @@ variant whose build is still running waits for that build only
 the worker built too) from Triton's on-disk cache; one no worker has started
 yet is taken back and built by the launch; a build that failed leaves the
 launch to compile the variant itself, with Triton's own error if it fails
-there too.  H100, bf16 training steps, compile seconds threads -> workers:
+there too.  Where another variant of the kernel is built and right at the
+call's sizes, a launch runs that one instead of waiting (:mod:`.stand_ins`).
+H100, bf16 training steps, compile seconds threads -> workers:
 GPT-2 13.9 -> 10.6, BERT 15.6 -> 10.0, Llama 16.3 -> 13.1, ViT 32.9 -> 23.8
 (bench/results/train_pairs_procs_h100_s20_2026-12-06.txt).
 
@@ -36,6 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from . import build_pool
+from .stand_ins import general_keys
 
 #: How kernels are built ahead in this process: ``mode`` ("processes" or "threads") and, for
 #: threads, why processes are not used.
@@ -44,9 +47,10 @@ MODE: dict = {"mode": None, "reason": None}
 #: Why builds ahead failed (Triton's message), newest last; their kernels compile at launch instead.
 WARM_ERRORS: list = []
 
-#: Seconds calls spent waiting for builds still running in workers, how many waits, and how
-#: many builds a launch took back from the queue (and compiled itself).
-WAITS: dict = {"s": 0.0, "n": 0, "taken": 0}
+#: Seconds calls spent waiting for builds still running in workers, how many waits, how
+#: many builds a launch took back from the queue (and compiled itself), and how many launch
+#: plans ran a built variant while their own built (:mod:`.stand_ins`).
+WAITS: dict = {"s": 0.0, "n": 0, "taken": 0, "stand_ins": 0}
 
 _GAVE_UP: list = []
 
@@ -135,8 +139,10 @@ def build_split(pool, launchers, current=None) -> int:
 
 def split_classes(launchers, current) -> tuple:
     """``(now, later)``: ``(launcher, (class, BLOCK))`` of the classes at sizes ``current`` (the
-    values of the launchers' size symbols; None: unknown), and of every other class."""
-    now, later = [], []
+    values of the launchers' size symbols; None: unknown), and of every other class, those that
+    stand in for any size (:func:`.stand_ins.general_keys`) first: a call at a new size then
+    finds a built variant to launch while its own builds."""
+    now, general, later = [], [], []
     for launcher in launchers:
         first = None
         if current is not None:
@@ -144,9 +150,12 @@ def split_classes(launchers, current) -> tuple:
                 first = launcher.class_at(current)
             except (TypeError, ValueError, ZeroDivisionError, OverflowError):  # no priority, still built
                 first = None
-        for sc_block in launcher.classes():
-            (now if sc_block == first else later).append((launcher, sc_block))
-    return now, later
+        keys = launcher.classes()
+        tiled = getattr(getattr(launcher, "kind", None), "value", None) == "tiles"
+        anywhere = set(general_keys(keys, tiled))
+        for sc_block in keys:
+            (now if sc_block == first else general if sc_block in anywhere else later).append((launcher, sc_block))
+    return now, general + later
 
 
 def _submit(pool, items, urgent: bool) -> None:

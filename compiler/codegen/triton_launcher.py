@@ -21,7 +21,8 @@ from shapes.enums import TextEnum
 from ..exprs import compile_exprs
 from .skeleton import KernelGen
 from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbols, capped_alignment, pow2_block, reachable_classes, row_blocks
-from .triton_build import wait_built
+from .stand_ins import builds_ready, building, may_stand_in, stand_in
+from .triton_build import WAITS, wait_built
 from .triton_launch import Launcher, bind_launch
 from .triton_tiles import XBLOCKS, split_count, tile_blocks, tile_size, vector_indexes
 
@@ -232,8 +233,8 @@ class SizeClassLauncher:
     def __call__(self, tensors, sizes):
         plan = self.plans.get(sizes)
         if plan is None:
-            plan = self.plan(sizes)
-            if len(self.plans) < 4096:  # sizes seen repeat: one dict lookup per call
+            plan, own = self._plan(sizes)
+            if own and len(self.plans) < 4096:  # sizes seen repeat: one dict lookup per call
                 self.plans[sizes] = plan
         fn, grid, args, opts = plan
         if grid[0] > 0:
@@ -248,7 +249,9 @@ class SizeClassLauncher:
         (:func:`~compiler.codegen.triton_launch.bind_launch`)."""
         got = self.bound.get(sizes)
         if got is None:
-            fn, grid, args, opts = self.plan(sizes)
+            (fn, grid, args, opts), own = self._plan(sizes)
+            if not own:  # a stand-in (:mod:`.stand_ins`): this size's own variant once it is built
+                return _StandInLaunch(self, sizes)
             if grid[0] <= 0:
                 got = _no_launch
             elif self.split:
@@ -289,6 +292,15 @@ class SizeClassLauncher:
 
     def plan(self, sizes):
         """(kernel, grid, size arguments, launch options) at these sizes."""
+        return self._plan(sizes)[0]
+
+    def own_ready(self, sizes) -> bool:
+        """Whether the variant of these sizes' own class can launch without waiting for a build."""
+        return not self.pending or not building(self.pending, self.class_at(sizes))
+
+    def _plan(self, sizes):
+        """``(plan, own)``: :meth:`plan`, and whether it launches the sizes' own variant (else a
+        built variant stands in while it builds, :mod:`.stand_ins`)."""
         w = self.work_fn(*sizes)
         row = w[self.nwork] if len(w) > self.nwork else None
         flags = (tuple(sizes[i] % 16 == 0 for i in self._aidx),
@@ -299,34 +311,70 @@ class SizeClassLauncher:
             got = self._by_flags[flags] = (sc, self.kernel_for(sc),
                                            frozenset(i for i, n in enumerate(self.names) if n in sc.div16))
         sc, fn, div = got
-        args = [v // 16 if i in div else v for i, v in enumerate(sizes)] if div else list(sizes)
         n = max(w[:self.nwork])
         if self.kind is Grid.TILES:
             xb, block = tile_blocks(n, self.tile)
             grid = ((n + xb - 1) // xb,)
-            if not self.split:
-                if self.pending:
-                    wait_built(self.pending, (sc, (xb, False)))
-                return fn, grid, args, self._options((xb, False))
-            splits, chunk = split_count(n, row, block, xb)
-            if self.pending:
-                wait_built(self.pending, (sc, (xb, splits > 1)))
-            opts = self._options((xb, splits > 1))
-            return _SplitLaunch(fn, self.parts[sc] if splits > 1 else None, grid, args + [splits, chunk], opts,
-                                len(self.kernel.reductions) * splits * n), grid, args, opts
-        if self.kind is Grid.FLAT:
-            block, n = self.block, (n + self.block - 1) // self.block
-        elif sc.persistent:
-            block = _pow2(row, PERSISTENT_MAX)
+            splits, chunk = split_count(n, row, block, xb) if self.split else (1, 0)
+            key = (sc, (xb, splits > 1))
         else:
-            block = self.block
+            if self.kind is Grid.FLAT:
+                key, n = (sc, self.block), (n + self.block - 1) // self.block
+            else:
+                key = (sc, _pow2(row, PERSISTENT_MAX) if sc.persistent else self.block)
+            grid = (n,)
+        own = True
         if self.pending:
-            wait_built(self.pending, (sc, block))
-        return fn, (n,), args, self._options(block)
+            alt = self._stand_in(key, row)
+            if alt is not None:
+                own, key, sc, fn = False, alt, alt[0], self.kernel_for(alt[0])
+                div = frozenset(i for i, m in enumerate(self.names) if m in sc.div16)
+            else:
+                wait_built(self.pending, key)
+        args = [v // 16 if i in div else v for i, v in enumerate(sizes)] if div else list(sizes)
+        opts = self._options(key[1])
+        if self.kind is not Grid.TILES or not self.split:
+            return (fn, grid, args, opts), own
+        part = self.part_for(sc) if splits > 1 else None
+        return (_SplitLaunch(fn, part, grid, args + [splits, chunk], opts, len(self.kernel.reductions) * splits * n),
+                grid, args, opts), own
+
+    def _stand_in(self, key, row):
+        """A built variant to launch for a call whose own variant ``key`` is still building (its
+        build moved to the front of the queue), or ``None`` (the call waits, as before)."""
+        if not building(self.pending, key) or not may_stand_in():
+            return None
+        keys = self.__dict__.get("_keys")
+        if keys is None:
+            keys = self._keys = self.classes()
+        alt = stand_in(keys, key, row, self.kind is Grid.TILES, lambda k: builds_ready(self.pending, k))
+        if alt is not None:
+            WAITS["stand_ins"] += 1
+            for pool, job_key, fut in self.pending.get(key, ()):
+                if not fut.done():
+                    pool.promote(job_key)
+        return alt
 
 
 def _no_launch(tensors):
     """An empty grid: nothing to launch."""
+
+
+class _StandInLaunch:
+    """A bound launch at ``sizes`` whose own variant was still building when it was bound: each
+    call launches a stand-in (:mod:`.stand_ins`) until the own variant is built, then binds that
+    one and launches it from then on."""
+
+    def __init__(self, launcher, sizes):
+        self.launcher, self.sizes, self.own = launcher, sizes, None
+
+    def __call__(self, tensors):
+        if self.own is None:
+            if not self.launcher.own_ready(self.sizes):
+                self.launcher(tensors, self.sizes)
+                return
+            self.own = self.launcher.bind(self.sizes)
+        self.own(tensors)
 
 
 class _SplitLaunch:
