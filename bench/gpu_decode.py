@@ -138,6 +138,7 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
             prompt = torch.randint(0, conf.vocab_size, (1, S), generator=gen).to(device)
             cache = _cache(method, conf, S + warm + steps + 1, device, dtype)
             t0 = time.perf_counter()
+            routes0 = _route_counts()
             out = fn(input_ids=prompt, past_key_values=cache, use_cache=True)
             tok = out.logits[:, -1].argmax(-1)
             toks, times, host, gaps = [int(tok)], [], [], [_gap(out.logits[0, -1])]
@@ -155,6 +156,10 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
                     host.append(t2 - t1)
                 toks.append(int(tok))
                 gaps.append(_gap(out.logits[0, -1]))
+            # How the calls at this S ran (graphed programs only): whole-call replays, calls with no
+            # graph at all, and piecewise segment replays and segments run without their graph.
+            # A change of the "auto" policy partway through shows here; host speed drift does not.
+            row.setdefault("routes", {})[S] = {k: v - routes0.get(k, 0) for k, v in _route_counts().items()}
             row["ms"][S] = statistics.median(times) * 1e3
             row.setdefault("host_ms", {})[S] = statistics.median(host) * 1e3
             row.setdefault("step_ms", {})[S] = [round(t * 1e3, 3) for t in times]
@@ -189,6 +194,21 @@ def run_method(method, smoke, device, lengths, warm, steps, profile_dir) -> dict
         torch.cuda.empty_cache()
         row["held_mib"] = (torch.cuda.memory_reserved() - base) / 2 ** 20
     return row
+
+
+def _route_counts() -> dict:
+    """Counters of every live graphed program the backend made: whole-call replays, ungraphed
+    calls, piecewise replays and piecewise segments run without their graph."""
+    from compiler.backend import graphed_programs
+    out = {"replays": 0, "ungraphed": 0, "piece_replays": 0, "piece_eager": 0}
+    for gp in graphed_programs():
+        out["replays"] += gp.stats.get("replays", 0)
+        out["ungraphed"] += gp.stats.get("ungraphed_calls", 0)
+        for pw in gp.pieces.values():
+            if pw is not None:
+                out["piece_replays"] += pw.stats["replays"]
+                out["piece_eager"] += pw.stats["eager_segments"]
+    return out
 
 
 def _profile(fn, tok, cache, method, S, device, profile_dir):
@@ -264,8 +284,12 @@ def print_table(rows, lengths, device):
             for s in lengths:
                 st = r["step_ms"].get(s, [])
                 if st:
+                    rc = r.get("routes", {}).get(s)
                     print(f"{'':<20} S={s}: timed steps ms min {min(st):.3f} max {max(st):.3f}: "
-                          + " ".join(f"{t:.2f}" for t in st))
+                          + " ".join(f"{t:.2f}" for t in st)
+                          + (f"  [routes: {rc['replays']} replays, {rc['ungraphed']} ungraphed calls, "
+                             f"{rc['piece_replays']} piecewise replays, {rc['piece_eager']} segments ungraphed]"
+                             if rc and any(rc.values()) else ""))
         if eager and r is not eager:
             for s in lengths:
                 ta, tb = r["tokens"][s], eager["tokens"][s]
@@ -316,7 +340,7 @@ def main(argv=None):
         except subprocess.TimeoutExpired:
             row = {"method": m, "fail": f"timed out after {a.timeout:.0f} s"}
         for S in list(row.get("ms", {})):  # JSON keys are strings
-            for k in ("ms", "tokens", "first_s", "host_ms", "step_ms", "gaps"):
+            for k in ("ms", "tokens", "first_s", "host_ms", "step_ms", "gaps", "routes"):
                 if k in row:
                     row[k][int(S)] = row[k].pop(S)
         rows.append(row)
