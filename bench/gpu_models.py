@@ -57,6 +57,7 @@ import compiler  # noqa: E402
 compiler.register()  # backend="symshape" from this source tree, installed or not
 from bench.gpu_compare import _dynamo_graphs, _geo, _rel_err  # noqa: E402
 from compiler.codegen.triton_build import WAITS  # noqa: E402
+from compiler.codegen.preload import PRELOADS  # noqa: E402
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 MODES = ["eager", "inductor_dyn", "inductor_static", "symshape", "backend"]
@@ -578,7 +579,10 @@ def main(argv=None):
     from compiler.codegen.triton_build import MODE, WARM_ERRORS
     pool = build_pool.STATS
     how = (f"in {pool['workers']} worker processes: {pool['done']} built, {pool['failed']} failed, "
-           f"{pool['worker_s']:.1f} worker-s; calls waited {WAITS['s']:.1f} s for {WAITS['n']} of them"
+           f"{pool['worker_s']:.1f} worker-s; calls waited {WAITS['s']:.1f} s for {WAITS['n']} of them, "
+           f"launched a stand-in {WAITS['stand_ins']} times; {PRELOADS['n']} variants loaded ahead in "
+           f"{PRELOADS['s']:.1f} s (SYMSHAPE_PRELOAD={os.environ.get('SYMSHAPE_PRELOAD', '1')}"
+           + (f", errors: {PRELOADS['errors'][-2:]}" if PRELOADS["errors"] else "") + ")"
            if MODE["mode"] == "processes" else f"in threads ({MODE['reason']})")
     print(f"\nkernel variants compiled ahead at first calls: {compiler.STATS['warmed']}, submitting took "
           f"{compiler.STATS['warm_s']:.1f} s, {how}" + (f"; warm-up errors: {WARM_ERRORS[-3:]}" if WARM_ERRORS else ""))

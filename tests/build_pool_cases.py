@@ -162,6 +162,32 @@ def stand_ins():
     print("RESULT " + json.dumps(got))
 
 
+def preloads():
+    """Two workers build every class of a program; the preload thread loads each one as its build
+    finishes, from the workers' cache entries (the parent compiles nothing), before any launch:
+    every class's JIT function holds its kernel, and a launch plan then finds it there."""
+    import compiler
+    from compiler.codegen import build_pool, preload, triton_build
+
+    def prog(x, y):
+        return torch_softmax(x * 2) + y
+
+    f = compiler.compile(prog, "x: f32[B, N]", "y: f32[N]", target="triton")
+    (ln,) = [ln for _, ln in f.variants[0].launchers.values()]
+    _compile_only()
+    pool = build_pool.BuildPool(TARGET, workers=2)
+    n = triton_build.submit_builds(pool, [ln], (3, 32))
+    pool.drain()
+    drained = preload.drain(timeout=120)
+    keys = ln.classes()
+    loaded = [bool(ln.variants.get(sc) is not None and ln.variants[sc].device_caches[0][0]) for sc, _ in keys]
+    got = {"submitted": n, "classes": len(keys), "drained": drained, "loaded": loaded,
+           "preloads": preload.PRELOADS["n"], "preload_errors": preload.PRELOADS["errors"],
+           "errors": triton_build.WARM_ERRORS + build_pool.STATS["errors"]}
+    pool.close()
+    print("RESULT " + json.dumps(got))
+
+
 def tiled_builds():
     """Every class of every kernel, tiled ones (a column sum: a kernel and, split, its partials
     kernel) included, built by the workers; the parent's warm-ups then find every binary."""

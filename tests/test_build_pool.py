@@ -108,3 +108,15 @@ def test_a_bad_idle_time_names_the_variable(monkeypatch):
         build_pool.idle_seconds()
     monkeypatch.setenv("SYMSHAPE_BUILD_IDLE_S", "-5")
     assert build_pool.idle_seconds() == 0.0
+
+
+def test_finished_builds_are_loaded_in_the_background_before_any_launch(tmp_path):
+    got, _ = _run("preloads", tmp_path)
+    assert not got["errors"] and not got["preload_errors"], got
+    assert got["drained"] and got["submitted"] == got["classes"] == got["preloads"], got
+    assert all(got["loaded"]), got
+
+
+def test_preloading_is_off_with_symshape_preload_0(tmp_path):
+    got, _ = _run("preloads", tmp_path, SYMSHAPE_PRELOAD="0")
+    assert got["preloads"] == 0 and not any(got["loaded"]), got

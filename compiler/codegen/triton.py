@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import threading
 from dataclasses import dataclass
 
 import sympy
@@ -126,6 +127,7 @@ class TritonTarget(Target):
     def __init__(self):
         #: Kernel modules built in this process, by file: the same source is one module.
         self._modules: dict = {}
+        self._build_lock = threading.RLock()
 
     def extern_call(self, op, dtype):
         """mm/addmm of a dtype the skinny kernel wins for choose it or cuBLAS per call
@@ -326,10 +328,14 @@ class TritonTarget(Target):
         path, name = self.module_file(source)
         mod = self._modules.get(path)
         if mod is None:
-            spec = importlib.util.spec_from_file_location(name, path)
-            mod = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(mod)
-            self._modules[path] = mod
+            # One module per file also when the preload thread (.preload) builds it at the same time.
+            with self._build_lock:
+                mod = self._modules.get(path)
+                if mod is None:
+                    spec = importlib.util.spec_from_file_location(name, path)
+                    mod = importlib.util.module_from_spec(spec)
+                    spec.loader.exec_module(mod)
+                    self._modules[path] = mod
         return mod
 
     def make_launchers(self, lp, steps) -> dict:

@@ -37,7 +37,7 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import build_pool
+from . import build_pool, preload
 from .stand_ins import general_keys
 
 #: How kernels are built ahead in this process: ``mode`` ("processes" or "threads") and, for
@@ -166,8 +166,21 @@ def _submit(pool, items, urgent: bool) -> None:
     for launcher, key in items:
         for _, payload in launcher.build_payloads([key]):
             jobs.append((launcher, key, repr(payload), payload))
+    futs: dict = {}
     for launcher, key, job, payload in (reversed(jobs) if urgent else jobs):  # urgent: last in, first out
-        launcher.pending.setdefault(key, []).append((pool, job, pool.submit(job, payload, urgent=urgent)))
+        fut = pool.submit(job, payload, urgent=urgent)
+        launcher.pending.setdefault(key, []).append((pool, job, fut))
+        futs.setdefault((id(launcher), key), (launcher, key, []))[2].append(fut)
+    # Each variant loaded in the background once its builds finish (preload): not at its first launch.
+    device = _cuda_device()
+    for launcher, key, fs in futs.values():
+        preload.load_when_built(launcher, key, fs, device)
+
+
+def _cuda_device():
+    """The current CUDA device's index where CUDA runs (launches happen there), else None."""
+    import torch
+    return torch.cuda.current_device() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
 
 
 def submit_builds(pool, launchers, current=None) -> int:

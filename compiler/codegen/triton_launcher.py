@@ -222,8 +222,9 @@ class SizeClassLauncher:
         fn = self.variants.get(sc)
         if fn is None:
             mod = self.target.build(self.target.variant_source(self.kernel, self.lp, sc, self.fn_base))
-            fn = self.variants[sc] = getattr(mod, self.fn_base + sc.suffix)
-            self.parts[sc] = getattr(mod, self.fn_base + sc.suffix + "_part", None)
+            # setdefault: the preload thread (.preload) and a launch making it at once get one function.
+            fn = self.variants.setdefault(sc, getattr(mod, self.fn_base + sc.suffix))
+            self.parts.setdefault(sc, getattr(mod, self.fn_base + sc.suffix + "_part", None))
         return fn
 
     def part_for(self, sc: SizeClass):
