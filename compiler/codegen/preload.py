@@ -67,10 +67,10 @@ def load_when_built(launcher, key, futs, device=None) -> None:
     if not enabled() or not futs:
         return
     with _LOCK:
-        if not _THREAD:
+        if not _THREAD or _THREAD[0][1] != os.getpid():  # none yet, or the parent's (a forked child has none)
             t = threading.Thread(target=_loop, daemon=True, name="symshape-preload")
             t.start()
-            _THREAD.append(t)
+            _THREAD[:] = [(t, os.getpid())]
     left = [len(futs)]
 
     def done(_):
