@@ -129,7 +129,7 @@ class CompiledProgram:
             if any(v.tp.device == device and v.covers(values) for v in self.variants):
                 continue
             try:
-                self._add(self._trace(values, device))
+                self._add(self._trace(values, device), ahead=True)
             except SymshapeError:
                 continue  # refused there (by the program or by symshape): a call there says why
 
@@ -179,10 +179,12 @@ class CompiledProgram:
                           LayoutFallback, stacklevel=3)
         return self.program(*tensors)
 
-    def _add(self, tp) -> Variant:
+    def _add(self, tp, ahead: bool = False) -> Variant:
+        """Compile ``tp`` as a new variant (``ahead``: traced before any call needs it, its
+        kernel builds queued behind the others')."""
         if tp.layout_reads and self.__dict__.get("_layout_reads") is None:
             self._layout_reads = tp.layout_reads[0]
-        v = Variant(tp, self.target, self.host_rewrites, self.cpp_calls)
+        v = Variant(tp, self.target, self.host_rewrites, self.cpp_calls, ahead=ahead)
         self.variants.append(v)
         STATS["variants"] += 1
         self.stats["variants"] += 1

@@ -204,7 +204,7 @@ def _guard_fn(exprs, symbols):
 class Variant:
     """One trace compiled for the sizes where its guards hold."""
 
-    def __init__(self, tp, target: str, host_rewrites: bool = True, cpp_calls: bool = True):
+    def __init__(self, tp, target: str, host_rewrites: bool = True, cpp_calls: bool = True, ahead: bool = False):
         self.tp = tp
         self.target = target
         self.host_rewrites = host_rewrites
@@ -258,8 +258,10 @@ class Variant:
         # Every size class of every kernel is built now, in parallel: a later call at a new
         # size finds its kernels compiled (no stall at the first call of a size).  In worker
         # processes, those of the traced sizes (this call's) first, the rest in the background.
+        # A variant traced ahead of any call (``ahead``: a size the program branches on) has no
+        # call waiting: its builds queue behind the ones already there, none first.
         t0 = time.perf_counter()
-        STATS["warmed"] += TARGETS[target].warm(self.launchers, self._example_sizes())
+        STATS["warmed"] += TARGETS[target].warm(self.launchers, None if ahead else self._example_sizes())
         STATS["warm_s"] += time.perf_counter() - t0
         self._plan()
 

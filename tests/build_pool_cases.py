@@ -188,6 +188,42 @@ def preloads():
     print("RESULT " + json.dumps(got))
 
 
+def branch_variant_behind():
+    """A program that branches on ``B != 1``: compile() traces the B = 1 variant ahead of any call,
+    and its builds queue behind the first variant's, none of them first.  One worker, ready (a
+    CUDA machine's state when the backend started the pool ahead); compile-only builds, the
+    warm-up path on as on CUDA."""
+    import compiler
+    from compiler.codegen import build_pool, triton_build
+    _compile_only()
+    triton_build._enabled = lambda: True  # what a CUDA machine answers; the builds below are real
+    pool = build_pool.pool_for(TARGET)
+    deadline = time.monotonic() + 120
+    while pool.ready_workers() < len(pool.workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    def prog(x):
+        y = torch_softmax(x * 2)
+        if x.shape[0] != 1:
+            return y + 1
+        return y - 1
+
+    f = compiler.compile(prog, "x: f32[B, N]", target="triton")
+    with pool._lock:
+        queue = list(pool._queue)
+    where = {id(e): i for i, e in enumerate(queue)}
+
+    def positions(v):
+        return [where[id(pool._jobs[job])] for _, ln in v.launchers.values() for builds in ln.pending.values()
+                for _, job, _ in builds if id(pool._jobs[job]) in where]
+    first, ahead = positions(f.variants[0]), positions(f.variants[1]) if len(f.variants) > 1 else []
+    got = {"variants": len(f.variants), "workers": len(pool.workers), "first_queued": len(first),
+           "ahead_queued": len(ahead), "behind": bool(first) and bool(ahead) and max(first) < min(ahead),
+           "errors": triton_build.WARM_ERRORS + build_pool.STATS["errors"]}
+    pool.close()
+    print("RESULT " + json.dumps(got))
+
+
 def tiled_builds():
     """Every class of every kernel, tiled ones (a column sum: a kernel and, split, its partials
     kernel) included, built by the workers; the parent's warm-ups then find every binary."""

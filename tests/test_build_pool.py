@@ -120,3 +120,10 @@ def test_finished_builds_are_loaded_in_the_background_before_any_launch(tmp_path
 def test_preloading_is_off_with_symshape_preload_0(tmp_path):
     got, _ = _run("preloads", tmp_path, SYMSHAPE_PRELOAD="0")
     assert got["preloads"] == 0 and not any(got["loaded"]), got
+
+
+def test_a_variant_traced_ahead_queues_its_builds_behind_the_first_variants(tmp_path):
+    got, _ = _run("branch_variant_behind", tmp_path, SYMSHAPE_BUILD_WORKERS="1")
+    assert got["variants"] == 2 and got["workers"] == 1, got
+    assert got["first_queued"] and got["ahead_queued"], got
+    assert got["behind"], got
