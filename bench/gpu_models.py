@@ -278,6 +278,9 @@ class Mode:
         self.setup_ms = (time.perf_counter() - t0) * 1e3
         #: Traces compiler.compile made before any call (the general one, and those ahead for size 1).
         self.traces_at_compile = compiler.STATS["traces"] - self.traces0
+        prog_stats = getattr(getattr(self.fn, "compiled", self.fn), "stats", {})
+        #: Of those: the first trace again at larger automatic sizes, and sizes the program branches on.
+        self.trace_kinds = (prog_stats.get("retraces", 0), prog_stats.get("branch_traces", 0))
 
     def first_call(self, args):
         """(output, ms of this call, synchronized)."""
@@ -355,6 +358,7 @@ def run_case(case: Case, dtype, points, device, modes, small, log, rounds: int =
                     pt["ms"] = float("nan")
             rec["graphs"], rec["traces"] = run.counts()
             rec["traces_at_compile"] = run.traces_at_compile
+            rec["trace_kinds"] = run.trace_kinds
             runs[m] = run
         before = (_dynamo_graphs(), compiler.STATS["traces"])
         for r in range(rounds):
@@ -450,7 +454,9 @@ def report(results: dict, modes) -> str:
             L.append(f"  {'  later~eager':<12}" + "".join(f"{c:>18}" for c in later))
         L.append("  graphs/traces " + "  ".join(f"{m}={res[m].get('graphs', '-')}/{res[m].get('traces', '-')}"
                                                for m in modes if m != "eager")
-                 + (f"  (symshape traces before its first call: {res['symshape']['traces_at_compile']})"
+                 + (f"  (symshape traces before its first call: {res['symshape']['traces_at_compile']}; of them "
+                    f"{res['symshape']['trace_kinds'][0]} again at larger example sizes and "
+                    f"{res['symshape']['trace_kinds'][1]} at sizes the program branches on)"
                     if "traces_at_compile" in res.get("symshape", {}) else ""))
         tc = res.get("_timing_compiles", (0, 0))
         if any(tc):

@@ -70,7 +70,10 @@ class CompiledProgram:
         self.dims = dict(dims or {})
         self.target = target
         self.variants: list[Variant] = []
-        self.stats = {"traces": 0, "variants": 0, "calls": 0}
+        #: ``traces``: every trace; of them ``retraces`` (the first trace again at larger automatic
+        #: sizes, shapes.example_sizes) and ``branch_traces`` (sizes the program branches on,
+        #: traced at compile time); the others are calls' sizes no variant served.
+        self.stats = {"traces": 0, "variants": 0, "calls": 0, "retraces": 0, "branch_traces": 0}
         #: Where the program read a layout while traced (shapes.layout_reads), or None.
         self._layout_reads = None
         # (shape, dtype, device) per input -> (variant, size values, bound launches, the dim values
@@ -104,8 +107,11 @@ class CompiledProgram:
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", 0)  # what a CUDA tensor reports
         self._add(_tp if _tp is not None else self._trace(None, device))
+        self.stats["retraces"] = max(0, self.stats["traces"] - 1)
         if _tp is None:
+            before = self.stats["traces"]
             self._branches_ahead(device)
+            self.stats["branch_traces"] = self.stats["traces"] - before
 
     def _branches_ahead(self, device) -> None:
         """Trace now the variants for the sizes the program itself branches on.
