@@ -502,24 +502,24 @@ def report(results: dict, modes) -> str:
             L.append(f"  {m}: models with >1 trace or graph: {recomp}")
             ref = next((r for r in ("inductor_dyn", "inductor_static") if r in has), None)
             if ref is not None:
-                # Logits within Inductor's own error against eager (same dtype), point by point.
-                worse = [(n, d, p, f"{pt['err_eager']:.1e}>{r[ref]['points'][p]['err_eager']:.1e}")
-                         for (n, d), r in results.items() for p, pt in r[m]["points"].items()
-                         if "err_eager" in pt and "err_eager" in r[ref]["points"].get(p, {})
-                         and pt["err_eager"] > r[ref]["points"][p]["err_eager"]]
-                n_cmp = sum("err_eager" in pt for r in results.values() for pt in r[m]["points"].values())
-                L.append(f"  {m}: points whose error against eager exceeds {ref}'s: {len(worse)} of {n_cmp} "
-                         f"{worse[:4]}")
-                steady = [(n, d, p, f"{pt['err_eager_steady']:.1e}>{r[ref]['points'][p]['err_eager_steady']:.1e}")
-                          for (n, d), r in results.items() for p, pt in r[m]["points"].items()
-                          if "err_eager_steady" in pt and "err_eager_steady" in r[ref]["points"].get(p, {})
-                          and pt["err_eager_steady"] > r[ref]["points"][p]["err_eager_steady"]]
-                n_steady = sum("err_eager_steady" in pt for r in results.values() for pt in r[m]["points"].values())
-                L.append(f"  {m}: at a later call (the shape repeated), points whose error against eager exceeds "
-                         f"{ref}'s: {len(steady)} of {n_steady} {steady[:4]}")
+                # Logits within Inductor's own error against eager (same dtype), point by point: at
+                # the first call, and at a later one (the shape repeated).
+                for field, when in (("err_eager", ""), ("err_eager_steady", "at a later call (the shape repeated), ")):
+                    worse, n_cmp = _worse_points(results, m, ref, field)
+                    L.append(f"  {m}: {when}points whose error against eager exceeds {ref}'s: {len(worse)} of "
+                             f"{n_cmp} {worse[:4]}")
             if m == "symshape":
                 L.append(f"  {m}: models traced again at a call (after compile): {at_calls}")
     return "\n".join(L)
+
+
+def _worse_points(results, mode, ref, field) -> tuple:
+    """``([(model, dtype, point, "ours>ref")], points compared)``: where ``mode``'s error ``field``
+    exceeds ``ref``'s at the same point."""
+    worse = [(n, d, p, f"{pt[field]:.1e}>{r[ref]['points'][p][field]:.1e}")
+             for (n, d), r in results.items() for p, pt in r[mode]["points"].items()
+             if field in pt and field in r[ref]["points"].get(p, {}) and pt[field] > r[ref]["points"][p][field]]
+    return worse, sum(field in pt for r in results.values() for pt in r[mode]["points"].values())
 
 
 def main(argv=None):

@@ -27,6 +27,7 @@ Example (no build in flight here: nothing to load)::
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import threading
@@ -113,12 +114,8 @@ def _loop() -> None:
 
 
 def _load(launcher, key, device) -> None:
-    if device is None:
-        for job in launcher.warm_jobs([key]):
-            job()
-        return
     import torch
-    with torch.cuda.device(device):
+    with torch.cuda.device(device) if device is not None else contextlib.nullcontext():
         for job in launcher.warm_jobs([key]):
             job()
 
