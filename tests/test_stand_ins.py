@@ -109,7 +109,7 @@ def _servable(ln, own, kvals):
     """Whether some other variant of ``ln`` serves a call whose own variant is ``own``."""
     w = ln.work_fn(*kvals)
     row = w[ln.nwork] if len(w) > ln.nwork else None
-    tiled = ln.kind.value == "tiles"
+    tiled = ln.tiled
     return any(k != own and serves(k, own, row, tiled) for k in ln.classes())
 
 
@@ -131,7 +131,7 @@ def _check_program(prog, spec, shapes, dims=None):
             # Only the general variants built.
             n, waits, b = _run_with_builds_in_flight(
                 f, args, ref, pool, lambda ln, own, keys, kv: [k for k in keys if k not in general_keys(
-                    keys, ln.kind.value == "tiles")])
+                    keys, ln.tiled)])
             assert waits == 0, f"a launch waited at {shape} with the general variants built"
             total, bindings = total + n, bindings + b
         assert total > 0 and bindings > 0, f"{total} launches and {bindings} bindings stood in"

@@ -151,8 +151,7 @@ def split_classes(launchers, current) -> tuple:
             except (TypeError, ValueError, ZeroDivisionError, OverflowError):  # no priority, still built
                 first = None
         keys = launcher.classes()
-        tiled = getattr(getattr(launcher, "kind", None), "value", None) == "tiles"
-        anywhere = set(general_keys(keys, tiled))
+        anywhere = set(general_keys(keys, launcher.tiled))
         for sc_block in keys:
             (now if sc_block == first else general if sc_block in anywhere else later).append((launcher, sc_block))
     return now, general + later

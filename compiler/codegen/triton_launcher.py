@@ -120,6 +120,11 @@ class SizeClassLauncher:
         self.aligned = capped_alignment(self.aligned, g.seen, sym_names, len(self.classes(aligned=[])))
         self._aidx = tuple(i for i, n in enumerate(self.names) if n in self.aligned)
 
+    @property
+    def tiled(self) -> bool:
+        """Whether the kernel is a tiled reduction (its stand-ins must share tile width and split)."""
+        return self.kind is Grid.TILES
+
     def size_class(self, sizes, row) -> SizeClass:
         div = frozenset(n for n, v in zip(self.names, sizes) if v % 16 == 0 and n in self.aligned)
         return SizeClass(div, self.kind is Grid.ROWS and not self.loop_only and row is not None
@@ -348,7 +353,7 @@ class SizeClassLauncher:
         keys = self.__dict__.get("_keys")
         if keys is None:
             keys = self._keys = self.classes()
-        alt = stand_in(keys, key, row, self.kind is Grid.TILES, lambda k: builds_ready(self.pending, k))
+        alt = stand_in(keys, key, row, self.tiled, lambda k: builds_ready(self.pending, k))
         if alt is not None:
             WAITS["stand_ins"] += 1
             for pool, job_key, fut in self.pending.get(key, ()):
