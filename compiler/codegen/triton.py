@@ -42,7 +42,7 @@ from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, 
 from .triton_build import prestart, warm  # noqa: F401 - warm re-exported
 from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, pow2_block  # noqa: F401 - re-exported
 from .triton_launcher import Grid, SizeClassLauncher
-from .triton_tiles import finish as _finish, splittable, tiled_source, wants_tiles
+from .triton_tiles import finish as _finish, splittable, tiled_source, unravel, wants_tiles
 
 TL = {torch.float32: "tl.float32", torch.float64: "tl.float64", torch.int64: "tl.int64",
       torch.int32: "tl.int32", torch.bool: "tl.int1", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}
@@ -158,21 +158,6 @@ class TritonTarget(Target):
     def print_expr(self, e, names, nonneg) -> str:
         return to_triton(e, names, nonneg)
 
-    def _unravel(self, g, row, ind) -> list[str]:
-        """Row variables x0.. from a flat row number (row-major over ``outer``)."""
-        k = g.kernel
-        out, rem = [], row
-        for i in reversed(range(len(k.outer))):
-            # Not through g.expr: row numbers are scalars, the sizes dividing them decide no alignment.
-            size = self.print_expr(k.outer[i], g.sym_names, g.facts.nonneg)
-            if i == 0:
-                out.append(f"{ind}x{i} = {rem}")
-            else:
-                out.append(f"{ind}x{i} = ({rem}) % ({size})")
-                out.append(f"{ind}q{i} = ({rem}) // ({size})")
-                rem = f"q{i}"
-        return out
-
     def kernel_source(self, g: KernelGen, variant: "SizeClass" = None):
         """Source of one kernel for a size class (default: the generic one, every size)."""
         variant = variant or GENERIC
@@ -214,9 +199,9 @@ class TritonTarget(Target):
             inner = buf in inner_bufs
             if inner:
                 lines.append(f"{ind}{JVAR} = lin % ({g.expr(L)})")
-                lines += self._unravel(g, f"lin // ({g.expr(L)})", ind)
+                lines += unravel(self, g, f"lin // ({g.expr(L)})", ind)
             else:
-                lines += self._unravel(g, "lin", ind)
+                lines += unravel(self, g, "lin", ind)
             ov = k.outer_vars + ((JVAR,) if inner else ())
             # Where a buffer is read or written densely in the store's own row-major order,
             # its index is `lin` itself: no 64-bit div/mod per element to rebuild it.
@@ -234,7 +219,7 @@ class TritonTarget(Target):
         """One program per row, looping over the row in blocks (reductions, then the row's stores)."""
         k, ind = g.kernel, "    "
         lines.append(f"{ind}row = tl.program_id(0).to(tl.int64)")
-        lines += self._unravel(g, "row", ind)
+        lines += unravel(self, g, "row", ind)
         row = Scope(g, ind)
         rmax = [sympy.sympify(r.rsize) for r, _, _ in k.reductions] + [sympy.sympify(L) for _, L, _ in k.inner_stores]
         block = _pow2(max(int(e) for e in rmax), 2048) if all(e.is_Integer for e in rmax) else BLOCK
@@ -278,7 +263,7 @@ class TritonTarget(Target):
         ind = "    "
         R = g.expr(_row_length(k))
         lines.append(f"{ind}row = tl.program_id(0).to(tl.int64)")
-        lines += self._unravel(g, "row", ind)
+        lines += unravel(self, g, "row", ind)
         lines.append(f"{ind}{RVAR} = tl.arange(0, BLOCK)")
         lines.append(f"{ind}rm = {RVAR} < {R}")
         sc = Scope(g, ind, "rm")

@@ -169,10 +169,16 @@ def _loops(kernel) -> list:
     return groups
 
 
-def _unravel(target, g, ind) -> list:
-    """Row variables x0.. as ``[1, XBLOCK]`` vectors from the flat output numbers ``xrow``."""
-    k, out, rem = g.kernel, [], "xrow"
+def unravel(target, g, row: str, ind: str) -> list:
+    """Lines binding the row variables x0.. from the flat row number ``row`` (a Triton
+    expression; row-major over the kernel's ``outer`` dims), e.g. ``x1 = (row) % (s0)``.
+
+    Example: for outer dims ``(s1, s0)`` and ``row="xrow"`` the lines are ``x1 = (xrow) % (s0)``,
+    ``q1 = (xrow) // (s0)``, ``x0 = q1``.
+    """
+    k, out, rem = g.kernel, [], row
     for i in reversed(range(len(k.outer))):
+        # Not through g.expr: row numbers are scalars, the sizes dividing them decide no alignment.
         size = target.print_expr(k.outer[i], g.sym_names, g.facts.nonneg)
         if i == 0:
             out.append(f"{ind}x{i} = {rem}")
@@ -233,7 +239,7 @@ def finish(red, acc) -> str:
 
 def _prologue(target, g, rows, ind) -> list:
     out = [f"{ind}xrow = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK)[None, :]",
-           f"{ind}xm = xrow < ({g.expr(rows)})"] + _unravel(target, g, ind)
+           f"{ind}xm = xrow < ({g.expr(rows)})"] + unravel(target, g, "xrow", ind)
     # Loads add a zero tile so that a pointer the same for every lane still has the mask's shape.
     return out + [f"{ind}zx = tl.zeros([1, XBLOCK], dtype=tl.int64)",
                   f"{ind}zvec = tl.zeros([BLOCK, XBLOCK], dtype=tl.int64)"]
@@ -356,5 +362,5 @@ def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows
     return main + "\n\n\n" + "\n".join(lines)
 
 
-__all__ = ["vector_indexes", "TILE", "XBLOCKS", "wants_tiles", "tile_size", "tile_blocks", "splittable", "split_count", "finish",
+__all__ = ["unravel", "vector_indexes", "TILE", "XBLOCKS", "wants_tiles", "tile_size", "tile_blocks", "splittable", "split_count", "finish",
            "tiled_source"]
