@@ -47,7 +47,7 @@ import torch
 
 from .graph_capture import GraphRecorder
 from .wrapper import (FAST_CALLS, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, step_buffers,
-                      straight_line, template_buffers, unbound_launches)
+                      straight_line, template_buffers, template_slots, unbound_launches)
 
 #: ATen ops that launch no GPU work (views): a segment of only these is not worth a graph.
 _VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "slice", "select",
@@ -74,18 +74,6 @@ def _symbols(obj, memo: dict) -> frozenset:
         out = frozenset()
     memo[key] = out
     return out
-
-
-def _slots(a, into: set) -> set:
-    if isinstance(a, SizeSlot):
-        into.add(a.index)
-    elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
-        for x in a:
-            _slots(x, into)
-    elif isinstance(a, dict):
-        for x in a.values():
-            _slots(x, into)
-    return into
 
 
 def _launches_work(step) -> bool:
@@ -279,7 +267,7 @@ class PiecewiseRun:
     # -- planning ------------------------------------------------------------------------
     def _depends(self, step, lp, size_exprs, memo) -> bool:
         syms = set()
-        for i in _slots([getattr(step, "args", ()), getattr(step, "kwargs", {})], set()):
+        for i in {slot.index for slot in template_slots([getattr(step, "args", ()), getattr(step, "kwargs", {})], SizeSlot, set())}:
             # Slots past the size expressions hold mask classes, always KEEP here (sizes_at).
             if i < len(size_exprs):
                 syms |= size_exprs[i].free_symbols

@@ -306,20 +306,31 @@ class _Writer:
         return self.obj(a)
 
 
+def template_slots(a, kind: type, into: set) -> set:
+    """The slots of class ``kind`` (:class:`BufSlot` or :class:`SizeSlot`) in an argument
+    template, walked through lists, tuples and dict values (added to ``into``).
+
+    >>> sorted(s.index for s in template_slots([SizeSlot(1), {"k": (BufSlot("y"), SizeSlot(0))}], SizeSlot, set()))
+    [0, 1]
+    """
+    if isinstance(a, kind):
+        into.add(a)
+    elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
+        for x in a:
+            template_slots(x, kind, into)
+    elif isinstance(a, dict):
+        for x in a.values():
+            template_slots(x, kind, into)
+    return into
+
+
 def template_buffers(a, into: set) -> set:
     """The buffer names an argument template reads (added to ``into``).
 
     >>> sorted(template_buffers([BufSlot("x"), {"k": (BufSlot("y"), SizeSlot(0))}], set()))
     ['x', 'y']
     """
-    if isinstance(a, BufSlot):
-        into.add(a.name)
-    elif isinstance(a, (list, tuple)) and not hasattr(a, "_fields"):
-        for x in a:
-            template_buffers(x, into)
-    elif isinstance(a, dict):
-        for x in a.values():
-            template_buffers(x, into)
+    into.update(slot.name for slot in template_slots(a, BufSlot, set()))
     return into
 
 
