@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 
 import sympy
 
-from .data_names import name_from_source
+from .data_names import distinct_names
 from .errors import SymshapeError
 from .printers import to_python
 from .symbols import UnbackedKind
@@ -43,7 +43,9 @@ class DataDependentError(SymshapeError, RuntimeError):
         self.provenance = provenance
         self.unbacked = tuple(unbacked)
         # The user's names for the values (x.sum().item(), n), never the engine's u0.
-        names = {u: name_from_source(sources.get(u), u.name) for u in self.unbacked}
+        # Named among all the trace's values: two values one line read get two names.
+        every = distinct_names({**sources, **{u: sources.get(u) for u in self.unbacked}})
+        names = {u: every[u] for u in self.unbacked}
         what = {u: str(sources.get(u, u)) for u in self.unbacked}
         # A name read off the user's line needs no origin: the line is in the message already.
         origins = "; ".join(f"{names[u]} = {what[u]}" for u in self.unbacked if _bare(names[u]) not in what[u])

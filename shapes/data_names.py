@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Optional
+from typing import Mapping, Optional
 
 from .symbols import DataRead, DataSource, UnbackedKind
 
@@ -89,11 +89,50 @@ def _as_operand(code: str) -> str:
     return code if isinstance(node, (ast.Name, ast.Call, ast.Attribute, ast.Subscript, ast.Constant)) else f"({code})"
 
 
+def distinct_names(sources: Mapping) -> dict:
+    """Each data-dependent symbol of ``sources`` (symbol -> DataSource, in creation order) -> a
+    name of its own.
+
+    Names read off the user's lines can collide: ``lens = m.sum(1).tolist()`` reads one value
+    per row, all assigned to ``lens``, and a loop reads a new ``n = x.item()`` each time round.
+    One name for two values would print ``lens + T > lens + T`` for a condition between two
+    different values (a true-looking tautology the trace calls undecidable).  So the values of
+    one ``.tolist()`` line are its elements ``lens[0]``, ``lens[1]``, ... (in the order the
+    trace read them), and any other clash falls back to the engine-neutral ``data_value_K``,
+    which the messages explain by where it was read.
+
+    >>> from shapes.symbols import DataRead, DataSource, UnbackedKind
+    >>> import sympy
+    >>> src = DataSource(kind=UnbackedKind.INT, read=DataRead.ITEM, filename="f.py", lineno=3,
+    ...                  code="lens = m.sum(1).tolist()")
+    >>> u0, u1, u2 = sympy.symbols("u0 u1 u2")
+    >>> distinct_names({u0: src, u1: src})
+    {u0: 'lens[0]', u1: 'lens[1]'}
+    >>> loop = DataSource(kind=UnbackedKind.INT, read=DataRead.ITEM, filename="f.py", lineno=5, code="n = x.item()")
+    >>> distinct_names({u0: loop, u1: loop, u2: src})
+    {u0: 'data_value_0', u1: 'data_value_1', u2: 'lens'}
+    """
+    names = {u: name_from_source(source, u.name) for u, source in sources.items()}
+    by_name: dict = {}
+    for u, name in names.items():
+        by_name.setdefault(name, []).append(u)
+    for name, us in by_name.items():
+        if len(us) < 2:
+            continue
+        lines = {(sources[u].filename, sources[u].lineno, sources[u].code) if sources[u] is not None else None
+                 for u in us}
+        one_tolist = len(lines) == 1 and None not in lines and name.isidentifier() and ".tolist()" in next(iter(lines))[2]
+        for i, u in enumerate(us):
+            names[u] = f"{name}[{i}]" if one_tolist else f"data_value_{u.name.lstrip('u')}"
+    return names
+
+
 def data_name(env, u) -> str:
     """The user's name for the data-dependent symbol ``u`` of ``env``."""
-    return name_from_source(env.unbacked.get(u), u.name)
+    names = data_names(env)
+    return names[u] if u in names else name_from_source(None, u.name)
 
 
 def data_names(env) -> dict:
-    """Every data-dependent symbol of ``env`` -> the user's name for it."""
-    return {u: data_name(env, u) for u in env.unbacked}
+    """Every data-dependent symbol of ``env`` -> the user's name for it (one name per symbol)."""
+    return distinct_names(env.unbacked)

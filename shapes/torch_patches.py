@@ -19,6 +19,7 @@ process-wide): is_compiling() is True there, for example.
 | the builtin ``scaled_dot_product_attention`` wherever a module bound it (``torch.nn.functional``, ``from torch.nn.functional import ...``) (:func:`sdpa_bool_flags`) | a decided size comparison passed as ``is_causal`` is a SymBool where eager has a bool; torch's argument parser rejects it *before* any TorchFunctionMode or dispatch mode sees the call, so only a Python wrapper bound where the program looks the name up can pass its value | 2.11 | rebinding the builtin |
 | ``torch.Tensor.device``, ``is_cuda``, ``is_cpu``, ``is_meta``, ``get_device``, ``__repr__`` (``devices.ReportedDevice``, entered by the tracer inside :func:`tracing`) | the trace's meta tensors report the device the program will run on to the program's code (library code branches on it), as torch.export's fake tensors do; torch's kernels still see ``meta`` | 2.11 | restoring the class attributes |
 | ``torch.Tensor.tolist`` on meta tensors (:func:`tolist_by_items`) | ``tolist()`` copies storage in C++, below the dispatcher, and a meta tensor has none; read element by element (``.item()``, which the tracer records as data reads) it gives the values symbolically, as torch.export's fake tensors do | 2.11 | rebinding the method |
+| ``torch._debug_has_internal_overlap`` on meta tensors (:func:`overlap_by_strides`) | ``copy_``'s meta kernel asks it whether the written-to tensor overlaps itself; its C++ answers through contiguity templates whose size tests (``sizes[a] < 2``) reach the engine from ``SymInt.h``, unrecognizable as layout questions, so a slice assignment guarded ``B >= 2`` (Wan's rotary ``out[..., 0::2] = ...``); the same answer asked stride first (``stride == 0 and size > 1``) needs no size guard | 2.13 | rebinding the function |
 | ``torch.fx.experimental._config.backed_size_oblivious``, off where a user set it (:func:`own_size_obliviousness`) | it is for torch's ShapeEnv; with it on, torch's reference kernels (``expand``) ask a SymInt's node for a hint through helpers that accept torch's ``SymNode`` only, and raise on symshape's | 2.11 | the config's own patch |
 | global ``nn.Module`` forward hooks (``recorder.ModuleScope``, entered by the tracer inside :func:`tracing`) | which module emitted each node | 2.11 | removing the hooks |
 | ``torch.distributed`` (and ``distributed_c10d``) ``is_initialized``, ``get_world_size``, ``get_rank``, the five modeled collectives, ``barrier``, the unmodeled c10d calls, ``_get_default_group``; ``_functional_collectives``' five; ``DeviceMesh.__init__`` and DTensor's ``OpDispatcher.dispatch`` (``shapes.distributed.open_world``, entered by the tracer inside :func:`tracing` for ``trace(..., world=)`` only) | the program runs against a symbolic world size in one process; what is not modeled raises a TracerLimitation rather than touching a real process group | 2.11 | restoring each attribute |
@@ -78,6 +79,7 @@ def tracing(*, backward: bool = False, compile_path: bool = True):
         stack.enter_context(eager_kernels())
         stack.enter_context(sdpa_bool_flags())
         stack.enter_context(tolist_by_items())
+        stack.enter_context(overlap_by_strides())
         if backward:
             stack.enter_context(composite_autograd_on_meta())
         stack.enter_context(own_size_obliviousness())
@@ -338,3 +340,42 @@ def tolist_by_items():
         yield
     finally:
         torch.Tensor.tolist = _TOLIST
+
+
+_HAS_INTERNAL_OVERLAP = torch._debug_has_internal_overlap
+
+
+def _internal_overlap(t) -> int:
+    """c10's ``has_internal_overlap`` (0 No, 1 Yes, 2 TooHard), its size tests asked after the stride tests.
+
+    Yes means some dim of more than one element has stride 0; a non-overlapping and dense
+    tensor has no such dim, so asking for one first gives C++'s answer wherever it is Yes, and
+    only a stride-0 dim asks about its size (``copy_`` checks for Yes only).  The No/TooHard
+    split is torch's own Python test, a layout question answered without a size guard.
+    """
+    if not torch._C._dispatch_keys(t).has(DispatchKey.Meta):
+        return _HAS_INTERNAL_OVERLAP(t)
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+    from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols, guard_or_false
+    if free_unbacked_symbols(t.stride()):
+        return 2  # as C++: strides read from data are too hard
+    if any(guard_or_false(stride == 0) and guard_or_false(size > 1) for size, stride in zip(t.shape, t.stride())):
+        return 1
+    return 0 if is_non_overlapping_and_dense_or_false(t) else 2
+
+
+@contextlib.contextmanager
+def overlap_by_strides():
+    """``torch._debug_has_internal_overlap`` of a meta tensor asks no size question unless a stride is 0
+    (see the table above).
+
+    >>> with overlap_by_strides():
+    ...     x = torch.empty(3, 1, device="meta")
+    ...     [torch._debug_has_internal_overlap(t) for t in (x.expand(3, 4), x.t(), x.expand(3, 4)[:, ::2])]
+    [1, 0, 1]
+    """
+    torch._debug_has_internal_overlap = _internal_overlap
+    try:
+        yield
+    finally:
+        torch._debug_has_internal_overlap = _HAS_INTERNAL_OVERLAP

@@ -161,3 +161,48 @@ class _Call(torch.nn.Module):
 
     def forward(self, x):
         return self.fn(x)
+
+
+def _pair_mask(m):
+    # HunyuanVideo's token refiner: a pairwise mask, then one column set in place.
+    b, s = m.shape
+    a = m.view(b, 1, 1, s).repeat(1, 1, s, 1)
+    a = a & a.transpose(2, 3)
+    a[:, :, :, 0] = True
+    return a
+
+
+def _rotate_pairs(x):
+    # Wan's rotary embedding writes the even and odd lanes of a fresh tensor in place.
+    out = torch.empty_like(x)
+    out[..., 0::2] = x[..., 0::2] * 2
+    out[..., 1::2] = x[..., 1::2] * 3
+    return out
+
+
+def test_an_in_place_slice_write_asks_no_size_question():
+    # copy_'s meta kernel asks torch._debug_has_internal_overlap; its C++ tested each size < 2 (through
+    # SymInt.h, not recognizable as a layout question), so these traces guarded B >= 2 and refused
+    # the batch of 1 that eager runs (found by bench/diffusers_sweep.py on Wan and HunyuanVideo).
+    tp = shapes.trace(_pair_mask, "m: bool[B, S]", dims={"B": 2, "S": 5})
+    assert not tp.guards and not tp.failing_guards({"B": 1, "S": 1})
+    m = torch.tensor([[True, False, True]])
+    assert torch.equal(tp.run(m), _pair_mask(m))
+    tp = shapes.trace(_rotate_pairs, "x: f32[B, T, 8]", dims={"B": 2, "T": 3})  # a head dim is static
+    assert not tp.guards
+    x = torch.randn(1, 1, 8)
+    assert torch.equal(tp.run(x), _rotate_pairs(x))
+
+
+def _write_expanded(x, n):
+    return x.expand(n.shape[0], x.shape[1]).copy_(torch.ones(n.shape[0], x.shape[1]))
+
+
+def test_writing_an_expanded_tensor_still_fails_where_eager_does():
+    # stride 0 along a dim of B elements: eager refuses the write exactly when B > 1.
+    with pytest.raises(shapes.TraceError, match="single memory location"):
+        shapes.trace(_write_expanded, "x: f32[1, D]", "n: f32[B]", dims={"B": 2})
+    tp = shapes.trace(_write_expanded, "x: f32[1, D]", "n: f32[B]", dims={"B": 1})
+    assert tp.failing_guards({"B": 2, "D": 3})  # a write eager refuses is refused, never run
+    x = torch.randn(1, 3)
+    assert torch.equal(tp.run(x, torch.ones(1)), _write_expanded(x.clone(), torch.ones(1)))

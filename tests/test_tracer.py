@@ -195,6 +195,32 @@ def test_data_dependent_symbols_record_their_producer_as_a_typed_source():
         tp.env.table.add_unbacked("number of nonzero elements")
 
 
+def _longest_row(x, mask):
+    lens = mask.sum(dim=1).tolist()
+    return x.new_zeros(max(n + x.shape[1] for n in lens))
+
+
+def _longest_row_checked(x, mask):
+    lens = mask.sum(dim=1).tolist()
+    torch._check(lens[0] >= lens[1])
+    return x.new_zeros(max(n + x.shape[1] for n in lens))
+
+
+def test_values_one_tolist_line_reads_get_a_name_each():
+    # Lumina2's rope embedder: every row's mask length comes from one `lens = ....tolist()` line.
+    # Before, both values were named `lens`, and the error printed `T + lens > T + lens`: a
+    # tautology in the text for a condition the trace rightly cannot decide.
+    from guards import render_guard
+    with pytest.raises(DataDependentError) as info:
+        shapes.trace(_longest_row, "x: f32[B, T]", "mask: i64[B, S] in 0..1", dims={"B": 2})
+    msg = str(info.value)
+    assert "lens[0]" in msg and "lens[1]" in msg and "T + lens >" not in msg, msg
+    tp = shapes.trace(_longest_row_checked, "x: f32[B, T]", "mask: i64[B, S] in 0..1", dims={"B": 2})
+    assert "lens[0] >= lens[1]" in [render_guard(g, tp.env) for g in tp.runtime_asserts]
+    x, mask = torch.randn(2, 3), torch.tensor([[1, 1, 0], [1, 0, 0]])
+    assert tp.run(x, mask).shape == _longest_row(x, mask).shape
+
+
 def _branch_on_allclose(a, b):
     if torch.allclose(a, b):
         return a
