@@ -29,6 +29,14 @@ def _cache_files() -> int:
     return sum(len(fs) for _, _, fs in os.walk(os.environ["TRITON_CACHE_DIR"]))
 
 
+def _preloads_done():
+    import time
+    from compiler.codegen import preload
+    # A build's done-callback queues its load just after the pool sees the build finish.
+    time.sleep(0.5)
+    assert preload.drain(120), "preloads still running after 120 s"
+
+
 def _compile_only():
     from triton.backends.compiler import GPUTarget
     from triton.runtime.driver import driver
@@ -69,6 +77,7 @@ def program_builds():
            # The workers are still starting (they import Triton): the queue is as submitted.
            "first_is_queued_first": bool(pool._queue) and pool._queue[0] is pool._jobs[ln.pending[first][0][1]]}
     pool.drain()
+    _preloads_done()  # the preload thread's loads (real driver on CUDA) are not the parent compiling
     got["failed"] = build_pool.STATS["failed"]
     got["errors"] = build_pool.STATS["errors"]
     before = _cache_files()
@@ -108,6 +117,7 @@ def split_builds():
            "later_pending": sum(len(ln.pending) for ln in launchers),
            "now_in_parent": all(bool(ln.kernel_for(k[0]).device_caches[0][0]) for ln, k in now)}
     pool.drain()
+    _preloads_done()  # the preload thread's loads (real driver on CUDA) are not the parent compiling
     before = _cache_files()
     for ln in launchers:
         for key in list(ln.pending):
@@ -245,6 +255,7 @@ def tiled_builds():
            "tiled": sum(ln.split for ln in launchers),
            "split_jobs": sum(len(v) == 2 for ln in launchers for v in ln.pending.values())}
     pool.drain()
+    _preloads_done()  # the preload thread's loads (real driver on CUDA) are not the parent compiling
     got["failed"] = build_pool.STATS["failed"]
     before = _cache_files()
     for ln in launchers:
