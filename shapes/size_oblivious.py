@@ -148,6 +148,23 @@ def _copy_allowed(frame) -> bool:
     return caller.f_locals.get("allow_copy") is True
 
 
+def _group_norm_format(expr) -> bool:
+    """Whether ``expr`` is a question of C++ ``group_norm``'s ``input.suggest_memory_format()``.
+
+    That composite (called from ``torch.nn.functional.group_norm``) picks the memory format
+    of the contiguous copy it hands ``native_group_norm``: MemoryFormat.h's channels-last
+    stride test asks ``sizes[d] > 1`` and compares strides through SymInt.h's operators,
+    which name no layout file.  The format chooses a layout only (on meta tensors not even
+    that: the copy is made in the default format), never a value.  The composite's other
+    questions are equalities (channels divisible by the groups, weight and bias sizes),
+    semantic and left to guards; only strict comparisons asked under that function qualify.
+    """
+    if not isinstance(expr, (sympy.StrictGreaterThan, sympy.StrictLessThan)):
+        return False
+    frame, fn = _asking_frame()
+    return frame is not None and frame.f_code.co_name == "group_norm" and fn.endswith("torch/nn/functional.py")
+
+
 def site_of(ctx: Reasoner, expr, size_oblivious: bool = False, cpp_site: Optional[str] = None) -> Optional[str]:
     """Why the question ``expr`` being asked now is layout-only, or None (semantic).
 
@@ -179,6 +196,8 @@ def site_of(ctx: Reasoner, expr, size_oblivious: bool = False, cpp_site: Optiona
         # computation just asked through guard_or_*: the same question, the same answer.
         if site.endswith("c10/core/SymInt.h") and expr in ctx.layout_answers:
             return "contiguity flag"
+        if site.endswith("c10/core/SymInt.h") and _group_norm_format(expr):
+            return "group_norm memory format"
         return None
     frame, fn = _asking_frame()
     if frame is None:

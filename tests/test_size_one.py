@@ -182,3 +182,31 @@ def test_piece_conditions_are_simplified_without_changing_their_meaning():
             for t in (1, 2, 3, 4, 5, 6, 63, 64, 65, 70):
                 at = {B: sympy.Integer(b), T: sympy.Integer(t)}
                 assert bool(sympy.And(*conds).xreplace(at)) == bool(sympy.And(*out).xreplace(at)), (conds, out, b, t)
+
+
+def _group_norm_after_attention(x, w, b):
+    # channels-last strides, as a UNet's group_norm meets them after an attention block
+    n, c, h, wd = x.shape
+    y = (x.permute(0, 2, 3, 1).reshape(n, h * wd, c) @ torch.eye(c)).reshape(n, h, wd, c).permute(0, 3, 1, 2)
+    return torch.nn.functional.group_norm(y, 2, w, b)
+
+
+def test_group_norm_layout_questions_guard_no_size_and_its_semantic_checks_stay():
+    # C++ group_norm's suggest_memory_format asked B > 1, H > 1, W > 1 through SymInt.h: B = 1
+    # (a UNet's usual batch) was refused where eager runs.
+    tp = shapes.trace(_group_norm_after_attention, "x: f32[B, C, H, W]", "w: f32[C]", "b: f32[C]",
+                      dims={"B": 2, "C": 4, "H": 5, "W": 6})
+    texts = list(map(str, tp.guards))
+    assert not any(t in s for s in texts for t in ("B > 1", "H > 1", "W > 1")), texts
+    for B, C, H, W in [(1, 4, 5, 6), (1, 2, 1, 1), (3, 6, 1, 7), (2, 4, 5, 1), (1, 3, 2, 2), (1, 2, 1, 1)]:
+        x, w, b = torch.randn(B, C, H, W), torch.randn(C), torch.randn(C)
+        try:
+            ref = _group_norm_after_attention(x, w, b)
+        except (RuntimeError, ValueError):
+            ref = None
+        failing = tp.failing_guards({"B": B, "C": C, "H": H, "W": W})
+        if ref is None:
+            assert failing, (B, C, H, W)  # C odd, or one value per group: eager raises, the guards refuse
+        else:
+            assert not failing, (B, C, H, W, failing)
+            torch.testing.assert_close(tp.run(x, w, b), ref)
