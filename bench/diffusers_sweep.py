@@ -39,14 +39,14 @@ import os
 import sys
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import shapes  # noqa: E402
-from bench.hf_sweep import Row, _close, _err, _shapes_agree, _timed_step  # noqa: E402
+from bench.hf_sweep import Row, _close, _err, _shapes_agree, _trace_export, _trace_symshape  # noqa: E402
 from validation.dinfer.limits import TraceTimeout, time_limit  # noqa: E402
 
 
@@ -398,17 +398,6 @@ def _sweep(row, case, timeout):
             _check_point(row, case, prog, tp, ep, point)
     bad = row.wrong_shapes + row.accepted_eager_fails + row.run_errors + row.mismatches
     row.status = f"symshape: {row.symshape}" if tp is None else ("WRONG" if bad else "ok")
-
-
-def _trace_symshape(row, prog, specs, dims, ex_inputs, timeout) -> dict:
-    return {"tp": _timed_step(row, "symshape", lambda: shapes.trace(prog, *specs, dims=dims), timeout)}
-
-
-def _trace_export(row, prog, specs, dims, ex_inputs, timeout) -> dict:
-    from torch.export import Dim, export
-    spec = tuple({i: Dim.AUTO for i in range(t.dim())} for t in ex_inputs)
-    return {"ep": _timed_step(row, "export", lambda: export(prog, tuple(ex_inputs), dynamic_shapes=(spec,),
-                                                            strict=False), timeout)}
 
 
 def _check_point(row, case, prog, tp, ep, point):
