@@ -5,6 +5,7 @@ Each is small, deterministic, and exercises one family of shape behaviour.
 import importlib.util
 import itertools
 import os
+import sys
 from typing import Optional
 
 import torch
@@ -15,6 +16,18 @@ from examples import mlp as examples_mlp
 from shapes.spec import parse_spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_bench(name: str):
+    """``bench/<name>.py`` loaded as module ``name`` (registered in ``sys.modules``: its dataclasses
+    look their module up there), for tests that run a CI-sized subset of a bench script."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "bench", f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def load_zoo(module_name: str = "shape_zoo"):

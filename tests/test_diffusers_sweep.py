@@ -2,19 +2,13 @@
 
 Each row traces with symshape and torch.export (Dim.AUTO) and compares eager at 3 sizes.
 """
-import importlib.util
-import os
-import sys
-
 import pytest
+
+from tests.programs import load_bench
 
 pytest.importorskip("diffusers")
 
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "diffusers_sweep.py")
-_spec = importlib.util.spec_from_file_location("diffusers_sweep", _PATH)
-diffusers_sweep = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("diffusers_sweep", diffusers_sweep)  # dataclasses look their module up there
-_spec.loader.exec_module(diffusers_sweep)
+diffusers_sweep = load_bench("diffusers_sweep")
 
 # The cheap ones, each with a constraint eager enforces at one of its sizes: a VAE (none), the
 # prior (its text length is fixed: S = 6), DiT (2x2 patches: an odd latent fails), Flux (packed

@@ -2,19 +2,13 @@
 
 Each row traces with symshape and torch.export (Dim.AUTO) and compares eager at 3 sizes.
 """
-import importlib.util
-import os
-import sys
-
 import pytest
+
+from tests.programs import load_bench
 
 pytest.importorskip("transformers")
 
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "hf_sweep.py")
-_spec = importlib.util.spec_from_file_location("hf_sweep", _PATH)
-hf_sweep = importlib.util.module_from_spec(_spec)
-sys.modules.setdefault("hf_sweep", hf_sweep)  # dataclasses look their module up there
-_spec.loader.exec_module(hf_sweep)
+hf_sweep = load_bench("hf_sweep")
 
 # One per family: decoder, MoE decoder, encoder, encoder-decoder, vision, audio.
 SUBSET = ["llama", "qwen2_moe", "bert", "t5", "vit", "wav2vec2"]
