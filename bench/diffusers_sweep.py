@@ -46,7 +46,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import shapes  # noqa: E402
-from bench.hf_sweep import Row, _close, _err, _shapes_agree, _trace_export, _trace_symshape  # noqa: E402
+from bench.hf_sweep import Row, _both_traced, _close, conformance_lines, _err, _shapes_agree, _trace_export, _trace_symshape  # noqa: E402
 from validation.dinfer.limits import TraceTimeout, time_limit  # noqa: E402
 
 
@@ -455,7 +455,7 @@ def table(rows) -> str:
     for r in rows:
         ss = f"{r.symshape_s:.2f}" if r.symshape_s is not None else "-"
         es = f"{r.export_s:.2f}" if r.export_s is not None else "-"
-        ratio = f"{r.symshape_s / r.export_s:.2f}" if _both(r) and r.export_s else "-"
+        ratio = f"{r.symshape_s / r.export_s:.2f}" if _both_traced(r) and r.export_s else "-"
         per = ", ".join(_short(s) for _, _, s, _ in r.sizes) or "-"
         out.write(f"{r.model_type:<14} {r.model:<27} {r.symshape or '-':<16} {ss:>6}  {r.export or '-':<16} "
                   f"{es:>6} {ratio:>6}  {per:<34} {r.status}{('  ' + r.note) if r.note and r.status != 'ok' else ''}\n")
@@ -466,43 +466,14 @@ def _short(outcome: str) -> str:
     return {"= eager": "=", "refused": "refused"}.get(outcome, outcome)
 
 
-def _both(r) -> bool:
-    return r.symshape == "traced" and r.export == "traced"
-
-
 def summary(rows) -> str:
-    from collections import Counter
     built = [r for r in rows if r.symshape or r.export]
-    sym = [r for r in built if r.symshape == "traced"]
-    exp = [r for r in built if r.export == "traced"]
-    exp_not_sym = [r.model_type for r in exp if r.symshape != "traced"]
-    both = [r for r in built if _both(r)]
-    ts, te = sum(r.symshape_s for r in both), sum(r.export_s for r in both)
-    ratios = sorted(r.symshape_s / r.export_s for r in both if r.export_s)
-    median = ratios[len(ratios) // 2] if ratios else float("nan")
     refused = sum(s == "refused" for r in rows for _, _, s, _ in r.sizes)
     refused_eager_runs = sum(s == "refused" and e == "runs" for r in rows for _, e, s, _ in r.sizes)
-    lines = [
-        f"cases: {len(rows)} ({len({r.model for r in rows})} model classes); built and run by eager: {len(built)}",
-        f"symshape traces {len(sym)}/{len(built)}; torch.export (Dim.AUTO) traces {len(exp)}/{len(built)}",
-        f"torch.export traces but symshape does not: {len(exp_not_sym)} {exp_not_sym}",
-        f"wrong shapes: {sum(r.wrong_shapes for r in rows)}; sizes accepted where eager fails: "
-        f"{sum(r.accepted_eager_fails for r in rows)}; .run errors where eager runs: {sum(r.run_errors for r in rows)}; "
-        f"value mismatches: {sum(r.mismatches for r in rows)}",
-        f"sizes refused by symshape's guards: {refused} ({refused_eager_runs} of them where eager runs: "
-        f"a specialization, not an error)",
-        f"trace time on the {len(both)} both trace: symshape {ts:.1f} s, torch.export {te:.1f} s "
-        f"({ts / te if te else float('nan'):.2f}x); per model: median {median:.2f}x, "
-        f"symshape slower on {sum(x > 1 for x in ratios)}",
-        "failure classes:",
-    ]
-    for k, n in Counter(r.status for r in rows if r.status != "ok").most_common():
-        lines.append(f"  {n:4d}  {k}")
-    lines.append("neither traces (symshape error / export error):")
-    for r in built:
-        if r.symshape != "traced" and r.export != "traced":
-            lines.append(f"  {r.model_type}: {r.symshape} / {r.export}")
-    return "\n".join(lines) + "\n"
+    head = f"cases: {len(rows)} ({len({r.model for r in rows})} model classes); built and run by eager: {len(built)}"
+    extra = (f"sizes refused by symshape's guards: {refused} ({refused_eager_runs} of them where eager runs: "
+             f"a specialization, not an error)",)
+    return "\n".join([head, *conformance_lines(rows, built, extra)]) + "\n"
 
 
 # Each traced case's guards and runtime asserts, rendered: what symshape found the model needs.

@@ -465,26 +465,30 @@ def _both_traced(r) -> bool:
     return r.symshape == "traced" and r.export == "traced"
 
 
-def summary(rows) -> str:
+def conformance_lines(rows, built, extra=()) -> list:
+    """The summary lines a sweep of real models shares (hf_sweep, diffusers_sweep): how many of the
+    ``built`` rows each tracer traces, the conformance counts over ``rows``, the ``extra`` lines,
+    trace times where both trace, and the failure classes.
+
+    >>> r = Row(model_type="m", model="M", config="tiny", symshape="traced", export="traced", symshape_s=1.0, export_s=2.0)
+    >>> conformance_lines([r], [r])[0]
+    'symshape traces 1/1; torch.export (Dim.AUTO) traces 1/1'
+    """
     from collections import Counter
-    built = [r for r in rows if r.symshape or r.export]
     sym = [r for r in built if r.symshape == "traced"]
     exp = [r for r in built if r.export == "traced"]
     exp_not_sym = [r.model_type for r in exp if r.symshape != "traced"]
-    neither = [r for r in built if r.symshape != "traced" and r.export != "traced"]
     both = [r for r in built if _both_traced(r)]
-    ts = sum(r.symshape_s for r in both)
-    te = sum(r.export_s for r in both)
+    ts, te = sum(r.symshape_s for r in both), sum(r.export_s for r in both)
     ratios = sorted(r.symshape_s / r.export_s for r in both if r.export_s)
     median = ratios[len(ratios) // 2] if ratios else float("nan")
     lines = [
-        f"architectures: {len(rows)}; built with a tiny config and run by eager: {len(built)} "
-        f"({sum(r.config == 'depth only' for r in built)} with only depth, vocabulary and experts shrunk)",
         f"symshape traces {len(sym)}/{len(built)}; torch.export (Dim.AUTO) traces {len(exp)}/{len(built)}",
         f"torch.export traces but symshape does not: {len(exp_not_sym)} {exp_not_sym}",
         f"wrong shapes: {sum(r.wrong_shapes for r in rows)}; sizes accepted where eager fails: "
         f"{sum(r.accepted_eager_fails for r in rows)}; .run errors where eager runs: {sum(r.run_errors for r in rows)}; "
         f"value mismatches: {sum(r.mismatches for r in rows)}",
+        *extra,
         f"trace time on the {len(both)} both trace: symshape {ts:.1f} s, torch.export {te:.1f} s "
         f"({ts / te if te else float('nan'):.2f}x); per model (same process, robust to load): median "
         f"{median:.2f}x, symshape slower on {sum(x > 1 for x in ratios)}",
@@ -493,9 +497,17 @@ def summary(rows) -> str:
     for k, n in Counter(r.status for r in rows if r.status != "ok").most_common():
         lines.append(f"  {n:4d}  {k}")
     lines.append("neither traces (symshape error / export error):")
-    for r in neither:
-        lines.append(f"  {r.model_type}: {r.symshape} / {r.export}  {r.note}")
-    return "\n".join(lines) + "\n"
+    for r in built:
+        if r.symshape != "traced" and r.export != "traced":
+            lines.append(f"  {r.model_type}: {r.symshape} / {r.export}  {r.note}")
+    return lines
+
+
+def summary(rows) -> str:
+    built = [r for r in rows if r.symshape or r.export]
+    head = (f"architectures: {len(rows)}; built with a tiny config and run by eager: {len(built)} "
+            f"({sum(r.config == 'depth only' for r in built)} with only depth, vocabulary and experts shrunk)")
+    return "\n".join([head, *conformance_lines(rows, built)]) + "\n"
 
 
 def main(argv=None) -> int:
