@@ -240,3 +240,29 @@ def test_cudnn_attention_only_at_a_shape_met_twice_before(monkeypatch):
         want = [False, False, True, True, False]
         assert seen == [w for w in want for _ in range(per_call)], (ref.__name__, seen)
     assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+def test_a_variants_source_is_generated_once_for_its_build_its_load_and_its_launch(monkeypatch):
+    """Submitting a class's build, loading it ahead (the preload thread) and a launch meeting it
+    each need the variant's module: its source (sympy work, ~90 ms for a persistent row kernel on
+    the GPU host) is generated once per class, and every path imports that one file."""
+    import compiler
+    from compiler.codegen.triton import TRITON
+
+    def prog(x, y):
+        return torch.softmax(x * 2, -1) + y
+
+    f = compiler.compile(prog, "x: f32[B, N]", "y: f32[N]", target="triton")
+    (ln,) = [ln for _, ln in f.variants[0].launchers.values()]
+    made = []
+    real = TRITON.variant_source
+    monkeypatch.setattr(TRITON, "variant_source", lambda *a, **k: made.append(a[2]) or real(*a, **k))
+    classes = ln.classes()
+    assert any(sc.persistent for sc, _ in classes) and any(not sc.persistent for sc, _ in classes)
+    payloads = ln.build_payloads()  # what a worker is handed: the file of each class
+    for sc, _ in classes:
+        ln.kernel_for(sc)  # the preload thread's and a launch's path
+    assert len(made) == len(set(made)), f"{len(made)} sources generated for {len(set(made))} classes"
+    for (sc, _), (path, mod, name, *_rest) in payloads:
+        assert ln.variant_file(sc) == (path, mod)  # the file the worker built is the one loaded
+        assert ln.kernel_for(sc).fn.__module__ == mod or sc.suffix == ""

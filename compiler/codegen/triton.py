@@ -310,7 +310,10 @@ class TritonTarget(Target):
     def build(self, source):
         """The module of ``source``: one per file (named by content) in this process, so that
         kernels with the same source (a model's layers) share one JIT function, built once."""
-        path, name = self.module_file(source)
+        return self.load_module(*self.module_file(source))
+
+    def load_module(self, path, name):
+        """The module of file ``path`` (:meth:`module_file`), imported once in this process as ``name``."""
         mod = self._modules.get(path)
         if mod is None:
             # One module per file also when the preload thread (.preload) builds it at the same time.

@@ -188,8 +188,7 @@ class SizeClassLauncher:
         with the arguments :meth:`warm_jobs` warms them with."""
         out = []
         for sc, block in classes if classes is not None else self.classes():
-            path, mod = self._files.get(sc) or self.target.module_file(
-                self.target.variant_source(self.kernel, self.lp, sc, self.fn_base))
+            path, mod = self.variant_file(sc)
             ptrs = [("dtype", str(d).rsplit(".", 1)[-1]) for d in self.dtypes]
             sizes = [3] * len(self.names)
             opts = self._options(block)
@@ -223,10 +222,21 @@ class SizeClassLauncher:
             return sc, _pow2(row, PERSISTENT_MAX)
         return sc, self.block
 
+    def variant_file(self, sc: SizeClass) -> tuple:
+        """``(path, module name)`` of the file holding class ``sc``'s variant, its source generated
+        once: the build's submission, the preload thread's load and a launch meeting the class
+        share it (a persistent variant's source takes ~90 ms of sympy on the GPU host's CPU, and
+        it was made again at each of them)."""
+        got = self._files.get(sc)
+        if got is None:
+            got = self._files.setdefault(sc, self.target.module_file(
+                self.target.variant_source(self.kernel, self.lp, sc, self.fn_base)))
+        return got
+
     def kernel_for(self, sc: SizeClass):
         fn = self.variants.get(sc)
         if fn is None:
-            mod = self.target.build(self.target.variant_source(self.kernel, self.lp, sc, self.fn_base))
+            mod = self.target.load_module(*self.variant_file(sc))
             # setdefault: the preload thread (.preload) and a launch making it at once get one function.
             fn = self.variants.setdefault(sc, getattr(mod, self.fn_base + sc.suffix))
             self.parts.setdefault(sc, getattr(mod, self.fn_base + sc.suffix + "_part", None))
