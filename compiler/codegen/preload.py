@@ -95,6 +95,15 @@ def drain(timeout: float = 60.0) -> bool:
     return True
 
 
+def queued() -> int:
+    """How many finished builds wait for (or are in) the loader thread's load now.
+
+    >>> queued() >= 0
+    True
+    """
+    return _QUEUE.unfinished_tasks
+
+
 def _loop() -> None:
     # What a load may raise (Triton's errors, a cache entry gone, a driver that refuses): recorded.
     load_errors = _load_errors()
@@ -120,4 +129,4 @@ def _load(launcher, key, device) -> None:
             job()
 
 
-__all__ = ["PRELOADS", "drain", "enabled", "load_when_built"]
+__all__ = ["PRELOADS", "drain", "enabled", "load_when_built", "queued"]

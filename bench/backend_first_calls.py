@@ -1,0 +1,121 @@
+"""Where ``backend="symshape"``'s first call at a new size goes (issue #28: <= 50 ms after the first).
+
+One model of ``bench/gpu_models.py`` through ``torch.compile(..., backend="symshape", dynamic=True)``
+at a list of sizes, in order; per size: the first call's ms, whether dynamo compiled a graph for
+it (and the backend's own seconds in it), how many finished kernel builds were still queued for
+the preload thread, and how many it loaded during the call. ``--profile B,T`` prints the main
+thread's cProfile of the first call at that size (its callers: source generation, loads,
+in-process compiles). Each size is then called ``--repeat`` more times, as a bench's timing
+rounds would, before the next size.
+
+Example (CPU, tiny config)::
+
+    python bench/backend_first_calls.py --model vit --smoke --points 2,32 1,45 --profile 1,45
+
+The session 25 H100 run is in ``bench/results/gpu_vit_first_call_size_oblivious_h100_s25_2026-12-07.txt``.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "bench")]
+
+from compiler.backend import BACKEND_STATS  # noqa: E402
+from compiler.codegen.preload import PRELOADS, drain, queued  # noqa: E402
+from gpu_models import CASES, DTYPES  # noqa: E402
+
+
+def _point(text: str) -> tuple:
+    b, t = text.split(",")
+    return int(b), int(t)
+
+
+def run(model: str, points: list, device: str, dtype, small: bool, profile=None, repeat: int = 20,
+        wait_preloads: bool = False) -> list:
+    """One row per point: ``{"point", "ms", "graphs", "compile_s", "queued", "loaded", "profile"}``."""
+    case = {c.name: c for c in CASES}[model]
+    torch.manual_seed(0)
+    prog = case.make(small).eval().to(device, dtype)
+    fn = torch.compile(type(prog)(prog.m), backend="symshape", dynamic=True)
+    g = torch.Generator().manual_seed(1)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    rows = []
+    with torch.no_grad():
+        for p in points:
+            x = case.inputs(*p, device, dtype, g, small)
+            if wait_preloads:
+                drain(120)
+            row = {"point": p, "queued": queued(), "profile": None}
+            n0, graphs0, comp0 = PRELOADS["n"], BACKEND_STATS["graphs"], BACKEND_STATS["compile_s"]
+            prof = cProfile.Profile() if p == profile else None
+            sync()
+            t0 = time.perf_counter()
+            if prof:
+                prof.enable()
+            fn(*x)
+            sync()
+            if prof:
+                prof.disable()
+            row["ms"] = (time.perf_counter() - t0) * 1e3
+            row.update(loaded=PRELOADS["n"] - n0, graphs=BACKEND_STATS["graphs"] - graphs0,
+                       compile_s=BACKEND_STATS["compile_s"] - comp0)
+            if prof:
+                out = io.StringIO()
+                pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(30)
+                pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(15)
+                row["profile"] = out.getvalue()
+            for _ in range(repeat):
+                fn(*x)
+            sync()
+            rows.append(row)
+    return rows
+
+
+def table(rows) -> str:
+    """The rows as a table.
+
+    >>> print(table([{"point": (2, 479), "ms": 674.0, "graphs": 0, "compile_s": 0.0, "queued": 18, "loaded": 3}]))
+    point           first ms  dynamo graphs  backend s  builds queued  loaded during
+    (2, 479)           674.0              0       0.00             18              3
+    """
+    lines = [f"{'point':<14} {'first ms':>9}  {'dynamo graphs':>13}  {'backend s':>9}  {'builds queued':>13}  "
+             f"{'loaded during':>13}"]
+    for r in rows:
+        lines.append(f"{str(r['point']):<14} {r['ms']:>9.1f}  {r['graphs']:>13}  {r['compile_s']:>9.2f}  "
+                     f"{r['queued']:>13}  {r['loaded']:>13}")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="vit", help="a case of bench/gpu_models.py")
+    ap.add_argument("--points", nargs="+", type=_point, default=[(8, 224), (4, 320), (2, 479), (1, 640), (3, 401)],
+                    help="B,T (T: the case's sequence length or image side), in call order")
+    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--smoke", action="store_true", help="the case's tiny config (CPU development)")
+    ap.add_argument("--profile", type=_point, default=(2, 479), help="B,T whose first call is profiled")
+    ap.add_argument("--repeat", type=int, default=20, help="calls at each size after its first")
+    ap.add_argument("--wait-preloads", action="store_true",
+                    help="let the preload thread finish every queued load before each first call")
+    a = ap.parse_args(argv)
+    rows = run(a.model, a.points, a.device, DTYPES[a.dtype], a.smoke, a.profile, a.repeat, a.wait_preloads)
+    name = torch.cuda.get_device_name() if a.device == "cuda" else "cpu"
+    print(f"{a.model} {a.dtype} on {name}, torch {torch.__version__}, backend=\"symshape\", dynamic=True")
+    print(table(rows))
+    for r in rows:
+        if r["profile"]:
+            print(f"\nfirst call at {r['point']}, main thread (cProfile):\n{r['profile'][:9000]}")
+
+
+if __name__ == "__main__":
+    main()
