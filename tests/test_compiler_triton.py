@@ -266,3 +266,19 @@ def test_a_variants_source_is_generated_once_for_its_build_its_load_and_its_laun
     for (sc, _), (path, mod, name, *_rest) in payloads:
         assert ln.variant_file(sc) == (path, mod)  # the file the worker built is the one loaded
         assert ln.kernel_for(sc).fn.__module__ == mod or sc.suffix == ""
+
+
+def test_a_variant_whose_file_was_removed_is_written_again():
+    """A class's module file removed since its source was generated (a cache directory emptied
+    while the program lives) is written again at its load, not a failed import at a launch."""
+    import compiler
+
+    def prog(x, y):
+        return torch.softmax(x * 2, -1) + y
+
+    f = compiler.compile(prog, "x: f32[B, N]", "y: f32[N]", target="triton")
+    (ln,) = [ln for _, ln in f.variants[0].launchers.values()]
+    sc = next(sc for sc, _ in ln.classes() if sc.persistent)
+    path, _ = ln.variant_file(sc)
+    os.remove(path)
+    assert ln.kernel_for(sc) is not None and os.path.exists(path)

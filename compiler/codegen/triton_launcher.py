@@ -13,6 +13,8 @@ Example::
 """
 from __future__ import annotations
 
+import os
+
 import sympy
 import torch
 
@@ -229,9 +231,13 @@ class SizeClassLauncher:
         it was made again at each of them)."""
         got = self._files.get(sc)
         if got is None:
-            got = self._files.setdefault(sc, self.target.module_file(
-                self.target.variant_source(self.kernel, self.lp, sc, self.fn_base)))
+            got = self._files.setdefault(sc, self._write_variant(sc))
+        elif not os.path.exists(got[0]):  # its cache directory was emptied since: written again
+            got = self._files[sc] = self._write_variant(sc)
         return got
+
+    def _write_variant(self, sc: SizeClass) -> tuple:
+        return self.target.module_file(self.target.variant_source(self.kernel, self.lp, sc, self.fn_base))
 
     def kernel_for(self, sc: SizeClass):
         fn = self.variants.get(sc)
