@@ -39,9 +39,47 @@ def _point(text: str) -> tuple:
     return int(b), int(t)
 
 
+class CompileLog:
+    """Triton's in-process compiles (its in-memory cache misses), with their specialization.
+
+    Installs ``triton.knobs.runtime.jit_cache_hook`` (called before each compile) and
+    ``jit_post_compile_hook`` (after it); ``take()`` returns and clears what was logged since:
+    ``(seconds, kernel name and argument types)``, where a ``D`` on an argument's type is
+    Triton's divisible-by-16 specialization -- the key to compare with what the build workers
+    made ahead. A compile that found its binary in Triton's on-disk cache takes milliseconds.
+
+    >>> log = CompileLog.__new__(CompileLog); log.rows, log.open = [(0.25, "k(x: *bf16D)")], {}
+    >>> log.take(), log.rows
+    ([(0.25, 'k(x: *bf16D)')], [])
+    """
+
+    def __init__(self):
+        from triton import knobs
+        self.rows, self.open = [], {}
+        knobs.runtime.jit_cache_hook = self._before
+        knobs.runtime.jit_post_compile_hook = self._after
+
+    def _before(self, *, key, repr, **_):  # noqa: A002 - Triton's keyword
+        self.open[str(key)] = (time.perf_counter(), repr)
+        return False
+
+    def _after(self, *, key, **_):
+        t0, text = self.open.pop(str(key), (time.perf_counter(), "?"))
+        self.rows.append((time.perf_counter() - t0, text))
+        return False
+
+    def take(self) -> list:
+        rows, self.rows = self.rows, []
+        return rows
+
+
 def run(model: str, points: list, device: str, dtype, small: bool, profile=None, repeat: int = 20,
-        wait_preloads: bool = False) -> list:
-    """One row per point: ``{"point", "ms", "graphs", "compile_s", "queued", "loaded", "profile"}``."""
+        wait_preloads: bool = False, compile_log=None) -> list:
+    """One row per point: ``{"point", "ms", "graphs", "compile_s", "queued", "loaded", "profile", "compiles"}``.
+
+    ``compile_log`` (a :class:`CompileLog`): each row's ``compiles`` are the in-process Triton
+    compiles of its first call.
+    """
     case = {c.name: c for c in CASES}[model]
     torch.manual_seed(0)
     prog = case.make(small).eval().to(device, dtype)
@@ -57,6 +95,8 @@ def run(model: str, points: list, device: str, dtype, small: bool, profile=None,
             row = {"point": p, "queued": queued(), "profile": None}
             n0, graphs0, comp0 = PRELOADS["n"], BACKEND_STATS["graphs"], BACKEND_STATS["compile_s"]
             prof = cProfile.Profile() if p == profile else None
+            if compile_log:
+                compile_log.take()
             sync()
             t0 = time.perf_counter()
             if prof:
@@ -67,7 +107,8 @@ def run(model: str, points: list, device: str, dtype, small: bool, profile=None,
                 prof.disable()
             row["ms"] = (time.perf_counter() - t0) * 1e3
             row.update(loaded=PRELOADS["n"] - n0, graphs=BACKEND_STATS["graphs"] - graphs0,
-                       compile_s=BACKEND_STATS["compile_s"] - comp0)
+                       compile_s=BACKEND_STATS["compile_s"] - comp0,
+                       compiles=compile_log.take() if compile_log else [])
             if prof:
                 out = io.StringIO()
                 pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(30)
@@ -107,11 +148,17 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=20, help="calls at each size after its first")
     ap.add_argument("--wait-preloads", action="store_true",
                     help="let the preload thread finish every queued load before each first call")
+    ap.add_argument("--log-compiles", action="store_true",
+                    help="list Triton's in-process compiles in each first call, with their specialization")
     a = ap.parse_args(argv)
-    rows = run(a.model, a.points, a.device, DTYPES[a.dtype], a.smoke, a.profile, a.repeat, a.wait_preloads)
+    log = CompileLog() if a.log_compiles else None
+    rows = run(a.model, a.points, a.device, DTYPES[a.dtype], a.smoke, a.profile, a.repeat, a.wait_preloads, log)
     name = torch.cuda.get_device_name() if a.device == "cuda" else "cpu"
     print(f"{a.model} {a.dtype} on {name}, torch {torch.__version__}, backend=\"symshape\", dynamic=True")
     print(table(rows))
+    for r in rows:
+        for sec, text in r["compiles"]:
+            print(f"  {r['point']}: in-process Triton compile {sec * 1e3:7.1f} ms  {text[:400]}")
     for r in rows:
         if r["profile"]:
             print(f"\nfirst call at {r['point']}, main thread (cProfile):\n{r['profile'][:9000]}")
