@@ -137,12 +137,13 @@ def fixed_length_ms(fn, b, opt, device, dtype, steps) -> float:
     return (time.perf_counter() - t) / steps * 1e3
 
 
-def profile_mode(mode, name, dtype, device, warm, length, steps, offset=0, stride=1) -> dict:
-    """Profile ``steps`` steps of ``mode`` at ``length`` after warm-up steps at ``warm`` lengths."""
+def profile_mode(mode, name, dtype, device, warm, length, steps, offset=0, stride=1, top=18) -> dict:
+    """Profile ``steps`` steps of ``mode`` at ``length`` after warm-up steps at ``warm`` lengths;
+    ``top``: how many kernels (by time) to keep, each with its launches per step."""
     if mode.endswith("_nocudnn"):  # cuDNN's SDPA off, as in train_compare
         with cudnn_sdp_off():
             return profile_mode(mode.removesuffix("_nocudnn"), name, dtype, device, warm, length, steps,
-                                offset, stride)
+                                offset, stride, top)
     model, batch = tc.build(name, device, max(warm + [length]) + 1)
     g = torch.Generator().manual_seed(0)
     fn = tc._compiled(mode, model)
@@ -161,18 +162,21 @@ def profile_mode(mode, name, dtype, device, warm, length, steps, offset=0, strid
         for _ in range(steps):
             _step(fn, b, opt, device, dtype)
         tc._sync(device)
-    by_kind, by_name, launches = defaultdict(float), defaultdict(float), 0
+    by_kind, by_name, count, launches = defaultdict(float), defaultdict(float), defaultdict(int), 0
     for e in prof.events():
         if device == "cuda" and e.device_type == torch.autograd.DeviceType.CUDA:
             us = e.device_time if hasattr(e, "device_time") else e.cuda_time
             by_kind[kernel_kind(e.name)] += us / 1e3 / steps
             by_name[e.name[:90]] += us / 1e3 / steps
+            count[e.name[:90]] += 1
             launches += 1
         elif device == "cpu" and e.device_type == torch.autograd.DeviceType.CPU and e.name.startswith("aten::"):
             by_name[e.name] += e.self_cpu_time_total / 1e3 / steps
+            count[e.name] += 1
     busy = sum(by_kind.values())
     return dict(**new, wall=wall, busy=busy, host=wall - busy, launches=launches / steps, by_kind=dict(by_kind),
-                top=sorted(by_name.items(), key=lambda kv: -kv[1])[:18], warm_s=warm_s)
+                top=[(n, ms, count[n] / steps) for n, ms in sorted(by_name.items(), key=lambda kv: -kv[1])[:top]],
+                warm_s=warm_s)
 
 
 class cudnn_sdp_off:
@@ -196,6 +200,7 @@ def step_args(description, model="gpt2", steps=3):
     ap.add_argument("--modes", default="eager,symshape")
     ap.add_argument("--length", type=int, default=587)
     ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--top", type=int, default=18, help="kernels listed per mode (by time per step)")
     return ap
 
 
@@ -207,7 +212,7 @@ def main(argv=None):
     modes = a.modes.split(",")
     for k, m in enumerate(modes):
         fb0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
-        res[m] = profile_mode(m, a.model, dtype, a.device, [928, 458, 105], a.length, a.steps, k, len(modes))
+        res[m] = profile_mode(m, a.model, dtype, a.device, [928, 458, 105], a.length, a.steps, k, len(modes), a.top)
         res[m]["fallbacks"] = compiler.BACKEND_STATS.get("eager_train_graphs", 0) - fb0
     kinds = sorted({k for r in res.values() for k in r["by_kind"]})
     print(f"{a.model} {a.dtype} {a.device} length {a.length} "
@@ -219,9 +224,9 @@ def main(argv=None):
     for k in kinds:
         print(f"{'  ' + k + ' ms':<14}" + "".join(f"{r['by_kind'].get(k, 0.0):>12.2f}" for r in res.values()))
     for m, r in res.items():
-        print(f"\ntop kernels, {m} (ms per step)")
-        for n, ms in r["top"]:
-            print(f"  {ms:8.3f}  [{kernel_kind(n)}] {n}")
+        print(f"\ntop kernels, {m} (ms per step, launches per step)")
+        for n, ms, per in r["top"]:
+            print(f"  {ms:8.3f} {per:5.1f}x  [{kernel_kind(n)}] {n}")
     for m, r in res.items():
         if r["host_profile"]:
             print(f"\nhost profile, {m}, steps at new lengths (cProfile, wall includes its overhead)")
