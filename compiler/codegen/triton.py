@@ -32,7 +32,7 @@ import torch
 from shapes.kernel_helpers import TRITON_SOURCE
 from shapes.printers import to_triton
 
-from .. import skinny_matmul
+from .. import embedding_backward, skinny_matmul
 from ..repeated_shapes import cudnn_allowed
 from ..ir import JVAR, RVAR, Kernel, OpKind, compute_dtype, contiguous_strides, flat_index, substitute
 from .cpp import cache_dir
@@ -131,9 +131,13 @@ class TritonTarget(Target):
 
     def extern_call(self, op, dtype):
         """mm/addmm of a dtype the skinny kernel wins for choose it or cuBLAS per call
-        (:mod:`compiler.skinny_matmul`); SDPA without cuDNN (:func:`sdpa_without_cudnn`)."""
+        (:mod:`compiler.skinny_matmul`); SDPA without cuDNN (:func:`sdpa_without_cudnn`); an
+        embedding's weight gradient by atomic adds (:mod:`compiler.embedding_backward`)."""
         if op is torch.ops.aten.scaled_dot_product_attention.default:
             return sdpa_without_cudnn
+        own = embedding_backward.extern_calls().get(op)
+        if own is not None:
+            return own
         return skinny_matmul.extern_calls(dtype).get(op, op)
 
     def declare(self, name, code, dtype) -> str:
