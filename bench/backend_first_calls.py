@@ -22,6 +22,7 @@ import io
 import os
 import pstats
 import sys
+import threading
 import time
 
 import torch
@@ -59,8 +60,15 @@ class CompileLog:
         knobs.runtime.jit_cache_hook = self._before
         knobs.runtime.jit_post_compile_hook = self._after
 
-    def _before(self, *, key, repr, **_):  # noqa: A002 - Triton's keyword
-        self.open[str(key)] = (time.perf_counter(), repr)
+    def _before(self, *, key, repr, compile=None, **_):  # noqa: A002 - Triton's keywords
+        name = repr.split("[", 1)[0]
+        spec = compile or {}
+        # configs: Triton's attributes per argument (tt.divisibility 16: a pointer or size
+        # known aligned); the thread: the main thread's compiles block the call, the preload
+        # thread's do not.
+        text = (f"{name} [{threading.current_thread().name}] signature={spec.get('signature')} "
+                f"attrs={spec.get('configs')} constants={spec.get('constants')}")
+        self.open[str(key)] = (time.perf_counter(), text)
         return False
 
     def _after(self, *, key, **_):
@@ -158,7 +166,7 @@ def main(argv=None):
     print(table(rows))
     for r in rows:
         for sec, text in r["compiles"]:
-            print(f"  {r['point']}: in-process Triton compile {sec * 1e3:7.1f} ms  {text[:400]}")
+            print(f"  {r['point']}: in-process Triton compile {sec * 1e3:7.1f} ms  {text[:900]}")
     for r in rows:
         if r["profile"]:
             print(f"\nfirst call at {r['point']}, main thread (cProfile):\n{r['profile'][:9000]}")

@@ -47,6 +47,8 @@ CASES = [
     ("batch_sum", _batch, ["x: bf16[B, T, C]"], [(8, 587, 768)]),
     ("mean_var_f32", _meanvar, ["x: f32[N, C]"], [(4696, 768)]),
     ("colsum_odd", _colsum, ["x: bf16[N, C]"], [(1237, 771)]),
+    # An LM head's bias gradient in fp32 training: a vocabulary of 8192 columns, 154 MB read.
+    ("colsum_vocab_f32", _colsum, ["x: f32[N, V]"], [(4696, 8192)]),
 ]
 
 

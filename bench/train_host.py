@@ -64,7 +64,6 @@ def host_profile(mode, name, dtype, device, length, steps) -> dict:
 
 def main(argv=None):
     ap = step_args(__doc__.split("\n")[0], model="vit", steps=10)
-    ap.add_argument("--top", type=int, default=15)
     a = ap.parse_args(argv)
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
     import compiler

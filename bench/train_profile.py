@@ -200,7 +200,7 @@ def step_args(description, model="gpt2", steps=3):
     ap.add_argument("--modes", default="eager,symshape")
     ap.add_argument("--length", type=int, default=587)
     ap.add_argument("--steps", type=int, default=steps)
-    ap.add_argument("--top", type=int, default=18, help="kernels listed per mode (by time per step)")
+    ap.add_argument("--top", type=int, default=18, help="ops or kernels listed per mode (by time per step)")
     return ap
 
 
