@@ -12,7 +12,8 @@ float32 atomic adds, as Inductor does.
 Atomic adds make the order of the additions, so the last bits of a row hit by several ids,
 vary from run to run.  Where the user asked for reproducibility
 (``torch.use_deterministic_algorithms(True)``) the call stays on ATen, as it does for
-``scale_grad_by_freq`` (a count per id first) and on the CPU without the Triton interpreter.
+``scale_grad_by_freq`` (a count per id first) and on the CPU without the Triton interpreter,
+and for a half-precision table whose float32 accumulator would pass :data:`HALF_ACC_BYTES`.
 
 Example::
 
@@ -35,6 +36,11 @@ ENABLED = os.environ.get("SYMSHAPE_EMBEDDING_KERNEL", "1") != "0"
 #: Rows per program: a chunk of one id (token types) is summed before its single atomic add.
 ROWS = 32
 
+#: Bytes of float32 accumulator a half-precision gradient may take (the kernel sums in float32,
+#: then rounds once): past it ATen's op runs, which keeps the weight's gradient in the half type
+#: (a 128k x 4096 vocabulary would need 2 GiB of float32 besides its 1 GiB result).
+HALF_ACC_BYTES = 512 << 20
+
 #: Calls that ran the kernel / ATen (for tests and reports).
 CALLS = {"kernel": 0, "aten": 0}
 
@@ -50,7 +56,7 @@ def _kernel():
     return _kernels.embedding_grad
 
 
-def uses_kernel(grad: torch.Tensor, indices: torch.Tensor, scale_grad_by_freq: bool) -> bool:
+def uses_kernel(grad: torch.Tensor, indices: torch.Tensor, scale_grad_by_freq: bool, num_weights: int = 0) -> bool:
     """Whether :func:`embedding_dense_backward` runs the kernel for these arguments (else ATen).
 
     >>> uses_kernel(torch.ones(4, 3), torch.tensor([0, 2, 2, 1]), False)  # CPU, no interpreter
@@ -61,6 +67,8 @@ def uses_kernel(grad: torch.Tensor, indices: torch.Tensor, scale_grad_by_freq: b
         return False
     if dev != "cuda" and not (_INTERPRET and dev == "cpu"):
         return False
+    if grad.dtype != torch.float32 and num_weights * (grad.shape[-1] if grad.dim() else 1) * 4 > HALF_ACC_BYTES:
+        return False
     return (grad.dtype in (torch.float32, torch.float16, torch.bfloat16) and grad.dim() >= 1
             and indices.dtype in (torch.int64, torch.int32) and grad.numel() // max(1, grad.shape[-1]) == indices.numel()
             and indices.device == grad.device)
@@ -70,7 +78,7 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     """``aten.embedding_dense_backward``: ``[num_weights, D]``, row ``i`` the sum of the rows of
     ``grad_output`` whose id is ``i`` (``padding_idx``'s row stays 0), in ``grad_output``'s dtype,
     summed in float32."""
-    if not uses_kernel(grad_output, indices, scale_grad_by_freq):
+    if not uses_kernel(grad_output, indices, scale_grad_by_freq, num_weights):
         CALLS["aten"] += 1
         return torch.ops.aten.embedding_dense_backward.default(grad_output, indices, num_weights, padding_idx,
                                                                scale_grad_by_freq)
@@ -107,4 +115,5 @@ def extern_calls() -> dict:
     return {torch.ops.aten.embedding_dense_backward.default: embedding_dense_backward}
 
 
-__all__ = ["embedding_dense_backward", "uses_kernel", "extern_calls", "triton_next_pow2", "CALLS", "ROWS"]
+__all__ = ["embedding_dense_backward", "uses_kernel", "extern_calls", "triton_next_pow2", "CALLS", "ROWS",
+           "HALF_ACC_BYTES"]

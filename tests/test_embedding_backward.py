@@ -83,6 +83,26 @@ def case_deterministic_and_scaled_stay_on_aten():
     return "ok"
 
 
+def case_large_half_tables_stay_on_aten():
+    # A half-precision gradient whose float32 accumulator would pass HALF_ACC_BYTES runs ATen's
+    # op (its result stays in the half type); fp32 gradients have no such bound (the result is fp32).
+    from compiler import embedding_backward as eb
+    g16, g32 = torch.randn(40, 16, device=DEVICE).half(), torch.randn(40, 16, device=DEVICE)
+    ids = torch.randint(0, 100, (40,), device=DEVICE)
+    was = eb.HALF_ACC_BYTES
+    eb.HALF_ACC_BYTES = 100 * 16 * 4 - 1
+    try:
+        assert not eb.uses_kernel(g16, ids, False, 100) and eb.uses_kernel(g32, ids, False, 100)
+        aten0 = eb.CALLS["aten"]
+        got = eb.embedding_dense_backward(g16, ids, 100, -1, False)
+        assert eb.CALLS["aten"] == aten0 + 1 and got.dtype == torch.float16
+        assert torch.equal(got, torch.ops.aten.embedding_dense_backward.default(g16, ids, 100, -1, False))
+    finally:
+        eb.HALF_ACC_BYTES = was
+    assert eb.uses_kernel(g16, ids, False, 100)
+    return "ok"
+
+
 def case_compiled_training_step_uses_it():
     # A compiled step of a model with a padded word embedding and a position embedding: the
     # weight gradients equal eager's, and they came from the kernel.
