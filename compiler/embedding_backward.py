@@ -30,6 +30,8 @@ import os
 
 import torch
 
+from .codegen.triton_classes import pow2_block
+
 #: ``SYMSHAPE_EMBEDDING_KERNEL=0`` keeps ATen's op (before/after measurements).
 ENABLED = os.environ.get("SYMSHAPE_EMBEDDING_KERNEL", "1") != "0"
 
@@ -67,11 +69,11 @@ def uses_kernel(grad: torch.Tensor, indices: torch.Tensor, scale_grad_by_freq: b
         return False
     if dev != "cuda" and not (_INTERPRET and dev == "cpu"):
         return False
-    if grad.dtype != torch.float32 and num_weights * (grad.shape[-1] if grad.dim() else 1) * 4 > HALF_ACC_BYTES:
+    if not (grad.dtype in (torch.float32, torch.float16, torch.bfloat16) and grad.dim() >= 1
+            and indices.dtype in (torch.int64, torch.int32) and indices.device == grad.device
+            and grad.numel() // max(1, grad.shape[-1]) == indices.numel()):
         return False
-    return (grad.dtype in (torch.float32, torch.float16, torch.bfloat16) and grad.dim() >= 1
-            and indices.dtype in (torch.int64, torch.int32) and grad.numel() // max(1, grad.shape[-1]) == indices.numel()
-            and indices.device == grad.device)
+    return grad.dtype == torch.float32 or num_weights * grad.shape[-1] * 4 <= HALF_ACC_BYTES
 
 
 def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
@@ -89,19 +91,10 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     n = ids.numel()
     out = torch.zeros((num_weights, d), dtype=torch.float32, device=grad_output.device)
     if n and d:
-        block_d = min(256, triton_next_pow2(d))
+        block_d = pow2_block(d, 256)
         grid = (-(-n // ROWS), -(-d // block_d))
         _kernel()[grid](g, ids, out, n, d, padding_idx, ROWS=ROWS, BLOCK_D=block_d, num_warps=4)
     return out if grad_output.dtype == torch.float32 else out.to(grad_output.dtype)
-
-
-def triton_next_pow2(n: int) -> int:
-    """The least power of two at least ``n`` (and at least 16: Triton's smallest useful block).
-
-    >>> triton_next_pow2(768), triton_next_pow2(5)
-    (1024, 16)
-    """
-    return max(16, 1 << (max(1, n) - 1).bit_length())
 
 
 def extern_calls() -> dict:
@@ -115,5 +108,5 @@ def extern_calls() -> dict:
     return {torch.ops.aten.embedding_dense_backward.default: embedding_dense_backward}
 
 
-__all__ = ["embedding_dense_backward", "uses_kernel", "extern_calls", "triton_next_pow2", "CALLS", "ROWS",
+__all__ = ["embedding_dense_backward", "uses_kernel", "extern_calls", "CALLS", "ROWS",
            "HALF_ACC_BYTES"]
