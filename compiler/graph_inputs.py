@@ -143,7 +143,23 @@ class GraphPlan:
     tensor_pos: list
     symbols: list = field(default_factory=list)
     solved: dict = field(default_factory=dict)
+    carriers: list = field(default_factory=list)
     _cache: dict = field(default_factory=dict)
+
+    def carrier_tensors(self, args, device) -> list:
+        """The empty tensors that carry, as their first dim, the values of the SymInt arguments
+        no tensor's size gives (``carriers``: argument position, symbol): passed after the
+        graph's tensors, so the compiled program reads every dim from a size.
+
+        >>> from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        >>> from torch._dynamo.source import ConstantSource
+        >>> env = ShapeEnv()
+        >>> s = env.create_symintnode(env.create_symbol(7, ConstantSource("s")), hint=7)
+        >>> plan = plan_graph([torch.randn(3, 3), 7], [torch.empty(3, s // 2, device="meta"), s], carriers=True)
+        >>> [str(sp).replace(str(s), "s") for sp in plan.specs], [tuple(t.shape) for t in plan.carrier_tensors([None, 9], "cpu")]
+        (['arg0: f32[3, s // 2]', 'arg1: f32[s, 0]'], [(9, 0)])
+        """
+        return [torch.empty((int(args[i]), 0), device=device) for i, _ in self.carriers]
 
     def covers(self, e) -> bool:
         """Whether the size expression ``e`` can be computed from the input tensors' sizes."""
@@ -313,7 +329,7 @@ def _input_spec(name, ex, sym, k, known, dims) -> InputSpec:
     return InputSpec(name=name, dtype=ex.dtype, dims=tuple(spec_dims))
 
 
-def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
+def plan_graph(example_inputs, symbolic=None, carriers: bool = False) -> Optional[GraphPlan]:
     """A :class:`GraphPlan` for a graph's example inputs (tensors, SymInts, numbers).
 
     ``symbolic``: where the example tensors are real (dynamo's backend call), the
@@ -322,7 +338,10 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
     real tensors.  A symbol that no tensor's dim is, but one's dim is linearly
     (``2*s``), becomes a named dim that only dim expressions give (:class:`Solved`).
     Returns None when a SymInt argument is no expression of sizes some tensor
-    input carries.
+    input carries; with ``carriers``, a SymInt argument that is a symbol no tensor
+    gives is read from an empty tensor made at each call instead
+    (:meth:`GraphPlan.carrier_tensors`: a backward graph that gets an image's
+    height only as a number, its saved activations holding ``H // 16``).
 
     >>> from torch.fx.experimental.symbolic_shapes import ShapeEnv
     >>> from torch._dynamo.source import ConstantSource
@@ -346,7 +365,14 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
     solved = _solve_symbols(sym, example_inputs, tensor_pos, hints)
     known = set(where) | set(solved)
     dims = {str(s): hints[s] for s in solved}
+    carried = _carried(example_inputs, symbolic, known) if carriers else []
+    for j, (i, s) in enumerate(carried):
+        where[s] = (len(tensor_pos) + j, 0)
+        known.add(s)
     specs = [_input_spec(f"arg{i}", example_inputs[i], sym[k], k, known, dims) for k, i in enumerate(tensor_pos)]
+    for i, s in carried:
+        dims[str(s)] = _hint(example_inputs[i])
+        specs.append(InputSpec(name=f"arg{i}", dtype=torch.float32, dims=(str(s), 0)))
     layout = []
     counter = 0
     for i, ex in enumerate(example_inputs):
@@ -368,7 +394,20 @@ def plan_graph(example_inputs, symbolic=None) -> Optional[GraphPlan]:
         else:
             return None
     return GraphPlan(specs=specs, dims=dims, layout=layout, where=where, tensor_pos=tensor_pos,
-                     symbols=sorted(known, key=str), solved=solved)
+                     symbols=sorted(known, key=str), solved=solved, carriers=carried)
+
+
+def _carried(example_inputs, symbolic, known) -> list:
+    """``(position, symbol)`` of each SymInt argument that is a symbol outside ``known`` (first
+    occurrence)."""
+    out, seen = [], set(known)
+    for i, ex in enumerate(example_inputs):
+        if symbolic is not None and i < len(symbolic) and isinstance(symbolic[i], torch.SymInt):
+            ex = symbolic[i]
+        if isinstance(ex, torch.SymInt) and ex.node.expr.is_Symbol and ex.node.expr not in seen:
+            seen.add(ex.node.expr)
+            out.append((i, ex.node.expr))
+    return out
 
 
 def general_hints(dims: dict, values) -> dict:

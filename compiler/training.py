@@ -27,7 +27,9 @@ step pays at every step; flash and memory-efficient attention do not.  A boolean
 proved true everywhere (transformers builds them under ``torch.compile`` where eager
 passes none) is removed first (:mod:`compiler.train_masks`): a mask rules out the flash
 kernel, and a broadcast one the memory-efficient kernel too, which leaves SDPA's math
-path.  Bicubic and bilinear ``F.interpolate`` become two matmuls, nearest by 2/4/8 an expand
+path.  A patch embedding (a convolution whose kernel is its stride) becomes one matmul
+(:mod:`compiler.patch_conv`): cuDNN builds plans per new image shape.  Bicubic and
+bilinear ``F.interpolate`` become two matmuls, nearest by 2/4/8 an expand
 (:mod:`compiler.separable_resize`): torch's decomposition, which AOTAutograd applies
 whatever the table says, makes the backward sixteen (bilinear: four) ``index_put(accumulate=True)``.  Views in the
 (functional) ATen graphs become reshapes (:func:`views_as_reshapes`): symshape's
@@ -76,6 +78,7 @@ from .graph_inputs import ArgKind, built_at_general_sizes, plan_graph
 from . import linear_groups
 from .linear_groups import copy_graph, group_linears
 from .runtime import CompiledProgram
+from .patch_conv import patch_convs_as_matmuls
 from .separable_resize import resize_as_matmuls
 from .train_masks import drop_proved_masks
 from .wrapper import Owned
@@ -161,7 +164,7 @@ def compile_aten_graph(gm, example_inputs, *, target: str, graph: str, stats: di
 def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     stats["train_graphs"] = stats.get("train_graphs", 0) + 1
     views_as_reshapes(gm)
-    plan = plan_graph(list(example_inputs))
+    plan = plan_graph(list(example_inputs), carriers=True)
     outs = _outputs(gm)
     if plan is None or outs is None or not all(plan.covers(e) for kind, e in outs if kind is ArgKind.EXPR):
         warn_fallback(stats, graph=graph, kind=FallbackKind.INPUTS,
@@ -198,12 +201,16 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     # The kernels compute SymInt arguments from the tensors' sizes and never read the ones
     # passed: each is checked against them (a size solved from 2*s included), not trusted.
     sym_args = [i for i, (kind, _) in enumerate(plan.layout) if kind is ArgKind.EXPR]
+    carriers = bool(plan.carriers)
     sym_arg_exprs = [plan.layout[i][1] for i in sym_args]
 
     def run(args):
         # AOTAutograd's boxed call hands its argument list over (it steals it): cleared here and
         # passed on as Owned, each input (a backward's saved activation) is freed at its last use.
-        tensors = Owned([args[i] for i in tensor_pos])
+        tensors = [args[i] for i in tensor_pos]
+        if carriers:
+            tensors += plan.carrier_tensors(args, tensors[0].device if tensors else None)
+        tensors = Owned(tensors)
         if sym_args:
             _check_size_args(args, sym_args, plan.eval_exprs(sym_arg_exprs, tensors), sym_arg_exprs)
         ints = iter(plan.eval_exprs(sym_outs, tensors)) if sym_outs else iter(())
@@ -301,6 +308,7 @@ def train_backend(gm, example_inputs, *, target: str, stats: dict, causal=None):
             causal = os.environ.get("SYMSHAPE_TRAIN_CAUSAL", "1") == "1"
         stats["masks_dropped"] = stats.get("masks_dropped", 0) + drop_proved_masks(gm, causal=causal)
         stats["resizes_as_matmuls"] = stats.get("resizes_as_matmuls", 0) + resize_as_matmuls(gm)
+        stats["patch_convs_as_matmuls"] = stats.get("patch_convs_as_matmuls", 0) + patch_convs_as_matmuls(gm)
         if linear_groups.ENABLED:  # the graph as dynamo gave it, kept only where a rewrite may need undoing
             before = copy_graph(gm.graph)
             grouped = group_linears(gm)

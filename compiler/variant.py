@@ -244,14 +244,16 @@ class Variant:
         except (Unsupported, ZeroDivisionError) as e:
             # Data-dependent sizes, or a variant specialized to size 0 whose index remaps
             # divide by that 0 (nothing to compute): run the graph with ATen (still correct).
-            self.eager = True
-            self.eager_reason = f"{type(e).__name__}: {e}"
-            STATS["eager_variants"] += 1
+            self._run_with_aten(e)
             return
         self.kernels = [s for s in self.steps if isinstance(s, Kernel)]
-        STATS["kernels"] += len(self.kernels)
         t1 = time.perf_counter()
-        self.launchers = TARGETS[target].make_launchers(self.lp, self.steps)
+        try:
+            self.launchers = TARGETS[target].make_launchers(self.lp, self.steps)
+        except ZeroDivisionError as e:  # the same, met where kernel sources print their indexes
+            self._run_with_aten(e)
+            return
+        STATS["kernels"] += len(self.kernels)
         # Where compile seconds go (lowering + scheduling, kernel sources, kernel builds: warm_s).
         STATS["lower_s"] = STATS.get("lower_s", 0.0) + t1 - t0
         STATS["codegen_s"] = STATS.get("codegen_s", 0.0) + time.perf_counter() - t1
@@ -264,6 +266,11 @@ class Variant:
         STATS["warmed"] += TARGETS[target].warm(self.launchers, None if ahead else self._example_sizes())
         STATS["warm_s"] += time.perf_counter() - t0
         self._plan()
+
+    def _run_with_aten(self, why: Exception) -> None:
+        self.eager = True
+        self.eager_reason = f"{type(why).__name__}: {why}"
+        STATS["eager_variants"] += 1
 
     def _example_sizes(self):
         """The kernels' size symbols at the traced sizes (the call being compiled), or None."""

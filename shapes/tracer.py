@@ -231,7 +231,13 @@ def _input_size(env, s, i, d, dmap, hints, plain, dim_symbols):
             src = None if n in plain or n in env.symbols else derived_source(d, n, s.name, i)
             vals[n] = env.create_symbol(n, hints[n], range=(dd.min, dd.max), source=src)
             dim_symbols.setdefault(n, env.symbols[n])
-        at = d.evaluate(hints)
+        try:
+            at = d.evaluate(hints)
+        except ZeroDivisionError:
+            raise SpecError(
+                f"dim {d} of input {s.name} divides by zero at the example sizes "
+                f"{', '.join(f'{n}={hints[n]}' for n in d.names)}; give example sizes where its "
+                f"divisors are non-zero (dims={{...}}, --dim on the command line)") from None
         if at < 0:
             raise SpecError(
                 f"dim {d} of input {s.name} is {at} at the example sizes "

@@ -183,6 +183,14 @@ class _ViT(nn.Module):
         return self.m(pixel_values=x).last_hidden_state
 
 
+class _ViTSizes(_ViT):
+    """A ViT at varying image sizes: the position embedding interpolated, the patch embedding
+    rewritten as a matmul (:mod:`compiler.patch_conv`), sides that are not multiples of the patch."""
+
+    def forward(self, x):
+        return self.m(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state
+
+
 CASES = {
     "mlp": TrainCase(build=MLP, inputs=lambda n, g: (torch.randn(n, 16, generator=g),)),
     "convnet": TrainCase(build=ConvNet, inputs=lambda n, g: (torch.randn(2, 3, n + 2, n + 2, generator=g),),
@@ -198,6 +206,8 @@ CASES = {
     "llama_gqa": TrainCase(build=_llama, inputs=_ids, loss=lambda o: _sum_loss(o.last_hidden_state)),
     "bert_mask": TrainCase(build=_Bert, inputs=_bert_inputs),
     "vit": TrainCase(build=_ViT, inputs=lambda n, g: (torch.randn(n, 3, 32, 32, generator=g),), sizes=(1, 2, 3, 5)),
+    "vit_sizes": TrainCase(build=_ViTSizes, inputs=lambda n, g: (torch.randn(2, 3, 8 * n + 3, 8 * n + n % 5, generator=g),),
+                           sizes=(1, 2, 3, 5)),
 }
 
 
