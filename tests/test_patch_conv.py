@@ -5,7 +5,6 @@ import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import compiler
 from compiler.patch_conv import patch_conv, patch_convs_as_matmuls
