@@ -31,6 +31,7 @@ import os
 import torch
 
 from .codegen.triton_classes import pow2_block
+from .kernel_fallback import kernel_or_aten
 
 #: ``SYMSHAPE_EMBEDDING_KERNEL=0`` keeps ATen's op (before/after measurements).
 ENABLED = os.environ.get("SYMSHAPE_EMBEDDING_KERNEL", "1") != "0"
@@ -81,9 +82,18 @@ def embedding_dense_backward(grad_output, indices, num_weights, padding_idx, sca
     ``grad_output`` whose id is ``i`` (``padding_idx``'s row stays 0), in ``grad_output``'s dtype,
     summed in float32."""
     if not uses_kernel(grad_output, indices, scale_grad_by_freq, num_weights):
-        CALLS["aten"] += 1
-        return torch.ops.aten.embedding_dense_backward.default(grad_output, indices, num_weights, padding_idx,
-                                                               scale_grad_by_freq)
+        return _by_aten(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+    return kernel_or_aten("embedding_grad", lambda: _by_kernel(grad_output, indices, num_weights, padding_idx),
+                          lambda: _by_aten(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq))
+
+
+def _by_aten(grad_output, indices, num_weights, padding_idx, scale_grad_by_freq):
+    CALLS["aten"] += 1
+    return torch.ops.aten.embedding_dense_backward.default(grad_output, indices, num_weights, padding_idx,
+                                                           scale_grad_by_freq)
+
+
+def _by_kernel(grad_output, indices, num_weights, padding_idx):
     CALLS["kernel"] += 1
     d = grad_output.shape[-1]
     g = grad_output.reshape(-1, d).contiguous()

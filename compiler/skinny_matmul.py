@@ -14,6 +14,8 @@ matmuls are exact fp32 (not ``torch.backends.cuda.matmul.allow_tf32``, not measu
 Example::
 
     >>> import torch
+
+from .kernel_fallback import kernel_or_aten
     >>> ROWS[torch.float32]  # measured on the H100: 3xTF32 tiles win at 16..128 rows
     (16, 128)
     >>> [use_skinny(m, 768, 768, torch.float32, "cuda") for m in (8, 16, 128, 4096)]
@@ -27,6 +29,8 @@ from __future__ import annotations
 import os
 
 import torch
+
+from .kernel_fallback import kernel_or_aten
 
 #: Rows ``(least, most)`` for which the skinny kernel beats cuBLAS, per dtype (H100, triton 3.6:
 #: bench/results/skinny_matmul_h100_2026-11-23.txt and skinny_tf32x3_h100_2026-11-23.txt).
@@ -196,20 +200,27 @@ def _eligible(a, b, bias) -> bool:
 def mm(a, b):
     """``torch.mm(a, b)``, on the skinny kernel where :func:`use_skinny` says it wins."""
     if _eligible(a, b, None):
-        CALLS["skinny"] += 1
-        return skinny_matmul(a, b)
+        return kernel_or_aten("skinny_mm", lambda: _counted(skinny_matmul, a, b), lambda: _aten(torch.mm, a, b))
+    return _aten(torch.mm, a, b)
+
+
+def _counted(fn, *args):
+    CALLS["skinny"] += 1
+    return fn(*args)
+
+
+def _aten(fn, *args, **kwargs):
     CALLS["aten"] += 1
-    return torch.mm(a, b)
+    return fn(*args, **kwargs)
 
 
 def addmm(bias, a, b, *, beta=1, alpha=1):
     """``torch.addmm(bias, a, b)``, on the skinny kernel (bias fused) where it wins; a
     ``beta``/``alpha`` other than 1 or a bias that is not one row of N runs ATen."""
     if beta == 1 and alpha == 1 and _eligible(a, b, bias):
-        CALLS["skinny"] += 1
-        return skinny_matmul(a, b, bias)
-    CALLS["aten"] += 1
-    return torch.addmm(bias, a, b, beta=beta, alpha=alpha)
+        return kernel_or_aten("skinny_mm", lambda: _counted(skinny_matmul, a, b, bias),
+                              lambda: _aten(torch.addmm, bias, a, b))
+    return _aten(torch.addmm, bias, a, b, beta=beta, alpha=alpha)
 
 
 def extern_calls(dtype=None) -> dict:

@@ -103,6 +103,42 @@ def case_large_half_tables_stay_on_aten():
     return "ok"
 
 
+def case_a_kernel_that_does_not_build_runs_aten():
+    # A real Triton build failure (a non-power-of-two arange: CompilationError on a GPU,
+    # InterpreterError under TRITON_INTERPRET=1) in place of the kernel: ATen's values, one
+    # KernelFallback warning, and the kernel off from then on.
+    import warnings
+
+    import triton
+    import triton.language as tl
+
+    from compiler import embedding_backward as eb
+    from compiler.kernel_fallback import DISABLED, KernelFallback
+
+    @triton.jit
+    def unbuildable(g, ids, out, n, d, padding_idx, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+        i = tl.arange(0, 3)
+        tl.store(out + i, tl.load(g + i))
+
+    g, ids = torch.randn(40, 16, device=DEVICE), torch.randint(0, 10, (40,), device=DEVICE)
+    was = eb._kernel
+    eb._kernel = lambda: unbuildable
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            first = eb.embedding_dense_backward(g, ids, 10, -1, False)
+            aten0 = eb.CALLS["aten"]
+            second = eb.embedding_dense_backward(g, ids, 10, -1, False)
+        assert [w.category for w in seen] == [KernelFallback], [str(w.message) for w in seen]
+        assert "embedding_grad" in DISABLED and eb.CALLS["aten"] == aten0 + 1
+        want = torch.ops.aten.embedding_dense_backward.default(g, ids, 10, -1, False)
+        assert torch.equal(first, want) and torch.equal(second, want)
+    finally:
+        eb._kernel = was
+        DISABLED.pop("embedding_grad", None)
+    return "ok"
+
+
 def case_compiled_training_step_uses_it():
     # A compiled step of a model with a padded word embedding and a position embedding: the
     # weight gradients equal eager's, and they came from the kernel.
