@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -144,7 +145,27 @@ class GraphPlan:
     symbols: list = field(default_factory=list)
     solved: dict = field(default_factory=dict)
     carriers: list = field(default_factory=list)
+    lower_bounds: dict = field(default_factory=dict)
     _cache: dict = field(default_factory=dict)
+
+    def with_bounds(self, dims: dict) -> dict:
+        """``dims`` (name -> example size) with each dim's least value torch's ShapeEnv knows,
+        as ``(least, inf, example)``, where it is above 1 and the example lies within.
+
+        Dynamo guards every call of its graph on these bounds (an image side ``>= 16`` after a
+        patch embedding's check), so the compiled program may assume them: ``(H // 16)**2 //
+        (H // 16)`` then cancels to ``H // 16``, which it cannot where ``H // 16`` may be 0.
+
+        >>> GraphPlan(specs=[], dims={}, layout=[], where={}, tensor_pos=[],
+        ...           lower_bounds={"s0": 16}).with_bounds({"s0": 64, "s1": 3})
+        {'s0': (16, inf, 64), 's1': 3}
+        """
+        out = dict(dims)
+        for name, v in dims.items():
+            lo = self.lower_bounds.get(name)
+            if lo is not None and 1 < lo <= v:
+                out[name] = (lo, math.inf, v)
+        return out
 
     def carrier_tensors(self, args, device) -> list:
         """The empty tensors that carry, as their first dim, the values of the SymInt arguments
@@ -394,7 +415,21 @@ def plan_graph(example_inputs, symbolic=None, carriers: bool = False) -> Optiona
         else:
             return None
     return GraphPlan(specs=specs, dims=dims, layout=layout, where=where, tensor_pos=tensor_pos,
-                     symbols=sorted(known, key=str), solved=solved, carriers=carried)
+                     symbols=sorted(known, key=str), solved=solved, carriers=carried,
+                     lower_bounds=_lower_bounds(sym, known))
+
+
+def _lower_bounds(sym_tensors, symbols) -> dict:
+    """Symbol name -> the least value torch's ShapeEnv gives it (where one is known)."""
+    env = next((s.node.shape_env for t in sym_tensors for s in t.shape if isinstance(s, torch.SymInt)), None)
+    if env is None:
+        return {}
+    out = {}
+    for s in symbols:
+        r = env.var_to_range.get(s)
+        if r is not None and r.lower.is_integer and int(r.lower) > 1:
+            out[str(s)] = int(r.lower)
+    return out
 
 
 def _carried(example_inputs, symbolic, known) -> list:

@@ -182,7 +182,8 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
         with torch._C._DisableAutocast(), unset_fake_temporarily(), torch._guards.tracing(None), \
                 row_buckets.training_graphs():
             compiled = built_at_general_sizes(
-                lambda d: CompiledProgram(program, plan.specs, d, target, device=_traced_for(example_inputs, target)),
+                lambda d: CompiledProgram(program, plan.specs, plan.with_bounds(d), target,
+                                          device=_traced_for(example_inputs, target)),
                 plan.dims, example_inputs)
     except SymshapeError as e:
         warn_fallback(stats, graph=graph, kind=FallbackKind.TRACE, reason=f"{type(e).__name__}: {e}")
