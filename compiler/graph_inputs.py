@@ -439,7 +439,9 @@ def _carried(example_inputs, symbolic, known) -> list:
     for i, ex in enumerate(example_inputs):
         if symbolic is not None and i < len(symbolic) and isinstance(symbolic[i], torch.SymInt):
             ex = symbolic[i]
-        if isinstance(ex, torch.SymInt) and ex.node.expr.is_Symbol and ex.node.expr not in seen:
+        # A backed symbol only: an unbacked one (a size from data) has no example value to trace at.
+        if (isinstance(ex, torch.SymInt) and ex.node.expr.is_Symbol and ex.node.expr not in seen
+                and ex.node.has_hint()):
             seen.add(ex.node.expr)
             out.append((i, ex.node.expr))
     return out
