@@ -8,10 +8,16 @@ whole patch), a permuted copy and ``F.linear``; its backward is a matmul for the
 sum for the bias and (where the image requires grad) a matmul and the inverse permutation
 for the input.
 
-Why: cuDNN builds an execution plan for every new input shape, for the forward and for each
-gradient, and a training loop over images of varying size meets a new shape at most steps.
-As a matmul the work goes through symshape's training path (fused copies, row-bucketed
-GEMMs: :mod:`compiler.row_buckets`), whose shapes repeat across sizes.
+Why it is opt-in (``SYMSHAPE_PATCH_CONV=1``): it was written because cuDNN builds an
+execution plan for every new input shape, and a training loop over images of varying size
+meets a new shape at most steps.  Measured on an H100 (bf16, batch 8,
+``bench/patch_conv_first_calls.py``), cuDNN's first forward + backward at a new size costs a
+median 2.95 ms against the matmul's 3.68 ms, so that cost is not there; the matmul is faster
+in the steady state from 320 px up (0.43 against 1.00 ms at 512 px).  HF ViT training at 50
+random image sizes (``bench/train_compare.py``) ran 1.12x eager with it and 1.13x without, and
+dynamo + AOTAutograd took 7 s longer to compile it (their symbolic sizes of the patches are
+larger expressions than a convolution's).  For high-resolution images the steady-state win
+may pay; the default keeps cuDNN.
 
 The rewrite applies to ``torch.conv2d`` calls of dynamo's graph with a 4-D floating input,
 ``groups=1``, no padding, no dilation, a stride equal to the kernel's (larger than 1 x 1)
@@ -96,9 +102,10 @@ def _patch_stride(node):
     return stride
 
 
-def patch_convs_as_matmuls(gm: torch.fx.GraphModule) -> int:
+def patch_convs_as_matmuls(gm: torch.fx.GraphModule, enabled=None) -> int:
     """Rewrite ``gm``'s (a dynamo graph's) patch-embedding ``torch.conv2d`` calls as
-    :func:`patch_conv`; returns how many.  ``$SYMSHAPE_PATCH_CONV=0`` leaves them.
+    :func:`patch_conv`; returns how many.  ``enabled``: None reads ``$SYMSHAPE_PATCH_CONV``
+    (default off, see above).
 
     >>> g = torch.fx.Graph()
     >>> x, w = g.placeholder("x"), g.placeholder("w")
@@ -107,10 +114,12 @@ def patch_convs_as_matmuls(gm: torch.fx.GraphModule) -> int:
     >>> _ = g.output(g.call_method("flatten", (y, 2)))
     >>> gm = torch.fx.GraphModule(torch.nn.Module(), g)
     >>> xs, ws = torch.randn(2, 3, 32, 32), torch.randn(8, 3, 16, 16)
-    >>> patch_convs_as_matmuls(gm), torch.allclose(gm(xs, ws), torch.conv2d(xs, ws, stride=16).flatten(2), atol=1e-4)
+    >>> patch_convs_as_matmuls(gm, enabled=True), torch.allclose(gm(xs, ws), torch.conv2d(xs, ws, stride=16).flatten(2), atol=1e-4)
     (1, True)
     """
-    if os.environ.get("SYMSHAPE_PATCH_CONV", "1") == "0":
+    if enabled is None:
+        enabled = os.environ.get("SYMSHAPE_PATCH_CONV", "0") == "1"
+    if not enabled:
         return 0
     n = 0
     for node in gm.graph.nodes:

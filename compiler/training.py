@@ -27,8 +27,8 @@ step pays at every step; flash and memory-efficient attention do not.  A boolean
 proved true everywhere (transformers builds them under ``torch.compile`` where eager
 passes none) is removed first (:mod:`compiler.train_masks`): a mask rules out the flash
 kernel, and a broadcast one the memory-efficient kernel too, which leaves SDPA's math
-path.  A patch embedding (a convolution whose kernel is its stride) becomes one matmul
-(:mod:`compiler.patch_conv`): cuDNN builds plans per new image shape.  Bicubic and
+path.  With ``SYMSHAPE_PATCH_CONV=1`` a patch embedding (a convolution whose kernel is its
+stride) becomes one matmul (:mod:`compiler.patch_conv`, opt-in: measured no faster).  Bicubic and
 bilinear ``F.interpolate`` become two matmuls, nearest by 2/4/8 an expand
 (:mod:`compiler.separable_resize`): torch's decomposition, which AOTAutograd applies
 whatever the table says, makes the backward sixteen (bilinear: four) ``index_put(accumulate=True)``.  Views in the

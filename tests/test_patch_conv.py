@@ -58,12 +58,12 @@ def test_an_image_smaller_than_a_patch_raises_eagers_error():
     assert str(got.value) == str(want.value)
 
 
-def _rewritten_run(fn, x):
+def _rewritten_run(fn, x, enabled=True):
     """``fn(x)`` through dynamo with its graph's patch embeddings rewritten: (rewrites, output)."""
     counts = []
 
     def rewrite(gm, example_inputs):
-        counts.append(patch_convs_as_matmuls(gm))
+        counts.append(patch_convs_as_matmuls(gm, enabled=enabled))
         return gm
     torch._dynamo.reset()
     out = torch.compile(fn, backend=rewrite, dynamic=True)(x)
@@ -108,8 +108,15 @@ class _Patchify(torch.nn.Module):
         return self.head(self.proj(x).flatten(2).transpose(1, 2)).mean(1)
 
 
+def test_off_by_default(monkeypatch):
+    monkeypatch.delenv("SYMSHAPE_PATCH_CONV", raising=False)
+    n, _ = _rewritten_run(_Conv(kernel_size=4, stride=4), torch.randn(2, 3, 16, 20), enabled=None)
+    assert n == 0
+
+
 @pytest.mark.parametrize("input_grad", [False, True])
-def test_compiled_training_at_new_image_sizes_equals_eager(input_grad):
+def test_compiled_training_at_new_image_sizes_equals_eager(input_grad, monkeypatch):
+    monkeypatch.setenv("SYMSHAPE_PATCH_CONV", "1")
     torch.manual_seed(0)
     ref = _Patchify()
     mine = _Patchify()

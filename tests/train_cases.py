@@ -184,8 +184,8 @@ class _ViT(nn.Module):
 
 
 class _ViTSizes(_ViT):
-    """A ViT at varying image sizes: the position embedding interpolated, the patch embedding
-    rewritten as a matmul (:mod:`compiler.patch_conv`), sides that are not multiples of the patch."""
+    """A ViT at varying image sizes: the position embedding interpolated, sides that are not
+    multiples of the patch (their rows and columns past the last patch left out)."""
 
     def forward(self, x):
         return self.m(pixel_values=x, interpolate_pos_encoding=True).last_hidden_state

@@ -47,6 +47,9 @@ TILE = 4096
 XBLOCKS = (16, 32, 64)
 #: Programs wanted before a wider XBLOCK is taken: two per SM of an H100 (132 SMs).
 MIN_PROGRAMS = 264
+#: Programs a split column reduction aims for (:func:`split_count`); the split count is a launch
+#: argument, so this moves no compiled variant.  ``$SYMSHAPE_SPLIT_PROGRAMS`` sets it (A/B).
+SPLIT_PROGRAMS = int(os.environ.get("SYMSHAPE_SPLIT_PROGRAMS", "264"))
 
 
 #: ``SYMSHAPE_TILED_REDUCTIONS=0`` keeps one program per output everywhere (benches compare both).
@@ -199,14 +202,14 @@ def splittable(kernel: Kernel) -> bool:
 def split_count(outputs: int, rlen: int, block: int, xblock: int) -> tuple:
     """``(splits, chunk)`` of a launch's reduced dim: few outputs (BERT's 768 columns are 48
     programs of 16) leave most of the GPU idle, so the rows are cut into ``splits`` chunks of
-    ``chunk`` (a multiple of ``block``) for :data:`MIN_PROGRAMS` programs; ``(1, rlen)`` where
+    ``chunk`` (a multiple of ``block``) for :data:`SPLIT_PROGRAMS` programs; ``(1, rlen)`` where
     there are programs enough or rows too few.
 
     >>> split_count(768, 4696, 256, 16), split_count(587 * 768, 8, 64, 64), split_count(17, 300, 256, 16)
     ((5, 1024), (1, 8), (2, 256))
     """
     progs = -(-outputs // xblock)
-    want = min(-(-MIN_PROGRAMS // progs), -(-rlen // block))
+    want = min(-(-SPLIT_PROGRAMS // progs), -(-rlen // block))
     if want < 2:
         return 1, rlen
     chunk = -(-(-(-rlen // want)) // block) * block
