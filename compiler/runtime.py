@@ -34,7 +34,6 @@ from shapes.layout_reads import strided_input
 from shapes.spec import Dim, DimExpr, check_declared_values, parse_dims, parse_spec
 
 from .branch_sizes import branch_sizes
-from .codegen.preload import call_in_flight
 from .repeated_shapes import repeated_shape
 from .separable_resize import resize_modes
 from .wrapper import Owned
@@ -285,11 +284,6 @@ class CompiledProgram:
             # A shape met twice before: kernels that plan per shape (cuDNN's attention) may run.
             with repeated_shape():
                 return v.run_bound(tensors, sizes, launches)
-        with call_in_flight():  # the preload thread's loads wait for it (codegen.preload)
-            return self._first_call(tensors, key)
-
-    def _first_call(self, tensors, key):
-        """A call at a shape not bound yet: bind, pick (or trace) a variant, run with unbound launches."""
         values = self.bind(tensors)
         device = _device_of(tensors)
         # C++ builds take CPU tensors only (Variant.check_device refuses others, with no trace

@@ -160,6 +160,8 @@ def case_compiled_training_step_uses_it():
     torch.manual_seed(2)
     eager = Tagger().to(DEVICE)
     mine = copy.deepcopy(eager)
+    import compiler
+    compiler.register()  # where the package's entry point is not installed (a checkout on PYTHONPATH)
     f = torch.compile(mine, backend="symshape", dynamic=True, options={"target": "triton"})
     before = CALLS["kernel"]
     for b, t in [(2, 9), (3, 13), (1, 17)]:

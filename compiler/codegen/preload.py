@@ -20,12 +20,6 @@ compiles it, with Triton's error if it fails there too); a load that fails is
 recorded in :data:`PRELOADS` and left to the launch.  ``SYMSHAPE_PRELOAD=0``
 turns it off.
 
-While a compiled program's call at a new shape runs (:func:`call_in_flight`), the thread
-waits before its next load, up to :data:`MAX_YIELD_S`: its loads hold the GIL for most of
-their 2 ms, and Python hands the GIL back only every 5 ms, so a call made right after compile
-(its own variants loaded, the rest still queued) ran 58 ms where it runs 11 ms alone (HF Gemma
-at (4, 500), an H100).
-
 Example (no build in flight here: nothing to load)::
 
     >>> drain(timeout=1.0)
@@ -59,34 +53,6 @@ def _load_errors() -> tuple:
 
 _THREAD: list = []
 _LOCK = threading.Lock()
-
-#: Calls at a new shape running now (:func:`call_in_flight`); a counter without a lock: a count
-#: off by a race only makes the loader wait its bound.
-_IN_FLIGHT = [0]
-#: The longest the loader waits for calls in flight before each load (a call that traces again
-#: takes seconds; the loads it would need are then the call's to do).
-MAX_YIELD_S = 0.1
-
-
-@contextlib.contextmanager
-def call_in_flight():
-    """Mark a compiled program's call running: the loader thread waits for it before its next load.
-
-    >>> with call_in_flight():
-    ...     _IN_FLIGHT[0]
-    1
-    """
-    _IN_FLIGHT[0] += 1
-    try:
-        yield
-    finally:
-        _IN_FLIGHT[0] -= 1
-
-
-def _yield_to_calls() -> None:
-    end = time.monotonic() + MAX_YIELD_S
-    while _IN_FLIGHT[0] > 0 and time.monotonic() < end:
-        time.sleep(0.0005)
 
 
 def enabled() -> bool:
@@ -145,7 +111,6 @@ def _loop() -> None:
         launcher, key, futs, device = _QUEUE.get()
         try:
             if all(fut.exception() is None for fut in futs):
-                _yield_to_calls()
                 t0 = time.perf_counter()
                 _load(launcher, key, device)
                 PRELOADS["s"] += time.perf_counter() - t0
@@ -164,4 +129,4 @@ def _load(launcher, key, device) -> None:
             job()
 
 
-__all__ = ["PRELOADS", "drain", "enabled", "load_when_built", "queued", "call_in_flight", "MAX_YIELD_S"]
+__all__ = ["PRELOADS", "drain", "enabled", "load_when_built", "queued"]
