@@ -340,6 +340,11 @@ def test_bad_dims_argument():
         shapes.trace(P.view_by_8, "x: f32[N]", dims={"N": (1, 8, 16)})
 
 
+def test_a_dim_expression_dividing_by_zero_at_the_example_sizes_is_a_spec_error():
+    with pytest.raises(SpecError, match=r"dim N // M of input x divides by zero at the example sizes N=8, M=0; give"):
+        shapes.trace(lambda x, y: x.sum(), "x: f32[N // M]", "y: f32[N, M]", dims={"N": 8, "M": (0, 4, 0)})
+
+
 def test_program_that_raises_names_the_line_and_path():
     with pytest.raises(TraceError) as ei:
         shapes.trace(P.raises_on_small, "x: f32[B]", dims={"B": 2})
