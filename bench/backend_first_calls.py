@@ -6,7 +6,9 @@ it (and the backend's own seconds in it), how many finished kernel builds were s
 the preload thread, and how many it loaded during the call. ``--profile B,T`` prints the main
 thread's cProfile of the first call at that size (its callers: source generation, loads,
 in-process compiles). Each size is then called ``--repeat`` more times, as a bench's timing
-rounds would, before the next size.
+rounds would, before the next size. ``--via compile`` runs ``compiler.compile`` (the case's
+specs, as ``gpu_models.py``'s ``symshape`` mode) instead of the backend, whose first calls have
+no dynamo recompiles in them: Gemma's intermittent 136-241 ms at (1, 4096) is one of those.
 
 Example (CPU, tiny config)::
 
@@ -81,8 +83,19 @@ class CompileLog:
         return rows
 
 
+def _compiled(case, prog, dtype, device, small, via):
+    """The model through the backend (``via="backend"``) or ``compiler.compile`` (``"compile"``)."""
+    if via == "backend":
+        return torch.compile(type(prog)(prog.m), backend="symshape", dynamic=True)
+    import compiler
+    short = {torch.float16: "f16", torch.bfloat16: "bf16", torch.float32: "f32"}[dtype]
+    specs = tuple(s.replace("{dt}", short) for s in case.specs)
+    return compiler.compile(type(prog)(prog.m), *specs, dims=case.dims(small) if case.dims else None,
+                            target="triton" if device == "cuda" else "cpp")
+
+
 def run(model: str, points: list, device: str, dtype, small: bool, profile=None, repeat: int = 20,
-        wait_preloads: bool = False, compile_log=None) -> list:
+        wait_preloads: bool = False, compile_log=None, via: str = "backend") -> list:
     """One row per point: ``{"point", "ms", "graphs", "compile_s", "queued", "loaded", "profile", "compiles"}``.
 
     ``compile_log`` (a :class:`CompileLog`): each row's ``compiles`` are the in-process Triton
@@ -91,7 +104,7 @@ def run(model: str, points: list, device: str, dtype, small: bool, profile=None,
     case = {c.name: c for c in CASES}[model]
     torch.manual_seed(0)
     prog = case.make(small).eval().to(device, dtype)
-    fn = torch.compile(type(prog)(prog.m), backend="symshape", dynamic=True)
+    fn = _compiled(case, prog, dtype, device, small, via)
     g = torch.Generator().manual_seed(1)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
@@ -156,13 +169,17 @@ def main(argv=None):
     ap.add_argument("--repeat", type=int, default=20, help="calls at each size after its first")
     ap.add_argument("--wait-preloads", action="store_true",
                     help="let the preload thread finish every queued load before each first call")
+    ap.add_argument("--via", default="backend", choices=["backend", "compile"],
+                    help="backend=\"symshape\" through torch.compile, or compiler.compile")
     ap.add_argument("--log-compiles", action="store_true",
                     help="list Triton's in-process compiles in each first call, with their specialization")
     a = ap.parse_args(argv)
     log = CompileLog() if a.log_compiles else None
-    rows = run(a.model, a.points, a.device, DTYPES[a.dtype], a.smoke, a.profile, a.repeat, a.wait_preloads, log)
+    rows = run(a.model, a.points, a.device, DTYPES[a.dtype], a.smoke, a.profile, a.repeat, a.wait_preloads, log,
+               via=a.via)
     name = torch.cuda.get_device_name() if a.device == "cuda" else "cpu"
-    print(f"{a.model} {a.dtype} on {name}, torch {torch.__version__}, backend=\"symshape\", dynamic=True")
+    how = "compiler.compile" if a.via == "compile" else "backend=\"symshape\", dynamic=True"
+    print(f"{a.model} {a.dtype} on {name}, torch {torch.__version__}, {how}")
     print(table(rows))
     for r in rows:
         for sec, text in r["compiles"]:
