@@ -65,8 +65,7 @@ def patch_conv(x: torch.Tensor, weight: torch.Tensor, bias, stride) -> torch.Ten
     # unfold, not a slice to nh * p: a slice asks whether it is the whole dim (a guard on
     # whether p divides the side, so a second compile when it first does)
     patches = x.unfold(2, p, p).unfold(3, q, q).permute(0, 2, 3, 1, 4, 5)
-    # F.linear of the 4-D patches: only the static (c, p, q) dims merge, so no size expression
-    # divides a merged symbolic dim back into its factors
+    # F.linear of the 4-D patches: the output comes out (n, nh, nw, d), with no reshape back
     out = F.linear(patches.reshape(n, nh, nw, c * p * q), weight.reshape(d, c * p * q), bias)
     return out.permute(0, 3, 1, 2)
 

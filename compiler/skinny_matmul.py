@@ -14,8 +14,6 @@ matmuls are exact fp32 (not ``torch.backends.cuda.matmul.allow_tf32``, not measu
 Example::
 
     >>> import torch
-
-from .kernel_fallback import kernel_or_aten
     >>> ROWS[torch.float32]  # measured on the H100: 3xTF32 tiles win at 16..128 rows
     (16, 128)
     >>> [use_skinny(m, 768, 768, torch.float32, "cuda") for m in (8, 16, 128, 4096)]
