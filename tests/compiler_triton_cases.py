@@ -342,6 +342,11 @@ def case_layernorm_weight_grad_and_batch_sums_in_tiles():
         for got, want in zip(h(x), batch(x)):
             _close(got.double(), want.double(), atol=5e-2 * B, rtol=4e-2)
     assert "tiles" in _forms(f).values() and "tiles" in _forms(h).values(), (_forms(f), _forms(h))
+    # The batch sum reads x at ``xrow + C*T*r``: rows unravelled into x0, x1 by % and // would
+    # hide from Triton that a tile's rows are contiguous (no vector loads).
+    srcs = [open(ln.variant_file(sc)[0]).read() for _, ln in h.variants[0].launchers.values()
+            if ln.kind.value == "tiles" for sc in ln.variants]
+    assert srcs and all("(xrow + " in s and "(x1 + " not in s for s in srcs), srcs
 
 
 def case_norm_weight_grad_reading_row_stats_runs_in_tiles_with_few_classes():

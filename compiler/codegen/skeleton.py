@@ -24,10 +24,11 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import sympy
 import torch
 
 from ..exprs import IndexFacts
-from ..ir import HALF_DTYPES, Const, Kernel, Load, Op, OpKind, RedRef, SizeVal, compute_dtype
+from ..ir import HALF_DTYPES, Const, Kernel, Load, Op, OpKind, RedRef, SizeVal, compute_dtype, loop_var
 
 
 class CodegenError(NotImplementedError):
@@ -259,6 +260,10 @@ class KernelGen:
         #: Index expressions (simplified) a kernel has already computed under a name: a flat
         #: kernel's dense row-major index is its block's own linear index, no div/mod needed.
         self.index_names: dict = {}
+        #: ``(outer vars, their row-major flat index, name)`` where a kernel binds its flat row
+        #: number (a tiled kernel's ``xrow``): an index reading the outer dims in that order
+        #: prints as ``c*xrow + ...`` (Triton then sees it contiguous; see :meth:`index`).
+        self.flat_rows = None
 
     def legal(self, v):
         """``v`` with every half-precision computation done in float32.
@@ -289,7 +294,38 @@ class KernelGen:
         name = self.index_names.get(e)
         if name is not None:
             return name
+        if self.flat_rows is not None:
+            e = _by_flat_row(e, *self.flat_rows)
         return self.target.print_expr(e, self.sym_names, self.facts.nonneg)
+
+
+def _by_flat_row(e, outer_vars, dense, name):
+    """``e`` with its outer-var part written through the flat row number ``name`` where that part
+    is ``c * dense`` (the row-major flat index of ``outer_vars``), else ``e`` as it is.
+
+    ``x1 + C*x0 + C*T*r`` (a [B, T, C] tensor summed over B, rows unravelled from ``xrow``) is
+    ``xrow + C*T*r``: the unravelled ``x1 = xrow % C`` hides from Triton that consecutive rows
+    read consecutive elements, which costs vector loads.
+
+    >>> import sympy
+    >>> from compiler.ir import loop_var
+    >>> x0, x1, r = loop_var("x0"), loop_var("x1"), loop_var("r")
+    >>> C, T = sympy.symbols("C T", integer=True, positive=True)
+    >>> _by_flat_row(x1 + C*x0 + C*T*r, (x0, x1), x1 + C*x0, "xrow")
+    C*T*r + xrow
+    >>> _by_flat_row(x1 + C*r, (x0, x1), x1 + C*x0, "xrow")
+    C*r + x1
+    """
+    last = outer_vars[-1]
+    if len(outer_vars) < 2 or not e.has(last) or not e.is_polynomial(last):
+        return e
+    c = sympy.expand(e).coeff(last, 1)
+    if c == 0 or c.has(*outer_vars):
+        return e
+    rest = sympy.expand(e - c * dense)
+    if rest.has(*outer_vars):
+        return e
+    return rest + c * loop_var(name)
 
 
 class Target:

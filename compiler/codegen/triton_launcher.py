@@ -26,7 +26,8 @@ from .triton_classes import GENERIC, PERSISTENT_MAX, SizeClass, alignment_symbol
 from .stand_ins import builds_ready, building, may_stand_in, stand_in
 from .triton_build import WAITS, wait_built
 from .triton_launch import Launcher, bind_launch
-from .triton_tiles import XBLOCKS, split_count, tile_blocks, tile_size, vector_indexes
+from . import triton_tiles
+from .triton_tiles import split_count, tile_blocks, tile_size, vector_indexes
 
 _pow2 = pow2_block
 
@@ -138,11 +139,11 @@ class SizeClassLauncher:
         size names ``aligned`` (default: the kernel's :attr:`aligned`)."""
         aligned = self.aligned if aligned is None else aligned
         if self.kind is Grid.TILES:  # (XBLOCK, split): a split launch has XBLOCK 16 (few outputs)
-            widths = XBLOCKS
+            widths = triton_tiles.XBLOCKS
             outputs = [sympy.sympify(w) for w in self.work]
             if outputs and all(w.is_Integer for w in outputs):  # a fixed output count: one width
                 widths = (tile_blocks(int(max(outputs)), self.tile)[0],)
-            keys = [(xb, False) for xb in widths] + ([(XBLOCKS[0], True)] if self.split else [])
+            keys = [(xb, False) for xb in widths] + ([(triton_tiles.XBLOCKS[0], True)] if self.split else [])
             return [(sc, key) for sc in reachable_classes(aligned, None) for key in keys]
         if self.loop_only:
             return [(sc, self.block) for sc in reachable_classes(aligned, None)]
@@ -308,7 +309,7 @@ class SizeClassLauncher:
         if self.kind is Grid.TILES:
             tile = self.tile
             xb, split = block
-            opts = {"BLOCK": tile // xb, "XBLOCK": xb, "num_warps": _warps(tile)}
+            opts = {"BLOCK": tile // xb, "XBLOCK": xb, "num_warps": _warps(tile), **triton_tiles.TILE_OPTIONS}
             return {**opts, "SPLIT": split} if self.split else opts
         return {"BLOCK": block, "num_warps": _warps(block)}
 

@@ -36,21 +36,29 @@ import torch
 
 from shapes.functions import FloorDiv, PyMod
 
-from ..ir import JVAR, RVAR, Kernel, Load, RedRef, compute_dtype, flat_index, walk
+from ..ir import JVAR, RVAR, Kernel, Load, RedRef, compute_dtype, contiguous_strides, flat_index, walk
 from .skeleton import KernelGen, Scope
 
-#: Elements of one tile (BLOCK * XBLOCK): 8 warps of 16 elements per thread, Inductor's size,
-#: for up to two reductions sharing a loop; more accumulators get smaller tiles (:func:`tile_size`).
-TILE = 4096
+#: Elements of one tile (BLOCK * XBLOCK), 4 warps of 8 elements per thread.  Swept on the H100
+#: (``bench/column_reductions.py --sweep``, session 28): against 4096 elements in 8 warps it took
+#: column sums of BERT's sizes from 21.0 to 18.9 us ((4696, 768), two sums), 37.2 to 31.5 us
+#: (4696 x 3072) and a batch sum of [8, 587, 768] from 52 to 32 us; twelve accumulators (BERT's
+#: fused LayerNorm gradients) stay at this size (a quarter of it ran 72.7 against 70.7 us).
+TILE = int(os.environ.get("SYMSHAPE_TILE", "1024"))
 #: The output widths a launch picks from (one compiled binary each per size class): a row of a
 #: tile is XBLOCK adjacent elements, at least one 32-byte sector of 2-byte elements.
 XBLOCKS = (16, 32, 64)
 #: Programs wanted before a wider XBLOCK is taken: two per SM of an H100 (132 SMs).
 MIN_PROGRAMS = 264
-#: Programs a split column reduction aims for (:func:`split_count`); the split count is a launch
-#: argument, so this moves no compiled variant.  ``$SYMSHAPE_SPLIT_PROGRAMS`` sets it (A/B).
-SPLIT_PROGRAMS = int(os.environ.get("SYMSHAPE_SPLIT_PROGRAMS", "264"))
+#: Programs a split column reduction aims for (:func:`split_count`): eight per SM of an H100, for
+#: tiles of 4 warps.  The split count is a launch argument, so this moves no compiled variant.
+#: ``$SYMSHAPE_SPLIT_PROGRAMS`` sets it (A/B).
+SPLIT_PROGRAMS = int(os.environ.get("SYMSHAPE_SPLIT_PROGRAMS", "1056"))
 
+
+#: Launch options every tiled kernel takes over the defaults (``num_warps``, ``num_stages``), for
+#: A/B sweeps (``bench/column_reductions.py --sweep``); empty: the defaults.
+TILE_OPTIONS: dict = {}
 
 #: ``SYMSHAPE_TILED_REDUCTIONS=0`` keeps one program per output everywhere (benches compare both).
 ENABLED = os.environ.get("SYMSHAPE_TILED_REDUCTIONS", "1") != "0"
@@ -130,10 +138,11 @@ def wants_tiles(kernel: Kernel) -> bool:
 
 
 def tile_size(kernel: Kernel) -> int:
-    """Elements per tile: each reduction of a loop keeps a float32 accumulator tile in registers
-    (12 in BERT's LayerNorm-and-bias gradient kernel), so more of them take smaller tiles."""
+    """Elements per tile: each reduction of a loop keeps a float32 accumulator tile in registers,
+    8 registers a thread at :data:`TILE`; past the 12 of BERT's LayerNorm-and-bias gradient
+    kernel, more of them take smaller tiles."""
     most = max((len(g) for g in _loops(kernel)), default=1)
-    return TILE if most <= 2 else TILE // 2 if most <= 4 else TILE // 4
+    return TILE if most <= 2 else min(TILE, 2048) if most <= 4 else min(TILE, 1024) if most <= 12 else min(TILE, 512)
 
 
 def tile_blocks(outputs: int, tile: int = TILE) -> tuple:
@@ -141,7 +150,7 @@ def tile_blocks(outputs: int, tile: int = TILE) -> tuple:
     :data:`MIN_PROGRAMS` programs (coalesced rows of a tile, enough programs to fill the GPU).
 
     >>> tile_blocks(768), tile_blocks(587 * 768)
-    ((16, 256), (64, 64))
+    ((16, 64), (64, 16))
     """
     xb = XBLOCKS[0]
     for b in XBLOCKS:
@@ -205,8 +214,8 @@ def split_count(outputs: int, rlen: int, block: int, xblock: int) -> tuple:
     ``chunk`` (a multiple of ``block``) for :data:`SPLIT_PROGRAMS` programs; ``(1, rlen)`` where
     there are programs enough or rows too few.
 
-    >>> split_count(768, 4696, 256, 16), split_count(587 * 768, 8, 64, 64), split_count(17, 300, 256, 16)
-    ((5, 1024), (1, 8), (2, 256))
+    >>> split_count(768, 4696, 64, 16), split_count(587 * 768, 8, 16, 64), split_count(17, 300, 64, 16)
+    ((19, 256), (1, 8), (5, 64))
     """
     progs = -(-outputs // xblock)
     want = min(-(-SPLIT_PROGRAMS // progs), -(-rlen // block))
@@ -311,6 +320,8 @@ def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows
     TL = target.type_names
     k, ind = g.kernel, "    "
     nptr = len(g.args)
+    # Indexes reading the outer dims row-major print through ``xrow`` (contiguous for Triton).
+    g.flat_rows = (k.outer_vars, flat_index(k.outer_vars, contiguous_strides(tuple(k.outer))), "xrow")
     split = splittable(k)
     sizes = params[nptr:]
     extra_p = (["ws"] if split else [])
@@ -365,5 +376,5 @@ def tiled_source(target, g: KernelGen, name: str, params: list, head: list, rows
     return main + "\n\n\n" + "\n".join(lines)
 
 
-__all__ = ["unravel", "vector_indexes", "TILE", "XBLOCKS", "wants_tiles", "tile_size", "tile_blocks", "splittable", "split_count", "finish",
+__all__ = ["TILE_OPTIONS", "unravel", "vector_indexes", "TILE", "XBLOCKS", "wants_tiles", "tile_size", "tile_blocks", "splittable", "split_count", "finish",
            "tiled_source"]
