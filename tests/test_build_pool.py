@@ -127,3 +127,24 @@ def test_a_variant_traced_ahead_queues_its_builds_behind_the_first_variants(tmp_
     assert got["variants"] == 2 and got["workers"] == 1, got
     assert got["first_queued"] and got["ahead_queued"], got
     assert got["behind"], got
+
+
+def test_a_pool_is_replaced_when_the_triton_cache_dir_changes(tmp_path, monkeypatch):
+    """Workers write the Triton cache of the environment they started in: after
+    ``$TRITON_CACHE_DIR`` changes, their builds would land where no launch looks (the CUDA run of
+    test_host_launchers_are_built_ahead... compiled two launchers in the main thread after other
+    tests had started the pool), so the process gets a new pool and the old one ends."""
+    from compiler.codegen import build_pool
+    target = ("cuda", 90, 32)
+    monkeypatch.setenv("SYMSHAPE_BUILD_WORKERS", "1")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "a"))
+    a = build_pool.pool_for(target)
+    try:
+        assert build_pool.pool_for(target) is a and a.cache_dir == str(tmp_path / "a")
+        monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "b"))
+        b = build_pool.pool_for(target)
+        assert b is not a and b.cache_dir == str(tmp_path / "b"), (a, b)
+        assert a.broken and not a.workers, a.broken
+        assert build_pool.pool_for(target) is b
+    finally:
+        build_pool.current_pool().close()

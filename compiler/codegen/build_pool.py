@@ -110,6 +110,8 @@ class BuildPool:
     def __init__(self, target, workers: int = 0, idle_s: float | None = None):
         self.target = tuple(target)
         self.pid = os.getpid()
+        #: The Triton cache the workers write to (their environment's, fixed at their start).
+        self.cache_dir = os.environ.get("TRITON_CACHE_DIR")
         self._lock = threading.Lock()
         self._queue: deque = deque()
         self._jobs: dict = {}  # key -> [future, job tuple, state: JobState]
@@ -306,10 +308,18 @@ _POOL_LOCK = threading.Lock()
 
 
 def pool_for(target) -> BuildPool:
-    """This process's pool compiling for ``target`` (started on first use, ended at exit)."""
+    """This process's pool compiling for ``target`` (started on first use, ended at exit).
+
+    A pool whose workers write another Triton cache than ``$TRITON_CACHE_DIR`` says now is
+    replaced: their builds would land where this process's launches never look, and each launch
+    would compile its kernel and host launcher itself."""
     global _POOL
     with _POOL_LOCK:
-        if _POOL is None or _POOL.pid != os.getpid() or _POOL.target != tuple(target) or _POOL.broken:
+        old = _POOL
+        if (old is None or old.pid != os.getpid() or old.target != tuple(target) or old.broken
+                or old.cache_dir != os.environ.get("TRITON_CACHE_DIR")):
+            if old is not None and old.pid == os.getpid() and not old.broken:
+                old.close("replaced: $TRITON_CACHE_DIR or the target changed")
             _POOL = BuildPool(target)
         return _POOL
 
