@@ -41,7 +41,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from shapes.errors import program_error
+from .eager_refusals import refuse_as_eager
 
 _ARG_NAMES = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
 
@@ -58,9 +58,7 @@ def patch_conv(x: torch.Tensor, weight: torch.Tensor, bias, stride) -> torch.Ten
     d, _, p, q = weight.shape
     if h < p or w < q:  # a guard under a trace; eager's message for the empty output
         msg = (f"Calculated output size: ({d}x{(h - p) // p + 1}x{(w - q) // q + 1}). Output size is too small")
-        if isinstance(h, torch.SymInt) or isinstance(w, torch.SymInt) or x.device.type == "meta":
-            raise program_error(RuntimeError, msg)
-        return torch.conv2d(x, weight, bias, stride)
+        return refuse_as_eager(x, msg, lambda: torch.conv2d(x, weight, bias, stride))
     nh, nw = h // p, w // q
     # unfold, not a slice to nh * p: a slice asks whether it is the whole dim (a guard on
     # whether p divides the side, so a second compile when it first does)

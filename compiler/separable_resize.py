@@ -43,12 +43,12 @@ import os
 import torch
 import torch.fx
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import is_fake
 from torch.overrides import TorchFunctionMode
 
 from shapes.creation import pass_through
-from shapes.devices import real_device
 from shapes.errors import program_error
+
+from .eager_refusals import refuse_as_eager
 
 _A = -0.75  # torch's cubic convolution constant (as in PIL and OpenCV's INTER_CUBIC)
 
@@ -113,7 +113,7 @@ def separable_resize(x: torch.Tensor, size, *, mode: str = "bicubic", align_corn
     out_h, out_w = size
     refusal = _eager_refusal(x, out_h, out_w)
     if refusal is not None:  # the matmuls would return an empty tensor where eager raises
-        return _refused(x, refusal, lambda: F.interpolate(x, size=(out_h, out_w), mode=mode,
+        return refuse_as_eager(x, refusal, lambda: F.interpolate(x, size=(out_h, out_w), mode=mode,
                                                           align_corners=align_corners))
     with torch.autocast(x.device.type, enabled=False):
         xf = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
@@ -138,25 +138,6 @@ def _eager_refusal(x, out_h, out_w):
     if not c > 0:
         return f"Non-empty 4D data tensor expected but got a tensor with sizes [{n}, {c}, {h}, {w}]"
     return None
-
-
-def _traced(x) -> bool:
-    """Whether ``x`` is a tracer's tensor rather than data: AOTAutograd's (fake, or functional over
-    fake) or symshape's (meta, whatever device it reports)."""
-    return is_fake(x) or real_device(x).type == "meta"
-
-
-def _refused(x, refusal: str, eager_call):
-    """Eager's error where its op refuses ``x``'s sizes (``refusal``, :func:`_eager_refusal`'s message).
-
-    On data, ``eager_call`` (eager's own op) raises it, type and message exactly.  Under a trace
-    the op would be recorded as torch's decomposition, which lacks eager's size checks: the training
-    backend's joint graph then returned an empty tensor (no channels) or raised IndexError (an
-    empty input plane) where eager raises.  So the error is raised for the program instead, and the
-    backend runs dynamo's graph, whose call raises it as eager does."""
-    if _traced(x):
-        raise program_error(RuntimeError, refusal)
-    return eager_call()
 
 
 def _by_name(args, kwargs) -> dict:
@@ -211,7 +192,7 @@ def nearest_repeat(x: torch.Tensor, factors) -> torch.Tensor:
     n, c, h, w = x.shape
     refusal = _eager_refusal(x, h * fh, w * fw)
     if refusal is not None:  # the expand would return an empty tensor where eager raises
-        return _refused(x, refusal, lambda: F.interpolate(x, scale_factor=(float(fh), float(fw)), mode="nearest"))
+        return refuse_as_eager(x, refusal, lambda: F.interpolate(x, scale_factor=(float(fh), float(fw)), mode="nearest"))
     return x[:, :, :, None, :, None].expand(n, c, h, fh, w, fw).reshape(n, c, h * fh, w * fw)
 
 
