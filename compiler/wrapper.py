@@ -239,9 +239,11 @@ except ImportError:  # pragma: no cover - a build without them: the dispatcher's
     _EMPTY_CUDA = None
 
     def _REINTERPRET(x, size, stride, offset):
-        return x.as_strided(size, stride, offset)
+        return x.as_strided(size, stride, x.storage_offset() + offset)
 
-#: ``reinterpret(x, size, stride, offset)``: a view of ``x``'s storage without the dispatcher.
+#: ``reinterpret(x, size, stride, offset)``: a view of ``x``'s storage without the dispatcher,
+#: starting ``offset`` elements past ``x``'s own start (torch's binding adds ``x``'s storage
+#: offset: an absolute offset given it doubled the start of a view of an unbind's second part).
 reinterpret = _REINTERPRET
 
 _cuda_device = getattr(torch._C, "_cuda_getDevice", None)
@@ -449,11 +451,12 @@ def _direct_view(x: str, view: tuple, made: str, returned: bool) -> str:
     eager gives.
 
     >>> _direct_view("b_x", ((0,), (1,)), "F0(b_x)", True)
-    '(REINTERPRET(b_x, (s[0], ), (s[1], ), b_x.storage_offset()) if b_x.is_contiguous() and not b_x.requires_grad else F0(b_x))'
+    '(REINTERPRET(b_x, (s[0], ), (s[1], ), 0) if b_x.is_contiguous() and not b_x.requires_grad else F0(b_x))'
     """
     size = "(" + "".join(f"s[{i}], " for i in view[0]) + ")"
     stride = "(" + "".join(f"s[{i}], " for i in view[1]) + ")"
-    offset = f"{x}.storage_offset()" + (f" + s[{view[2]}]" if len(view) > 2 else "")
+    # Relative to x's own offset, as the binding takes it (:data:`reinterpret`).
+    offset = f"s[{view[2]}]" if len(view) > 2 else "0"
     tracked = f"not {x}.requires_grad" if returned else f"(not {x}.requires_grad or not GRAD_ON())"
     return f"(REINTERPRET({x}, {size}, {stride}, {offset}) if {x}.is_contiguous() and {tracked} else {made})"
 

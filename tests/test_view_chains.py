@@ -182,3 +182,31 @@ def test_a_returned_view_of_a_parameter_says_requires_grad_as_eager_does():
     with torch.no_grad():
         got, want = f(x, w)[1], prog(x, w)[1]
     assert torch.equal(got, want) and got.requires_grad == want.requires_grad, (got.requires_grad, want.requires_grad)
+
+
+def test_a_direct_view_of_a_part_that_starts_inside_its_storage():
+    """A direct view of an ATen result that starts past its storage's start (the second of an
+    unbind's parts): the view starts where that part does.  Torch's binding takes the offset
+    relative to the tensor's own; given the absolute one, the view of the middle of three parts
+    read the third's values with no error (pixtral's image patches, found by
+    bench/hf_compile_sweep.py, failed out of bounds)."""
+    def prog(x, w, m):
+        return [img.flatten(1).T @ m for img in torch.conv2d(x, w, stride=2)]
+
+    f = compiler.compile(prog, "x: f32[3, 3, H, W]", "w: f32[4, 3, 2, 2]", "m: f32[4, 5]")
+    assert "REINTERPRET(b_getitem_1" in f.variants[0].source
+    for H, W in [(6, 8), (2, 2), (9, 13)]:
+        x, w, m = torch.randn(3, 3, H, W), torch.randn(4, 3, 2, 2), torch.randn(4, 5)
+        with torch.no_grad():
+            for g, e in zip(f(x, w, m), prog(x, w, m)):
+                torch.testing.assert_close(g, e)
+
+
+def test_reinterpret_takes_the_offset_from_the_tensors_own_start():
+    """Both forms of the direct view (torch's binding and the as_strided fallback) agree."""
+    from compiler.wrapper import reinterpret
+    base = torch.arange(24.0)
+    part = base[8:16]
+    got = reinterpret(part, (2, 2), (2, 1), 4)
+    assert got.storage_offset() == 12 and got.tolist() == [[12.0, 13.0], [14.0, 15.0]]
+    assert torch.equal(part.as_strided((2, 2), (2, 1), part.storage_offset() + 4), got)

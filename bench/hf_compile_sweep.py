@@ -1,0 +1,199 @@
+"""transformers' registry through the compiler: ``compiler.compile`` (C++ kernels) against eager.
+
+:mod:`bench.hf_sweep` checks the tracer's answers (shapes, guards, ``.run``) on every
+architecture; this runs the *compiled* program, whose kernels, fusions and rewrites the tracer's
+check never reaches.  Each architecture is built from the same tiny config and inputs as there,
+compiled once with every size symbolic, and called at the same three sizes; each call's output
+is compared with eager's (shape, then values within fp32 tolerance).
+
+Outcomes per size: ``= eager``, ``refused`` (the program's guards refuse the size, as a typed
+error), ``WRONG SHAPE``, ``MISMATCH``, ``ACCEPTED where eager fails`` and ``run error`` (the
+last four are defects of ours until shown otherwise).  Per architecture: ``ok``, ``WRONG``,
+``compile: <error type>`` (compile raised), or why it was not tried (:mod:`bench.hf_sweep`'s
+build outcomes).
+
+Usage::
+
+    python bench/hf_compile_sweep.py --only llama,bert,vit
+    python bench/hf_compile_sweep.py --sample 40 --seed 0 --timeout 240 --out table.txt
+
+Example (the outcome of one architecture from its sizes' outcomes)::
+
+    >>> verdict(["= eager", "refused", "= eager"]), verdict(["= eager", "MISMATCH"])
+    ('ok', 'WRONG')
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import compiler  # noqa: E402
+import shapes  # noqa: E402
+from bench import hf_sweep as hs  # noqa: E402
+from validation.dinfer.limits import TraceTimeout, time_limit  # noqa: E402
+
+#: Outcomes of a size that are defects of ours until shown otherwise.
+DEFECTS = ("WRONG SHAPE", "MISMATCH", "ACCEPTED where eager fails", "run error")
+
+
+@dataclass(kw_only=True)
+class CompileRow:
+    """One architecture's outcome through the compiler."""
+
+    model_type: str
+    model: str = ""
+    status: str = ""
+    compile_s: Optional[float] = None
+    sizes: list = field(default_factory=list)  # (point, eager, compiled) per size
+    note: str = ""
+
+
+def verdict(outcomes) -> str:
+    """``WRONG`` where any size's outcome is a defect (:data:`DEFECTS`), else ``ok``."""
+    return "WRONG" if any(o.split(" (")[0] in DEFECTS for o in outcomes) else "ok"
+
+
+def _first_line(e: BaseException, n: int = 140) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:n] if text else ''}"
+
+
+def _check(prog, compiled, specs, point) -> tuple:
+    """``(eager, compiled)`` outcomes at ``point``."""
+    x = hs.make_inputs(specs, point, seed=1)
+    try:
+        with torch.no_grad():
+            torch.manual_seed(2)
+            ref = prog(*x)
+        eager = "runs"
+    except Exception as e:  # noqa: BLE001 -- eager's own failure is an outcome
+        ref, eager = None, f"fails ({type(e).__name__})"
+    try:
+        with torch.no_grad():
+            torch.manual_seed(2)
+            got = compiled(*x)
+    except shapes.GuardViolation:
+        return eager, "refused"
+    except Exception as e:  # noqa: BLE001 -- the program's call is the outcome
+        if ref is None:
+            return eager, "refused"  # both refuse
+        return eager, f"run error ({_first_line(e, 100)})"
+    if ref is None:
+        return eager, "ACCEPTED where eager fails"
+    if not isinstance(got, torch.Tensor) or got.shape != ref.shape:
+        return eager, f"WRONG SHAPE ({tuple(getattr(got, 'shape', ()))} vs {tuple(ref.shape)})"
+    if not hs._close(got, ref):
+        err = (got.double() - ref.double()).abs().max().item()
+        return eager, f"MISMATCH (max abs err {err:.2e})"
+    return eager, "= eager"
+
+
+def sweep_one(mt, cname, mname, timeout: float) -> CompileRow:
+    """One architecture: built as :mod:`bench.hf_sweep` builds it, compiled, checked at 3 sizes."""
+    row = CompileRow(model_type=mt, model=mname)
+    ccls, mcls = hs._cls(cname), hs._cls(mname)
+    if ccls is None or mcls is None:
+        row.status = "not importable"
+        return row
+    probe = hs.Row(model_type=mt, model=mname)
+    try:
+        built = hs.build(probe, ccls, mcls, timeout)
+    except TraceTimeout:
+        row.status, row.note = "timeout", "building the model"
+        return row
+    if built is None:
+        row.status, row.note = probe.status, probe.note
+        return row
+    _, _, (names, specs, dims, points), prog, _ = built
+    t0 = time.perf_counter()
+    try:
+        with torch.no_grad(), warnings.catch_warnings(), time_limit(timeout):
+            warnings.simplefilter("ignore")
+            compiled = compiler.compile(prog, *specs, dims=dims, target="cpp")
+    except TraceTimeout:
+        row.status, row.note = "compile: timeout", f"over {timeout:g} s"
+        return row
+    except Exception as e:  # noqa: BLE001 -- a process boundary: the compile's failure is the row's outcome
+        row.status, row.note = f"compile: {type(e).__name__}", _first_line(e)
+        return row
+    row.compile_s = time.perf_counter() - t0
+    for point in points:
+        try:
+            with warnings.catch_warnings(), time_limit(timeout):
+                warnings.simplefilter("ignore")
+                row.sizes.append((point, *_check(prog, compiled, specs, point)))
+        except TraceTimeout:
+            row.sizes.append((point, "-", "run error (timeout)"))
+    row.status = verdict([c for _, _, c in row.sizes])
+    return row
+
+
+def select(archs, only, sample, seed, limit):
+    if only:
+        want = set(only.split(","))
+        return [a for a in archs if a[0] in want]
+    if sample:
+        archs = random.Random(seed).sample(archs, min(sample, len(archs)))
+    return archs[:limit] if limit else archs
+
+
+def report(rows) -> str:
+    lines = []
+    for r in rows:
+        cs = f"{r.compile_s:6.1f}s" if r.compile_s is not None else "      -"
+        lines.append(f"{r.model_type:28s} {r.status:30s} {cs}  {r.note[:100]}")
+        for point, eager, got in r.sizes:
+            lines.append(f"    {point}: eager {eager} | compiled {got}")
+    tried = [r for r in rows if r.compile_s is not None]
+    wrong = [r for r in rows if r.status == "WRONG"]
+    failed = [r for r in rows if r.status.startswith("compile:")]
+    same = sum(1 for r in tried for _, _, c in r.sizes if c == "= eager")
+    lines += ["", f"{len(rows)} architectures: {len(tried)} compiled, {len(failed)} compile failures, "
+                  f"{len(rows) - len(tried) - len(failed)} not built (see bench/hf_sweep.py's outcomes)",
+              f"sizes run: {sum(len(r.sizes) for r in tried)}, equal to eager {same}; "
+              f"architectures with a defect (wrong shape, mismatch, accepted where eager fails, run error): "
+              f"{len(wrong)} {[r.model_type for r in wrong]}"]
+    if tried:
+        lines.append(f"compile s: median {sorted(r.compile_s for r in tried)[len(tried) // 2]:.1f}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", help="comma-separated model types")
+    ap.add_argument("--sample", type=int, help="this many architectures drawn at random (--seed)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--limit", type=int)
+    ap.add_argument("--timeout", type=float, default=240.0, help="seconds per step (build, compile, each size)")
+    ap.add_argument("--out", help="also write the report to this file")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    archs = select(hs.architectures(), args.only, args.sample, args.seed, args.limit)
+    print(f"torch {torch.__version__}; {len(archs)} architectures", flush=True)
+    rows = []
+    for mt, cname, mname in archs:
+        gc.collect()
+        row = sweep_one(mt, cname, mname, args.timeout)
+        rows.append(row)
+        print(f"  {mt:28s} {row.status:30s} {row.note[:90]}", flush=True)
+    text = report(rows)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
