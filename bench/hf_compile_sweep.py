@@ -12,10 +12,17 @@ last four are defects of ours until shown otherwise).  Per architecture: ``ok``,
 ``compile: <error type>`` (compile raised), or why it was not tried (:mod:`bench.hf_sweep`'s
 build outcomes).
 
+``--train`` checks training instead: ``torch.compile(backend="symshape", dynamic=True)`` on the
+same program, a loss (a fixed random projection of its float outputs) and its backward at each size; the
+loss and every parameter's gradient against eager's (each within 1e-3 of its largest magnitude, or
+of a thousandth of the model's largest gradient where that is larger).
+A size whose graph ran as its ATen graph (a ``TrainingFallback`` warning) says so.
+
 Usage::
 
     python bench/hf_compile_sweep.py --only llama,bert,vit
     python bench/hf_compile_sweep.py --sample 40 --seed 0 --timeout 240 --out table.txt
+    python bench/hf_compile_sweep.py --train --sample 30 --seed 1
 
 Example (the outcome of one architecture from its sizes' outcomes)::
 
@@ -35,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
+from torch.utils import _pytree as pytree
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -91,15 +99,83 @@ def _check(prog, compiled, specs, point) -> tuple:
         return eager, f"run error ({_first_line(e, 100)})"
     if ref is None:
         return eager, "ACCEPTED where eager fails"
-    if not isinstance(got, torch.Tensor) or got.shape != ref.shape:
-        return eager, f"WRONG SHAPE ({tuple(getattr(got, 'shape', ()))} vs {tuple(ref.shape)})"
+    got_leaves, got_tree = pytree.tree_flatten(got)
+    ref_leaves, ref_tree = pytree.tree_flatten(ref)
+    shapes_of = [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in got_leaves]
+    want = [tuple(t.shape) if isinstance(t, torch.Tensor) else t for t in ref_leaves]
+    if got_tree != ref_tree or shapes_of != want:
+        return eager, f"WRONG SHAPE ({shapes_of} vs {want})"[:160]
     if not hs._close(got, ref):
-        err = (got.double() - ref.double()).abs().max().item()
+        err = max(((a.double() - b.double()).abs().max().item() for a, b in zip(got_leaves, ref_leaves)
+                   if isinstance(a, torch.Tensor) and a.numel()), default=float("nan"))
         return eager, f"MISMATCH (max abs err {err:.2e})"
     return eager, "= eager"
 
 
-def sweep_one(mt, cname, mname, timeout: float) -> CompileRow:
+def _loss(out):
+    """A fixed random projection of the float outputs: their mean square is no loss for a model
+    ending in a LayerNorm (about 1 whatever the input, so every gradient upstream is rounding noise)."""
+    g = torch.Generator().manual_seed(3)
+    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    return sum((t.float() * torch.randn(t.shape, generator=g)).mean() for t in leaves)
+
+
+def _rel(a, b, floor: float = 1e-12) -> float:
+    """Largest difference of ``a`` from ``b`` over ``b``'s largest magnitude (at least ``floor``)."""
+    if not a.numel():
+        return 0.0
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(floor)).item()
+
+
+def _check_train(prog, compiled, specs, point) -> tuple:
+    """``(eager, compiled)`` outcomes of a training step at ``point``: the loss and every gradient."""
+    import copy
+    x = hs.make_inputs(specs, point, seed=1)
+    ref_model, got_model = prog, compiled.__dict__["_symshape_model"]
+    try:
+        torch.manual_seed(2)
+        ref_model.zero_grad(set_to_none=True)
+        ref = _loss(ref_model(*x))
+        ref.backward()
+        eager = "runs"
+    except Exception as e:  # noqa: BLE001 -- eager's own failure is an outcome
+        return f"fails ({type(e).__name__})", "-"
+    want = {n: p.grad for n, p in ref_model.named_parameters() if p.grad is not None}
+    got_model.zero_grad(set_to_none=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            torch.manual_seed(2)
+            loss = _loss(compiled(*copy.copy(x)))
+            loss.backward()
+        except Exception as e:  # noqa: BLE001 -- the compiled step's failure is the outcome
+            return eager, f"run error ({_first_line(e, 100)})"
+    fell = any(type(w.message).__name__ == "TrainingFallback" for w in seen)
+    grads = {n: p.grad for n, p in got_model.named_parameters() if p.grad is not None}
+    if set(grads) != set(want):
+        return eager, f"MISMATCH (gradients of {sorted(set(want) ^ set(grads))[:3]} missing on one side)"
+    # A gradient that is zero in exact arithmetic (a key projection's bias: softmax ignores a shift
+    # shared by every key) is rounding noise on both sides: each is measured against the larger of
+    # its own magnitude and a thousandth of the model's largest gradient.
+    top = max((w.abs().max().item() for w in want.values() if w.numel()), default=0.0)
+    worst, where = max([(_rel(loss.detach(), ref.detach()), "the loss")]
+                       + [(_rel(grads[n], want[n], floor=1e-3 * top), n) for n in want])
+    if worst > 1e-3:
+        return eager, f"MISMATCH (largest relative error {worst:.1e}, {where})"
+    return eager, "= eager" + (" (TrainingFallback: ATen graph)" if fell else "")
+
+
+def _compiled_for_training(prog):
+    """``torch.compile(copy of prog, backend="symshape", dynamic=True)``, its module kept on it."""
+    import copy
+    model = copy.deepcopy(prog)
+    compiler.register()
+    fn = torch.compile(model, backend="symshape", dynamic=True)
+    fn.__dict__["_symshape_model"] = model
+    return fn
+
+
+def sweep_one(mt, cname, mname, timeout: float, train: bool = False) -> CompileRow:
     """One architecture: built as :mod:`bench.hf_sweep` builds it, compiled, checked at 3 sizes."""
     row = CompileRow(model_type=mt, model=mname)
     ccls, mcls = hs._cls(cname), hs._cls(mname)
@@ -120,7 +196,8 @@ def sweep_one(mt, cname, mname, timeout: float) -> CompileRow:
     try:
         with torch.no_grad(), warnings.catch_warnings(), time_limit(timeout):
             warnings.simplefilter("ignore")
-            compiled = compiler.compile(prog, *specs, dims=dims, target="cpp")
+            compiled = (_compiled_for_training(prog) if train
+                        else compiler.compile(prog, *specs, dims=dims, target="cpp"))
     except TraceTimeout:
         row.status, row.note = "compile: timeout", f"over {timeout:g} s"
         return row
@@ -132,7 +209,7 @@ def sweep_one(mt, cname, mname, timeout: float) -> CompileRow:
         try:
             with warnings.catch_warnings(), time_limit(timeout):
                 warnings.simplefilter("ignore")
-                row.sizes.append((point, *_check(prog, compiled, specs, point)))
+                row.sizes.append((point, *(_check_train if train else _check)(prog, compiled, specs, point)))
         except TraceTimeout:
             row.sizes.append((point, "-", "run error (timeout)"))
     row.status = verdict([c for _, _, c in row.sizes])
@@ -177,6 +254,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int)
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per step (build, compile, each size)")
     ap.add_argument("--out", help="also write the report to this file")
+    ap.add_argument("--train", action="store_true", help="a training step through backend='symshape' instead")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     archs = select(hs.architectures(), args.only, args.sample, args.seed, args.limit)
@@ -184,7 +262,8 @@ def main(argv=None) -> int:
     rows = []
     for mt, cname, mname in archs:
         gc.collect()
-        row = sweep_one(mt, cname, mname, args.timeout)
+        torch._dynamo.reset()
+        row = sweep_one(mt, cname, mname, args.timeout, train=args.train)
         rows.append(row)
         print(f"  {mt:28s} {row.status:30s} {row.note[:90]}", flush=True)
     text = report(rows)
