@@ -23,6 +23,7 @@ Usage::
     python bench/hf_compile_sweep.py --only llama,bert,vit
     python bench/hf_compile_sweep.py --sample 40 --seed 0 --timeout 240 --out table.txt
     python bench/hf_compile_sweep.py --train --sample 30 --seed 1
+    python bench/hf_compile_sweep.py --diffusers [--train]     # bench/diffusers_sweep.py's cases
 
 Example (the outcome of one architecture from its sizes' outcomes)::
 
@@ -77,9 +78,8 @@ def _first_line(e: BaseException, n: int = 140) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0][:n] if text else ''}"
 
 
-def _check(prog, compiled, specs, point) -> tuple:
-    """``(eager, compiled)`` outcomes at ``point``."""
-    x = hs.make_inputs(specs, point, seed=1)
+def _check(prog, compiled, x) -> tuple:
+    """``(eager, compiled)`` outcomes on inputs ``x``."""
     try:
         with torch.no_grad():
             torch.manual_seed(2)
@@ -127,10 +127,9 @@ def _rel(a, b, floor: float = 1e-12) -> float:
     return ((a.double() - b.double()).abs().max() / b.double().abs().max().clamp_min(floor)).item()
 
 
-def _check_train(prog, compiled, specs, point) -> tuple:
-    """``(eager, compiled)`` outcomes of a training step at ``point``: the loss and every gradient."""
+def _check_train(prog, compiled, x) -> tuple:
+    """``(eager, compiled)`` outcomes of a training step on inputs ``x``: the loss and every gradient."""
     import copy
-    x = hs.make_inputs(specs, point, seed=1)
     ref_model, got_model = prog, compiled.__dict__["_symshape_model"]
     try:
         torch.manual_seed(2)
@@ -192,6 +191,26 @@ def sweep_one(mt, cname, mname, timeout: float, train: bool = False) -> CompileR
         row.status, row.note = probe.status, probe.note
         return row
     _, _, (names, specs, dims, points), prog, _ = built
+    return _compile_and_check(row, prog, specs, dims, [(p, hs.make_inputs(specs, p, seed=1)) for p in points],
+                              timeout, train)
+
+
+def sweep_diffusers(case, timeout: float, train: bool = False) -> CompileRow:
+    """One case of :mod:`bench.diffusers_sweep` (its tiny config, inputs and sizes), compiled and checked."""
+    from bench import diffusers_sweep as ds
+    row = CompileRow(model_type=case.name, model=case.model)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            prog = ds.Call(case.build().eval(), case.call)
+    except Exception as e:  # noqa: BLE001 -- a process boundary: the case's failure is its row
+        row.status, row.note = "not built", _first_line(e)
+        return row
+    points = [(p, ds.make_inputs(case, p, seed=1)) for p in case.points]
+    return _compile_and_check(row, prog, case.specs, dict(case.points[0]), points, timeout, train)
+
+
+def _compile_and_check(row, prog, specs, dims, points, timeout, train) -> CompileRow:
     t0 = time.perf_counter()
     try:
         with torch.no_grad(), warnings.catch_warnings(), time_limit(timeout):
@@ -205,11 +224,11 @@ def sweep_one(mt, cname, mname, timeout: float, train: bool = False) -> CompileR
         row.status, row.note = f"compile: {type(e).__name__}", _first_line(e)
         return row
     row.compile_s = time.perf_counter() - t0
-    for point in points:
+    for point, x in points:
         try:
             with warnings.catch_warnings(), time_limit(timeout):
                 warnings.simplefilter("ignore")
-                row.sizes.append((point, *(_check_train if train else _check)(prog, compiled, specs, point)))
+                row.sizes.append((point, *(_check_train if train else _check)(prog, compiled, x)))
         except TraceTimeout:
             row.sizes.append((point, "-", "run error (timeout)"))
     row.status = verdict([c for _, _, c in row.sizes])
@@ -255,17 +274,24 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per step (build, compile, each size)")
     ap.add_argument("--out", help="also write the report to this file")
     ap.add_argument("--train", action="store_true", help="a training step through backend='symshape' instead")
+    ap.add_argument("--diffusers", action="store_true", help="bench/diffusers_sweep.py's cases instead of transformers'")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    archs = select(hs.architectures(), args.only, args.sample, args.seed, args.limit)
-    print(f"torch {torch.__version__}; {len(archs)} architectures", flush=True)
+    if args.diffusers:
+        from bench import diffusers_sweep as ds
+        jobs = [(c.name, lambda c=c: sweep_diffusers(c, args.timeout, train=args.train))
+                for c in ds.CASES if not args.only or c.name in args.only.split(",")]
+    else:
+        jobs = [(mt, lambda a=(mt, cn, mn): sweep_one(*a, args.timeout, train=args.train))
+                for mt, cn, mn in select(hs.architectures(), args.only, args.sample, args.seed, args.limit)]
+    print(f"torch {torch.__version__}; {len(jobs)} programs", flush=True)
     rows = []
-    for mt, cname, mname in archs:
+    for name, job in jobs:
         gc.collect()
         torch._dynamo.reset()
-        row = sweep_one(mt, cname, mname, args.timeout, train=args.train)
+        row = job()
         rows.append(row)
-        print(f"  {mt:28s} {row.status:30s} {row.note[:90]}", flush=True)
+        print(f"  {name:28s} {row.status:30s} {row.note[:90]}", flush=True)
     text = report(rows)
     print(text)
     if args.out:

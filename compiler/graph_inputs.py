@@ -49,6 +49,9 @@ def eval_size(e, values: dict):
     >>> a, b = sympy.symbols("a b", integer=True)
     >>> eval_size(a * b + 2, {a: 3, b: 5})
     17
+    >>> from torch.utils._sympy.functions import Max
+    >>> eval_size(Max(1, a - b), {a: 3, b: 5})
+    1
     """
     if e.is_Integer:
         return int(e)
@@ -68,11 +71,43 @@ def eval_size(e, values: dict):
     if e.is_Pow and e.exp.is_Integer and int(e.exp) >= 0:
         return args[0] ** int(e.exp)
     name = type(e).__name__
-    if name == "FloorDiv":
+    if name in ("FloorDiv", "CleanDiv"):  # CleanDiv: a division torch proved exact
         return args[0] // args[1]
     if name in ("Mod", "PythonMod"):
         return args[0] % args[1]
+    if name == "ModularIndexing":
+        return (args[0] // args[1]) % args[2]
+    if name == "PowByNatural" and isinstance(args[1], int):
+        return args[0] ** args[1]
+    if name in ("Max", "Min", "CeilDiv") and not any(isinstance(a, _Text) for a in args):
+        # Qwen3.5's padded chunk count is Max(1, ...): a SymInt the forward graph hands its backward.
+        if name == "CeilDiv":
+            return -(-args[0] // args[1])
+        pick = torch.sym_max if name == "Max" else torch.sym_min
+        out = args[0]
+        for a in args[1:]:
+            out = pick(out, a)
+        return out
     raise SymshapeError(f"size expression {e} ({name}) has no evaluation rule in symshape's training backend")
+
+
+def evaluation_gap(e) -> Optional[str]:
+    """Why :func:`eval_size` cannot evaluate ``e`` at a call (a kind of expression it has no rule
+    for), or None: a graph whose SymInts hold such a kind runs uncompiled, saying so, rather than
+    failing at its first call.
+
+    >>> from torch.utils._sympy.functions import FloorDiv
+    >>> a = sympy.Symbol("a", integer=True)
+    >>> evaluation_gap(FloorDiv(a, 2) + 1) is None, "no evaluation rule" in evaluation_gap(sympy.sqrt(a))
+    (True, True)
+    """
+    try:
+        eval_size(e, {x: 7 for x in e.free_symbols})
+    except SymshapeError as err:
+        return str(err)
+    except ArithmeticError:  # a rule exists; 7 merely divides by zero somewhere
+        pass
+    return None
 
 
 class _Text:
@@ -503,4 +538,4 @@ def built_at_general_sizes(build, dims: dict, values):
     return build(dims)
 
 
-__all__ = ["plan_graph", "general_hints", "built_at_general_sizes", "GraphPlan", "ArgKind", "Solved", "eval_size", "linear_in", "spec_text"]
+__all__ = ["plan_graph", "general_hints", "built_at_general_sizes", "GraphPlan", "ArgKind", "Solved", "eval_size", "evaluation_gap", "linear_in", "spec_text"]

@@ -74,7 +74,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import row_buckets
-from .graph_inputs import ArgKind, built_at_general_sizes, plan_graph
+from .graph_inputs import ArgKind, built_at_general_sizes, evaluation_gap, plan_graph
 from . import linear_groups
 from .linear_groups import copy_graph, group_linears
 from .runtime import CompiledProgram
@@ -169,6 +169,10 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     if plan is None or outs is None or not all(plan.covers(e) for kind, e in outs if kind is ArgKind.EXPR):
         warn_fallback(stats, graph=graph, kind=FallbackKind.INPUTS,
                       reason="a size argument or output is not an expression of input tensors' sizes")
+        return make_boxed_func(gm)
+    gaps = [g for g in (evaluation_gap(e) for kind, e in [*plan.layout, *outs] if kind is ArgKind.EXPR) if g]
+    if gaps:
+        warn_fallback(stats, graph=graph, kind=FallbackKind.INPUTS, reason=gaps[0])
         return make_boxed_func(gm)
     def program(*tensors):
         res = gm(*plan.args(tensors))

@@ -120,6 +120,42 @@ def test_closure_captured_modules_compile():
             p.grad = q.grad = None
 
 
+class _Chunked(torch.nn.Module):
+    """Rows padded to a multiple of 64, then cut into ``max(1, rows // 64)`` chunks: the chunk
+    count is a ``Max`` SymInt the forward graph hands its backward (Qwen3.5's linear attention)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(8))
+
+    def forward(self, x):
+        xp = F.pad(x, (0, 0, 0, (64 - x.shape[1] % 64) % 64))
+        n = max(1, xp.shape[1] // 64)
+        y = xp.reshape(x.shape[0], n, -1, x.shape[2]) * self.w
+        return (y.sum(2) * torch.arange(n, dtype=x.dtype)[None, :, None]).sum()
+
+
+def test_a_max_of_sizes_passed_to_the_backward_compiles():
+    """A Max SymInt between the graphs: evaluated at each call (it raised SymshapeError at the
+    step's first call before), gradients equal eager's at 1, a prime and past a chunk."""
+    from compiler.training import TrainingFallback
+    torch.manual_seed(0)
+    m = _Chunked()
+    torch._dynamo.reset()
+    f = torch.compile(m, backend="symshape", dynamic=True, options={"target": "cpp"})
+    for T in (70, 1, 131, 200):
+        x = torch.randn(2, T, 8, requires_grad=True)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", TrainingFallback)
+            f(x).backward()
+        got, gx = m.w.grad, x.grad
+        m.w.grad, x.grad = None, None
+        m(x).backward()
+        torch.testing.assert_close(got, m.w.grad)
+        torch.testing.assert_close(gx, x.grad)
+        m.w.grad = None
+
+
 def test_a_step_symshape_cannot_compile_says_why_and_runs_eager():
     """A data-dependent size in the forward: symshape's kernels cannot serve it; the step
     warns with the typed reason (TrainingFallback), counts it, and still equals eager."""
