@@ -29,6 +29,9 @@ Example (the outcome of one architecture from its sizes' outcomes)::
 
     >>> verdict(["= eager", "refused", "= eager"]), verdict(["= eager", "MISMATCH"])
     ('ok', 'WRONG')
+    >>> verdict(["run error (timeout)", "= eager"])
+    'timeout'
+
 """
 from __future__ import annotations
 
@@ -69,8 +72,12 @@ class CompileRow:
 
 
 def verdict(outcomes) -> str:
-    """``WRONG`` where any size's outcome is a defect (:data:`DEFECTS`), else ``ok``."""
-    return "WRONG" if any(o.split(" (")[0] in DEFECTS for o in outcomes) else "ok"
+    """``WRONG`` where any size's outcome is a defect (:data:`DEFECTS`), ``timeout`` where a size
+    ran past the time limit (a compile that slow is reported, not counted as a wrong answer),
+    else ``ok``."""
+    if any(o.split(" (")[0] in DEFECTS and "(timeout)" not in o for o in outcomes):
+        return "WRONG"
+    return "timeout" if any("(timeout)" in o for o in outcomes) else "ok"
 
 
 def _first_line(e: BaseException, n: int = 140) -> str:
@@ -230,7 +237,7 @@ def _compile_and_check(row, prog, specs, dims, points, timeout, train) -> Compil
                 warnings.simplefilter("ignore")
                 row.sizes.append((point, *(_check_train if train else _check)(prog, compiled, x)))
         except TraceTimeout:
-            row.sizes.append((point, "-", "run error (timeout)"))
+            row.sizes.append((point, "-", f"run error (timeout): over {timeout:g} s"))
     row.status = verdict([c for _, _, c in row.sizes])
     return row
 
@@ -260,6 +267,9 @@ def report(rows) -> str:
               f"sizes run: {sum(len(r.sizes) for r in tried)}, equal to eager {same}; "
               f"architectures with a defect (wrong shape, mismatch, accepted where eager fails, run error): "
               f"{len(wrong)} {[r.model_type for r in wrong]}"]
+    slow = [r.model_type for r in rows if r.status == "timeout"]
+    if slow:
+        lines.append(f"a size ran past the time limit (not counted as a defect): {slow}")
     if tried:
         lines.append(f"compile s: median {sorted(r.compile_s for r in tried)[len(tried) // 2]:.1f}")
     return "\n".join(lines)

@@ -156,6 +156,47 @@ def test_a_max_of_sizes_passed_to_the_backward_compiles():
         m.w.grad = None
 
 
+def test_batch_norm_gradient_with_channels_last_strides_at_batch_one():
+    """BatchNorm2d (eval) then a view and permute, at batch 1 (CvT's attention projections):
+    torch 2.13's CPU native_batch_norm_backward gets this gradient wrong in eager (off by ~4 here,
+    found by bench/hf_compile_sweep.py --train); the compiled step must equal a float64
+    decomposition of the same program."""
+    import copy
+    torch.manual_seed(0)
+
+    class Proj(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.BatchNorm2d(8)
+            with torch.no_grad():
+                self.bn.weight.normal_(), self.bn.bias.normal_(), self.bn.running_mean.normal_()
+                self.bn.running_var.uniform_(0.5, 2)
+
+        def forward(self, x):
+            y = self.bn(x)
+            return y.view(y.shape[0], y.shape[1], -1).permute(0, 2, 1)
+
+    def by_hand(bn, x):  # the eval-mode formula, float64, no ATen batch norm
+        c = lambda t: t.double()[None, :, None, None]  # noqa: E731
+        y = (x - c(bn.running_mean)) / torch.sqrt(c(bn.running_var) + bn.eps) * c(bn.weight) + c(bn.bias)
+        return y.view(y.shape[0], y.shape[1], -1).permute(0, 2, 1)
+
+    m = Proj().eval()
+    ref = copy.deepcopy(m).double()
+    torch._dynamo.reset()
+    f = torch.compile(m, backend="symshape", dynamic=True, options={"target": "cpp"})
+    for B, H, W in [(1, 2, 2), (1, 4, 3), (2, 3, 5)]:
+        x = torch.randn(B, 8, H, W, requires_grad=True)
+        x64 = x.detach().double().requires_grad_()
+        r = torch.randn(B, H * W, 8)
+        (f(x) * r).sum().backward()
+        (by_hand(ref.bn, x64) * r.double()).sum().backward()
+        torch.testing.assert_close(x.grad.double(), x64.grad, atol=1e-5, rtol=1e-5)
+        for p, q in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad.double(), q.grad, atol=1e-5, rtol=1e-5)
+            p.grad = q.grad = None
+
+
 def test_a_step_symshape_cannot_compile_says_why_and_runs_eager():
     """A data-dependent size in the forward: symshape's kernels cannot serve it; the step
     warns with the typed reason (TrainingFallback), counts it, and still equals eager."""
