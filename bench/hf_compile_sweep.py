@@ -36,6 +36,7 @@ Example (the outcome of one architecture from its sizes' outcomes)::
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import os
 import random
@@ -135,9 +136,10 @@ def _rel(a, b, floor: float = 1e-12) -> float:
 
 
 def _check_train(prog, compiled, x) -> tuple:
-    """``(eager, compiled)`` outcomes of a training step on inputs ``x``: the loss and every gradient."""
-    import copy
-    ref_model, got_model = prog, compiled.__dict__["_symshape_model"]
+    """``(eager, compiled)`` outcomes of a training step on inputs ``x``: the loss and every gradient;
+    ``compiled`` is :func:`_compiled_for_training`'s ``(step, module)``."""
+    ref_model = prog
+    compiled, got_model = compiled
     try:
         torch.manual_seed(2)
         ref_model.zero_grad(set_to_none=True)
@@ -171,14 +173,12 @@ def _check_train(prog, compiled, x) -> tuple:
     return eager, "= eager" + (" (TrainingFallback: ATen graph)" if fell else "")
 
 
-def _compiled_for_training(prog):
-    """``torch.compile(copy of prog, backend="symshape", dynamic=True)``, its module kept on it."""
-    import copy
+def _compiled_for_training(prog) -> tuple:
+    """``(torch.compile(copy of prog, backend="symshape", dynamic=True), the copy)``: the copy's
+    parameters hold the compiled step's gradients."""
     model = copy.deepcopy(prog)
     compiler.register()
-    fn = torch.compile(model, backend="symshape", dynamic=True)
-    fn.__dict__["_symshape_model"] = model
-    return fn
+    return torch.compile(model, backend="symshape", dynamic=True), model
 
 
 def sweep_one(mt, cname, mname, timeout: float, train: bool = False) -> CompileRow:
@@ -197,7 +197,7 @@ def sweep_one(mt, cname, mname, timeout: float, train: bool = False) -> CompileR
     if built is None:
         row.status, row.note = probe.status, probe.note
         return row
-    _, _, (names, specs, dims, points), prog, _ = built
+    _, _, (_, specs, dims, points), prog, _ = built
     return _compile_and_check(row, prog, specs, dims, [(p, hs.make_inputs(specs, p, seed=1)) for p in points],
                               timeout, train)
 
