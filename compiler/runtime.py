@@ -76,6 +76,8 @@ class CompiledProgram:
         self.stats = {"traces": 0, "variants": 0, "calls": 0, "retraces": 0, "branch_traces": 0}
         #: Where the program read a layout while traced (shapes.layout_reads), or None.
         self._layout_reads = None
+        #: Where the program set torch's random generator while traced (shapes.rng_writes), or None.
+        self._rng_write = None
         # (shape, dtype, device) per input -> (variant, size values, bound launches, the dim values
         # while its sizes-only masks are not classified yet, else None).
         self._bound: dict = {}
@@ -173,23 +175,32 @@ class CompiledProgram:
         # Resizes traced as the matmuls they equal, not as torch's sixteen-gather decomposition.
         return shapes.trace(*args, function_modes=resize_modes(), **kw)
 
-    def _call_program(self, tensors):
-        """The program itself on ``tensors`` (a strided input where the program read a layout while
-        traced: its trace holds for contiguous inputs only, :mod:`shapes.layout_reads`), said once."""
+    def _call_program(self, tensors, why: str, category):
+        """The program itself on ``tensors`` (a call its trace does not serve: ``why``), said once."""
         self.stats["program_calls"] = self.stats.get("program_calls", 0) + 1
         if self.stats["program_calls"] == 1:
-            name = strided_input(tensors, self.specs)
-            warnings.warn(f"input {name} is not laid out as the trace's inputs are (contiguous, at offset 0) and "
-                          f"the program read a layout while traced ({self._layout_reads.text()}): such calls run "
-                          f"the program itself, uncompiled",
-                          LayoutFallback, stacklevel=3)
+            warnings.warn(why, category, stacklevel=3)
         return self.program(*tensors)
+
+    def _layout_fallback(self, tensors, name: str):
+        return self._call_program(
+            tensors, f"input {name} is not laid out as the trace's inputs are (contiguous, at offset 0) and the "
+                     f"program read a layout while traced ({self._layout_reads.text()}): such calls run the "
+                     f"program itself, uncompiled", LayoutFallback)
+
+    def _rng_fallback(self, tensors):
+        return self._call_program(
+            tensors, f"the program sets torch's random generator ({self._rng_write.text()}), which its graph "
+                     f"does not replay: every call runs the program itself, uncompiled, so its random values "
+                     f"are eager's", RngFallback)
 
     def _add(self, tp, ahead: bool = False) -> Variant:
         """Compile ``tp`` as a new variant (``ahead``: traced before any call needs it, its
         kernel builds queued behind the others')."""
         if tp.layout_reads and self.__dict__.get("_layout_reads") is None:
             self._layout_reads = tp.layout_reads[0]
+        if tp.rng_writes and self.__dict__.get("_rng_write") is None:
+            self._rng_write = tp.rng_writes[0]
         v = Variant(tp, self.target, self.host_rewrites, self.cpp_calls, ahead=ahead)
         self.variants.append(v)
         STATS["variants"] += 1
@@ -254,8 +265,12 @@ class CompiledProgram:
             tensors = tensors[0]  # handed over: the run frees each input at its last use
         self.stats["calls"] += 1
         STATS["calls"] += 1
-        if self._layout_reads is not None and strided_input(tensors, self.specs) is not None:
-            return self._call_program(tensors)
+        if self._rng_write is not None:
+            return self._rng_fallback(tensors)
+        if self._layout_reads is not None:
+            strided = strided_input(tensors, self.specs)
+            if strided is not None:
+                return self._layout_fallback(tensors, strided)
         try:
             keyed = self.key_inputs
             # The device is part of the key: a binding checked for CPU tensors never serves CUDA ones.
@@ -322,6 +337,15 @@ class LayoutFallback(UserWarning):
     """
 
 
+class RngFallback(UserWarning):
+    """A compiled program runs its calls as the program itself: it set torch's random generator
+    while traced (``torch.manual_seed``), which no node of its graph replays.
+
+    >>> issubclass(RngFallback, UserWarning)
+    True
+    """
+
+
 def _device_of(tensors) -> Optional[torch.device]:
     for t in tensors:
         if isinstance(t, torch.Tensor):
@@ -343,4 +367,4 @@ def compile(program, *specs, dims=None, target: str = "cpp", device=None) -> Com
     return CompiledProgram(program, specs, dims, target, device=device)
 
 
-__all__ = ["compile", "CompiledProgram", "LayoutFallback", "Variant", "STATS", "default_device", "math", "operator"]
+__all__ = ["compile", "CompiledProgram", "LayoutFallback", "RngFallback", "Variant", "STATS", "default_device", "math", "operator"]

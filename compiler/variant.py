@@ -219,7 +219,9 @@ class Variant:
         #: outputs are saved activations and gradients, never views a caller's autograd tracks.
         self.training = row_buckets.planning_training()
         env = tp.env
-        self.symbols = [env.symbols[n] for n in sorted(env.symbols)]
+        # The input dims, in the order the caller binds them (CompiledProgram.names): a symbol
+        # for data (``.item()``, ``nonzero``'s count) is no argument of the guards or sizes.
+        self.symbols = [env.symbols[n] for n in sorted(env.symbols) if env.symbols[n] not in env.unbacked]
         guards = [g.expr for g in env.constraints + env.records if g.kind is not GuardKind.RUNTIME_ASSERT
                   and g.expr.free_symbols <= set(self.symbols)]
         # The program's own asserts and eager's size limits (storage size within int64):

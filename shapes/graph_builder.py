@@ -135,6 +135,30 @@ class GraphBuilder:
             return self.tensor_nodes[id(x)][0]
         return x
 
+    def settle_shapes(self) -> None:
+        """Rewrite every node's recorded shape with what the trace learned after the node was made.
+
+        A placeholder ``x: [B, C]`` is recorded with ``C``; a later broadcast against ``[D]`` at
+        ``C = 1`` fixes ``C = 1`` (a replacement).  Left as ``C``, the shape reads as a dim of the
+        output's extent to whoever lowers the graph, which then indexes ``x`` along ``D`` where eager
+        broadcasts its single column.  So each shape is simplified by the final replacements.
+        """
+        repl = self.env.replacements
+        if not repl:
+            return
+        keys = set(repl)
+
+        def settle(shape):
+            if not isinstance(shape, tuple):
+                return shape
+            return tuple(settle(s) if isinstance(s, tuple) or s is None else
+                         (self.env.simplify(s) if getattr(s, "free_symbols", set()) & keys else s) for s in shape)
+
+        for node in self.graph.nodes:
+            shape = node.meta.get("shape")
+            if shape is not None:
+                node.meta["shape"] = settle(shape)
+
     def _set_shape_meta(self, node, t):
         node.meta["shape"] = tuple(expr_of(s) for s in t.shape)
         node.meta["dtype"] = t.dtype

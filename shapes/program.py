@@ -106,6 +106,9 @@ class TracedProgram:
     #: where the program read a trace tensor's layout (:mod:`shapes.layout_reads`): the trace then
     #: holds for contiguous inputs only
     layout_reads: list = field(default_factory=list)
+    #: where the program set torch's random generator (:mod:`shapes.rng_writes`): no node replays it,
+    #: so the graph alone does not give eager's random values
+    rng_writes: list = field(default_factory=list)
     #: the symbolic world (:class:`shapes.distributed.World`) of a trace with ``world=``, else None
     world: Any = None
 

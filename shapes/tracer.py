@@ -23,6 +23,7 @@ from torch.utils import _pytree as pytree
 
 from . import devices, distributed, index_bounds, torch_patches
 from .layout_reads import ReportedLayout
+from .rng_writes import RecordedRngWrites
 from .binding import (CapturedState, by_keyword, captured_modules, fsdp_lazy_init, fsdp_managed,
                       module_state)
 from .creation import CreationMode
@@ -195,19 +196,20 @@ def _trace(program: Callable, *specs, dims=None, specialize_zero_one: bool = Fal
                                        requires_grad=requires_grad if backward is not None else ())
     args, kw = ((), {**{sp.name: t for sp, t in zip(parsed, inputs)}, **kwargs}) if keyword else (inputs, kwargs)
     world_scope = _world_scope(builder, world, dmap, hints)
-    out, device_reads, layout_reads = _run_program(program, builder, args, kw, backward=backward, progress=progress,
+    out, device_reads, layout_reads, rng_writes = _run_program(program, builder, args, kw, backward=backward, progress=progress,
                                      at=", ".join(f"{n}={hints[n]}" for n in hints), device=device,
                                      world_scope=world_scope, compile_path=compile_path,
                                      function_modes=function_modes)
     if world_scope.world is not None and isinstance(world_scope.world.size, sympy.Symbol):
         dim_symbols.setdefault(world, world_scope.world.size)
     output_shapes, out_spec = _record_outputs(builder, out)
+    builder.settle_shapes()
 
     tp = TracedProgram(
         program=program, specs=parsed, env=env, graph=builder.graph, constants=builder.constants,
         output_shapes=output_shapes, out_spec=out_spec, hints=hints, dims=dmap,
         dim_symbols=dim_symbols, by_keyword=keyword, device=device, device_reads=device_reads,
-        world=world_scope.world, layout_reads=layout_reads,
+        world=world_scope.world, layout_reads=layout_reads, rng_writes=rng_writes,
     )
     # How to trace the same program again at other sizes (a FLOP count's other paths).
     tp.trace_options = {"kwargs": kwargs, "backward": backward, "requires_grad": requires_grad, "device": device,
@@ -303,8 +305,9 @@ def _run_program(program, builder, args, kwargs, *, backward, progress, at: str,
     (:func:`shapes.distributed.open_world`) where given.
 
     ``at`` names the example sizes, for the error when the program raises.  Returns what the
-    program returned, where it read the device (:class:`~shapes.devices.DeviceRead`) and where it
-    read a layout (:class:`~shapes.layout_reads.LayoutRead`).
+    program returned, where it read the device (:class:`~shapes.devices.DeviceRead`), where it
+    read a layout (:class:`~shapes.layout_reads.LayoutRead`) and where it set torch's random
+    generator (:class:`~shapes.rng_writes.RngWrite`).
     """
     env = builder.env
     call, params = _callable_of(program, builder, trainable=backward is not None)
@@ -324,9 +327,10 @@ def _run_program(program, builder, args, kwargs, *, backward, progress, at: str,
     # What the program's tensors report as their device (process-wide: entered under tracing()'s lock).
     reported = devices.ReportedDevice(device, recorder)
     layouts = ReportedLayout(recorder)
+    rng = RecordedRngWrites()
     device_args = devices.DeviceArgs(device) if device.type != "cpu" else contextlib.nullcontext()
     with torch_patches.tracing(backward=backward is not None, compile_path=compile_path), grad_mode, enable_python_dispatcher(), \
-            ModuleScope(program, builder), recorder, reported, layouts, CreationMode(builder), device_args, \
+            ModuleScope(program, builder), recorder, reported, layouts, rng, CreationMode(builder), device_args, \
             (world_scope if world_scope is not None else contextlib.nullcontext()), captured, \
             contextlib.ExitStack() as modes:
         for mode in function_modes:
@@ -341,7 +345,7 @@ def _run_program(program, builder, args, kwargs, *, backward, progress, at: str,
             raise e.in_trace(env)
         except Exception as e:  # the user's program raised: say where, and on which path
             raise trace_failure(e, env, at) from e
-    return out, list(reported.reads), list(layouts.reads)
+    return out, list(reported.reads), list(layouts.reads), list(rng.writes)
 
 
 def _record_outputs(builder, out):

@@ -1,0 +1,273 @@
+"""torch's OpInfo corpus through symshape's *compiler*, against eager's values.
+
+``bench/opinfo_conformance.py`` checks the tracer's shapes and guards; this checks what a user of
+``compiler.compile`` gets: each OpInfo sample (float32, a fresh symbol per dim, as
+:mod:`validation.opinfo` builds it) is compiled once with ``compiler.compile(..., target=)`` and
+called at the sample's sizes and at other sizes; each call's outputs are compared with eager's on
+the same inputs (structure, shape, dtype, then values: ``allclose`` at 1e-4 for floats, equality
+for the rest, NaN where eager has NaN).  Ops whose eager output differs between two seeds (random ops: the
+compiled program does not promise eager's random stream) are compared by shape and dtype only.
+
+Outcomes per call: ``= eager``; ``refused`` (a guard of the compiled program, or the program
+while traced at those sizes, refuses: eager is not run there, since outside the checks eager may
+crash the process rather than raise); and the defects ``WRONG SHAPE``, ``WRONG DTYPE``, ``MISMATCH``,
+``ACCEPTED where eager fails`` and ``run error`` (a failure of symshape's at a call).
+
+Run::
+
+    python bench/opinfo_compile.py --samples 1                 # the corpus, C++ kernels (CPU)
+    python bench/opinfo_compile.py --ops softmax var_mean --details
+    TRITON_INTERPRET=1 python bench/opinfo_compile.py --target triton --ops softmax
+    python bench/opinfo_compile.py --target triton --device cuda --samples 2   # on a GPU
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+import torch
+from torch.utils import _pytree as pytree
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import compiler  # noqa: E402
+import shapes  # noqa: E402
+from validation import opinfo  # noqa: E402
+from validation.dinfer.limits import TraceTimeout, time_limit  # noqa: E402
+
+DEFECTS = ("WRONG SHAPE", "WRONG DTYPE", "WRONG LAYOUT", "MISMATCH", "ACCEPTED where eager fails", "run error")
+
+
+@dataclass(kw_only=True)
+class CompileCase:
+    """One sample's outcome: the compile, then one outcome per size called."""
+
+    op: str
+    index: int
+    specs: list
+    status: str = ""
+    note: str = ""
+    random: bool = False
+    compile_s: Optional[float] = None
+    calls: list = field(default_factory=list)  # (sizes, outcome)
+
+    @property
+    def defects(self) -> list:
+        return [(s, o) for s, o in self.calls if o.split(" (")[0] in DEFECTS]
+
+
+def _first_line(e: BaseException, n: int = 160) -> str:
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:n] if text else ''}"
+
+
+def _run(fn, ts, seed: int = 5):
+    torch.manual_seed(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*ts)
+
+
+def _leaves(out):
+    return pytree.tree_flatten(out)
+
+
+def _same_values(a, b) -> bool:
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        return torch.allclose(a, b, atol=1e-4, rtol=1e-4, equal_nan=True)
+    return torch.equal(a, b)
+
+
+def compare(got, want, shapes_only: bool = False) -> str:
+    """The outcome of a compiled call's ``got`` against eager's ``want``.
+
+    >>> compare(torch.ones(2), torch.ones(2)), compare(torch.ones(2), torch.ones(3))[:11]
+    ('= eager', 'WRONG SHAPE')
+    """
+    gl, gs = _leaves(got)
+    wl, ws = _leaves(want)
+    if gs != ws:
+        return f"WRONG SHAPE (structure {gs} vs {ws})"[:200]
+    for g, w in zip(gl, wl):
+        if isinstance(g, torch.Tensor) != isinstance(w, torch.Tensor):
+            return f"WRONG SHAPE ({type(g).__name__} vs {type(w).__name__})"
+        if not isinstance(w, torch.Tensor):
+            if g != w and not shapes_only:
+                return f"MISMATCH ({g!r} vs {w!r})"[:200]
+            continue
+        if tuple(g.shape) != tuple(w.shape):
+            return f"WRONG SHAPE ({tuple(g.shape)} vs {tuple(w.shape)})"
+        if g.dtype != w.dtype:
+            return f"WRONG DTYPE ({g.dtype} vs {w.dtype})"
+        if g.layout != w.layout:
+            return f"WRONG LAYOUT ({g.layout} vs {w.layout})"
+        if w.layout != torch.strided:
+            g, w = g.to_dense(), w.to_dense()
+        if shapes_only or not w.numel():
+            continue
+        g = g.detach().to("cpu")
+        w = w.detach().to("cpu")
+        if not _same_values(g, w):
+            if w.dtype.is_floating_point:
+                d = (g.double() - w.double()).abs()
+                d = torch.where(torch.isnan(g) & torch.isnan(w), torch.zeros_like(d), d)
+                return f"MISMATCH (max abs err {d.nan_to_num(float('inf')).max().item():.2e})"
+            return f"MISMATCH ({int((g != w).sum())} of {w.numel()} elements differ)"
+    return "= eager"
+
+
+def _is_random(case, ts) -> bool:
+    """Eager's values depend on the RNG's seed (an op that draws random numbers, whose stream
+    the compiled program does not promise to reproduce): compared by shape and dtype only."""
+    try:
+        a, b = _run(case, [t.clone() for t in ts], seed=5), _run(case, [t.clone() for t in ts], seed=6)
+        return compare(a, b) != "= eager"
+    except Exception:  # noqa: BLE001 -- eager fails on a second run: compare shapes only
+        return True
+
+
+def _call(case, compiled, ts) -> str:
+    """The compiled call first, on copies (ops update inputs in place: BatchNorm's running
+    stats); eager runs only where it accepted: outside its guards eager may not fail cleanly
+    (``native_batch_norm`` with too few weights reads past them and crashes the process)."""
+    try:
+        got = _run(compiled, [t.clone() for t in ts])
+    except (shapes.GuardViolation, shapes.TraceError) as e:
+        # A guard, or the program while traced at these sizes, refused: eager is not run here.
+        return f"refused ({_first_line(e, 100)})"
+    except Exception as e:  # noqa: BLE001 -- the compiled call's failure is the outcome
+        try:
+            _run(case, ts)
+        except Exception:  # noqa: BLE001 -- eager refuses too
+            return "refused"
+        return f"run error ({_first_line(e, 120)})"
+    try:
+        want = _run(case, ts)
+    except Exception:  # noqa: BLE001 -- eager's verdict, whatever it raises
+        return "ACCEPTED where eager fails"
+    return compare(got, want, shapes_only=case.random)
+
+
+def _to(ts, device):
+    return [t.to(device) for t in ts]
+
+
+def run_sample(op, index, sample, *, target: str, device: str, timeout: float, seed: int = 0,
+               others: int = 5) -> Optional[CompileCase]:
+    """Compile one sample and call it at its sizes and up to ``others`` more; ``None`` where eager
+    fails on the sample itself."""
+    case = opinfo._Case(op, sample)
+    inputs = _to(case.inputs, device)
+    try:
+        _run(case, inputs)
+    except Exception:  # noqa: BLE001 -- eager fails on the sample: nothing to compare
+        return None
+    case.random = _is_random(case, inputs)
+    row = CompileCase(op=opinfo.op_name(op), index=index, specs=[str(s) for s in case.specs],
+                      random=case.random)
+    t0 = time.perf_counter()
+    try:
+        with time_limit(timeout), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # A compile's example sizes start at 1 (a size-0 call gets its own variant): a sample's
+            # empty dim is left to the automatic example size and met at the first call.
+            compiled = compiler.compile(case, *case.specs, dims={n: v for n, v in case.hints.items() if v},
+                                        target=target)
+            first = _call(case, compiled, inputs)
+    except TraceTimeout:
+        row.status, row.note = "timeout", f"compile over {timeout:g} s"
+        return row
+    except Exception as e:  # noqa: BLE001 -- a process boundary: the compile's failure is the row
+        row.status, row.note = f"compile: {type(e).__name__}", _first_line(e)
+        return row
+    row.compile_s = time.perf_counter() - t0
+    row.calls.append((dict(case.hints), first))
+    gen = torch.Generator().manual_seed(seed)
+    for sizes in opinfo._candidates(None, case, random.Random(seed + index), 0)[:others]:
+        full = dict(case.hints)
+        full.update(sizes)
+        ts = _to(case.inputs_at(full, gen), device)
+        try:
+            with time_limit(timeout):
+                row.calls.append((full, _call(case, compiled, ts)))
+        except TraceTimeout:
+            row.calls.append((full, f"timeout (over {timeout:g} s)"))
+    bad = row.defects
+    row.status = "DEFECT" if bad else "ok"
+    return row
+
+
+def summary(rows: list) -> str:
+    """Counts by outcome, then every defect and compile failure."""
+    out = []
+    st = Counter(r.status.split(":")[0] for r in rows)
+    calls = Counter(o.split(" (")[0] for r in rows for _, o in r.calls)
+    out.append(f"samples {len(rows)}: " + ", ".join(f"{k} {v}" for k, v in st.most_common()))
+    out.append(f"calls {sum(calls.values())}: " + ", ".join(f"{k} {v}" for k, v in calls.most_common()))
+    out.append(f"random ops compared by shape: {sum(r.random for r in rows)}")
+    fails = Counter(r.status for r in rows if r.status.startswith("compile"))
+    if fails:
+        out.append("compile failures: " + ", ".join(f"{k[9:]} {v}" for k, v in fails.most_common()))
+    for r in rows:
+        if r.status == "DEFECT":
+            for s, o in r.defects:
+                out.append(f"  DEFECT {r.op}[{r.index}] {r.specs} at {s}: {o}")
+    for r in rows:
+        if r.status.startswith("compile") or r.status == "timeout":
+            out.append(f"  {r.status} {r.op}[{r.index}] {r.specs}: {r.note}")
+    return "\n".join(out)
+
+
+def _matches(name, patterns):
+    return any(p == name or p == name.split(".")[0] or name.endswith("." + p) for p in patterns)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", nargs="*", help="only these OpInfos (name, name.variant, or the last name part)")
+    ap.add_argument("--samples", type=int, default=1, help="samples per OpInfo (default 1)")
+    ap.add_argument("--others", type=int, default=4, help="other sizes called per sample (default 4)")
+    ap.add_argument("--target", choices=("cpp", "triton"), default="cpp")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--timeout", type=float, default=60, help="seconds per compile or call")
+    ap.add_argument("--shard", default="0/1", help="K/N: only every N-th OpInfo from the K-th")
+    ap.add_argument("--details", action="store_true", help="print every call's outcome")
+    ap.add_argument("--json", help="write every sample's outcome to this file")
+    args = ap.parse_args(argv)
+
+    k, n = (int(v) for v in args.shard.split("/"))
+    names = [opinfo.op_name(o) for o in opinfo.op_db()
+             if not args.ops or _matches(opinfo.op_name(o), args.ops)][k::n]
+    rows, t0, stopped = [], time.perf_counter(), ""
+    try:
+        for op, i, s in opinfo.corpus(names, args.samples):
+            r = run_sample(op, i, s, target=args.target, device=args.device, timeout=args.timeout)
+            if r is None:
+                continue
+            rows.append(r)
+            mark = "" if r.status == "ok" else f"  <- {r.status} {r.note}"
+            print(f"{r.op}[{r.index}] {r.compile_s or 0:.2f}s {len(r.calls)} calls{mark}", file=sys.stderr, flush=True)
+            if args.details:
+                for sz, o in r.calls:
+                    print(f"    {sz}: {o}", file=sys.stderr)
+    except KeyboardInterrupt:  # a time limit's SIGINT: the samples done so far are the result
+        stopped = f", stopped after {len(rows)} samples (interrupted)"
+    print(f"torch {torch.__version__}, target {args.target} on {args.device}, {args.samples} sample(s) per OpInfo, "
+          f"{time.perf_counter() - t0:.0f} s{stopped}")
+    print(summary(rows))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([asdict(r) for r in rows], f, indent=1, default=str)
+    return 1 if any(r.status == "DEFECT" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""torch's OpInfo corpus through the compiler (``bench/opinfo_compile.py``): values equal eager's.
+
+Each sample is compiled once and called at its own sizes and at others; every call's outputs are
+compared with eager's on the same inputs.  The bugs this corpus found each keep a direct test here.
+"""
+import pytest
+import torch
+
+import compiler
+from tests.programs import load_bench
+
+opinfo_compile = load_bench("opinfo_compile")
+
+
+def _inputs(*shapes, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g) for s in shapes]
+
+
+@pytest.mark.parametrize("target", ["cpp"])
+def test_a_size_one_dim_broadcast_against_a_later_input_is_not_indexed_along_it(target):
+    """``x0: [D0, D1] + x1: [D2]`` traced at D1 = 1: D1 is fixed to 1 only by the broadcast, after
+    x0's node was recorded with D1.  The kernel read x0 at ``D1*i + j`` -- along the output's D2
+    columns, past x0's end -- where eager repeats x0's one column."""
+    def f(a, b):
+        return torch.add(a, b, alpha=2)
+
+    c = compiler.compile(f, "x0: f32[D0, D1]", "x1: f32[D2]", dims={"D0": 5, "D1": 1, "D2": 5}, target=target)
+    for d0, d1, d2 in [(5, 1, 5), (4, 1, 7), (1, 1, 3), (6, 6, 6), (3, 1, 3)]:
+        a, b = _inputs((d0, d1), (d2,))
+        torch.testing.assert_close(c(a, b), f(a, b))
+
+
+def test_a_program_with_a_data_dependent_size_is_called_at_every_size():
+    """``masked_select``'s count and ``.item()`` make symbols for data; the variant's guard function
+    took them as arguments too, so every call failed with a TypeError before any check."""
+    sel = compiler.compile(lambda x, m: torch.masked_select(x, m), "x: f32[B, T]", "m: bool[B, T]",
+                           dims={"B": 5, "T": 5})
+    g = torch.Generator().manual_seed(1)
+    for b, t in [(5, 5), (10, 10), (1, 7), (3, 2)]:
+        x, m = torch.randn(b, t, generator=g), torch.rand(b, t, generator=g) > 0.5
+        torch.testing.assert_close(sel(x, m), torch.masked_select(x, m))
+    item = compiler.compile(lambda x: x.item() * 2, "x: f32[N]", dims={"N": 1})
+    assert item(torch.tensor([3.5])) == 7.0
+
+
+def test_the_corpus_sweep_reports_a_wrong_value_as_a_defect():
+    want = torch.arange(4.0)
+    assert opinfo_compile.compare(want.clone(), want) == "= eager"
+    assert opinfo_compile.compare(want + 1, want).startswith("MISMATCH")
+    assert opinfo_compile.compare(want[:3], want).startswith("WRONG SHAPE")
+    assert opinfo_compile.compare(want.double(), want).startswith("WRONG DTYPE")
+    assert opinfo_compile.compare(torch.tensor([float("nan")]), torch.tensor([float("nan")])) == "= eager"
+
+
+CORPUS = ["add", "mul", "sub", "where", "softmax", "log_softmax", "sum", "mean", "var_mean", "amax",
+          "cumsum", "nn.functional.layer_norm", "nn.functional.gelu", "matmul", "expand", "cat", "stack",
+          "transpose", "permute", "flip", "roll", "clamp", "pow", "atan2", "maximum", "lerp", "addcmul"]
+
+
+@pytest.fixture(scope="module")
+def corpus_rows():
+    from validation import opinfo
+    rows = []
+    for op, i, s in opinfo.corpus(CORPUS, samples=2):
+        r = opinfo_compile.run_sample(op, i, s, target="cpp", device="cpu", timeout=120, others=3)
+        if r is not None:
+            rows.append(r)
+    return rows
+
+
+def test_corpus_slice_compiles_and_equals_eager(corpus_rows):
+    assert len({r.op for r in corpus_rows}) >= 20
+    bad = [(r.op, r.index, r.specs, r.defects) for r in corpus_rows if r.defects]
+    assert not bad, bad
+    failed = [(r.op, r.status, r.note) for r in corpus_rows if r.status != "ok"]
+    assert not failed, failed
+    assert sum(len(r.calls) for r in corpus_rows) >= 3 * len(corpus_rows)
+
+
+def test_a_program_that_seeds_the_generator_runs_as_itself_with_eagers_random_values():
+    """``torch.manual_seed`` is no tensor op: the graph did not replay it, so every call after the
+    first drew other numbers than eager's (OpInfo's random ops seed inside their wrapper)."""
+    from compiler.runtime import RngFallback
+
+    def noisy(x):
+        torch.manual_seed(42)
+        return x + torch.rand_like(x)
+
+    c = compiler.compile(noisy, "x: f32[N]", dims={"N": 5})
+    with pytest.warns(RngFallback, match=r"torch.manual_seed at .*test_compiler_opinfo.py"):
+        first = c(torch.zeros(5))
+    for n in (5, 5, 9):
+        x = torch.randn(n)
+        torch.testing.assert_close(c(x), noisy(x))
+    torch.testing.assert_close(first, noisy(torch.zeros(5)))
+    # A program that only draws keeps its kernels, and eager's values under the same seed.
+    plain = compiler.compile(lambda x: x * torch.rand_like(x), "x: f32[N]", dims={"N": 5})
+    assert not plain.variants[0].tp.rng_writes
+    x = torch.randn(7)
+    torch.manual_seed(3)
+    got = plain(x)
+    torch.manual_seed(3)
+    torch.testing.assert_close(got, x * torch.rand_like(x))
