@@ -4,9 +4,10 @@
 ``compiler.compile`` gets: each OpInfo sample (float32, a fresh symbol per dim, as
 :mod:`validation.opinfo` builds it) is compiled once with ``compiler.compile(..., target=)`` and
 called at the sample's sizes and at other sizes; each call's outputs are compared with eager's on
-the same inputs (structure, shape, dtype, then values: ``allclose`` at 1e-4 for floats, equality
-for the rest, NaN where eager has NaN).  Ops whose eager output differs between two seeds (random ops: the
-compiled program does not promise eager's random stream) are compared by shape and dtype only.
+the same inputs (structure, shape, dtype, then values: ``allclose`` at 1e-4 for fp32, torch.testing's
+tolerances for half types, equality for the rest, NaN where eager has NaN).  Ops whose eager output differs between two seeds (random ops: the
+compiled program does not promise eager's random stream) and ops that return uninitialized memory
+(``empty*``) are compared by shape and dtype only.
 
 Outcomes per call: ``= eager``; ``refused`` (a guard of the compiled program, or the program
 while traced at those sizes, refuses: eager is not run there, since outside the checks eager may
@@ -80,9 +81,15 @@ def _leaves(out):
     return pytree.tree_flatten(out)
 
 
+#: Tolerances per half dtype: torch.testing's defaults (a value computed in fp32 and rounded once
+#: may differ from eager's by an ulp; the Triton interpreter rounds fp32 -> bf16 toward zero).
+_HALF_TOL = {torch.bfloat16: (1.6e-2, 1e-5), torch.float16: (1e-3, 1e-5)}
+
+
 def _same_values(a, b) -> bool:
     if a.dtype.is_floating_point or a.dtype.is_complex:
-        return torch.allclose(a, b, atol=1e-4, rtol=1e-4, equal_nan=True)
+        rtol, atol = _HALF_TOL.get(a.dtype, (1e-4, 1e-4))
+        return torch.allclose(a, b, atol=atol, rtol=rtol, equal_nan=True)
     return torch.equal(a, b)
 
 
@@ -170,7 +177,8 @@ def run_sample(op, index, sample, *, target: str, device: str, timeout: float, s
         _run(case, inputs)
     except Exception:  # noqa: BLE001 -- eager fails on the sample: nothing to compare
         return None
-    case.random = _is_random(case, inputs)
+    # Random ops, and ops whose values are uninitialized memory (``empty``, ``new_empty_strided``).
+    case.random = "empty" in opinfo.op_name(op) or _is_random(case, inputs)
     row = CompileCase(op=opinfo.op_name(op), index=index, specs=[str(s) for s in case.specs],
                       random=case.random)
     t0 = time.perf_counter()
@@ -178,8 +186,9 @@ def run_sample(op, index, sample, *, target: str, device: str, timeout: float, s
         with time_limit(timeout), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             # A compile's example sizes start at 1 (a size-0 call gets its own variant): a sample's
-            # empty dim is left to the automatic example size and met at the first call.
-            compiled = compiler.compile(case, *case.specs, dims={n: v for n, v in case.hints.items() if v},
+            # empty dims are traced at 2 (one size for all, as square matrices need) and met at
+            # the first call.
+            compiled = compiler.compile(case, *case.specs, dims={n: v or 2 for n, v in case.hints.items()},
                                         target=target)
             first = _call(case, compiled, inputs)
     except TraceTimeout:
@@ -237,6 +246,7 @@ def main(argv=None) -> int:
     ap.add_argument("--others", type=int, default=4, help="other sizes called per sample (default 4)")
     ap.add_argument("--target", choices=("cpp", "triton"), default="cpp")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", help="the samples' floating dtype (float32, bfloat16, float16)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per compile or call")
     ap.add_argument("--shard", default="0/1", help="K/N: only every N-th OpInfo from the K-th")
     ap.add_argument("--details", action="store_true", help="print every call's outcome")
@@ -248,7 +258,7 @@ def main(argv=None) -> int:
              if not args.ops or _matches(opinfo.op_name(o), args.ops)][k::n]
     rows, t0, stopped = [], time.perf_counter(), ""
     try:
-        for op, i, s in opinfo.corpus(names, args.samples):
+        for op, i, s in opinfo.corpus(names, args.samples, dtype=getattr(torch, args.dtype)):
             r = run_sample(op, i, s, target=args.target, device=args.device, timeout=args.timeout)
             if r is None:
                 continue
@@ -260,7 +270,7 @@ def main(argv=None) -> int:
                     print(f"    {sz}: {o}", file=sys.stderr)
     except KeyboardInterrupt:  # a time limit's SIGINT: the samples done so far are the result
         stopped = f", stopped after {len(rows)} samples (interrupted)"
-    print(f"torch {torch.__version__}, target {args.target} on {args.device}, {args.samples} sample(s) per OpInfo, "
+    print(f"torch {torch.__version__}, target {args.target} on {args.device}, {args.dtype}, {args.samples} sample(s) per OpInfo, "
           f"{time.perf_counter() - t0:.0f} s{stopped}")
     print(summary(rows))
     if args.json:

@@ -488,6 +488,29 @@ def case_a_shape_binds_its_launches_at_its_second_call():
         _close(f(x, y), prog(x, y))
 
 
+def case_literal_powers_follow_cs_pow_at_zeros_infinities_and_negatives():
+    """``x ** e`` for a literal ``e`` (``local_response_norm``'s 0.75): the per-element floor tests
+    of the general form failed in the interpreter; the literal's sign rules are spelled instead."""
+    import compiler
+    x = torch.tensor([0.0, -0.0, 1.5, -1.5, float("nan"), float("inf"), -float("inf"), 2.0, -3.0, 1e-30],
+                     device=DEVICE)
+    for e in (0.75, -0.75, 2.5, 5.0, -5.0, 6.0, -6.0, 0.0):
+        f = compiler.compile(lambda t, e=e: t.pow(e) + 0.0, "x: f32[N]", dims={"N": 10}, target="triton")
+        got, want = f(x), x.pow(e) + 0.0
+        assert torch.allclose(got, want, rtol=1e-5, atol=0, equal_nan=True), (e, got, want)
+        assert torch.equal(torch.signbit(got[~torch.isnan(want)]), torch.signbit(want[~torch.isnan(want)])), e
+
+
+def case_a_size_one_dim_broadcast_later_is_not_indexed_along_the_output():
+    """x: [D0, D1] + y: [D2] traced at D1 = 1 (fixed by the broadcast, after x was recorded)."""
+    import compiler
+    f = compiler.compile(lambda a, b: a + 2 * b, "x: f32[D0, D1]", "y: f32[D2]", dims={"D0": 5, "D1": 1, "D2": 5},
+                         target="triton")
+    for d0, d1, d2 in [(5, 1, 5), (4, 1, 7), (6, 6, 6)]:
+        a, b = torch.randn(d0, d1, device=DEVICE), torch.randn(d2, device=DEVICE)
+        _close(f(a, b), a + 2 * b)
+
+
 CASES = [n for n in dir() if n.startswith("case_")]
 
 

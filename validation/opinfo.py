@@ -100,19 +100,19 @@ def _flat_tensors(sample):
     return leaves, spec, [i for i, x in enumerate(leaves) if isinstance(x, torch.Tensor)]
 
 
-def corpus(ops: Optional[Iterable[str]] = None, samples: int = 3) -> Iterator[tuple]:
+def corpus(ops: Optional[Iterable[str]] = None, samples: int = 3, dtype=torch.float32) -> Iterator[tuple]:
     """``(opinfo, index, sample)`` for the first ``samples`` samples of each
-    OpInfo (float32, CPU) whose tensors all have rank >= 1 (dense ones:
-    symshape's specs describe strided tensors)."""
+    OpInfo (``dtype``, default float32; CPU) whose tensors all have rank >= 1
+    (dense ones: symshape's specs describe strided tensors)."""
     wanted = set(ops) if ops is not None else None
     for op in op_db():
         if wanted is not None and op_name(op) not in wanted and op.name not in wanted:
             continue
-        if not op.supports_dtype(torch.float32, "cpu"):
+        if not op.supports_dtype(dtype, "cpu"):
             continue
         n = 0
         try:
-            gen = op.sample_inputs("cpu", torch.float32, requires_grad=False)
+            gen = op.sample_inputs("cpu", dtype, requires_grad=False)
             for s in gen:
                 leaves, _, pos = _flat_tensors(s)
                 if not pos or any(leaves[i].dim() == 0 or leaves[i].layout != torch.strided for i in pos):

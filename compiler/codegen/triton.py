@@ -76,21 +76,38 @@ _const = LITERALS.spell
 
 def _spell_pow(a) -> str:
     """``a[0] ** a[1]``: products for a small integer literal exponent (RMSNorm's backward
-    cubes its rstd; exact, and cheaper than exp/log), ``sqrt`` for 0.5, ``_pow`` otherwise.
+    cubes its rstd; exact, and cheaper than exp/log), ``sqrt`` for 0.5, ``exp(e * log|x|)`` with
+    the sign rules for another literal, ``_pow`` for an exponent that is a value.
 
     >>> _spell_pow(["t3", "3.0"]), _spell_pow(["t1", "-2"]), _spell_pow(["x", "y"])
     ('(t3 * t3 * t3)', '(1.0 / (t1 * t1))', '_pow(x, y)')
+    >>> _spell_pow(["x", "0.75"])
+    "tl.where((x < 0) & (x != float('-inf')), float('nan'), tl.exp(0.75 * tl.log(tl.abs(x))))"
     """
     try:
         e = float(a[1])
     except ValueError:
         return f"_pow({a[0]}, {a[1]})"
+    x = a[0]
+    if e != e or abs(e) == float("inf"):
+        return f"_pow({x}, {a[1]})"
+    if e == 0:
+        return f"tl.where({x} == {x}, 1.0, 1.0)"  # 1 for every base, NaN included, as eager
     if e == 0.5:
-        return f"tl.sqrt({a[0]})"
+        return f"tl.sqrt({x})"
     if e == int(e) and 1 <= abs(e) <= 4:
-        prod = " * ".join([a[0]] * int(abs(e)))
+        prod = " * ".join([x] * int(abs(e)))
         return f"({prod})" if e > 0 else f"(1.0 / ({prod}))"
-    return f"_pow({a[0]}, {a[1]})"
+    # A literal exponent: its integrality and parity are known here, not computed per element
+    # (``_pow``'s floor tests on a literal fail in Triton's interpreter).
+    # C's pow: a negative finite base to a fractional power is NaN (-inf's is |x|'s); an odd
+    # power keeps the base's sign, -0.0's included (-0.0 ** -3 = -inf).
+    mag = f"tl.exp({e!r} * tl.log(tl.abs({x})))"
+    if e != int(e):
+        return f"tl.where(({x} < 0) & ({x} != float('-inf')), float('nan'), {mag})"
+    if int(e) % 2 == 0:
+        return mag
+    return f"tl.where(({x} < 0) | (({x} == 0) & (1.0 / {x} < 0)), -{mag}, {mag})"
 
 
 def _minmax(which):
