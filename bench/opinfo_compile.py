@@ -23,6 +23,7 @@ Run::
     TRITON_INTERPRET=1 python bench/opinfo_compile.py --target triton --ops softmax
     python bench/opinfo_compile.py --target triton --device cuda --samples 2   # on a GPU
     python bench/opinfo_compile.py --via backend --ops softmax   # through torch.compile's backend
+    python bench/opinfo_compile.py --via train --ops softmax     # the backend's training graphs: gradients too
 """
 from __future__ import annotations
 
@@ -151,14 +152,14 @@ def _call(case, compiled, ts) -> str:
     try:
         got = _run(compiled, [t.clone() for t in ts])
     except (shapes.GuardViolation, shapes.TraceError) as e:
+        if not isinstance(compiled, compiler.CompiledProgram):
+            # torch.compile's program refuses nothing eager runs: a symshape guard or trace
+            # error out of the backend is a defect wherever eager runs.
+            return _failed(case, ts, e)
         # A guard, or the program while traced at these sizes, refused: eager is not run here.
         return f"refused ({_first_line(e, 100)})"
     except Exception as e:  # noqa: BLE001 -- the compiled call's failure is the outcome
-        try:
-            _run(case, ts)
-        except Exception:  # noqa: BLE001 -- eager refuses too
-            return "refused"
-        return f"run error ({_first_line(e, 120)})"
+        return _failed(case, ts, e)
     try:
         want = _run(case, ts)
     except Exception:  # noqa: BLE001 -- eager's verdict, whatever it raises
@@ -167,6 +168,27 @@ def _call(case, compiled, ts) -> str:
     if out.startswith("MISMATCH") and _half_outputs(want) and _nearer_float64(case, ts, got, want):
         return "= float64 (nearer than eager)"
     return out
+
+
+def _failed(case, ts, e) -> str:
+    """The outcome of a compiled call that raised ``e``: refused where eager raises too."""
+    try:
+        _run(case, ts)
+    except Exception:  # noqa: BLE001 -- eager refuses too
+        return "refused"
+    if _dynamos_own(e):
+        return f"dynamo error ({_first_line(e, 100)})"
+    return f"run error ({_first_line(e, 120)})"
+
+
+def _dynamos_own(e: BaseException) -> bool:
+    """dynamo failed before any backend ran (its fake-tensor run of a node, an unsupported
+    construct): the same with every backend.  A backend's own failure comes wrapped as
+    ``BackendCompilerFailed``, which stays a defect."""
+    exc = getattr(torch._dynamo, "exc", None)
+    if exc is None or not isinstance(e, exc.TorchDynamoException):
+        return False
+    return not isinstance(e, exc.BackendCompilerFailed)
 
 
 def _half_outputs(out) -> bool:
@@ -194,11 +216,53 @@ def _nearer_float64(case, ts, got, want) -> bool:
     return True
 
 
+class WithGrads:
+    """``fn`` with the float inputs requiring grad: returns ``(outputs, gradients)``, the gradients
+    those of a fixed random projection of the float outputs (a seeded ``randn`` per output shape),
+    one per float input (zeros where unused).
+
+    >>> out, (g,) = WithGrads(lambda x: (x * 3).sum())(torch.ones(2))
+    >>> g.shape
+    torch.Size([2])
+    """
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.random = False
+
+    def __call__(self, *ts):
+        leaves = [t.detach().clone().requires_grad_(t.is_floating_point()) for t in ts]
+        out = self.fn(*leaves)
+        outs = [o for o in pytree.tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad
+                and o.is_floating_point()]
+        wrt = [t for t in leaves if t.requires_grad]
+        out = pytree.tree_map(lambda o: o.detach() if isinstance(o, torch.Tensor) else o, out)
+        if not outs or not wrt:
+            return out, ()
+        g = torch.Generator().manual_seed(3)
+        loss = sum((o.float() * torch.randn(o.shape, generator=g).to(o.device)).sum() for o in outs)
+        grads = torch.autograd.grad(loss, wrt, allow_unused=True)
+        return out, tuple(torch.zeros_like(w) if d is None else d for d, w in zip(grads, wrt))
+
+
+class _Graded(WithGrads):
+    """A sample's case whose call returns outputs and gradients (``--via train``)."""
+
+    def __init__(self, case):
+        super().__init__(case)
+        self.inputs, self.hints, self.inputs_at = case.inputs, case.hints, case.inputs_at
+        self.specs = case.specs
+
+
 def _to(ts, device):
     return [t.to(device) for t in ts]
 
 
 def _compiled(case, target: str, via: str):
+    if via == "train":
+        torch._dynamo.reset()
+        return WithGrads(torch.compile(lambda *ts: case.fn(*ts), backend="symshape", dynamic=True,
+                                       options={"target": target}))
     if via == "backend":
         # dynamo captures the sample's call (pytree and all) and hands its graph to the backend.
         torch._dynamo.reset()
@@ -214,6 +278,10 @@ def run_sample(op, index, sample, *, target: str, device: str, timeout: float, s
     """Compile one sample (``via`` ``compiler.compile`` or ``torch.compile(backend="symshape")``)
     and call it at its sizes and up to ``others`` more; ``None`` where eager fails on the sample."""
     case = opinfo._Case(op, sample)
+    if via == "train":
+        if not op.supports_autograd or not any(t.is_floating_point() for t in case.inputs):
+            return None
+        case = _Graded(case)
     inputs = _to(case.inputs, device)
     try:
         _run(case, inputs)
@@ -283,8 +351,9 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=1, help="samples per OpInfo (default 1)")
     ap.add_argument("--others", type=int, default=4, help="other sizes called per sample (default 4)")
     ap.add_argument("--target", choices=("cpp", "triton"), default="cpp")
-    ap.add_argument("--via", choices=("compile", "backend"), default="compile",
-                    help="compiler.compile, or torch.compile(backend='symshape', dynamic=True)")
+    ap.add_argument("--via", choices=("compile", "backend", "train"), default="compile",
+                    help="compiler.compile, torch.compile(backend='symshape', dynamic=True), or that backend "
+                         "with the float inputs requiring grad (outputs and input gradients compared)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32", help="the samples' floating dtype (float32, bfloat16, float16)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per compile or call")

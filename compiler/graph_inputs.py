@@ -185,20 +185,20 @@ class GraphPlan:
 
     def with_bounds(self, dims: dict) -> dict:
         """``dims`` (name -> example size) with each dim's least value torch's ShapeEnv knows,
-        as ``(least, inf, example)``, where it is above 1 and the example lies within.
+        as ``(least, inf, example)``, where it is 0 or above 1 and the example lies within.
 
         Dynamo guards every call of its graph on these bounds (an image side ``>= 16`` after a
         patch embedding's check), so the compiled program may assume them: ``(H // 16)**2 //
         (H // 16)`` then cancels to ``H // 16``, which it cannot where ``H // 16`` may be 0.
 
         >>> GraphPlan(specs=[], dims={}, layout=[], where={}, tensor_pos=[],
-        ...           lower_bounds={"s0": 16}).with_bounds({"s0": 64, "s1": 3})
-        {'s0': (16, inf, 64), 's1': 3}
+        ...           lower_bounds={"s0": 16, "s2": 0}).with_bounds({"s0": 64, "s1": 3, "s2": 8})
+        {'s0': (16, inf, 64), 's1': 3, 's2': (0, inf, 8)}
         """
         out = dict(dims)
         for name, v in dims.items():
             lo = self.lower_bounds.get(name)
-            if lo is not None and 1 < lo <= v:
+            if lo is not None and (lo == 0 or 1 < lo) and lo <= v:
                 out[name] = (lo, math.inf, v)
         return out
 
@@ -216,6 +216,16 @@ class GraphPlan:
         (['arg0: f32[3, s // 2]', 'arg1: f32[s, 0]'], [(9, 0)])
         """
         return [torch.empty((int(args[i]), 0), device=device) for i, _ in self.carriers]
+
+    def signed_carriers(self) -> list:
+        """The carried SymInt arguments torch's ShapeEnv lets be negative (a Python int such as a
+        ``dim`` argument, made symbolic): no tensor's size can carry them.
+
+        >>> GraphPlan(specs=[], dims={}, layout=[], where={}, tensor_pos=[], carriers=[(1, "s3")],
+        ...           lower_bounds={"s3": -1}).signed_carriers()
+        ['s3']
+        """
+        return [str(s) for _, s in self.carriers if self.lower_bounds.get(str(s), 0) < 0]
 
     def covers(self, e) -> bool:
         """Whether the size expression ``e`` can be computed from the input tensors' sizes."""
@@ -462,7 +472,9 @@ def _lower_bounds(sym_tensors, symbols) -> dict:
     out = {}
     for s in symbols:
         r = env.var_to_range.get(s)
-        if r is not None and r.lower.is_integer and int(r.lower) > 1:
+        # 0 too: a size dynamo leaves symbolic down to 0 (an empty tensor a backward graph is
+        # handed) is a call the compiled program must take, with a variant for size 0.
+        if r is not None and r.lower.is_integer and int(r.lower) != 1:
             out[str(s)] = int(r.lower)
     return out
 

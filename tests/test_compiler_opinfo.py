@@ -102,3 +102,18 @@ def test_a_program_that_seeds_the_generator_runs_as_itself_with_eagers_random_va
     got = plain(x)
     torch.manual_seed(3)
     torch.testing.assert_close(got, x * torch.rand_like(x))
+
+
+def test_a_training_graph_with_a_symint_argument_that_may_be_negative_runs_its_aten_graph():
+    """``masked.softmax``'s backward graph takes a SymInt argument whose range starts at -1: no
+    empty tensor's size can carry it to the kernels, and every call raised a GuardViolation
+    ("dim s28 = 0 lies outside its range [1, inf]") where eager runs.  That graph now runs as
+    its ATen graph, and says so."""
+    from validation import opinfo
+    rows = [opinfo_compile.run_sample(op, i, s, target="cpp", device="cpu", timeout=120, others=3, via="train")
+            for op, i, s in opinfo.corpus(["masked.softmax", "masked.cumsum"], samples=1)]
+    rows = [r for r in rows if r is not None]
+    assert len(rows) == 2
+    for r in rows:
+        assert r.status == "ok" and len(r.calls) == 4, (r.op, r.status, r.note, r.calls)
+        assert all(o == "= eager" for _, o in r.calls), (r.op, r.calls)
