@@ -218,14 +218,15 @@ class GraphPlan:
         return [torch.empty((int(args[i]), 0), device=device) for i, _ in self.carriers]
 
     def signed_carriers(self) -> list:
-        """The carried SymInt arguments torch's ShapeEnv lets be negative (a Python int such as a
-        ``dim`` argument, made symbolic): no tensor's size can carry them.
+        """The carried SymInt arguments torch's ShapeEnv lets be negative, or gives no lower bound
+        (a Python int such as a ``dim`` or ``alpha`` argument, made symbolic): no tensor's size
+        can carry them.
 
         >>> GraphPlan(specs=[], dims={}, layout=[], where={}, tensor_pos=[], carriers=[(1, "s3")],
         ...           lower_bounds={"s3": -1}).signed_carriers()
         ['s3']
         """
-        return [str(s) for _, s in self.carriers if self.lower_bounds.get(str(s), 0) < 0]
+        return [str(s) for _, s in self.carriers if self.lower_bounds.get(str(s), -1) < 0]
 
     def covers(self, e) -> bool:
         """Whether the size expression ``e`` can be computed from the input tensors' sizes."""
@@ -465,17 +466,17 @@ def plan_graph(example_inputs, symbolic=None, carriers: bool = False) -> Optiona
 
 
 def _lower_bounds(sym_tensors, symbols) -> dict:
-    """Symbol name -> the least value torch's ShapeEnv gives it (where one is known)."""
+    """Symbol name -> the least value torch's ShapeEnv gives it (where it has a range)."""
     env = next((s.node.shape_env for t in sym_tensors for s in t.shape if isinstance(s, torch.SymInt)), None)
     if env is None:
         return {}
     out = {}
     for s in symbols:
         r = env.var_to_range.get(s)
-        # 0 too: a size dynamo leaves symbolic down to 0 (an empty tensor a backward graph is
-        # handed) is a call the compiled program must take, with a variant for size 0.
-        if r is not None and r.lower.is_integer and int(r.lower) != 1:
-            out[str(s)] = int(r.lower)
+        if r is not None:
+            # -inf for an unbounded one: a Python int argument (index_add's alpha = -1).
+            # (torch's -int_oo says is_integer and is_finite: only a sympy Integer is a number.)
+            out[str(s)] = int(r.lower) if isinstance(r.lower, sympy.Integer) else -math.inf
     return out
 
 
@@ -521,7 +522,9 @@ def general_hints(dims: dict, values) -> dict:
         if v > 1:
             continue
         r = ranges.get(name)
-        lo, hi = (2, 1 << 20) if r is None else (max(2, int(r.lower)), min(1 << 20, r.upper))
+        lo, hi = (2, 1 << 20) if r is None else (
+            max(2, int(r.lower)) if isinstance(r.lower, sympy.Integer) else 2,
+            min(1 << 20, int(r.upper)) if isinstance(r.upper, sympy.Integer) else 1 << 20)
         # An unremarkable size (a multiple of 8) where the range has one; else the largest other.
         hint = next((h for h in range(8, int(hi) + 1, 8) if h >= lo and h not in used), None)
         if hint is None:

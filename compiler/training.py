@@ -174,7 +174,8 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     if signed:
         warn_fallback(stats, graph=graph, kind=FallbackKind.INPUTS,
                       reason=f"the SymInt argument {signed[0]} may be negative (torch's range for it starts at "
-                             f"{plan.lower_bounds[signed[0]]}): no tensor size can carry it to the kernels")
+                             f"{plan.lower_bounds.get(signed[0], 'no known bound')}): no tensor size can carry it "
+                             f"to the kernels")
         return make_boxed_func(gm)
     gaps = [g for g in (evaluation_gap(e) for kind, e in [*plan.layout, *outs] if kind is ArgKind.EXPR) if g]
     if gaps:
