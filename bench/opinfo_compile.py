@@ -8,7 +8,7 @@ the same inputs (structure, shape, dtype, then values: ``allclose`` at 1e-4 for 
 tolerances for half types, the absolute one scaled by eager's largest magnitude; equality for the
 rest, NaN where eager has NaN).  Ops whose eager output differs between two seeds (random ops: the
 compiled program does not promise eager's random stream) and ops that return uninitialized memory
-(``empty*``) are compared by shape and dtype only.
+(``empty*``, a growing ``resize_``) are compared by shape and dtype only.
 
 Outcomes per call: ``= eager``; ``= float64 (nearer than eager)`` (a half-precision result off eager's,
 but as near the program's float64 result: eager rounds each op, a fused kernel once); ``refused``
@@ -155,7 +155,7 @@ def _call(case, compiled, ts) -> str:
     stats); eager runs only where it accepted: outside its guards eager may not fail cleanly
     (``native_batch_norm`` with too few weights reads past them and crashes the process)."""
     try:
-        got = _run(compiled, [t.clone() for t in ts])
+        got = _run(compiled, [_copy(t) for t in ts])
     except (shapes.GuardViolation, shapes.TraceError) as e:
         if not isinstance(compiled, compiler.CompiledProgram):
             # torch.compile's program refuses nothing eager runs: a symshape guard or trace
@@ -173,6 +173,11 @@ def _call(case, compiled, ts) -> str:
     if out.startswith("MISMATCH") and _half_outputs(want) and _nearer_float64(case, ts, got, want):
         return "= float64 (nearer than eager)"
     return out
+
+
+def _copy(t):
+    """A copy of ``t`` in the layout the sweep gave it (``clone`` makes a strided view dense)."""
+    return _strided(t.contiguous().clone()) if STRIDED["on"] else t.clone()
 
 
 def _failed(case, ts, e) -> str:
@@ -259,8 +264,29 @@ class _Graded(WithGrads):
         self.specs = case.specs
 
 
+#: ``--strided``: inputs reach both programs as non-contiguous tensors of the same values.
+STRIDED = {"on": False}
+
+
+def _strided(t):
+    """``t``'s values in a non-contiguous layout: the last two dims column-major, or every other
+    element of a larger buffer for a vector.
+
+    >>> x = _strided(torch.arange(6.).reshape(2, 3)); (x.is_contiguous(), torch.equal(x, torch.arange(6.).reshape(2, 3)))
+    (False, True)
+    """
+    if t.dim() >= 2 and t.shape[-1] > 1 and t.shape[-2] > 1:
+        return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if t.numel() > 1:
+        buf = torch.empty((*t.shape[:-1], 2 * t.shape[-1]), dtype=t.dtype, device=t.device)
+        buf[..., ::2] = t
+        return buf[..., ::2]
+    return t
+
+
 def _to(ts, device):
-    return [t.to(device) for t in ts]
+    ts = [t.to(device) for t in ts]
+    return [_strided(t) for t in ts] if STRIDED["on"] else ts
 
 
 def _compiled(case, target: str, via: str):
@@ -292,8 +318,9 @@ def run_sample(op, index, sample, *, target: str, device: str, timeout: float, s
         _run(case, inputs)
     except Exception:  # noqa: BLE001 -- eager fails on the sample: nothing to compare
         return None
-    # Random ops, and ops whose values are uninitialized memory (``empty``, ``new_empty_strided``).
-    case.random = "empty" in opinfo.op_name(op) or _is_random(case, inputs)
+    # Random ops, and ops whose values are uninitialized memory (``empty``, ``new_empty_strided``,
+    # ``resize_`` growing a tensor).
+    case.random = any(w in opinfo.op_name(op) for w in ("empty", "resize")) or _is_random(case, inputs)
     row = CompileCase(op=opinfo.op_name(op), index=index, specs=[str(s) for s in case.specs],
                       random=case.random)
     t0 = time.perf_counter()
@@ -363,10 +390,12 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="float32", help="the samples' floating dtype (float32, bfloat16, float16)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per compile or call")
     ap.add_argument("--shard", default="0/1", help="K/N: only every N-th OpInfo from the K-th")
+    ap.add_argument("--strided", action="store_true", help="pass the inputs in non-contiguous layouts")
     ap.add_argument("--details", action="store_true", help="print every call's outcome")
     ap.add_argument("--json", help="write every sample's outcome to this file")
     args = ap.parse_args(argv)
 
+    STRIDED["on"] = args.strided
     k, n = (int(v) for v in args.shard.split("/"))
     names = [opinfo.op_name(o) for o in opinfo.op_db()
              if not args.ops or _matches(opinfo.op_name(o), args.ops)][k::n]
