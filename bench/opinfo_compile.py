@@ -1,21 +1,27 @@
 """torch's OpInfo corpus through symshape's *compiler*, against eager's values.
 
 ``bench/opinfo_conformance.py`` checks the tracer's shapes and guards; this checks what a user of
-``compiler.compile`` gets: each OpInfo sample (float32, a fresh symbol per dim, as
-:mod:`validation.opinfo` builds it) is compiled once with ``compiler.compile(..., target=)`` and
-called at the sample's sizes and at other sizes; each call's outputs are compared with eager's on
-the same inputs (structure, shape, dtype, then values: ``allclose`` at 1e-4 for fp32, torch.testing's
-tolerances for half types, the absolute one scaled by eager's largest magnitude; equality for the
-rest, NaN where eager has NaN).  Ops whose eager output differs between two seeds (random ops: the
-compiled program does not promise eager's random stream) and ops that return uninitialized memory
-(``empty*``, a growing ``resize_``) are compared by shape and dtype only.
+the compiler gets.  Each OpInfo sample (a fresh symbol per dim, as :mod:`validation.opinfo` builds
+it) is compiled once -- ``compiler.compile(..., target=)``, or ``torch.compile(backend="symshape",
+dynamic=True)`` with ``--via backend`` (``--via train``: float inputs requiring grad, gradients of a
+fixed random projection compared too) -- and called at the sample's sizes and at others.  Each
+call's outputs are compared with eager's on the same inputs: structure, shape, dtype, then values
+(``allclose`` at 1e-4 for fp32, torch.testing's tolerances for half types, the absolute one scaled
+by eager's largest magnitude; equality for the rest; NaN where eager has NaN).  Random ops (eager's
+values differ between two seeds) and ops returning uninitialized memory (``empty*``, a growing
+``resize_``) are compared by shape and dtype only.
 
-Outcomes per call: ``= eager``; ``= float64 (nearer than eager)`` (a half-precision result off eager's,
-but as near the program's float64 result: eager rounds each op, a fused kernel once); ``refused``
-(a guard of the compiled program, or the program
-while traced at those sizes, refuses: eager is not run there, since outside the checks eager may
-crash the process rather than raise); and the defects ``WRONG SHAPE``, ``WRONG DTYPE``, ``MISMATCH``,
-``ACCEPTED where eager fails`` and ``run error`` (a failure of symshape's at a call).
+Outcomes per call:
+
+* ``= eager``; ``= float64 (nearer than eager)``: a half-precision result off eager's but as near
+  the program's float64 result (eager rounds each op, a fused kernel once);
+* ``refused``: ``compiler.compile``'s guards, or the program while traced at those sizes, refuse.
+  Eager is not run there: outside the checks eager may crash the process rather than raise
+  (``native_batch_norm`` with too few weights).  ``torch.compile``'s program refuses nothing, so
+  there a refusal is ``refused`` only where eager raises too;
+* ``dynamo error``: dynamo failed before any backend ran;
+* the defects: ``WRONG SHAPE``, ``WRONG DTYPE``, ``WRONG LAYOUT``, ``MISMATCH``, ``ACCEPTED where
+  eager fails`` and ``run error`` (a failure of symshape's at a call).
 
 Run::
 
@@ -25,6 +31,7 @@ Run::
     python bench/opinfo_compile.py --target triton --device cuda --samples 2   # on a GPU
     python bench/opinfo_compile.py --via backend --ops softmax   # through torch.compile's backend
     python bench/opinfo_compile.py --via train --ops softmax     # the backend's training graphs: gradients too
+    python bench/opinfo_compile.py --strided --dtype bfloat16    # non-contiguous inputs, bf16 samples
 """
 from __future__ import annotations
 
