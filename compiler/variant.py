@@ -42,7 +42,7 @@ from .scheduler import schedule
 from .padded_linear import padded_steps
 from .half_gemm import training_matmuls
 from .view_folding import fold_views
-from .view_chains import find_chains, traced_layouts
+from .view_chains import find_chains, traced_dense, traced_layouts
 from .shared_masks import add_additive_forms, share_masks
 from .wrapper import (DEVICE, Alloc, BufSlot, ExternStep, KernelStep, SizeSlot, bind_launches, launch_ats,
                       launches_from, linear_calls, straight_line, template_buffers)
@@ -327,6 +327,10 @@ class Variant:
         self.views = _view_slots(plan, lp, slot)
         # Chains of views made as one direct view each (compiler.view_chains): their layouts' slots too.
         self._layouts = traced_layouts(self.tp.graph.nodes, lp.symbols)
+        # Values the trace saw contiguous: where one is a caller's strided input (or its view), the
+        # ATen ops reading it take it dense (compiler.wrapper.straight_line).
+        self._dense_as_traced = frozenset(n for n, (shape, strides, _) in self._layouts.items()
+                                          if traced_dense(shape, strides))
         self._starts = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
         find_chains(plan, self.outputs, self._layouts, self._starts, slot)
         self._slots = exprs
@@ -490,7 +494,7 @@ class Variant:
                                                                    else ()) for name, e in ends.items()})
         return straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts], self.outputs,
                              skip=frozenset(skip) | dropped, cpu_allocs=self.cpp_calls, views=views,
-                             untracked_outputs=self.training)
+                             untracked_outputs=self.training, dense_as_traced=self._dense_as_traced)
 
     def plan_at(self, classes: tuple) -> tuple:
         """``(plan, skip)``: the plan at these mask classes (dropped masks not passed) and the

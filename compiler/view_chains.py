@@ -97,6 +97,17 @@ def traced_layouts(nodes, symbols) -> dict:
     return out
 
 
+def traced_dense(shape, strides) -> bool:
+    """Whether a traced tensor of ``shape`` and ``strides`` (sympy) is contiguous (any offset).
+
+    >>> N = sympy.Symbol("N", positive=True)
+    >>> traced_dense((N, 4), (4, 1)), traced_dense((4, N), (1, 4))
+    (True, False)
+    """
+    want = contiguous_strides(shape)
+    return all(d == 1 or sympy.expand(s - w) == 0 for d, s, w in zip(shape, strides, want))
+
+
 def _contiguous(shape, strides, offset) -> bool:
     want = contiguous_strides(shape)
     return offset == 0 and all(d == 1 or sympy.expand(s - w) == 0 for d, s, w in zip(shape, strides, want))

@@ -367,7 +367,7 @@ def _last_uses(plan, outputs) -> dict:
 
 
 def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=False, views=None,
-                  untracked_outputs=False):
+                  untracked_outputs=False, dense_as_traced=frozenset()):
     """``(source, fn)``: ``fn(tensors, s, launches, const_tensors, dev)`` runs ``plan``
     (:class:`KernelStep` / :class:`ExternStep`) and returns the output leaves;
     ``s`` holds the size function's values, ``launches`` one ``launch(buffers)`` per
@@ -382,10 +382,16 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
     for it, without the dispatcher); any other runs the step (:mod:`compiler.view_chains`).  A
     parameter (autograd tracks it) is viewed so only while grad mode is off, and only where the
     view is not returned, unless ``untracked_outputs`` (a training graph: AOTAutograd saves its
-    outputs for the backward, where no autograd reads their flags)."""
+    outputs for the backward, where no autograd reads their flags).
+    ``dense_as_traced``: names of the values whose traced tensor was contiguous.  Where such a
+    value is an input or a view of one, an ATen op that is not a view takes it dense: the trace
+    ran on contiguous inputs, so a ``.contiguous()`` eager's composite op takes before its inner
+    op (``pdist``, ``group_norm``, ``embedding_bag``) left no node, and the inner op, handed the
+    caller's strided tensor, would read its memory as dense."""
     w = _Writer()
     views = views or {}
     returned = set() if untracked_outputs else _returned_or_viewed(plan, outputs)
+    from_inputs = set(inputs)  # inputs and the views of them: laid out as the caller's tensors are
     if cpu_allocs:
         w.ns["empty_strided"] = _EMPTY_CPU
     body = w.lines
@@ -422,7 +428,11 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
             body.append(f"    launches[{nk}]([{', '.join(args)}])")
             nk += 1
         else:
-            call = [w.code(a) for a in step.args] + [f"{k}={w.code(v)}" for k, v in step.kwargs.items()]
+            dense = _dense_args(step, from_inputs, dense_as_traced, views)
+            call = [_dense_code(w, a, dense) for a in step.args] + \
+                [f"{k}={_dense_code(w, v, dense)}" for k, v in step.kwargs.items()]
+            if dense is None:
+                from_inputs.add(step.out)  # a view of an input: laid out as the input is
             target = FAST_CALLS.get(step.target, step.target)
             made = f"{w.obj(target, 'F')}({', '.join(call)})"
             view = views.get(step.out)
@@ -437,6 +447,36 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
     src = "def run(tensors, s, launches, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
     return src, w.ns["run"]
+
+
+def _dense_args(step, from_inputs: set, dense_as_traced, views) -> Optional[set]:
+    """The argument names ``step`` takes dense (see :func:`straight_line`'s ``dense_as_traced``);
+    None for a view of a value laid out as the caller's (the view keeps eager's semantics: its
+    layout, its aliasing, its error) or an in-place op on one: the step's result is then laid out
+    as the caller's too."""
+    target = step.target
+    first = step.args[0] if step.args else None
+    if isinstance(first, BufSlot) and first.name in from_inputs and (
+            step.out in views or getattr(target, "is_view", False)):
+        return None
+    if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+        # Writes to an argument: eager writes to the caller's tensor, and so does this; what it
+        # returns (``mul_``'s self) is that tensor, laid out as the caller's.
+        return None if isinstance(first, BufSlot) and first.name in from_inputs else set()
+    args = [b for a in (*step.args, *step.kwargs.values()) for b in (a if isinstance(a, (list, tuple)) else (a,))]
+    return {a.name for a in args if isinstance(a, BufSlot) and a.name in from_inputs and a.name in dense_as_traced}
+
+
+def _dense_code(w, a, dense: Optional[set]) -> str:
+    if not dense:
+        return w.code(a)
+    if isinstance(a, BufSlot) and a.name in dense:
+        v = _var(a.name)
+        return f"({v} if {v}.is_contiguous() else {v}.contiguous())"
+    if isinstance(a, (list, tuple)) and any(isinstance(b, BufSlot) and b.name in dense for b in a):
+        inner = ", ".join(_dense_code(w, b, dense) for b in a)
+        return f"[{inner}]" if isinstance(a, list) else f"({inner},)"
+    return w.code(a)
 
 
 def _direct_view(x: str, view: tuple, made: str, returned: bool) -> str:

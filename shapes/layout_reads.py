@@ -41,6 +41,11 @@ from .provenance import Provenance, capture
 #: The Tensor methods that read a layout, patched while a trace runs.
 _READS = ("is_contiguous", "stride", "storage_offset")
 
+#: ATen ops whose values follow their argument's storage, not its logical elements: on an input,
+#: a layout read (a strided input's as_strided reads other elements than a contiguous one's).
+_STORAGE_OPS = {torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_.default,
+                torch.ops.aten.as_strided_copy.default, torch.ops.aten.as_strided_scatter.default}
+
 #: Source folders whose reads are not the program's: torch's and symshape's own packages.
 _NOT_THE_PROGRAM = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (torch,)) + tuple(
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), p) + os.sep
@@ -94,8 +99,25 @@ class ReportedLayout:
             self._seen.add(key)
             self.reads.append(LayoutRead(what=what, provenance=capture(None)))
 
+    def watch_inputs(self, tensors) -> "ReportedLayout":
+        """Also record the ops whose values depend on their argument's storage layout
+        (``as_strided`` and its forms: strides into the storage, not into the tensor) where that
+        argument is one of ``tensors`` or a view of one (the program's inputs)."""
+        self._inputs = {t.untyped_storage()._cdata for t in tensors if isinstance(t, torch.Tensor)}
+        return self
+
+    def _op(self, func, args) -> None:
+        if func in _STORAGE_OPS and args and isinstance(args[0], torch.Tensor) and \
+                args[0].untyped_storage()._cdata in self._inputs:
+            key = (func, args[0].untyped_storage()._cdata)
+            if key not in self._seen:
+                self._seen.add(key)
+                self.reads.append(LayoutRead(what=str(func), provenance=capture(str(func))))
+
     def __enter__(self):
         rl = self
+        if getattr(self, "_inputs", None) and self.recorder is not None:
+            self.recorder.on_op = self._op
 
         def patched(name, real):
             def read(t, *args, **kwargs):
@@ -117,6 +139,8 @@ class ReportedLayout:
 
     def __exit__(self, *exc):
         restore_tensor(self._saved)
+        if self.recorder is not None and self.recorder.on_op == self._op:
+            self.recorder.on_op = None
 
 
 def _laid_out_as_traced(t: torch.Tensor) -> bool:

@@ -79,6 +79,9 @@ class Recorder(TorchDispatchMode):
         env.ops = self.ops
         # Composite ops the dispatcher hands to this mode whole (eager_checks.dispatch).
         self.keeps_whole = eager_checks.KEEP_WHOLE
+        #: Called with each op and its arguments before it runs, where set: the trace's layout
+        #: reads (shapes.layout_reads) watch the ops whose values depend on a layout.
+        self.on_op = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -94,6 +97,8 @@ class Recorder(TorchDispatchMode):
             known = self._known_item(args[0])
             if known is not None:
                 return known
+        if self.on_op is not None:
+            self.on_op(func, args)
         op = str(func)
         prov = capture(op)
         self.ops.push(op)

@@ -326,7 +326,7 @@ def _run_program(program, builder, args, kwargs, *, backward, progress, at: str,
     recorder = Recorder(builder, env, progress)
     # What the program's tensors report as their device (process-wide: entered under tracing()'s lock).
     reported = devices.ReportedDevice(device, recorder)
-    layouts = ReportedLayout(recorder)
+    layouts = ReportedLayout(recorder).watch_inputs(pytree.tree_leaves((args, kwargs)))
     rng = RecordedRngWrites()
     device_args = devices.DeviceArgs(device) if device.type != "cpu" else contextlib.nullcontext()
     with torch_patches.tracing(backward=backward is not None, compile_path=compile_path), grad_mode, enable_python_dispatcher(), \

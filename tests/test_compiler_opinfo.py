@@ -121,3 +121,70 @@ def test_a_training_graph_with_a_symint_argument_that_may_be_negative_runs_its_a
         assert r.status == "ok", (r.op, r.status, r.note, r.calls)
         assert all(o == "= eager" or o == "refused" for _, o in r.calls), (r.op, r.calls)
     assert sum(o == "= eager" for r in rows for _, o in r.calls) >= 10
+
+
+def _column_major(t):
+    return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+
+
+def _every_other(t):
+    buf = torch.zeros(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype)
+    buf[..., ::2] = t
+    return buf[..., ::2]
+
+
+def test_strided_inputs_reach_inner_aten_ops_dense_as_traced():
+    """The trace ran on contiguous inputs, so the ``.contiguous()`` eager's composite takes before
+    its inner op left no node.  Handed the caller's strided tensor, ``_embedding_bag`` read its
+    indices as dense (values like 93979201778544), ``native_group_norm`` and ``_pdist_forward``
+    raised where eager runs."""
+    import torch.nn.functional as F
+    g = torch.Generator().manual_seed(0)
+    bag = compiler.compile(lambda w, i, o: F.embedding_bag(i, w, o, mode="sum"),
+                           "w: f32[V, D]", "i: i64[N]", "o: i64[B]", dims={"V": 10, "D": 5, "N": 6, "B": 3})
+    w, i, o = torch.randn(10, 5, generator=g), torch.tensor([1, 5, 4, 5, 9, 2]), torch.tensor([0, 2, 3])
+    for args in [(w, i, o), (_column_major(w), _every_other(i), _every_other(o))]:
+        torch.testing.assert_close(bag(*args), F.embedding_bag(args[1], args[0], args[2], mode="sum"))
+    gn = compiler.compile(lambda x: F.group_norm(x, 2), "x: f32[B, C, L]", dims={"B": 2, "C": 4, "L": 6})
+    pd = compiler.compile(lambda x: F.pdist(x), "x: f32[N, D]", dims={"N": 5, "D": 3})
+    for shape in [(2, 4, 6), (3, 6, 5)]:
+        x = _column_major(torch.randn(*shape, generator=g))
+        torch.testing.assert_close(gn(x), F.group_norm(x, 2))
+        y = _column_major(torch.randn(shape[1], shape[2], generator=g))
+        torch.testing.assert_close(pd(y), F.pdist(y))
+
+
+def test_a_program_that_writes_to_a_strided_input_writes_to_the_callers_tensor():
+    """Dense copies are for ops that read: the in-place op writes to the caller's strided tensor
+    itself, and the op reading it after sees the write."""
+    def scale(x, y):
+        x.mul_(2)
+        return torch.nn.functional.pdist(x) + y.sum()
+
+    c = compiler.compile(scale, "x: f32[A, B]", "y: f32[A, B]", dims={"A": 3, "B": 4})
+    for a, b in [(3, 4), (5, 2)]:
+        x, y = torch.randn(b, a).t(), torch.randn(a, b)
+        x2 = x.clone()
+        out = c(x, y)
+        torch.testing.assert_close(out, scale(x2, y))
+        torch.testing.assert_close(x, x2)
+
+
+def test_as_strided_of_a_strided_input_reads_its_storage_as_eager_does():
+    """``as_strided``'s strides index the input's storage: a column-major input gives other values
+    than a contiguous one.  The trace saw a contiguous input, so ``as_strided`` on an input is a
+    layout read and a strided call runs the program itself (it gave the contiguous copy's values)."""
+    from compiler.runtime import LayoutFallback
+
+    def prog(x):
+        return torch.as_strided(x, (2, 3), (1, 2)) * 2
+
+    c = compiler.compile(prog, "x: f32[A, B]", dims={"A": 3, "B": 3})
+    assert [r.what for r in c.variants[0].tp.layout_reads] == ["aten.as_strided.default"]
+    x = torch.randn(4, 3).t()
+    with pytest.warns(LayoutFallback, match="aten.as_strided"):
+        torch.testing.assert_close(c(x), prog(x))
+    y = torch.randn(3, 4)
+    torch.testing.assert_close(c(y), prog(y))
+    assert not compiler.compile(lambda x: torch.as_strided(x * 1, (2, 3), (1, 2)), "x: f32[A, B]",
+                                dims={"A": 3, "B": 3}).variants[0].tp.layout_reads
