@@ -494,7 +494,11 @@ class Variant:
                                                                    else ()) for name, e in ends.items()})
         return straight_line(plan, [b.name for b in lp.inputs], [b.name for b, _ in lp.consts], self.outputs,
                              skip=frozenset(skip) | dropped, cpu_allocs=self.cpp_calls, views=views,
-                             untracked_outputs=self.training, dense_as_traced=self._dense_as_traced)
+                             untracked_outputs=self.training,
+                             # AOTAutograd traced a training graph at its inputs' own strides: the
+                             # layout steps eager takes for them are nodes of it, and a dense copy
+                             # would take another kernel path (embedding_bag's: other output sizes).
+                             dense_as_traced=frozenset() if self.training else self._dense_as_traced)
 
     def plan_at(self, classes: tuple) -> tuple:
         """``(plan, skip)``: the plan at these mask classes (dropped masks not passed) and the

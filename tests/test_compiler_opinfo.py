@@ -188,3 +188,20 @@ def test_as_strided_of_a_strided_input_reads_its_storage_as_eager_does():
     torch.testing.assert_close(c(y), prog(y))
     assert not compiler.compile(lambda x: torch.as_strided(x * 1, (2, 3), (1, 2)), "x: f32[A, B]",
                                 dims={"A": 3, "B": 3}).variants[0].tp.layout_reads
+
+
+def test_strided_inputs_through_the_backend_for_inference_and_training(monkeypatch):
+    """Through ``torch.compile``: inference graphs take the dense copies; training graphs do not
+    (AOTAutograd traced them at the inputs' own strides, and a dense weight takes embedding_bag's
+    fast path, whose empty ``offset2bag`` the backward's sizes refused: "dim s83 is 5 and 0")."""
+    from validation import opinfo
+    monkeypatch.setitem(opinfo_compile.STRIDED, "on", True)
+    names = ["nn.functional.embedding_bag", "nn.functional.group_norm", "nn.functional.pdist"]
+    for via in ("backend", "train"):
+        rows = [opinfo_compile.run_sample(op, i, s, target="cpp", device="cpu", timeout=120, others=2, via=via)
+                for op, i, s in opinfo.corpus(names, samples=1)]
+        rows = [r for r in rows if r is not None]
+        assert len(rows) == 3, via
+        for r in rows:
+            assert r.status == "ok", (via, r.op, r.note, r.calls)
+            assert r.calls[0][1] == "= eager", (via, r.op, r.calls)
