@@ -194,6 +194,18 @@ def flat_unflatten(spec):
     return lambda leaves: pytree.tree_unflatten(leaves, spec)
 
 
+def _dense_values(layouts: dict) -> frozenset:
+    """Names of the values the trace saw contiguous (``layouts``: :func:`traced_layouts`): where one
+    is a caller's strided input or its view, the ATen ops reading it take it dense
+    (:func:`compiler.wrapper.straight_line`).
+
+    >>> N = sympy.Symbol("N", positive=True)
+    >>> sorted(_dense_values({"x": ((N, 4), (4, 1), 0), "xt": ((4, N), (1, 4), 0)}))
+    ['x']
+    """
+    return frozenset(n for n, (shape, strides, _) in layouts.items() if traced_dense(shape, strides))
+
+
 def _guard_fn(exprs, symbols):
     if not exprs:
         return lambda *a: True
@@ -327,10 +339,7 @@ class Variant:
         self.views = _view_slots(plan, lp, slot)
         # Chains of views made as one direct view each (compiler.view_chains): their layouts' slots too.
         self._layouts = traced_layouts(self.tp.graph.nodes, lp.symbols)
-        # Values the trace saw contiguous: where one is a caller's strided input (or its view), the
-        # ATen ops reading it take it dense (compiler.wrapper.straight_line).
-        self._dense_as_traced = frozenset(n for n, (shape, strides, _) in self._layouts.items()
-                                          if traced_dense(shape, strides))
+        self._dense_as_traced = _dense_values(self._layouts)
         self._starts = {b.name for b in lp.inputs} | {b.name for b, _ in lp.consts}
         find_chains(plan, self.outputs, self._layouts, self._starts, slot)
         self._slots = exprs

@@ -428,11 +428,7 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
             body.append(f"    launches[{nk}]([{', '.join(args)}])")
             nk += 1
         else:
-            dense = _dense_args(step, from_inputs, dense_as_traced, views)
-            call = [_dense_code(w, a, dense) for a in step.args] + \
-                [f"{k}={_dense_code(w, v, dense)}" for k, v in step.kwargs.items()]
-            if dense is None:
-                from_inputs.add(step.out)  # a view of an input: laid out as the input is
+            call = _extern_args(w, step, from_inputs, dense_as_traced, views)
             target = FAST_CALLS.get(step.target, step.target)
             made = f"{w.obj(target, 'F')}({', '.join(call)})"
             view = views.get(step.out)
@@ -447,6 +443,16 @@ def straight_line(plan, inputs, consts, outputs, skip=frozenset(), cpu_allocs=Fa
     src = "def run(tensors, s, launches, const_tensors, dev):\n" + "\n".join(body) + "\n"
     exec(compile(src, "<symshape wrapper>", "exec"), w.ns)  # noqa: S102 - our own generated code
     return src, w.ns["run"]
+
+
+def _extern_args(w, step, from_inputs: set, dense_as_traced, views) -> list:
+    """The argument code of an ATen step (its dense copies included, :func:`_dense_args`); a
+    view of an input joins ``from_inputs``: it is laid out as the input is."""
+    dense = _dense_args(step, from_inputs, dense_as_traced, views)
+    if dense is None:
+        from_inputs.add(step.out)
+    return [_dense_code(w, a, dense) for a in step.args] + \
+        [f"{k}={_dense_code(w, v, dense)}" for k, v in step.kwargs.items()]
 
 
 def _dense_args(step, from_inputs: set, dense_as_traced, views) -> Optional[set]:
