@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .provenance import Provenance, capture
+from .layout_reads import LayoutRead
+from .provenance import capture
 
 #: ``(module, attribute)`` of the functions that set a generator's state, patched while a trace runs.
 _WRITES = ((torch, "manual_seed"), (torch, "seed"), (torch, "set_rng_state"),
@@ -37,18 +38,14 @@ _WRITES = ((torch, "manual_seed"), (torch, "seed"), (torch, "set_rng_state"),
 
 
 @dataclass(frozen=True)
-class RngWrite:
-    """One place the program set the generator: ``what`` (``torch.manual_seed``...) and its line.
+class RngWrite(LayoutRead):
+    """One place the program set the generator: ``what`` (``torch.manual_seed``...) and its line
+    (the record of :class:`~shapes.layout_reads.LayoutRead`, for another kind of state).
 
+    >>> from shapes.provenance import Provenance
     >>> RngWrite(what="torch.manual_seed", provenance=Provenance()).text()
     'torch.manual_seed at <unknown>:0'
     """
-
-    what: str
-    provenance: Provenance
-
-    def text(self) -> str:
-        return f"{self.what} at {self.provenance.location()}"
 
 
 class RecordedRngWrites:
