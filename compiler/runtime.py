@@ -28,7 +28,7 @@ import sympy
 import torch
 
 import shapes
-from shapes.errors import GuardViolation, SpecError, SymshapeError
+from shapes.errors import GuardViolation, SizeConflict, SpecError, SymshapeError
 from shapes.example_sizes import trace_general
 from shapes.layout_reads import strided_input
 from shapes.spec import Dim, DimExpr, check_declared_values, parse_dims, parse_spec
@@ -230,14 +230,14 @@ class CompiledProgram:
             shape = t.shape
             for k, d in fixed:
                 if shape[k] != d:
-                    raise GuardViolation(f"{s.name} has size {shape[k]} where the spec `{s}` fixes {d}")
+                    raise SizeConflict(f"{s.name} has size {shape[k]} where the spec `{s}` fixes {d}")
             for k, i in named:
                 n = shape[k]
                 got = vals[i]
                 if got is None:
                     vals[i] = int(n)
                 elif got != n:
-                    raise GuardViolation(f"dim {self.names[i]} is {got} and {n} in one call")
+                    raise SizeConflict(f"dim {self.names[i]} is {got} and {n} in one call")
             for k, d in exprs:
                 derived.append((d, int(shape[k]), f"{s.name}.shape[{k}]", s))
         if self._solve:
@@ -247,7 +247,7 @@ class CompiledProgram:
             known = {m: vals[self.names.index(m)] for m in d.names}
             if d.evaluate(known) != n:
                 given = ", ".join(f"{m}={v}" for m, v in known.items())
-                raise GuardViolation(f"{where} is {n} but the spec `{s}` says it is {d} = {d.evaluate(known)} "
+                raise SizeConflict(f"{where} is {n} but the spec `{s}` says it is {d} = {d.evaluate(known)} "
                                      f"({given})")
         return tuple(vals)
 

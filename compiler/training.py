@@ -68,7 +68,7 @@ from dataclasses import dataclass
 
 import torch
 
-from shapes.errors import GuardViolation, SymshapeError
+from shapes.errors import GuardViolation, SizeConflict, SymshapeError
 
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -93,6 +93,7 @@ class FallbackKind(enum.Enum):
     TRACE = "trace"  # symshape's tracer stopped (a typed limitation or the graph's own error)
     COMPILE = "compile"  # lowering or code generation failed
     AOT = "aot"  # AOTAutograd itself could not trace the joint graph
+    SIZES = "sizes"  # a call's tensors contradict the sizes AOTAutograd traced (torch's meta vs kernel)
 
 
 class TrainingFallback(UserWarning):
@@ -207,6 +208,12 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
                       reason=f"lowering: {compiled.variants[0].eager_reason}")
         return make_boxed_func(gm)
     compiled.key_inputs = [i for i, s in enumerate(plan.specs) if any(not isinstance(d, int) for d in s.dims)]
+    return _boxed_runner(gm, plan, compiled, outs, stats=stats, graph=graph)
+
+
+def _boxed_runner(gm, plan, compiled, outs, *, stats, graph):
+    """The boxed callable AOTAutograd runs for a compiled graph: arguments in, symshape's kernels
+    run, the graph's outputs (tensors, SymInts, constants) out in its order."""
     sym_outs = [e for kind, e in outs if kind is ArgKind.EXPR]
     tensor_pos = plan.tensor_pos
     simple = not sym_outs and all(kind is ArgKind.TENSOR for kind, _ in outs)
@@ -223,17 +230,37 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
         if carriers:
             tensors += plan.carrier_tensors(args, tensors[0].device if tensors else None)
         tensors = Owned(tensors)
+        syms = ()
         if sym_args:
+            syms = [args[i] for i in sym_args]
             _check_size_args(args, sym_args, plan.eval_exprs(sym_arg_exprs, tensors), sym_arg_exprs)
         ints = iter(plan.eval_exprs(sym_outs, tensors)) if sym_outs else iter(())
         if isinstance(args, list):  # a caller that passes a tuple keeps its references
             args.clear()
-        with torch._C._DisableAutocast(), row_buckets.training_graphs():  # a retrace plans as training
-            got = compiled(tensors)
+        try:
+            with torch._C._DisableAutocast(), row_buckets.training_graphs():  # a retrace plans as training
+                got = compiled(tensors)
+        except SizeConflict as e:
+            # The binding failed before any kernel ran, so every input is still there. Raised here,
+            # the sizes are torch's: its meta function promised one size, its kernel made another
+            # (CPU embedding_bag's bf16 fast path leaves offset2bag empty). The ATen graph takes them.
+            return aten_call(list(tensors), syms, e)
         if simple:
             return list(got)
         it = iter(got)
         return [next(it) if kind is ArgKind.TENSOR else next(ints) if kind is ArgKind.EXPR else v for kind, v in outs]
+
+    warned = []
+
+    def aten_call(tensors, syms, error):
+        if not warned:
+            warned.append(True)
+            warn_fallback(stats, graph=graph, kind=FallbackKind.SIZES,
+                          reason=f"{error}: torch's meta function and its kernel disagree on a size; "
+                                 "calls whose tensors disagree run as the ATen graph")
+        it = iter(syms)
+        return list(gm(*[tensors[v] if kind is ArgKind.TENSOR else next(it) if kind is ArgKind.EXPR else v
+                         for kind, v in plan.layout]))
 
     run.compiled = compiled
     run._boxed_call = True

@@ -157,3 +157,15 @@ class GuardViolation(SymshapeError, AssertionError):
         super().__init__(message)
         self.guard = guard
         self.values = values or {}
+
+
+class SizeConflict(GuardViolation):
+    """One call's tensor sizes contradict its spec: a dim given two values (``B`` is 5 in one
+    input and 0 in another), or a size other than the one the spec fixes.
+
+    Where symshape's own caller made the tensors (AOTAutograd's saved activations), this says
+    that torch's meta function and its kernel disagree on a size, not that the program erred.
+
+    >>> isinstance(SizeConflict("dim s0 is 5 and 0 in one call"), GuardViolation)
+    True
+    """

@@ -123,6 +123,40 @@ def test_a_training_graph_with_a_symint_argument_that_may_be_negative_runs_its_a
     assert sum(o == "= eager" for r in rows for _, o in r.calls) >= 10
 
 
+def test_a_training_graph_whose_saved_sizes_contradict_torchs_meta_runs_that_call_as_its_aten_graph():
+    """On the CPU a bf16 ``embedding_bag`` takes its kernel's fast path and returns an empty
+    ``offset2bag``, where torch's meta function (fast path for float and half only) promised one
+    entry per index.  The backward graph AOTAutograd traced then gets ``offset2bag`` of size 0 for
+    a dim it traced as ``N``: every step raised "dim s83 is 5 and 0 in one call" where eager runs.
+    Such a call now runs the ATen graph, with a one-line TrainingFallback."""
+    import warnings
+    import torch.nn.functional as F
+    from compiler.training import FallbackKind, TrainingFallback
+
+    def bag(w, i, o, p):
+        return F.embedding_bag(i, w, o, mode="sum", per_sample_weights=p)
+
+    compiler.register()
+    step = torch.compile(bag, backend="symshape", dynamic=True)
+    g = torch.Generator().manual_seed(0)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for n, bags in [(5, 2), (7, 3), (11, 4)]:
+            w = torch.randn(10, 5, generator=g).bfloat16().requires_grad_()
+            p = torch.randn(n, generator=g).bfloat16().requires_grad_()
+            i, o = torch.randint(0, 10, (n,), generator=g), torch.arange(bags) * (n // bags)
+            out = step(w, i, o, p)
+            out.float().square().sum().backward()
+            w2, p2 = w.detach().clone().requires_grad_(), p.detach().clone().requires_grad_()
+            ref = bag(w2, i, o, p2)
+            ref.float().square().sum().backward()
+            torch.testing.assert_close(out, ref)
+            torch.testing.assert_close(w.grad, w2.grad)
+            torch.testing.assert_close(p.grad, p2.grad)
+    sizes = [w for w in seen if issubclass(w.category, TrainingFallback) and f"({FallbackKind.SIZES.value})" in str(w.message)]
+    assert sizes and "offset2bag" not in str(sizes[0].message) and "in one call" in str(sizes[0].message)
+
+
 def _column_major(t):
     return t.transpose(-1, -2).contiguous().transpose(-1, -2)
 
