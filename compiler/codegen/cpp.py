@@ -44,7 +44,8 @@ from ..ir import JVAR, RVAR, Const, Op, OpKind, ReductionKind, compute_dtype, fl
 from .cpu_heap import keep_heap_blocks
 from . import cpp_call
 from .cpp_build import UNIT, compile_module
-from .cpp_loops import COLUMN_BLOCK, column_dim, affine_in_loops, column_reduction, element_cost, row_pieces
+from .cpp_loops import (COLUMN_BLOCK, column_dim, affine_in_loops, column_reduction, element_cost, fold_in_range,
+                        piece_ranges, row_pieces)
 from .decompositions import Primitives, spellings
 from .skeleton import INFIX, KernelGen, Literals, Scope, Target, call, declare, infix_table, templates
 
@@ -310,10 +311,16 @@ class CppTarget(Target):
     def load(self, scope: Scope, v) -> str:
         g = scope.g
         dt = g.lp.buffers[v.buf].dtype
-        if BUF_CTYPES[dt] == "uint16_t" and not affine_in_loops(v.index):
-            code = f"gather16({g.ptr[v.buf]}, {g.index(v.index)})"
+        index = v.index
+        j_range = getattr(scope, "j_range", None)
+        if j_range is not None and not affine_in_loops(index):
+            # In one piece of a row split at a seam the seam's min/max has one winner: the load
+            # is affine there (a plain vector load, not a gather).
+            index = fold_in_range(index, *j_range)
+        if BUF_CTYPES[dt] == "uint16_t" and not affine_in_loops(index):
+            code = f"gather16({g.ptr[v.buf]}, {g.index(index)})"
         else:
-            code = f"{g.ptr[v.buf]}[{g.index(v.index)}]"
+            code = f"{g.ptr[v.buf]}[{g.index(index)}]"
         return f"bf2f({code})" if dt == torch.bfloat16 else code
 
     @staticmethod
@@ -433,7 +440,9 @@ class CppTarget(Target):
         flat = not ov and not k.reductions
         # A row stored piecewise (a cat, a rotary's rotate_half) loops once per piece: in each,
         # gcc knows j's range, folds the piece's select and min/max, and loads run at stride 1.
-        for lo, hi in ([("0", extent)] if flat else row_pieces(value, extent)):
+        pieces = [("0", extent)] if flat else row_pieces(value, extent)
+        ranges = [None] if flat else piece_ranges(value)
+        for (lo, hi), j_range in zip(pieces, ranges):
             if flat:
                 row.lines.append(f"{ind}#pragma omp parallel for{' simd' if vec else ''} "
                                  f"num_threads(nt > 1 ? nt : 1) if(parallel: nt > 1)")
@@ -441,6 +450,7 @@ class CppTarget(Target):
                 row.lines.append(f"{ind}#pragma omp simd")
             row.lines.append(f"{ind}for (int64_t {JVAR} = {lo}; {JVAR} < {hi}; {JVAR}++) {{")
             inner = Scope(g, ind + "  ", parent=row)
+            inner.j_range = j_range if len(pieces) > 1 else None
             v = inner.emit(value)
             idx = g.index(flat_index(ov + (JVAR,), buf.strides))
             row.lines += inner.lines + [f"{ind}  {g.ptr[buf.name]}[{idx}] = {self.stored(buf, v)};", f"{ind}}}"]

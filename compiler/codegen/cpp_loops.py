@@ -53,6 +53,67 @@ def row_pieces(value, extent: str) -> list:
     >>> row_pieces(Op(OpKind.LT, (j, c), torch.bool), "L")
     [('0', 'std::min<int64_t>(32, L)'), ('std::min<int64_t>(32, L)', 'L')]
     """
+    cuts = _cuts(value)
+    if not cuts:
+        return [("0", extent)]
+    bounds = ["0"] + [f"std::min<int64_t>({c}, {extent})" for c in cuts] + [extent]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def piece_ranges(value) -> list:
+    """``[(lo, hi)]`` integer bounds of :func:`row_pieces`' pieces (``hi`` None: up to the
+    extent), each a superset of its piece's ``j`` (a piece ends at ``min(cut, extent)``).
+
+    >>> import torch
+    >>> from compiler.ir import SizeVal
+    >>> j, c = SizeVal(JVAR, torch.int64), SizeVal(sympy.Integer(32), torch.int64)
+    >>> piece_ranges(Op(OpKind.LT, (j, c), torch.bool))
+    [(0, 32), (32, None)]
+    """
+    cuts = _cuts(value)
+    bounds = [0, *cuts, None]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
+def fold_in_range(index, lo: int, hi) -> "sympy.Expr":
+    """``index`` with each ``Min``/``Max`` whose winner is the same for every ``j`` in
+    ``[lo, hi)`` replaced by that argument (``hi`` None: unbounded above): inside one piece of a
+    cat or a rotate_half, the gathered ``Min(j, 7) + 8`` is the affine ``j + 8``.
+
+    >>> fold_in_range(sympy.Min(JVAR, 7) + 8, 0, 8), fold_in_range(sympy.Max(0, JVAR - 8), 8, None)
+    (j + 8, j - 8)
+    >>> fold_in_range(sympy.Min(JVAR, 7), 0, None)
+    Min(7, j)
+    """
+    e = sympy.sympify(index)
+    if not e.has(sympy.Min, sympy.Max):
+        return e
+    return e.replace(lambda n: isinstance(n, (sympy.Min, sympy.Max)), lambda n: _winner(n, lo, hi))
+
+
+def _winner(node, lo, hi):
+    first = isinstance(node, sympy.Min)
+    for a in node.args:
+        if all(a == b or _nonneg_in_range(b - a if first else a - b, lo, hi) for b in node.args):
+            return a
+    return node
+
+
+def _nonneg_in_range(d, lo, hi) -> bool:
+    """Whether ``d`` (affine in ``j``, no other symbol) is >= 0 for every ``j`` in ``[lo, hi)``."""
+    d = sympy.expand(d)
+    if not d.free_symbols <= {JVAR}:
+        return False
+    c = d.coeff(JVAR)
+    if not (c.is_Number and (d - c * JVAR).is_Number):
+        return False
+    if c >= 0:
+        return bool(d.subs(JVAR, lo) >= 0)
+    return hi is not None and bool(d.subs(JVAR, hi - 1) >= 0)
+
+
+def _cuts(value) -> list:
+    """The integer ``j`` values where ``value``'s comparisons of ``j`` with a constant flip."""
     cuts = set()
     for n in walk(value):
         if not (isinstance(n, Op) and OpKind(n.op) in _SPLITS and len(n.args) == 2):
@@ -62,11 +123,7 @@ def row_pieces(value, extent: str) -> list:
             cuts.add(b + _SPLITS[OpKind(n.op)])
         elif isinstance(b, sympy.Symbol) and b == JVAR and isinstance(a, int):
             cuts.add(a + 1 - _SPLITS[OpKind(n.op)])  # c < j is j >= c + 1; c <= j is j >= c
-    cuts = sorted(c for c in cuts if c > 0)[:MAX_PIECES - 1]
-    if not cuts:
-        return [("0", extent)]
-    bounds = ["0"] + [f"std::min<int64_t>({c}, {extent})" for c in cuts] + [extent]
-    return list(zip(bounds[:-1], bounds[1:]))
+    return sorted(c for c in cuts if c > 0)[:MAX_PIECES - 1]
 
 
 def _int_of(v):
