@@ -50,9 +50,12 @@ class DataDependentError(SymshapeError, RuntimeError):
         # A name read off the user's line needs no origin: the line is in the message already.
         origins = "; ".join(f"{names[u]} = {what[u]}" for u in self.unbacked if _bare(names[u]) not in what[u])
         op = f" (asked by {provenance.op})" if provenance.op else ""
+        # No frame of the program asked (it is torch's own function, an OpInfo's): the op says where.
+        where = f" at {provenance.filename}:{provenance.lineno}" if provenance.lineno else ""
+        code = f": `{provenance.code}`" if provenance.code else ""
         super().__init__(
-            f"data-dependent condition {to_python(expr, names)} at {provenance.filename}:{provenance.lineno}"
-            f"{op}: `{provenance.code}`." + (f" {origins}." if origins else "") + " The value is only known "
+            f"data-dependent condition {to_python(expr, names)}{where}{op}{code}."
+            + (f" {origins}." if origins else "") + " The value is only known "
             f"at run time, so the trace cannot take a branch on it. "
             + _how_to_check(expr, names, {u for u in self.unbacked if _is_truth(sources.get(u))})
             + " The check is asserted at run time and assumed while tracing."

@@ -6,6 +6,7 @@ takes the innermost frame that belongs to neither torch, sympy nor symshape.
 """
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import linecache
 import os
@@ -60,11 +61,24 @@ _TORCH_PLUMBING = tuple(
 )
 
 
+@functools.lru_cache(maxsize=4096)
+def _normal(filename: str) -> str:
+    """``filename`` without ``..`` or ``.`` parts: a package imported through a path such as
+    ``bench/..`` (a script that put its parent on ``sys.path``) names its files so, and they
+    are still the engine's or a library's, never the program's.
+
+    >>> _normal("/a/bench/../shapes/decide.py")
+    '/a/shapes/decide.py'
+    """
+    return os.path.normpath(filename) if os.sep + "." in filename else filename
+
+
 def is_engine_file(filename: str) -> bool:
-    return filename.startswith(_ENGINE_DIRS)
+    return _normal(filename).startswith(_ENGINE_DIRS)
 
 
 def is_library_file(filename: str) -> bool:
+    filename = _normal(filename)
     if filename.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen"):
         return True
     # The standard library (contextlib, functools, ...) is never "user code",
@@ -101,9 +115,19 @@ class Provenance:
         return self.op is None
 
     def location(self) -> str:
+        """``file:line``, or, where no frame of the program asked (the program is torch's own
+        function), the torch function that did.
+
+        >>> Provenance(filename="m.py", lineno=3).location(), Provenance(op="torch.nn.functional.pad").location()
+        ('m.py:3', 'torch.nn.functional.pad (no line of the program)')
+        """
+        if not self.lineno:
+            return f"{self.op or 'torch'} (no line of the program)"
         return f"{self.filename}:{self.lineno}"
 
     def __str__(self) -> str:
+        if not self.lineno:
+            return self.location()
         where = f"{self.filename}:{self.lineno}"
         if self.code:
             where += f" `{self.code}`"
@@ -112,14 +136,32 @@ class Provenance:
         return where
 
 
+#: Code objects of the engine's frames that run a traced program (the tracer registers its own):
+#: frames outside one are whoever asked for the trace, never the program's source.
+_BOUNDARIES: set = set()
+
+
+def program_boundary(code) -> None:
+    """Register ``code`` (an engine function's ``__code__``) as where traced programs run: a
+    question asked inside it is never blamed on a frame outside it (a script's ``trace(...)``
+    line when the program is torch's own function).
+
+    >>> program_boundary(program_boundary.__code__); program_boundary.__code__ in _BOUNDARIES
+    True
+    """
+    _BOUNDARIES.add(code)
+
+
 def capture(current_op: Optional[str] = None, *, stack_depth: int = 6) -> Provenance:
-    """Provenance of the caller: innermost non-library, non-engine frame."""
+    """Provenance of the caller: innermost non-library, non-engine frame inside the program run."""
     f = sys._getframe(1)
     user = None
     torch_fn = None
     stack = []
     while f is not None:
-        fn = f.f_code.co_filename
+        if f.f_code in _BOUNDARIES:
+            break
+        fn = _normal(f.f_code.co_filename)
         if is_engine_file(fn):
             pass
         elif is_library_file(fn):

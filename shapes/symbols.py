@@ -164,7 +164,8 @@ class DataSource:
     def __str__(self) -> str:
         if self.read is None:
             return self.kind.value
-        where = f"{self.filename}:{self.lineno}" + (f" `{self.code}`" if self.code else "")
+        where = (f"{self.filename}:{self.lineno}" if self.lineno else "torch's own code") + (
+            f" `{self.code}`" if self.code else "")
         op = (self.op or "").rpartition(".")[2]
         return _READ_TEXT[self.read].format(where=where, op=op)
 

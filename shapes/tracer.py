@@ -31,6 +31,7 @@ from .env import ShapeEnv
 from .errors import SpecError, SymshapeError, TraceError
 from .failures import trace_failure
 from .program import TracedProgram, UntracedOutput
+from .provenance import program_boundary
 from .recorder import ModuleScope, Recorder
 from .spec import Dim, DimExpr, default_hints, parse_dims, parse_specs
 from .symbols import SizeSource
@@ -346,6 +347,9 @@ def _run_program(program, builder, args, kwargs, *, backward, progress, at: str,
         except Exception as e:  # the user's program raised: say where, and on which path
             raise trace_failure(e, env, at) from e
     return out, list(reported.reads), list(layouts.reads), list(rng.writes)
+
+
+program_boundary(_run_program.__code__)  # decisions inside a program run are blamed inside it
 
 
 def _record_outputs(builder, out):

@@ -89,3 +89,24 @@ def test_mobilevit_traces_at_symbolic_height_and_width():
         assert not tp.failing_guards({"B": B, "H": 36, "W": 44})
         with torch.no_grad():
             torch.testing.assert_close(tp.run(x), logits(x), atol=1e-4, rtol=1e-4)
+
+
+def test_a_data_dependent_decision_inside_torchs_own_function_is_not_blamed_on_the_caller():
+    """``gaussian_nll_loss`` checks ``torch.any(var < 0)``: a decision on data, asked by torch's
+    own code.  No frame of the program asked, so the message names the torch function, never the
+    line that called ``trace`` (it blamed that line, and read the condition's name off it), nor
+    symshape's own file where the package was imported through a ``..`` path."""
+    from shapes.data_dependent_error import DataDependentError
+    with pytest.raises(DataDependentError) as e:
+        shapes.trace(torch.nn.functional.gaussian_nll_loss, "x: f32[N]", "t: f32[N]", "v: f32[N]", dims={"N": 4})
+    msg = str(e.value)
+    assert "asked by torch.nn.functional.gaussian_nll_loss" in msg
+    assert "test_blame.py" not in msg and "shapes.trace" not in msg and "<unknown>" not in msg
+
+
+def test_engine_files_imported_through_a_dotted_path_are_still_the_engines():
+    import os
+    from shapes import provenance
+    dotted = os.path.join(os.path.dirname(provenance.__file__), "..", "bench", "..", "shapes", "decide.py")
+    assert provenance.is_engine_file(dotted)
+    assert not provenance.is_engine_file(os.path.join(os.path.dirname(provenance.__file__), "..", "examples", "x.py"))
