@@ -56,7 +56,7 @@ class DataDependentError(SymshapeError, RuntimeError):
         super().__init__(
             f"data-dependent condition {to_python(expr, names)}{where}{op}{code}."
             + (f" {origins}." if origins else "") + " The value is only known "
-            f"at run time, so the trace cannot take a branch on it. "
+            "at run time, so the trace cannot take a branch on it. "
             + _how_to_check(expr, names, {u for u in self.unbacked if _is_truth(sources.get(u))})
             + " The check is asserted at run time and assumed while tracing."
         )
