@@ -93,8 +93,8 @@ class DeviceRead:
     ``what`` is the attribute read (``Tensor.device``, ``Tensor.is_cuda``, ...),
     ``device`` the device the trace reported, ``provenance`` the program's line.
 
-    >>> DeviceRead(what="Tensor.device", device="cpu", provenance=Provenance()).text()
-    'Tensor.device read as cpu at <unknown>:0'
+    >>> DeviceRead(what="Tensor.device", device="cpu", provenance=Provenance(filename="m.py", lineno=3)).text()
+    'Tensor.device read as cpu at m.py:3'
     """
 
     what: str

@@ -56,8 +56,8 @@ _NOT_THE_PROGRAM = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep f
 class LayoutRead:
     """One place the program read a tensor's layout: ``what`` (``Tensor.stride``...) and its line.
 
-    >>> LayoutRead(what="Tensor.stride", provenance=Provenance()).text()
-    'Tensor.stride at <unknown>:0'
+    >>> LayoutRead(what="Tensor.stride", provenance=Provenance(filename="m.py", lineno=3)).text()
+    'Tensor.stride at m.py:3'
     """
 
     what: str

@@ -43,8 +43,8 @@ class RngWrite(LayoutRead):
     (the record of :class:`~shapes.layout_reads.LayoutRead`, for another kind of state).
 
     >>> from shapes.provenance import Provenance
-    >>> RngWrite(what="torch.manual_seed", provenance=Provenance()).text()
-    'torch.manual_seed at <unknown>:0'
+    >>> RngWrite(what="torch.manual_seed", provenance=Provenance(filename="m.py", lineno=3)).text()
+    'torch.manual_seed at m.py:3'
     """
 
 
