@@ -435,7 +435,7 @@ def test_rows_with_seams_loop_once_per_piece():
             torch.testing.assert_close(out, ref)
 
 
-def _rotary(x, cos, sin):
+def _rotary_bf16_head16(x, cos, sin):
     # Llama's rotary embedding: x * cos + rotate_half(x) * sin, head dim 16 (halves at column 8).
     half = torch.cat([-x[..., 8:], x[..., :8]], -1)
     return x * cos + half * sin
@@ -448,15 +448,15 @@ def test_half_rows_split_at_a_seam_load_each_piece_without_gathers():
     T = 257, head dim 16, with gathers; the C++ kernels of a training step 1.83 -> 1.05 ms).
     Values equal eager at sizes 1 and primes, also for inputs at an odd element offset."""
     specs = ("x: bf16[H, T, 16]", "cos: bf16[T, 16]", "sin: bf16[T, 16]")
-    lp = lower(shapes.trace(_rotary, *specs))
+    lp = lower(shapes.trace(_rotary_bf16_head16, *specs))
     src, _ = CPP.generate(lp, schedule(lp))
     assert "std::min<int64_t>(8, " in src and "gather16(b" not in src
-    f = compiler.compile(_rotary, *specs)
+    f = compiler.compile(_rotary_bf16_head16, *specs)
     for H, T in [(1, 1), (4, 7), (3, 13), (2, 32)]:
         base = torch.randn(H * T * 16 + 1).bfloat16()
         x = base[1:].view(H, T, 16)  # 2 bytes off a 4-byte boundary
         cos, sin = torch.randn(T, 16).bfloat16(), torch.randn(T, 16).bfloat16()
-        assert torch.equal(f(x, cos, sin), _rotary(x, cos, sin))
+        assert torch.equal(f(x, cos, sin), _rotary_bf16_head16(x, cos, sin))
 
 
 def _bias_grad_and_transpose(g, w):
