@@ -312,7 +312,7 @@ class CppTarget(Target):
         g = scope.g
         dt = g.lp.buffers[v.buf].dtype
         index = v.index
-        j_range = getattr(scope, "j_range", None)
+        j_range = scope.j_range
         if j_range is not None and not affine_in_loops(index):
             # In one piece of a row split at a seam the seam's min/max has one winner: the load
             # is affine there (a plain vector load, not a gather).
@@ -449,8 +449,7 @@ class CppTarget(Target):
             elif vec:
                 row.lines.append(f"{ind}#pragma omp simd")
             row.lines.append(f"{ind}for (int64_t {JVAR} = {lo}; {JVAR} < {hi}; {JVAR}++) {{")
-            inner = Scope(g, ind + "  ", parent=row)
-            inner.j_range = j_range if len(pieces) > 1 else None
+            inner = Scope(g, ind + "  ", parent=row, j_range=j_range)
             v = inner.emit(value)
             idx = g.index(flat_index(ov + (JVAR,), buf.strides))
             row.lines += inner.lines + [f"{ind}  {g.ptr[buf.name]}[{idx}] = {self.stored(buf, v)};", f"{ind}}}"]

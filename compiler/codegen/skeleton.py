@@ -167,9 +167,12 @@ class Scope:
     """
 
     def __init__(self, gen: "KernelGen", indent: str, mask: Optional[str] = None,
-                 parent: Optional["Scope"] = None, zero: str = "zvec"):
+                 parent: Optional["Scope"] = None, zero: str = "zvec", j_range: Optional[tuple] = None):
         self.g = gen
         self.zero = zero
+        #: ``(lo, hi)`` bounds of the row loop's ``j`` in this region (``hi`` None: unbounded), where
+        #: a target splits a row at its seams; loads may fold min/max indices over it.
+        self.j_range = j_range
         self.indent = indent
         self.mask = mask
         self.lines: list[str] = []
