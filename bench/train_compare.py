@@ -230,10 +230,13 @@ def ref_grads(model, batch) -> dict:
 
 
 #: symshape variants a mode name turns on for its own compiles and steps: ``(module, flag)`` pairs
-#: set true (:mod:`compiler.linear_groups`, :mod:`compiler.half_gemm`, :mod:`compiler.cublas_warm`).
+#: set true (:mod:`compiler.linear_groups`, :mod:`compiler.half_gemm`, :mod:`compiler.cublas_warm`),
+#: or ``(module, flag, value)``: ``symshape_nok`` leaves weight gradients' contractions unpadded
+#: (:data:`compiler.row_buckets.CONTRACTION`; rows are still rounded up).
 VARIANTS = {"symshape_groups": (("linear_groups", "ENABLED"),), "symshape_gemm": (("half_gemm", "ENABLED"),),
             "symshape_warm": (("cublas_warm", "ENABLED"),),
-            "symshape_groups_warm": (("linear_groups", "ENABLED"), ("cublas_warm", "ENABLED"))}
+            "symshape_groups_warm": (("linear_groups", "ENABLED"), ("cublas_warm", "ENABLED")),
+            "symshape_nok": (("row_buckets", "CONTRACTION", False),)}
 
 #: symshape variants set through the environment for the mode's compiles and steps:
 #: ``symshape_threads`` builds Triton kernel variants in this process's threads, not in worker
@@ -252,17 +255,18 @@ def variant(mode):
     """
     import importlib
     base = mode.removesuffix("_nocudnn")
-    flags = [(importlib.import_module(f"compiler.{m}"), attr) for m, attr in VARIANTS.get(base, ())]
-    saved = [getattr(m, attr) for m, attr in flags]
+    flags = [(importlib.import_module(f"compiler.{f[0]}"), f[1], f[2] if len(f) > 2 else True)
+             for f in VARIANTS.get(base, ())]
+    saved = [getattr(m, attr) for m, attr, _ in flags]
     env = ENV_VARIANTS.get(base, {})
     saved_env = {k: os.environ.get(k) for k in env}
-    for m, attr in flags:
-        setattr(m, attr, True)
+    for m, attr, value in flags:
+        setattr(m, attr, value)
     os.environ.update(env)
     try:
         yield
     finally:
-        for (m, attr), v in zip(flags, saved):
+        for (m, attr, _), v in zip(flags, saved):
             setattr(m, attr, v)
         for k, v in saved_env.items():
             if v is None:

@@ -55,6 +55,9 @@ _MODE = os.environ.get("SYMSHAPE_MM_ROW_BUCKETS", "train")
 #: Whether compiled programs bucket their half-precision CUDA matmuls' rows: every program
 #: (``SYMSHAPE_MM_ROW_BUCKETS=1``), none (``0``), or None: training graphs only (the default).
 ENABLED = True if _MODE == "1" else False if _MODE == "0" else None
+#: Whether weight gradients (the contraction over the rows) are rounded up too; ``SYMSHAPE_MM_CONTRACTION_BUCKETS=0``
+#: leaves them at their own length (read at each call: an A/B switch for benches).
+CONTRACTION = os.environ.get("SYMSHAPE_MM_CONTRACTION_BUCKETS", "1") != "0"
 _training = False
 
 
@@ -292,7 +295,7 @@ def mm(a, b):
     rounded up, with zeros."""
     p = _rows(a)
     if p is None:
-        k = _contraction(a, b)
+        k = _contraction(a, b) if CONTRACTION else None
         out = None if k is None else _padded_contraction(a, b, k)
         if out is not None and cublas_warm.ENABLED:
             _warm_contraction(a, b, k)
