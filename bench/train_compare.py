@@ -171,7 +171,15 @@ def _parts() -> dict:
     return {"sym_graphs_s": compiler.BACKEND_STATS.get("train_graph_s", 0.0),
             "lower_s": compiler.STATS.get("lower_s", 0.0), "codegen_s": compiler.STATS.get("codegen_s", 0.0),
             "kernel_build_s": compiler.STATS.get("warm_s", 0.0), "kernel_variants": compiler.STATS.get("warmed", 0),
-            "build_wait_s": _waits(), "linear_groups": compiler.BACKEND_STATS.get("linear_groups", 0)}
+            "build_wait_s": _waits(), "linear_groups": compiler.BACKEND_STATS.get("linear_groups", 0),
+            "preload_n": _preloads()["n"], "preload_s": _preloads()["s"]}
+
+
+def _preloads() -> dict:
+    """Variants the loader thread loaded ahead so far, and its seconds (:mod:`compiler.codegen.preload`):
+    work beside the steps, on their process's GIL."""
+    from compiler.codegen.preload import PRELOADS
+    return PRELOADS
 
 
 def _building() -> tuple:
@@ -240,8 +248,10 @@ VARIANTS = {"symshape_groups": (("linear_groups", "ENABLED"),), "symshape_gemm":
 
 #: symshape variants set through the environment for the mode's compiles and steps:
 #: ``symshape_threads`` builds Triton kernel variants in this process's threads, not in worker
-#: processes (:mod:`compiler.codegen.triton_build`).
-ENV_VARIANTS = {"symshape_threads": {"SYMSHAPE_BUILD_PROCESSES": "0"}}
+#: processes (:mod:`compiler.codegen.triton_build`); ``symshape_nopreload`` leaves built variants to
+#: the launch that needs them (no loader thread beside the steps: :mod:`compiler.codegen.preload`).
+ENV_VARIANTS = {"symshape_threads": {"SYMSHAPE_BUILD_PROCESSES": "0"},
+                "symshape_nopreload": {"SYMSHAPE_PRELOAD": "0"}}
 
 
 @contextlib.contextmanager
@@ -390,7 +400,8 @@ class ModeRun:
                                  options={"causal_masks": True} if base == "symshape_causal" else None))
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         self.times, self.compiles, self.peak_step = [], [], 0
-        #: ``(length, ms, compiled)`` per step, in order (``--per-step`` prints them).
+        #: ``(length, ms, compiled, loaded)`` per step, in order (``--per-step`` prints them); ``loaded``:
+        #: variants the loader thread loaded during the step (:func:`_preloads`).
         self.trace: list = []
         #: symshape's compile counters (:func:`_parts`) moved by this mode's compiles.
         self.sym_parts: dict = {}
@@ -435,6 +446,7 @@ class ModeRun:
         before, dev, traces, built = _graphs(), self.device, compiler.STATS["traces"], _building()
         fb = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
         parts = _parts() if self.mode.startswith("symshape") else None
+        loads = _preloads()["n"]
         _sync(dev)
         if dev == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -449,7 +461,7 @@ class ModeRun:
         dt = time.perf_counter() - t
         if dev == "cuda":
             self.peak_step = max(self.peak_step, torch.cuda.max_memory_allocated() - start_mem)
-        self.trace.append((L, round(dt * 1e3, 2), _graphs() != before))
+        self.trace.append((L, round(dt * 1e3, 2), _graphs() != before, _preloads()["n"] - loads))
         if _graphs() != before or _building() != built:  # a step that compiled or built kernels
             self.compiles.append(dt)
             self.res["recompiles"] += _graphs() - before
@@ -583,7 +595,9 @@ def _split(r) -> str:
             f"+ codegen {r['codegen_s']:.1f} + kernel builds {r['kernel_build_s']:.1f} ({r['kernel_variants']} "
             f"variants); the rest is dynamo + AOTAutograd; first runs waited {r.get('build_wait_s', 0.0):.1f}s "
             f"for builds in workers ({_build_mode()})"
-            + (f"; {r['linear_groups']} linear groups" if r.get("linear_groups") else "") + "]")
+            + (f"; {r['linear_groups']} linear groups" if r.get("linear_groups") else "")
+            + (f"; {r['preload_n']} variants loaded ahead in {r['preload_s']:.1f}s beside the steps"
+               if r.get("preload_n") else "") + "]")
 
 
 def _build_mode() -> str:
@@ -649,8 +663,8 @@ def report(rows, modes, device, n_lens, per_step=False) -> str:
                          + (f"  beside {r['anchor']} at {r['anchor_ms']:.2f} ms" if "anchor_ms" in r else "")
                          + (f"  {_split(r)}" if "sym_graphs_s" in r else ""))
             if per_step and r.get("trace"):
-                lines.append("      steps L:ms (* compiled): " + " ".join(
-                    f"{L}:{t:.1f}{'*' if c else ''}" for L, t, c in r["trace"]))
+                lines.append("      steps L:ms (* compiled, +n: n variants loaded ahead during the step): " + " ".join(
+                    f"{L}:{t:.1f}{'*' if c else ''}{f'+{n}' if n else ''}" for L, t, c, n in r["trace"]))
     ge, gd = _geo(vs_eager), _geo(vs_dyn)
     lines += ["", f"geomean symshape speedup: vs eager {ge:.2f}x, vs Inductor dynamic {gd:.2f}x"]
     want_e, want_d = (1.3, 1.0) if device == "cuda" else (1.0, 0.9)
