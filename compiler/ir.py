@@ -145,6 +145,17 @@ class Op:
             raise ValueError(f"IR op {kind.value} takes {kind.arity} operand(s), got {len(self.args)}")
         object.__setattr__(self, "op", kind)
 
+    def __eq__(self, other):
+        # Structural, each pair of nodes compared once: the generated __eq__ recursed through the
+        # args tuples without a memo, so two equal copies of a DAG whose nodes are shared along
+        # many paths took time exponential in its depth (HF glm5_next_text's training step did
+        # not finish codegen in 300 s).
+        if self is other:
+            return True
+        if other.__class__ is not Op:
+            return NotImplemented
+        return _same_dag(self, other)
+
     def __hash__(self):
         # Cached: DAGs are hashed at every CSE lookup, and recomputing is quadratic.
         h = self.__dict__.get("_h")
@@ -152,6 +163,41 @@ class Op:
             h = hash((self.op, self.args, self.dtype))
             object.__setattr__(self, "_h", h)
         return h
+
+
+def _same_dag(a: "Op", b: "Op") -> bool:
+    """Whether IR values ``a`` and ``b`` are the same expression: each pair of nodes met along
+    several paths is compared once, so the cost is the size of the two DAGs, not of their trees.
+
+    >>> x = Load("x", 0, torch.float32)
+    >>> def tower(n):
+    ...     v = x
+    ...     for _ in range(n):
+    ...         v = Op("add", (v, v), torch.float32)
+    ...     return v
+    >>> tower(200) == tower(200), tower(200) == tower(199)
+    (True, False)
+    """
+    seen = set()
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if x is y:
+            continue
+        if x.__class__ is not y.__class__:
+            return False
+        if x.__class__ is not Op:
+            if x != y:
+                return False
+            continue
+        pair = (id(x), id(y))
+        if pair in seen:
+            continue
+        seen.add(pair)
+        if hash(x) != hash(y) or x.op is not y.op or x.dtype != y.dtype or len(x.args) != len(y.args):
+            return False
+        stack.extend(zip(x.args, y.args))
+    return True
 
 
 @dataclass(frozen=True)

@@ -248,3 +248,23 @@ def test_declared_value_ranges_are_checked_at_every_call_not_only_a_shapes_first
         cp(x, torch.tensor([[0, 4], [1, 2]]))
     with pytest.raises(GuardViolation, match="holds -1"):
         cp(x, torch.tensor([[0, -1], [1, 2]]))
+
+
+def _deep_chain(x):
+    y = x.sin()
+    for _ in range(24):
+        y = torch.tanh(y * y + y)  # each value read twice by the next
+    return y
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_deep_chain_reading_each_value_twice_compiles_to_one_kernel(dtype):
+    # Lowering inlines a value at each of its uses, so the kernel's expression holds equal copies
+    # along 2**24 paths; codegen compared such copies node by node and never finished.
+    f = compiler.compile(_deep_chain, f"x: {'f32' if dtype == torch.float32 else 'bf16'}[N]")
+    for n in (1, 37, 64):
+        x = torch.randn(n, dtype=dtype)
+        out, ref = f(x), _deep_chain(x)
+        assert out.dtype == dtype and out.shape == ref.shape
+        assert torch.allclose(out.float(), ref.float(), atol=1e-5 if dtype == torch.float32 else 2e-2)
+    assert sum(isinstance(s, Kernel) for s in f.variants[0].steps) == 1

@@ -229,6 +229,9 @@ def _widen(v):
 def _legalize(v, legal):
     if isinstance(v, Op):
         args = tuple(legal(a) for a in v.args)
+        if v.dtype not in HALF_DTYPES and all(a is b for a, b in zip(args, v.args)) and \
+                not any(a.dtype in HALF_DTYPES for a in args if v.op is not OpKind.CAST):
+            return v  # nothing to widen: the node itself (a copy would be compared with it node by node)
         if v.op is OpKind.CAST:
             return Op(OpKind.CAST, args, v.dtype)  # conversions to and from half are spelled by targets
         op = Op(v.op, tuple(_widen(a) for a in args), compute_dtype(v.dtype))
@@ -259,7 +262,12 @@ class KernelGen:
         self.args, self.ptr, self.written = sig.args, sig.ptr, sig.written
         #: The function name the source is written with (None: the kernel's own name).
         self.fn_base = None
+        #: id of a canonical value -> (the value, its legal form) (see :meth:`legal`).
         self.legal_memo: dict = {}
+        #: id of a value met -> (the value, its canonical node): equal values share one node, so
+        #: memo lookups compare by identity (see :meth:`canonical`).
+        self._canon: dict = {}
+        self._interned: dict = {}
         #: Index expressions (simplified) a kernel has already computed under a name: a flat
         #: kernel's dense row-major index is its block's own linear index, no div/mod needed.
         self.index_names: dict = {}
@@ -275,13 +283,56 @@ class KernelGen:
         cast back to the half type, so results round after every op as eager's
         do; operands are widened (exactly) first.  Loads stay in the storage type.
         """
-        got = self.legal_memo.get(v)
+        v = self.canonical(v)
+        got = self.legal_memo.get(id(v))
         if got is not None:
-            return got
-        out = _legalize(v, self.legal)
-        self.legal_memo[v] = out
-        self.legal_memo[out] = out
+            return got[1]
+        out = self.canonical(_legalize(v, self.legal))
+        self.legal_memo[id(v)] = (v, out)
+        self.legal_memo.setdefault(id(out), (out, out))
         return out
+
+    def canonical(self, v):
+        """The one node of this kernel equal to ``v``: an op is looked up by its kind, its dtype
+        and the identities of its operands' canonical nodes, so no lookup compares two DAGs node
+        by node.  Lowering inlines a buffer at each use, which makes equal copies of deep
+        expressions; comparing those structurally at every memo lookup was quadratic in their
+        size (HF glm5_next_text's training kernels: DAGs of ~1000 nodes, codegen past 300 s).
+
+        >>> from compiler.ir import Load, Op
+        >>> x = Load("x", 0, torch.float32)
+        >>> a, b = (Op("add", (Op("neg", (x,), torch.float32), x), torch.float32) for _ in range(2))
+        >>> g = KernelGen.__new__(KernelGen); g._canon, g._interned = {}, {}
+        >>> a is b, g.canonical(a) is g.canonical(b)
+        (False, True)
+        """
+        got = self._canon.get(id(v))
+        if got is not None:
+            return got[1]
+        stack = [v]
+        while stack:  # operands first, without recursion (expressions may be thousands deep)
+            x = stack[-1]
+            if id(x) in self._canon:
+                stack.pop()
+                continue
+            args = x.args if isinstance(x, Op) else ()
+            todo = [a for a in args if id(a) not in self._canon]
+            if todo:
+                stack.extend(todo)
+                continue
+            stack.pop()
+            if isinstance(x, Op):
+                cargs = tuple(self._canon[id(a)][1] for a in args)
+                key = (x.op, tuple(id(a) for a in cargs), x.dtype)
+                c = self._interned.get(key)
+                if c is None:
+                    c = x if all(a is b for a, b in zip(cargs, args)) else Op(x.op, cargs, x.dtype)
+                    self._interned[key] = c
+            else:
+                c = self._interned.setdefault(("leaf", x), x)
+            self._canon[id(x)] = (x, c)
+            self._canon.setdefault(id(c), (c, c))
+        return self._canon[id(v)][1]
 
     def accumulated(self, v):
         """A reduction body value in its accumulator's dtype (float32 for half types)."""
