@@ -149,7 +149,7 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
         # A C++ kernel read a size as an int (TensorImpl::throw_cannot_call_with_symbolic):
         # torch's limit on symbolic tensors, which eager never meets.
         return UnsupportedOpError(
-            f"a torch kernel called at {prov.filename}:{prov.lineno} (`{prov.code}`) reads "
+            f"a torch kernel called at {prov.line()} reads "
             f"the sizes of a tensor as integers ({first_line(e)}), which symbolic tracing cannot give "
             f"it. This is a limitation of symshape (torch.export stops there too), not an error of the "
             f"program; call the op outside the traced part, or at fixed sizes.").in_trace(env)
@@ -164,7 +164,7 @@ def trace_failure(e: Exception, env, at: str) -> Exception:
             f"{first_line(e)}. This is a limitation of symshape, not an error of the program; "
             f"please report it.", exc=e, provenance=prov, env=env)
     return TraceError(
-        f"the program raised {type(e).__name__} at {prov.filename}:{prov.lineno} (`{prov.code}`) "
+        f"the program raised {type(e).__name__} at {prov.line()} "
         f"when traced at {at or 'the given sizes'}: {first_line(e)}",
         exc=e, provenance=prov, path=env.guards, env=env)
 

@@ -125,6 +125,14 @@ class Provenance:
             return f"{self.op or 'torch'} (no line of the program)"
         return f"{self.filename}:{self.lineno}"
 
+    def line(self) -> str:
+        """:meth:`location` and the line's code, for messages that name the op themselves.
+
+        >>> Provenance(filename="m.py", lineno=3, code="y = x.view(-1)").line(), Provenance(op="torch.cdist").line()
+        ('m.py:3 (`y = x.view(-1)`)', 'torch.cdist (no line of the program)')
+        """
+        return self.location() + (f" (`{self.code}`)" if self.code else "")
+
     def __str__(self) -> str:
         if not self.lineno:
             return self.location()

@@ -120,7 +120,7 @@ class Recorder(TorchDispatchMode):
             typed = isinstance(e, (DynamicOutputShapeException, DataDependentOutputException))
             if typed or "data-dependent" in msg or "meta" in msg.lower():
                 raise UnsupportedOpError(
-                    f"{op} at {prov.location()}{f' (`{prov.code}`)' if prov.code else ''} cannot run on meta tensors "
+                    f"{op} at {prov.line()} cannot run on meta tensors "
                     f"with symbolic sizes ({msg}); its output shape may depend on data. Please report it."
                 ) from e
             raise
@@ -229,7 +229,7 @@ class Recorder(TorchDispatchMode):
         reported as the program's error."""
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return TracerLimitation(
-            f"{op} at {prov.location()}{f' (`{prov.code}`)' if prov.code else ''} raised {type(e).__name__} "
+            f"{op} at {prov.line()} raised {type(e).__name__} "
             f"({first[:300]}) after symshape answered the layout question `{to_python(entry.before)}` as it is "
             f"at sizes >= 2, not as at the example sizes; eager may not raise here. This is a limitation of "
             f"symshape, not known to be an error of the program: trace at example sizes where no dim is 1, "

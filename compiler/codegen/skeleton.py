@@ -229,9 +229,6 @@ def _widen(v):
 def _legalize(v, legal):
     if isinstance(v, Op):
         args = tuple(legal(a) for a in v.args)
-        if v.dtype not in HALF_DTYPES and all(a is b for a, b in zip(args, v.args)) and \
-                not any(a.dtype in HALF_DTYPES for a in args if v.op is not OpKind.CAST):
-            return v  # nothing to widen: the node itself (a copy would be compared with it node by node)
         if v.op is OpKind.CAST:
             return Op(OpKind.CAST, args, v.dtype)  # conversions to and from half are spelled by targets
         op = Op(v.op, tuple(_widen(a) for a in args), compute_dtype(v.dtype))
@@ -262,7 +259,7 @@ class KernelGen:
         self.args, self.ptr, self.written = sig.args, sig.ptr, sig.written
         #: The function name the source is written with (None: the kernel's own name).
         self.fn_base = None
-        #: id of a canonical value -> (the value, its legal form) (see :meth:`legal`).
+        #: canonical value -> its legal form (see :meth:`legal`).
         self.legal_memo: dict = {}
         #: id of a value met -> (the value, its canonical node): equal values share one node, so
         #: memo lookups compare by identity (see :meth:`canonical`).
@@ -283,21 +280,21 @@ class KernelGen:
         cast back to the half type, so results round after every op as eager's
         do; operands are widened (exactly) first.  Loads stay in the storage type.
         """
-        v = self.canonical(v)
-        got = self.legal_memo.get(id(v))
+        v = self.canonical(v)  # one node per value: the lookups below hit by identity
+        got = self.legal_memo.get(v)
         if got is not None:
-            return got[1]
-        out = self.canonical(_legalize(v, self.legal))
-        self.legal_memo[id(v)] = (v, out)
-        self.legal_memo.setdefault(id(out), (out, out))
+            return got
+        out = self.canonical(_legalize(v, self.legal))  # with nothing to widen, ``v`` itself
+        self.legal_memo[v] = out
+        self.legal_memo.setdefault(out, out)
         return out
 
     def canonical(self, v):
         """The one node of this kernel equal to ``v``: an op is looked up by its kind, its dtype
         and the identities of its operands' canonical nodes, so no lookup compares two DAGs node
         by node.  Lowering inlines a buffer at each use, which makes equal copies of deep
-        expressions; comparing those structurally at every memo lookup was quadratic in their
-        size (HF glm5_next_text's training kernels: DAGs of ~1000 nodes, codegen past 300 s).
+        expressions, and comparing those structurally at every memo lookup made codegen of HF
+        glm5_next_text's training kernels (DAGs of ~1000 nodes) run past 300 s.
 
         >>> from compiler.ir import Load, Op
         >>> x = Load("x", 0, torch.float32)
