@@ -12,7 +12,8 @@ step synchronized and timed alone (so these are wall times of lone steps, not a 
 
 Sizes are the models' :func:`bench.train_compare.build` lengths (a ViT's ``k`` is its image
 side / 16, length ``k * k``).  ``--profile`` adds cProfile's top host functions over the new
-sizes for symshape modes.  ``SYMSHAPE_MM_ROW_BUCKETS=0`` in the environment turns
+sizes for symshape modes (``--profile-at repeated``: over the repeated sizes), by own and by
+cumulative time.  ``SYMSHAPE_MM_ROW_BUCKETS=0`` in the environment turns
 :mod:`compiler.row_buckets` off (A/B of session 30: ViT bf16 on the H100, repeated 11.9 ->
 7.7 ms, eager 7.4).
 
@@ -28,6 +29,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import os
@@ -62,6 +64,18 @@ def timed_steps(fn, batch, g, opt, device, dtype, lens) -> list:
     return out
 
 
+@contextlib.contextmanager
+def _profiled(prof):
+    """``prof`` enabled inside the block (nothing when it is None)."""
+    if prof is not None:
+        prof.enable()
+    try:
+        yield
+    finally:
+        if prof is not None:
+            prof.disable()
+
+
 def run(mode, a) -> str:
     """One mode's line: median ms at repeated, new and again sizes (and the new sizes' steps)."""
     model, batch = tc.build(a.model, a.device, 4100)
@@ -70,19 +84,18 @@ def run(mode, a) -> str:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     seen, new = lengths(a.model, a.seen), lengths(a.model, a.new)
     timed_steps(fn, batch, g, opt, a.device, a.dtype, seen * 3)
-    rep = timed_steps(fn, batch, g, opt, a.device, a.dtype, seen * 3)
     prof = cProfile.Profile() if a.profile and mode.startswith("symshape") else None
-    if prof is not None:
-        prof.enable()
-    first = timed_steps(fn, batch, g, opt, a.device, a.dtype, new)
-    if prof is not None:
-        prof.disable()
+    with _profiled(prof if a.profile_at == "repeated" else None):
+        rep = timed_steps(fn, batch, g, opt, a.device, a.dtype, seen * 3)
+    with _profiled(prof if a.profile_at == "new" else None):
+        first = timed_steps(fn, batch, g, opt, a.device, a.dtype, new)
     again = timed_steps(fn, batch, g, opt, a.device, a.dtype, new)
     line = (f"{mode:16s} {statistics.median(rep):9.2f} {statistics.median(first):9.2f} "
             f"{statistics.median(again):9.2f}   new: {[round(x, 1) for x in first]}")
     if prof is not None:
         s = io.StringIO()
-        pstats.Stats(prof, stream=s).sort_stats("tottime").print_stats(25)
+        for key in ("tottime", "cumulative"):
+            pstats.Stats(prof, stream=s).sort_stats(key).print_stats(a.top)
         line += "\n" + s.getvalue()
     return line
 
@@ -95,7 +108,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dtype", default="bf16", choices=("fp32", "bf16"))
     ap.add_argument("--seen", type=int, nargs="+", default=[10, 11, 12, 13])
     ap.add_argument("--new", type=int, nargs="+", default=list(range(15, 24)))
-    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--profile", action="store_true", help="cProfile symshape modes' steps (host functions)")
+    ap.add_argument("--profile-at", default="new", choices=("new", "repeated"), help="which steps --profile covers")
+    ap.add_argument("--top", type=int, default=25, help="functions listed per cProfile ordering")
     a = ap.parse_args(argv)
     a.dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     if a.device == "cpu":
