@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -76,6 +76,7 @@ class training_graphs:
     def __exit__(self, *exc):
         global _training
         _training = self.was
+        _LAST_COPY[0] = None  # a run's last row copy is not kept past it (its memory)
 
 
 def planning_training() -> bool:
@@ -116,9 +117,62 @@ def _rows(a) -> int | None:
 
 
 def _padded(a, rows):
+    """``a`` (2-D) copied onto ``rows`` rows, row-major, the extra rows unset (:func:`_row_copy`)."""
+    return _row_copy(a, rows, zeros=False)
+
+
+@dataclass(kw_only=True)
+class RowCopy:
+    """The last operand :func:`_row_copy` padded: the source view (held, so that its memory is not
+    reused while the record stands), its version, and the copy (``zeroed``: its extra rows are 0)."""
+
+    source: torch.Tensor
+    version: int
+    copy: torch.Tensor
+    zeroed: bool
+
+
+#: The last row copy made (:func:`_row_copy`), or None; forgotten when a :class:`training_graphs` block ends.
+_LAST_COPY: list = [None]
+
+
+def _same_view(x, y) -> bool:
+    """Whether ``x`` and ``y`` view the same elements the same way (``x`` held alive, so an equal
+    address is the same memory)."""
+    return (x.data_ptr() == y.data_ptr() and x.shape == y.shape and x.stride() == y.stride()
+            and x.dtype == y.dtype and x.device == y.device)
+
+
+def _row_copy(a, rows: int, zeros: bool):
+    """``a`` (2-D) copied onto ``rows`` rows in a row-major buffer, the extra rows zero where
+    ``zeros``.  A linear's output gradient with no room is padded twice in a row: for the
+    input's gradient (its rows, any values) and then, transposed, for the weight's (the
+    contraction, zeros): the second call reuses the first's copy (its extra rows zeroed then,
+    after the first matmul read them in stream order), one allocation and copy instead of two.
+
+    >>> a = torch.arange(6.).reshape(3, 2)
+    >>> first, second = _row_copy(a, 4, zeros=False), _row_copy(a, 4, zeros=True)
+    >>> second is first, second[3].tolist()
+    (True, [0.0, 0.0])
+    >>> _ = a.add_(1)
+    >>> _row_copy(a, 4, zeros=True)[0].tolist()  # written since: copied again
+    [1.0, 2.0]
+    """
+    last = _LAST_COPY[0]
+    if (last is not None and last.copy.shape[0] == rows and last.version == a._version
+            and _same_view(last.source, a)):
+        if zeros and not last.zeroed:
+            last.copy[a.shape[0]:].zero_()
+            last.zeroed = True
+        return last.copy
     out = a.new_empty((rows, a.shape[1]))
     out[: a.shape[0]].copy_(a)
+    if zeros:
+        out[a.shape[0]:].zero_()
+    _LAST_COPY[0] = RowCopy(source=a, version=a._version, copy=out, zeroed=zeros)
     return out
+
+
 
 
 #: Storages allocated with room for padded rows (:func:`alloc_with_room`), by data pointer: a weak
@@ -258,9 +312,14 @@ def _zero_padded(a, dim: int, size: int):
     >>> _zero_padded(torch.ones(2, 3).t(), 1, 4).tolist(), _zero_padded(torch.ones(2, 3).t(), 1, 4).stride()
     ([[1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]], (1, 3))
     """
+    column_major = a.stride(0) == 1 and a.stride(1) != 1
+    if dim == 0 and not column_major:
+        return _row_copy(a, size, zeros=True)
+    if dim == 1 and column_major:  # a transposed row-major operand: its rows padded, transposed back
+        return _row_copy(a.t(), size, zeros=True).t()
     shape = list(a.shape)
     shape[dim] = size
-    out = a.new_empty(shape[::-1]).t() if a.stride(0) == 1 and a.stride(1) != 1 else a.new_empty(shape)
+    out = a.new_empty(shape[::-1]).t() if column_major else a.new_empty(shape)
     out.narrow(dim, 0, a.shape[dim]).copy_(a)
     out.narrow(dim, a.shape[dim], size - a.shape[dim]).zero_()
     return out
