@@ -196,3 +196,29 @@ def test_a_storage_padding_is_zeroed_once_for_every_operand_it_backs():
         assert entry[2] is True
     whole = torch.tensor([], dtype=qk.dtype).set_(qk.untyped_storage())
     assert whole.numel() == p * 48 and not torch.isnan(whole).any()  # the padding was NaN before
+
+
+@pytest.mark.parametrize("k", [65, 97, 1031])
+def test_an_output_gradient_with_no_room_is_copied_once_for_both_its_matmuls(k):
+    """The backward pads a linear's output gradient for the input's gradient (rows, any values)
+    and then, transposed, for the weight's (contraction, zeros): the second reuses the first's
+    copy with its extra rows zeroed, and both products equal the unpadded ones exactly
+    (integer-valued fp32). A write to the gradient in between, or the end of a training run,
+    drops the shared copy."""
+    g = torch.Generator().manual_seed(k)
+    gy = torch.randint(-4, 5, (k, 24), generator=g).float()
+    w, x = torch.randint(-4, 5, (24, 16), generator=g).float(), torch.randint(-4, 5, (k, 40), generator=g).float()
+    p = rb.bucket(k)
+    rows = rb._row_padded(gy, p)
+    rows[k:] = float("nan")  # what an unset row may hold
+    assert torch.equal((rows @ w)[:k], gy @ w)
+    padded = rb._zero_padded(gy.t(), 1, p)
+    assert padded.t().data_ptr() == rows.data_ptr()  # the same copy, transposed, its extra rows zero now
+    assert torch.equal(padded @ torch.cat([x, torch.zeros(p - k, 40)]), gy.t() @ x)
+    gy.add_(1)  # written since the copy: copied again
+    again = rb._zero_padded(gy.t(), 1, p)
+    assert again.data_ptr() != rows.data_ptr() and torch.equal(again.t()[:k], gy)
+    assert torch.equal(rb._padded_contraction(gy.t(), x, p), gy.t() @ x)
+    with rb.training_graphs():
+        assert rb._LAST_COPY[0] is not None
+    assert rb._LAST_COPY[0] is None
