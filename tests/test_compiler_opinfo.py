@@ -239,3 +239,26 @@ def test_strided_inputs_through_the_backend_for_inference_and_training(monkeypat
         for r in rows:
             assert r.status == "ok", (via, r.op, r.note, r.calls)
             assert r.calls[0][1] == "= eager", (via, r.op, r.calls)
+
+
+def test_the_float64_verdict_tells_a_right_ill_conditioned_program_from_a_wrong_or_lossy_one():
+    """A result off eager's passes as ``= float64`` only where the program, compiled for float64,
+    equals eager's float64 result and its own rounding error is within ten times eager's: a sum
+    taken in another order passes; a sum off by one, or one taken in bf16, does not."""
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 100
+
+    def case(t):
+        return t.sum()
+
+    def with_float64(fn):
+        fn._float64 = lambda: fn
+        return fn
+
+    reordered = with_float64(lambda t: t.reshape(64, 64).sum(1).sum())
+    wrong = with_float64(lambda t: t.sum() + 1)
+    lossy = with_float64(lambda t: t.sum() if t.dtype == torch.float64 else t.bfloat16().sum().float())
+    want = case(x)
+    assert reordered(x) != want  # off eager's, by its rounding
+    verdicts = {name: opinfo_compile._right_in_float64(case, fn, [x], fn(x), want)
+                for name, fn in (("reordered", reordered), ("wrong", wrong), ("lossy", lossy))}
+    assert verdicts == {"reordered": True, "wrong": False, "lossy": False}
