@@ -159,17 +159,25 @@ def _row_copy(a, rows: int, zeros: bool):
     [1.0, 2.0]
     """
     last = _LAST_COPY[0]
+    if a.is_inference():  # no version counter to tell a write by: copied, not recorded
+        return _fresh_row_copy(a, rows, zeros)
     if (last is not None and last.copy.shape[0] == rows and last.version == a._version
             and _same_view(last.source, a)):
         if zeros and not last.zeroed:
             last.copy[a.shape[0]:].zero_()
             last.zeroed = True
         return last.copy
+    out = _fresh_row_copy(a, rows, zeros)
+    _LAST_COPY[0] = RowCopy(source=a, version=a._version, copy=out, zeroed=zeros)
+    return out
+
+
+def _fresh_row_copy(a, rows: int, zeros: bool):
+    """``a`` (2-D) copied onto ``rows`` rows, row-major, the extra rows zero where ``zeros``."""
     out = a.new_empty((rows, a.shape[1]))
     out[: a.shape[0]].copy_(a)
     if zeros:
         out[a.shape[0]:].zero_()
-    _LAST_COPY[0] = RowCopy(source=a, version=a._version, copy=out, zeroed=zeros)
     return out
 
 

@@ -222,3 +222,7 @@ def test_an_output_gradient_with_no_room_is_copied_once_for_both_its_matmuls(k):
     with rb.training_graphs():
         assert rb._LAST_COPY[0] is not None
     assert rb._LAST_COPY[0] is None
+    with torch.inference_mode():  # no version counter: copied each time, the values as eager's
+        frozen, fx = gy.clone(), x.clone()
+        assert torch.equal(rb._padded_contraction(frozen.t(), fx, p), gy.t() @ x)
+        assert rb._LAST_COPY[0] is None
