@@ -28,7 +28,9 @@ a row-padded call reads them in place (the extra rows unset: each output row rea
 own input row).  A contraction rounded up needs zeros in both operands' extra rows: where the
 storage is one such allocation and the extra rows lie past every element the buffer holds, they
 are zeroed in place (one small fill per storage) instead of copying the operand.  Any other operand (an
-ATen result, an input, a view whose extra rows would be another tensor's) is copied as before.
+ATen result, an input, a view whose extra rows would be another tensor's) is copied as before;
+a linear's output gradient copied so for its input's gradient is the same copy its weight's
+gradient reads (:func:`_row_copy`).
 
 Example::
 
@@ -158,9 +160,9 @@ def _row_copy(a, rows: int, zeros: bool):
     >>> _row_copy(a, 4, zeros=True)[0].tolist()  # written since: copied again
     [1.0, 2.0]
     """
-    last = _LAST_COPY[0]
     if a.is_inference():  # no version counter to tell a write by: copied, not recorded
         return _fresh_row_copy(a, rows, zeros)
+    last = _LAST_COPY[0]
     if (last is not None and last.copy.shape[0] == rows and last.version == a._version
             and _same_view(last.source, a)):
         if zeros and not last.zeroed:
@@ -179,8 +181,6 @@ def _fresh_row_copy(a, rows: int, zeros: bool):
     if zeros:
         out[a.shape[0]:].zero_()
     return out
-
-
 
 
 #: Storages allocated with room for padded rows (:func:`alloc_with_room`), by data pointer: a weak
