@@ -244,14 +244,17 @@ def ref_grads(model, batch) -> dict:
 VARIANTS = {"symshape_groups": (("linear_groups", "ENABLED"),), "symshape_gemm": (("half_gemm", "ENABLED"),),
             "symshape_warm": (("cublas_warm", "ENABLED"),),
             "symshape_groups_warm": (("linear_groups", "ENABLED"), ("cublas_warm", "ENABLED")),
-            "symshape_nok": (("row_buckets", "CONTRACTION", False),)}
+            "symshape_nok": (("row_buckets", "CONTRACTION", False),),
+            "symshape_nobuckets": (("row_buckets", "ENABLED", False),)}
 
 #: symshape variants set through the environment for the mode's compiles and steps:
 #: ``symshape_threads`` builds Triton kernel variants in this process's threads, not in worker
 #: processes (:mod:`compiler.codegen.triton_build`); ``symshape_nopreload`` leaves built variants to
-#: the launch that needs them (no loader thread beside the steps: :mod:`compiler.codegen.preload`).
+#: the launch that needs them (no loader thread beside the steps: :mod:`compiler.codegen.preload`);
+#: ``symshape_rest`` has the loader sleep 3x each load's length after it.
 ENV_VARIANTS = {"symshape_threads": {"SYMSHAPE_BUILD_PROCESSES": "0"},
-                "symshape_nopreload": {"SYMSHAPE_PRELOAD": "0"}}
+                "symshape_nopreload": {"SYMSHAPE_PRELOAD": "0"},
+                "symshape_rest": {"SYMSHAPE_PRELOAD_REST": "3"}}
 
 
 @contextlib.contextmanager

@@ -13,7 +13,9 @@ step synchronized and timed alone (so these are wall times of lone steps, not a 
 Sizes are the models' :func:`bench.train_compare.build` lengths (a ViT's ``k`` is its image
 side / 16, length ``k * k``).  ``--profile`` adds cProfile's top host functions over the new
 sizes for symshape modes (``--profile-at repeated``: over the repeated sizes), by own and by
-cumulative time.  ``SYMSHAPE_MM_ROW_BUCKETS=0`` in the environment turns
+cumulative time.  ``--settle`` waits, after the warm-up rounds, until kernel builds and the
+loader thread (:mod:`compiler.codegen.preload`) are done, so that the timed steps run beside no
+background work.  ``SYMSHAPE_MM_ROW_BUCKETS=0`` in the environment turns
 :mod:`compiler.row_buckets` off (A/B of session 30: ViT bf16 on the H100, repeated 11.9 ->
 7.7 ms, eager 7.4).
 
@@ -76,6 +78,18 @@ def _profiled(prof):
             prof.disable()
 
 
+def _settle() -> tuple:
+    """Wait until every kernel build handed to workers so far has finished and the loader thread
+    has loaded them (:mod:`compiler.codegen.preload`); ``(seconds waited, loads that were queued)``."""
+    from compiler.codegen import build_pool, preload
+    t, queued = time.perf_counter(), preload.queued()
+    pool = build_pool.current_pool()
+    if pool is not None:
+        pool.drain()
+    preload.drain(timeout=120.0)
+    return time.perf_counter() - t, queued
+
+
 def run(mode, a) -> str:
     """One mode's line: median ms at repeated, new and again sizes (and the new sizes' steps)."""
     model, batch = tc.build(a.model, a.device, 4100)
@@ -84,6 +98,7 @@ def run(mode, a) -> str:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     seen, new = lengths(a.model, a.seen), lengths(a.model, a.new)
     timed_steps(fn, batch, g, opt, a.device, a.dtype, seen * 3)
+    settled = _settle() if a.settle and mode.startswith("symshape") else None
     prof = cProfile.Profile() if a.profile and mode.startswith("symshape") else None
     with _profiled(prof if a.profile_at == "repeated" else None):
         rep = timed_steps(fn, batch, g, opt, a.device, a.dtype, seen * 3)
@@ -91,7 +106,8 @@ def run(mode, a) -> str:
         first = timed_steps(fn, batch, g, opt, a.device, a.dtype, new)
     again = timed_steps(fn, batch, g, opt, a.device, a.dtype, new)
     line = (f"{mode:16s} {statistics.median(rep):9.2f} {statistics.median(first):9.2f} "
-            f"{statistics.median(again):9.2f}   new: {[round(x, 1) for x in first]}")
+            f"{statistics.median(again):9.2f}   new: {[round(x, 1) for x in first]}"
+            + ("" if settled is None else f"   (settled {settled[0]:.2f} s: builds waited, {settled[1]} loads queued)"))
     if prof is not None:
         s = io.StringIO()
         for key in ("tottime", "cumulative"):
@@ -111,6 +127,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="cProfile symshape modes' steps (host functions)")
     ap.add_argument("--profile-at", default="new", choices=("new", "repeated"), help="which steps --profile covers")
     ap.add_argument("--top", type=int, default=25, help="functions listed per cProfile ordering")
+    ap.add_argument("--settle", action="store_true",
+                    help="symshape modes: after the warm-up rounds, wait for kernel builds and the loader thread "
+                         "(steps beside no background work)")
     a = ap.parse_args(argv)
     a.dtype = torch.bfloat16 if a.dtype == "bf16" else torch.float32
     if a.device == "cpu":

@@ -18,7 +18,10 @@ launches would do; it runs while the main thread waits (for the GPU, for a
 build, for the next request).  A build that failed is not loaded (its launch
 compiles it, with Triton's error if it fails there too); a load that fails is
 recorded in :data:`PRELOADS` and left to the launch.  ``SYMSHAPE_PRELOAD=0``
-turns it off.
+turns it off.  ``SYMSHAPE_PRELOAD_REST=r`` makes the thread sleep ``r`` times each load's
+length after it: a load holds the GIL, and a main thread that gives the GIL up at every torch
+call waits for it (``bench/preload_contention.py``), so a rest lowers the thread's share of the
+GIL while steps run, at the price of loading later (an A/B switch: default 0).
 
 Example (no build in flight here: nothing to load)::
 
@@ -104,6 +107,14 @@ def queued() -> int:
     return _QUEUE.unfinished_tasks
 
 
+def _rest() -> float:
+    """The loader's rest after a load, in multiples of the load's length (``SYMSHAPE_PRELOAD_REST``)."""
+    try:
+        return max(0.0, float(os.environ.get("SYMSHAPE_PRELOAD_REST", "0")))
+    except ValueError:
+        return 0.0
+
+
 def _loop() -> None:
     # What a load may raise (Triton's errors, a cache entry gone, a driver that refuses): recorded.
     load_errors = _load_errors()
@@ -113,8 +124,12 @@ def _loop() -> None:
             if all(fut.exception() is None for fut in futs):
                 t0 = time.perf_counter()
                 _load(launcher, key, device)
-                PRELOADS["s"] += time.perf_counter() - t0
+                took = time.perf_counter() - t0
+                PRELOADS["s"] += took
                 PRELOADS["n"] += 1
+                rest = _rest()
+                if rest:
+                    time.sleep(rest * took)
         # A load ahead only saves the launch its own load: a failure is the launch's to meet again.
         except load_errors as e:
             PRELOADS["errors"].append(f"{type(e).__name__}: {e}"[:300])
