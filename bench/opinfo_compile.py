@@ -191,15 +191,29 @@ def _call(case, compiled, ts) -> str:
     except Exception:  # noqa: BLE001 -- eager's verdict, whatever it raises
         return "ACCEPTED where eager fails"
     out = compare(got, want, shapes_only=case.random)
-    if out.startswith("MISMATCH") and not _eager_reproducible(case, pristine, want):
-        return "eager not reproducible (its values read memory it did not write)"
-    if out.startswith("MISMATCH") and _nearer_float64(case, ts, got, want):
-        return "= float64 (nearer than eager)"
-    if out.startswith("MISMATCH") and _right_in_float64(case, compiled, ts, got, want):
-        return "= float64 (ill-conditioned: equal in float64, rounding within 10x eager's)"
-    if out.startswith("MISMATCH") and isinstance(compiled, WithGrads) and _equals_aot_eager(case, ts, got):
-        return "= aot_eager (AOTAutograd's graph rounds otherwise than eager)"
+    if out.startswith("MISMATCH"):
+        return _mismatch_verdict(case, compiled, pristine, got, want) or out
     return out
+
+
+def _mismatch_verdict(case, compiled, pristine, got, want):
+    """Why a result off eager's is no defect, or None.  Every reference runs on copies of the
+    sample's inputs as they were before eager's run (``pristine``: an in-place op's eager run
+    updated the others), and eager's float64 result is computed once for both float64 verdicts."""
+    if not _eager_reproducible(case, pristine, want):
+        return "eager not reproducible (its values read memory it did not write)"
+    wide = [_copy(t).double() if t.is_floating_point() else _copy(t) for t in pristine]
+    try:
+        ref = _run(case, [_copy(t) for t in wide])
+    except Exception:  # noqa: BLE001 -- no float64 run (an op without float64): no float64 verdict
+        ref = None
+    if ref is not None and _nearer_float64(got, want, ref):
+        return "= float64 (nearer than eager)"
+    if ref is not None and _right_in_float64(compiled, pristine, wide, got, want, ref):
+        return "= float64 (ill-conditioned: equal in float64, rounding within 10x eager's)"
+    if isinstance(compiled, WithGrads) and _equals_aot_eager(case, pristine, got):
+        return "= aot_eager (AOTAutograd's graph rounds otherwise than eager)"
+    return None
 
 
 def _eager_reproducible(case, ts, want) -> bool:
@@ -231,22 +245,21 @@ def _dirty_freed_memory(fill: float, device) -> None:
     del blocks
 
 
-def _right_in_float64(case, compiled, ts, got, want) -> bool:
+def _right_in_float64(compiled, ts, wide, got, want, ref) -> bool:
     """A result off eager's where the program is right and the op ill-conditioned
     (householder_product's gradient, whose fp32 error reaches 1e-3 of its magnitude in eager too):
-    compiled again for float64 inputs, it equals eager's float64 result to 1e-9 of its magnitude;
-    and in the sample's dtype its error from that result is within ten times eager's own plus a
-    few units of roundoff (the same rounding, summed in another order and amplified alike).
-    A wrong program fails the first test; a kernel that loses precision, the second."""
+    compiled again for float64 inputs (``wide``: the inputs ``ts`` widened), it equals eager's
+    float64 result ``ref`` to 1e-9 of its magnitude; and in the sample's dtype its error from that
+    result is within ten times eager's own plus a few units of roundoff (the same rounding, summed
+    in another order and amplified alike).  A wrong program fails the first test; a kernel that
+    loses precision, the second."""
     recompile = getattr(compiled, "_float64", None)
     floats = [t for t in ts if t.is_floating_point()]
     if recompile is None or not floats or any(t.dtype == torch.float64 for t in floats):
         return False
-    wide = [t.double() if t.is_floating_point() else t for t in ts]
     try:
-        ref = _run(case, [_copy(t) for t in wide])
         got64 = _run(recompile(), [_copy(t) for t in wide])
-    except Exception:  # noqa: BLE001 -- no float64 run or compile: no verdict
+    except Exception:  # noqa: BLE001 -- no float64 compile: no verdict
         return False
     eps = torch.finfo(floats[0].dtype).eps
     for g, w, r, g64 in zip(_leaves(got)[0], _leaves(want)[0], _leaves(ref)[0], _leaves(got64)[0]):
@@ -315,15 +328,12 @@ def _half_outputs(out) -> bool:
     return any(isinstance(t, torch.Tensor) and t.dtype in _HALF_TOL for t in _leaves(out)[0])
 
 
-def _nearer_float64(case, ts, got, want) -> bool:
+def _nearer_float64(got, want, ref) -> bool:
     """A result that differs from eager's is no defect where it lies as near the program's float64
-    result as eager's does, within the dtype's tolerance: eager rounds each op to half where a fused
-    kernel rounds once; an ill-conditioned gradient (householder_product's) differs from the
-    float64 one in both, by more than eager's and ours differ from each other."""
-    try:
-        ref = _run(case, [t.double() if t.is_floating_point() else t for t in ts])
-    except Exception:  # noqa: BLE001 -- no float64 run (an op without float64): no verdict
-        return False
+    result ``ref`` (eager's, on the inputs widened) as eager's does, within the dtype's tolerance:
+    eager rounds each op to half where a fused kernel rounds once; an ill-conditioned gradient
+    (householder_product's) differs from the float64 one in both, by more than eager's and ours
+    differ from each other."""
     for g, w, r in zip(_leaves(got)[0], _leaves(want)[0], _leaves(ref)[0]):
         if not isinstance(w, torch.Tensor) or not w.is_floating_point():
             continue

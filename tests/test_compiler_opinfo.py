@@ -259,6 +259,23 @@ def test_the_float64_verdict_tells_a_right_ill_conditioned_program_from_a_wrong_
     lossy = with_float64(lambda t: t.sum() if t.dtype == torch.float64 else t.bfloat16().sum().float())
     want = case(x)
     assert reordered(x) != want  # off eager's, by its rounding
-    verdicts = {name: opinfo_compile._right_in_float64(case, fn, [x], fn(x), want)
+    wide = [x.double()]
+    verdicts = {name: opinfo_compile._right_in_float64(fn, [x], wide, fn(x), want, case(*wide))
                 for name, fn in (("reordered", reordered), ("wrong", wrong), ("lossy", lossy))}
     assert verdicts == {"reordered": True, "wrong": False, "lossy": False}
+
+
+def test_float64_references_run_on_the_inputs_as_they_were_before_eager_updated_them():
+    """An in-place op's eager run updates the sample's inputs: a float64 reference computed from
+    them afterwards is the op applied twice, which a program off by one more lies nearest to.  The
+    verdict takes the references from the inputs as they were, and so rejects it."""
+    class AddOneInPlace:
+        random = False
+
+        def __call__(self, t):
+            return t.add_(1)
+
+    x = torch.randn(64, generator=torch.Generator().manual_seed(0))
+    verdict = opinfo_compile._call(AddOneInPlace(), lambda t: t + 2, [x.clone()])
+    assert verdict.startswith("MISMATCH"), verdict
+    assert opinfo_compile._call(AddOneInPlace(), lambda t: t + 1, [x.clone()]) == "= eager"
