@@ -251,10 +251,12 @@ VARIANTS = {"symshape_groups": (("linear_groups", "ENABLED"),), "symshape_gemm":
 #: ``symshape_threads`` builds Triton kernel variants in this process's threads, not in worker
 #: processes (:mod:`compiler.codegen.triton_build`); ``symshape_nopreload`` leaves built variants to
 #: the launch that needs them (no loader thread beside the steps: :mod:`compiler.codegen.preload`);
-#: ``symshape_rest`` has the loader sleep 3x each load's length after it.
+#: ``symshape_rest`` has the loader sleep 3x each load's length after it; ``symshape_graphs`` replays
+#: CUDA graphs of the forward and backward at sizes met before (:mod:`compiler.train_graphs`).
 ENV_VARIANTS = {"symshape_threads": {"SYMSHAPE_BUILD_PROCESSES": "0"},
                 "symshape_nopreload": {"SYMSHAPE_PRELOAD": "0"},
-                "symshape_rest": {"SYMSHAPE_PRELOAD_REST": "3"}}
+                "symshape_rest": {"SYMSHAPE_PRELOAD_REST": "3"},
+                "symshape_graphs": {"SYMSHAPE_TRAIN_GRAPHS": "1"}}
 
 
 @contextlib.contextmanager

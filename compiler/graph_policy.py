@@ -143,6 +143,24 @@ def _draws(node) -> bool:
     return True
 
 
+def state_blocker(tp) -> Optional[str]:
+    """Why a replay of ``tp`` would not do what a call does to state outside its outputs (it
+    mutates a tensor, or draws random numbers: a replay draws the recorded ones again), or None.
+
+    >>> import torch, shapes
+    >>> state_blocker(shapes.trace(lambda x: torch.nn.functional.dropout(x, 0.5), "x: f32[N]"))
+    'it draws random numbers (aten.native_dropout.default)'
+    """
+    for n in tp.graph.nodes:
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        if n.target._schema.is_mutable:
+            return f"it mutates a tensor ({n.target})"
+        if torch.Tag.nondeterministic_seeded in n.target.tags and _draws(n):
+            return f"it draws random numbers ({n.target})"
+    return None
+
+
 def graph_blocker(tp) -> Optional[str]:
     """Why replays of ``tp`` would differ from its calls, or ``None`` where they would not.
 
@@ -152,13 +170,9 @@ def graph_blocker(tp) -> Optional[str]:
     >>> graph_blocker(shapes.trace(lambda x: x.t(), "x: f32[N, 2]"))
     'an output is a view of an input (a replay returns a copy)'
     """
-    for n in tp.graph.nodes:
-        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
-            continue
-        if n.target._schema.is_mutable:
-            return f"it mutates a tensor ({n.target})"
-        if torch.Tag.nondeterministic_seeded in n.target.tags and _draws(n):
-            return f"it draws random numbers ({n.target})"
+    why = state_blocker(tp)
+    if why is not None:
+        return why
     out = next(n for n in tp.graph.nodes if n.op == "output")
     for a in out.args[0]:
         while isinstance(a, torch.fx.Node) and a.op == "call_function" and isinstance(
@@ -169,5 +183,5 @@ def graph_blocker(tp) -> Optional[str]:
     return None
 
 
-__all__ = ["CallCost", "GraphVerdict", "graph_blocker", "masks_kept", "HOST_S_PER_STEP", "GPU_OVER_HOST",
+__all__ = ["CallCost", "GraphVerdict", "graph_blocker", "state_blocker", "masks_kept", "HOST_S_PER_STEP", "GPU_OVER_HOST",
            "MASKED_GPU_OVER_HOST"]

@@ -73,7 +73,7 @@ from shapes.errors import GuardViolation, SizeConflict, SymshapeError
 from torch._functorch.aot_autograd import make_boxed_func
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from . import row_buckets
+from . import row_buckets, train_graphs
 from .graph_inputs import ArgKind, built_at_general_sizes, evaluation_gap, plan_graph
 from . import linear_groups
 from .linear_groups import copy_graph, group_linears
@@ -167,6 +167,7 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
     views_as_reshapes(gm)
     plan = plan_graph(list(example_inputs), carriers=True)
     outs = _outputs(gm)
+    user_outputs = _user_tensor_outputs(outs) if graph == "forward" and outs is not None else None
     if plan is None or outs is None or not all(plan.covers(e) for kind, e in outs if kind is ArgKind.EXPR):
         warn_fallback(stats, graph=graph, kind=FallbackKind.INPUTS,
                       reason="a size argument or output is not an expression of input tensors' sizes")
@@ -208,12 +209,28 @@ def _compile_aten_graph(gm, example_inputs, *, target, graph, stats):
                       reason=f"lowering: {compiled.variants[0].eager_reason}")
         return make_boxed_func(gm)
     compiled.key_inputs = [i for i, s in enumerate(plan.specs) if any(not isinstance(d, int) for d in s.dims)]
-    return _boxed_runner(gm, plan, compiled, outs, stats=stats, graph=graph)
+    runner = train_graphs.wrap(compiled, role=graph, user_outputs=user_outputs,
+                               device=next((t.device for t in example_inputs if isinstance(t, torch.Tensor)), None))
+    return _boxed_runner(gm, plan, compiled, outs, stats=stats, graph=graph, runner=runner)
 
 
-def _boxed_runner(gm, plan, compiled, outs, *, stats, graph):
+def _user_tensor_outputs(outs):
+    """How many leading tensor outputs of the forward graph AOTAutograd compiles now are the
+    caller's (its outputs and mutated inputs; the rest are saved for the backward), from its
+    metadata; None where it has none or threads effect tokens."""
+    ctx = torch._guards.TracingContext.try_get()
+    meta = getattr(ctx, "fw_metadata", None)
+    n = getattr(meta, "num_forward", None)
+    if meta is None or not isinstance(n, int) or getattr(meta, "tokens", None):
+        return None
+    return sum(1 for kind, _ in outs[:n] if kind is ArgKind.TENSOR)
+
+
+def _boxed_runner(gm, plan, compiled, outs, *, stats, graph, runner=None):
     """The boxed callable AOTAutograd runs for a compiled graph: arguments in, symshape's kernels
-    run, the graph's outputs (tensors, SymInts, constants) out in its order."""
+    run (through ``runner``: ``compiled`` with CUDA graphs, :mod:`compiler.train_graphs`), the
+    graph's outputs (tensors, SymInts, constants) out in its order."""
+    runner = compiled if runner is None else runner
     sym_outs = [e for kind, e in outs if kind is ArgKind.EXPR]
     tensor_pos = plan.tensor_pos
     simple = not sym_outs and all(kind is ArgKind.TENSOR for kind, _ in outs)
@@ -239,7 +256,7 @@ def _boxed_runner(gm, plan, compiled, outs, *, stats, graph):
             args.clear()
         try:
             with torch._C._DisableAutocast(), row_buckets.training_graphs():  # a retrace plans as training
-                got = compiled(tensors)
+                got = runner(tensors)
         except SizeConflict as e:
             # The binding failed before any kernel ran, so every input is still there. Raised here,
             # the sizes are torch's: its meta function promised one size, its kernel made another
