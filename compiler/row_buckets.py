@@ -138,6 +138,15 @@ class RowCopy:
 _LAST_COPY: list = [None]
 
 
+def forget_row_copy() -> None:
+    """Forget the last row copy, so that the next run of a program makes its own: a CUDA graph
+    recorded after another run (:mod:`compiler.train_graphs`) must not read that run's copy.
+
+    >>> forget_row_copy()
+    """
+    _LAST_COPY[0] = None
+
+
 def _same_view(x, y) -> bool:
     """Whether ``x`` and ``y`` view the same elements the same way (``x`` held alive, so an equal
     address is the same memory)."""
@@ -444,4 +453,4 @@ def with_room(plan) -> list:
 
 
 __all__ = ["bucket", "linear", "mm", "addmm", "mm_padded_contraction", "K_COPY_BYTES", "bucketed_steps", "with_room",
-           "alloc_with_room", "training_graphs", "planning_training", "active", "ENABLED"]
+           "alloc_with_room", "training_graphs", "planning_training", "active", "ENABLED", "forget_row_copy"]

@@ -48,7 +48,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import cublas_warm
+from . import cublas_warm, row_buckets
 from .graph_policy import state_blocker
 from .wrapper import Owned
 
@@ -215,15 +215,17 @@ _REFUSED = object()
 class CudaRecorder:
     """Records on one side stream into one private pool (every graph shares it)."""
 
-    def __init__(self):
-        self.stream, self.pool = None, None
+    def __init__(self, device: int):
+        self.device, self.stream, self.pool = device, None, None
 
     def warm(self, run) -> None:
         """``run()`` once on the recording stream (libraries set up per stream there: cuBLAS's
         workspace), its results dropped."""
         if self.stream is None:
-            self.stream, self.pool = torch.cuda.Stream(), torch.cuda.graph_pool_handle()
-        current = torch.cuda.current_stream()
+            self.stream = torch.cuda.Stream(self.device)
+            with torch.cuda.device(self.device):
+                self.pool = torch.cuda.graph_pool_handle()
+        current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)
         with torch.cuda.stream(self.stream):
             run()
@@ -231,9 +233,9 @@ class CudaRecorder:
 
     def record(self, body, inputs) -> Callable[[list], None]:
         graph = torch.cuda.CUDAGraph()
-        current = torch.cuda.current_stream()
+        current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)
-        with cublas_warm.exclusive(), torch.cuda.stream(self.stream):
+        with cublas_warm.exclusive(), torch.cuda.device(self.device), torch.cuda.stream(self.stream):
             # Not torch.cuda.graph: it collects garbage and empties the allocator's cache on entry
             # (a full collection of a compiler's heap takes 100s of ms).  thread_local: the loader
             # thread may load kernels meanwhile.
@@ -268,11 +270,15 @@ def recorder_for(device) -> Any:
     if mode == "emulate":
         return EmulatedRecorder()
     if mode == "1" and device is not None and device.type == "cuda":
-        return _CUDA[0] or _CUDA.__setitem__(0, CudaRecorder()) or _CUDA[0]
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        if index not in _CUDA:
+            _CUDA[index] = CudaRecorder(index)
+        return _CUDA[index]
     return None
 
 
-_CUDA: list = [None]
+#: One recorder (stream and private pool) per CUDA device.
+_CUDA: dict = {}
 
 
 #: A forward call that recorded: its outputs' (address, layout) -> (its graph, slot), which that
@@ -473,6 +479,7 @@ class TrainGraphs:
         sources, compiled = tuple(prep.sources), self.compiled
 
         def body(given):
+            row_buckets.forget_row_copy()  # a copy an earlier run made is not the graph's to read
             res = compiled(Owned([src.tensor(t) for src, t in zip(sources, given)]))
             for slot, o in zip(slots, res):
                 if slot.kind is not OutKind.INPUT:
@@ -480,11 +487,14 @@ class TrainGraphs:
 
         # One more run outside the recording: bindings, classifications and lazy set-ups of this
         # size happen there (the recording may not synchronize), on the arenas' real values.
+        row_buckets.forget_row_copy()
         self.recorder.warm(lambda: compiled(Owned([src.tensor(t) for src, t in zip(sources, prep.kept)])))
         try:
             replay = self.recorder.record(body, list(prep.kept))
         except (RuntimeError, TypeError, ValueError) as e:
             raise Refused(f"recording failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
+        finally:
+            row_buckets.forget_row_copy()  # the recording's copies are the graph's (its pool's) alone
         STATS["recorded"] += 1
         rec = Recorded(replay=replay, sources=sources, outs=tuple(slots), gens=gens, out_arena=arena, reads=prep.reads)
         if self.role == "forward":

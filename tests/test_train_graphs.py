@@ -112,3 +112,14 @@ def test_saved_activations_are_views_of_the_forward_arena(emulated):
     assert emulated["replays"] >= 2
     assert not train_graphs.FORWARD.holds(losses[-1])
     assert not train_graphs.FORWARD.in_use()  # the backward released the saved views
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("name", ["mlp", "attention", "gpt2", "llama_gqa", "bert_mask", "vit"])
+def test_cuda_graph_replays_give_eager_gradients(monkeypatch, name):
+    """The same steps with real CUDA graphs (Triton kernels, cuBLAS, SDPA recorded)."""
+    monkeypatch.setattr(train_graphs, "MODE", "1")
+    monkeypatch.setitem(train_graphs.STATS, "replays", 0)
+    monkeypatch.setitem(train_graphs.STATS, "refused", [])
+    cases.check(name, "triton", "cuda", sizes=_SIZES.get(name, (7, 13, 7, 13, 7, 13)))
+    assert train_graphs.STATS["replays"] >= 4, train_graphs.STATS["refused"]
