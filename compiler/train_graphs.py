@@ -26,15 +26,18 @@ What a replay keeps of a call, and how:
 * What a replay cannot repeat: a program that mutates a tensor or draws random numbers
   (:func:`~compiler.graph_policy.state_blocker`) never records.
 
-A size's first call runs as usual; its forward graph then records (after one more run, so that
+A size's second call runs as usual, then its forward graph records (after one more run, so that
 every lazy set-up happens outside the recording), and the backward records at the same step,
 reading the forward's arena slots where its inputs are the forward's outputs.  Later calls at
-that size replay.  :data:`STATS` counts records, replays and plain calls.
+that size replay.  Where most recent calls met a size seen before, a new size records at its
+first call; a run that meets a new length at every step records nothing.  :data:`STATS` counts records, replays and plain calls.
 
 Example (the size rules, on the CPU)::
 
     >>> Layout.dense(torch.zeros(3, 4).t())
     Layout(shape=(4, 3), stride=(1, 4), dtype=torch.float32)
+    >>> Layout.dense(torch.zeros(3, 1).expand(3, 4))
+    Layout(shape=(3, 4), stride=(4, 1), dtype=torch.float32)
     >>> _aligned(1)
     256
 """
@@ -58,6 +61,8 @@ _MODE = os.environ.get("SYMSHAPE_TRAIN_GRAPHS", "0")
 MODE = _MODE if _MODE in ("1", "emulate") else "0"
 #: Graphs kept per program (sizes beyond it run without graphs).
 MAX_GRAPHS = 128
+#: Calls over which a program's share of layouts met before is taken (:meth:`TrainGraphs._worth_recording`).
+RECENT = 16
 #: Records, replays, plain calls of programs with graphs, and why a record was refused (newest last).
 STATS: dict = {"recorded": 0, "replays": 0, "plain": 0, "refused": []}
 
@@ -96,26 +101,28 @@ class Layout:
 
     @staticmethod
     def dense(t) -> "Layout":
-        """``t``'s layout where it is dense (an arena slot keeps its memory order), else row-major."""
-        if _dense(t.shape, t.stride()):
+        """``t``'s layout where no two of its elements share memory (an arena slot keeps its strides:
+        a backward then meets the layout it met without graphs), else row-major."""
+        if _disjoint(t.shape, t.stride()):
             return Layout.of(t)
         return Layout(shape=tuple(t.shape), stride=tuple(torch.empty(t.shape, device="meta").stride()), dtype=t.dtype)
 
-    def nbytes(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n * self.dtype.itemsize
 
 
-def _dense(shape, stride) -> bool:
-    """Whether a tensor of ``shape`` and ``stride`` fills its memory with no gap or overlap (in
-    some order of its dims)."""
-    want = 1
+def _disjoint(shape, stride) -> bool:
+    """Whether no two elements of a tensor of ``shape`` and ``stride`` share memory (each dim's
+    stride, in increasing order, passes the extent of the smaller ones: sufficient, not necessary).
+
+    >>> _disjoint((3, 4), (1, 3)), _disjoint((3, 4), (8, 1)), _disjoint((3, 4), (0, 1))
+    (True, True, False)
+    """
+    reach = 0
     for d, st in sorted(((d, st) for d, st in zip(shape, stride) if d != 1), key=lambda p: p[1]):
-        if st != want:
+        if d == 0:
+            return True
+        if st <= reach:
             return False
-        want *= d
+        reach += (d - 1) * st
     return True
 
 
@@ -332,19 +339,41 @@ class TrainGraphs:
     >>> import compiler
     >>> f = compiler.compile(lambda x: (x * 2,), "x: f32[N]")
     >>> g = TrainGraphs(f, role="forward", user_outputs=1, recorder=EmulatedRecorder())
-    >>> [g(Owned([torch.ones(n)]))[0].sum().item() for n in (2, 3, 2, 3)]  # the last one replays
-    [4.0, 6.0, 4.0, 6.0]
+    >>> [g(Owned([torch.ones(n)]))[0].sum().item() for n in (2, 3, 2, 3, 2)]  # records at 2, 3; replays
+    [4.0, 6.0, 4.0, 6.0, 4.0]
+    >>> STATS["replays"] >= 1
+    True
     """
 
     def __init__(self, compiled, *, role: str, user_outputs: int, recorder):
         self.compiled, self.role, self.user_outputs, self.recorder = compiled, role, user_outputs, recorder
         self.graphs: dict = {}
         self.last_ptrs: Optional[list] = None
+        self.calls: dict = {}  # calls per input layout so far (bounded)
+        self.repeats: list = []  # whether each of the last calls met a layout seen before
+
+    def _note(self, key) -> int:
+        """Count a call at ``key``; how many calls met it before."""
+        n = self.calls.get(key, 0)
+        if n or len(self.calls) < 4 * MAX_GRAPHS:
+            self.calls[key] = n + 1
+        self.repeats = (self.repeats + [n > 0])[-RECENT:]
+        return n
+
+    def _worth_recording(self, before: int) -> bool:
+        """Whether a call at a layout met ``before`` times should record now: at its second call,
+        or at its first where most recent calls met a layout seen before (a run that keeps coming
+        back to its sizes: the recording then pays from the next call); a run that meets a new
+        length at every step records nothing."""
+        if len(self.graphs) >= MAX_GRAPHS:
+            return False
+        return before >= 1 or (len(self.repeats) >= RECENT // 2 and 2 * sum(self.repeats) >= len(self.repeats))
 
     def __call__(self, tensors):
         key = tuple((tuple(t.shape), tuple(t.stride()), t.dtype, t.device) for t in tensors)
         if self.role == "forward":
             _LAST_FORWARD.clear()
+        before = self._note(key)
         g = self.graphs.get(key)
         if isinstance(g, Recorded):
             if self._replayable(key, g, tensors):
@@ -353,7 +382,7 @@ class TrainGraphs:
         ptrs = [t.data_ptr() for t in tensors]
         last, self.last_ptrs = self.last_ptrs, ptrs
         prep = None
-        if g is None and last is not None and len(self.graphs) < MAX_GRAPHS:
+        if g is None and last is not None and self._worth_recording(before):
             stable = [k < len(last) and last[k] == p and _parameter(t) for k, (p, t) in enumerate(zip(ptrs, tensors))]
             try:
                 prep = self._prepare(tensors, stable)
@@ -471,7 +500,7 @@ class TrainGraphs:
             lay = Layout.dense(o)
             kind = OutKind.CLONED if self.role == "backward" or i < self.user_outputs else OutKind.SAVED
             slots.append(OutSlot(kind=kind, layout=lay, offset=off))
-            off += _aligned(lay.nbytes())
+            off += _aligned(_extent(lay))
         device = out[0].device if len(out) else None
         arena.fit(off, device)
         inputs = FORWARD_INPUTS if self.role == "forward" else BACKWARD_INPUTS

@@ -25,15 +25,15 @@ def emulated(monkeypatch):
     return train_graphs.STATS
 
 
-# Sizes met again and again: the first call records nothing (no earlier call to tell the
-# parameters by), each size's next calls record and then replay.
-_SIZES = {"vit": (2, 3, 2, 3, 2, 3), "vit_sizes": (2, 3, 2, 3, 2, 3)}
+# Sizes met again and again: each size records at its second call and replays from its third.
+# The larger size's recording doubles the forward arena, so the smaller one records again once.
+_SIZES = {"vit": (2, 3) * 4, "vit_sizes": (2, 3) * 4}
 
 
 @pytest.mark.parametrize("name", ["mlp", "convnet", "attention", "lm_head", "dropout_p0", "batchnorm", "gpt2",
                                   "llama_gqa", "bert_mask", "vit"])
 def test_replayed_steps_give_eager_gradients(emulated, name):
-    cases.check(name, "cpp", sizes=_SIZES.get(name, (7, 13, 7, 13, 7, 13)))
+    cases.check(name, "cpp", sizes=_SIZES.get(name, (7, 13) * 4))
     assert emulated["recorded"] >= 2, emulated["refused"]
     assert emulated["replays"] >= 4, (emulated, emulated["refused"])
 
@@ -63,7 +63,7 @@ def test_a_forward_whose_saved_activations_are_alive_runs_without_its_graph(emul
     alive when the second forward comes; replaying it would overwrite them."""
     m, ref, f = _mlp_pair()
     g = torch.Generator().manual_seed(1)
-    for n in (5, 9, 5, 9):  # records, then replays, at both sizes
+    for n in (5, 9, 5, 9, 5, 9):  # records at each size's second call, then replays
         x = torch.randn(n, 16, generator=g)
         f(x).square().mean().backward()
         ref(x).square().mean().backward()
@@ -82,7 +82,7 @@ def test_a_parameter_replaced_runs_without_the_graph(emulated):
     """A graph reads parameters in place: one the optimizer replaced is no longer where it was."""
     m, ref, f = _mlp_pair()
     g = torch.Generator().manual_seed(2)
-    for n in (5, 9, 5, 9):
+    for n in (5, 9, 5, 9, 5, 9):
         x = torch.randn(n, 16, generator=g)
         f(x).sum().backward()
         ref(x).sum().backward()
@@ -104,7 +104,7 @@ def test_saved_activations_are_views_of_the_forward_arena(emulated):
     m, ref, f = _mlp_pair()
     g = torch.Generator().manual_seed(3)
     losses = []
-    for n in (5, 9, 5, 9):
+    for n in (5, 9, 5, 9, 5, 9):
         x = torch.randn(n, 16, generator=g)
         loss = f(x).sum()
         losses.append(loss)
@@ -121,5 +121,28 @@ def test_cuda_graph_replays_give_eager_gradients(monkeypatch, name):
     monkeypatch.setattr(train_graphs, "MODE", "1")
     monkeypatch.setitem(train_graphs.STATS, "replays", 0)
     monkeypatch.setitem(train_graphs.STATS, "refused", [])
-    cases.check(name, "triton", "cuda", sizes=_SIZES.get(name, (7, 13, 7, 13, 7, 13)))
+    cases.check(name, "triton", "cuda", sizes=_SIZES.get(name, (7, 13) * 4))
     assert train_graphs.STATS["replays"] >= 4, train_graphs.STATS["refused"]
+
+
+def test_a_new_length_at_every_step_records_nothing(emulated):
+    """Recording costs a run and a capture: a run that never meets a length twice pays none."""
+    m, ref, f = _mlp_pair()
+    g = torch.Generator().manual_seed(4)
+    for n in range(3, 23):
+        x = torch.randn(n, 16, generator=g)
+        f(x).sum().backward()
+    assert emulated["recorded"] == 0
+
+
+def test_a_run_that_keeps_coming_back_records_new_sizes_at_their_first_call(emulated):
+    m, ref, f = _mlp_pair()
+    g = torch.Generator().manual_seed(5)
+    for n in [5, 6, 7, 8] * 4:  # from the second round on, every call meets a size seen before
+        x = torch.randn(n, 16, generator=g)
+        f(x).sum().backward()
+        ref(x).sum().backward()
+    _grads_equal(m, ref)
+    recorded = emulated["recorded"]
+    f(torch.randn(11, 16, generator=g)).sum().backward()  # new, in a run of repeats: records at once
+    assert emulated["recorded"] == recorded + 2
