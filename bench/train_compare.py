@@ -175,6 +175,26 @@ def _parts() -> dict:
             "preload_n": _preloads()["n"], "preload_s": _preloads()["s"]}
 
 
+def _graph_stats() -> dict:
+    """CUDA graphs of training steps recorded and replayed so far (:mod:`compiler.train_graphs`)."""
+    from compiler.train_graphs import STATS
+    return STATS
+
+
+def _graph_mark() -> tuple:
+    """Where :func:`_graph_stats`' counters stand now (for :func:`_graph_counts`)."""
+    st = _graph_stats()
+    return st["recorded"], st["replays"], len(st["refused"])
+
+
+def _graph_counts(since: tuple) -> dict:
+    """CUDA graphs recorded and replayed since the :func:`_graph_mark` ``since``, and the first
+    reasons a recording was refused."""
+    st = _graph_stats()
+    return {"graphs_recorded": st["recorded"] - since[0], "graphs_replayed": st["replays"] - since[1],
+            "graphs_refused": st["refused"][since[2]:][:3]}
+
+
 def _preloads() -> dict:
     """Variants the loader thread loaded ahead so far, and its seconds (:mod:`compiler.codegen.preload`):
     work beside the steps, on their process's GIL."""
@@ -335,7 +355,7 @@ def _run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
     fb0 = compiler.BACKEND_STATS.get("eager_train_graphs", 0)
     # Where symshape's compile seconds go: its graphs' compiles (trace, lowering, codegen) of
     # which the Triton/C++ kernel builds (warm_s); the rest of compile_s is dynamo + AOTAutograd.
-    parts0 = _parts()
+    parts0, graphs0 = _parts(), _graph_mark()
     with cfg.patch(**patches), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -376,6 +396,7 @@ def _run_mode(mode, name, dtype, device, lens, check_len, log) -> dict:
             res["mem"] = memory_phases(fn, batch(max(lens), g), opt, dtype)
         if mode.startswith("symshape"):
             res.update({k: v - parts0[k] for k, v in _parts().items()})
+            res.update(_graph_counts(graphs0))
     print(f"  {name:<6} {str(dtype)[6:]:<8} {mode:<10} ms={res['ms']:8.2f} compile={res['compile_s']:6.1f}s "
           f"recompiles={res['recompiles']} fallbacks={res['fallbacks']} peak={res['peak_mib']:.0f}MiB "
           f"err={res['err']:.1e}" + (f" {_split(res)}" if "sym_graphs_s" in res else "")
@@ -410,6 +431,8 @@ class ModeRun:
         self.trace: list = []
         #: symshape's compile counters (:func:`_parts`) moved by this mode's compiles.
         self.sym_parts: dict = {}
+        #: CUDA graphs of training steps recorded and replayed before this mode ran (symshape_graphs).
+        self.graphs0 = _graph_mark()
         self.res = {"ms": float("nan"), "compile_s": 0.0, "recompiles": 0, "fallbacks": 0, "peak_mib": float("nan"),
                     "err": float("nan"), "steps": 0}
 
@@ -491,6 +514,7 @@ class ModeRun:
                        if isinstance(t, torch.Tensor) and t.device.type == "cuda")
             res["peak_mib"] = (own + self.peak_step) / 2 ** 20
         res.update(self.sym_parts)
+        res.update(_graph_counts(self.graphs0))
         res["trace"] = self.trace
         timers = res.pop("dynamo_split", {})
         split = ", ".join(f"{k} {timers[k]:.1f}" for k in _TIMERS if timers.get(k, 0) >= 0.05)
@@ -602,7 +626,10 @@ def _split(r) -> str:
             f"for builds in workers ({_build_mode()})"
             + (f"; {r['linear_groups']} linear groups" if r.get("linear_groups") else "")
             + (f"; {r['preload_n']} variants loaded ahead in {r['preload_s']:.1f}s beside the steps"
-               if r.get("preload_n") else "") + "]")
+               if r.get("preload_n") else "")
+            + (f"; CUDA graphs {r['graphs_recorded']} recorded, {r['graphs_replayed']} replays"
+               + (f" (refused: {'; '.join(r['graphs_refused'])})" if r.get("graphs_refused") else "")
+               if r.get("graphs_recorded") or r.get("graphs_refused") else "") + "]")
 
 
 def _build_mode() -> str:

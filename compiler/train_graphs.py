@@ -517,8 +517,10 @@ class TrainGraphs:
         # One more run outside the recording: bindings, classifications and lazy set-ups of this
         # size happen there (the recording may not synchronize), on the arenas' real values.
         row_buckets.forget_row_copy()
-        self.recorder.warm(lambda: compiled(Owned([src.tensor(t) for src, t in zip(sources, prep.kept)])))
         try:
+            # A failure here (out of memory for the recording's run, an op the capture refuses) is
+            # the graph's, not the step's: that size runs without a graph.
+            self.recorder.warm(lambda: compiled(Owned([src.tensor(t) for src, t in zip(sources, prep.kept)])))
             replay = self.recorder.record(body, list(prep.kept))
         except (RuntimeError, TypeError, ValueError) as e:
             raise Refused(f"recording failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}") from e
