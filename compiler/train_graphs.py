@@ -68,7 +68,12 @@ STATS: dict = {"recorded": 0, "replays": 0, "plain": 0, "refused": []}
 
 
 class Refused(Exception):
-    """A graph that will not be recorded, and why (a plain call serves that size)."""
+    """A graph not recorded, and why (a plain call serves that size): for good (``lasting``: the
+    program draws random numbers, the capture failed) or for this call only (the arena in use)."""
+
+    def __init__(self, reason: str, lasting: bool = True):
+        super().__init__(reason)
+        self.lasting = lasting
 
 
 class OutKind(enum.Enum):
@@ -398,7 +403,8 @@ class TrainGraphs:
         return out
 
     def _refuse(self, key, e) -> None:
-        self.graphs[key] = _REFUSED
+        if e.lasting:
+            self.graphs[key] = _REFUSED
         if len(STATS["refused"]) < 64:
             STATS["refused"].append(f"{self.role}: {e}")
 
@@ -448,7 +454,7 @@ class TrainGraphs:
             hit = _forward_slot(t) if self.role == "backward" else None
             if hit is not None:
                 if reads is not None and hit[0] is not reads:
-                    raise Refused("inputs from two forward graphs")
+                    raise Refused("inputs from two forward graphs", lasting=False)
                 reads, slot = hit
                 sources.append(Source(kind=SourceKind.ARENA, layout=lay, offset=slot.offset))
                 kept.append(None)
@@ -464,11 +470,11 @@ class TrainGraphs:
                 off += _aligned(_extent(lay))
         if self.role == "backward":
             if reads is None:
-                raise Refused("no input is an output of a recorded forward graph")
+                raise Refused("no input is an output of a recorded forward graph", lasting=False)
             if dict(reads.gens).get(FORWARD) != FORWARD.gen:
-                raise Refused("the forward arena was replaced since its forward recorded")
+                raise Refused("the forward arena was replaced since its forward recorded", lasting=False)
             if to_arena and FORWARD.in_use():
-                raise Refused("the forward arena holds activations still in use")
+                raise Refused("the forward arena holds activations still in use", lasting=False)
             for slot, t in to_arena:  # what the forward's replay would have written
                 FORWARD.view(slot.offset, slot.layout).copy_(t)
             FORWARD.writer = reads

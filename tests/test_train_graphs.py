@@ -146,3 +146,24 @@ def test_a_run_that_keeps_coming_back_records_new_sizes_at_their_first_call(emul
     recorded = emulated["recorded"]
     f(torch.randn(11, 16, generator=g)).sum().backward()  # new, in a run of repeats: records at once
     assert emulated["recorded"] == recorded + 2
+
+
+def test_a_recording_refused_for_one_call_is_tried_again(emulated):
+    """Two forwards before one backward at a size's second call: the first backward cannot map
+    its inputs to a recorded forward then (a refusal for that call only); later steps record and
+    replay, with eager's gradients throughout."""
+    m, ref, f = _mlp_pair()
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(5, 16, generator=g)
+    f(x).sum().backward(), ref(x).sum().backward()
+    x1, x2 = torch.randn(5, 16, generator=g), torch.randn(5, 16, generator=g)
+    a, b = f(x1).sum(), f(x2).square().sum()
+    (a + b).backward()
+    (ref(x1).sum() + ref(x2).square().sum()).backward()
+    _grads_equal(m, ref)
+    for _ in range(3):
+        m.zero_grad(), ref.zero_grad()
+        x = torch.randn(5, 16, generator=g)
+        f(x).sum().backward(), ref(x).sum().backward()
+        _grads_equal(m, ref)
+    assert emulated["replays"] >= 2, emulated
