@@ -23,6 +23,7 @@ Usage::
     python bench/hf_compile_sweep.py --only llama,bert,vit
     python bench/hf_compile_sweep.py --sample 40 --seed 0 --timeout 240 --out table.txt
     python bench/hf_compile_sweep.py --train --sample 30 --seed 1
+    SYMSHAPE_TRAIN_GRAPHS=emulate python bench/hf_compile_sweep.py --train --repeat 3   # replay rules, CPU
     python bench/hf_compile_sweep.py --diffusers [--train]     # bench/diffusers_sweep.py's cases
 
 Example (the outcome of one architecture from its sizes' outcomes)::
@@ -217,6 +218,10 @@ def sweep_diffusers(case, timeout: float, train: bool = False) -> CompileRow:
     return _compile_and_check(row, prog, case.specs, dict(case.points[0]), points, timeout, train)
 
 
+#: Rounds over an architecture's sizes (``--repeat``).
+REPEAT = [1]
+
+
 def _compile_and_check(row, prog, specs, dims, points, timeout, train) -> CompileRow:
     t0 = time.perf_counter()
     try:
@@ -231,7 +236,7 @@ def _compile_and_check(row, prog, specs, dims, points, timeout, train) -> Compil
         row.status, row.note = f"compile: {type(e).__name__}", _first_line(e)
         return row
     row.compile_s = time.perf_counter() - t0
-    for point, x in points:
+    for point, x in points * REPEAT[0]:
         try:
             with warnings.catch_warnings(), time_limit(timeout):
                 warnings.simplefilter("ignore")
@@ -272,6 +277,11 @@ def report(rows) -> str:
         lines.append(f"a size ran past the time limit (not counted as a defect): {slow}")
     if tried:
         lines.append(f"compile s: median {sorted(r.compile_s for r in tried)[len(tried) // 2]:.1f}")
+    from compiler.train_graphs import STATS
+    if STATS["recorded"] or STATS["refused"]:
+        lines.append(f"training graphs (compiler/train_graphs.py): {STATS['recorded']} recorded, {STATS['replays']} "
+                     f"replays, {STATS['plain']} plain calls; refusals {len(STATS['refused'])}: "
+                     f"{sorted(set(STATS['refused']))[:8]}")
     return "\n".join(lines)
 
 
@@ -285,7 +295,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", help="also write the report to this file")
     ap.add_argument("--train", action="store_true", help="a training step through backend='symshape' instead")
     ap.add_argument("--diffusers", action="store_true", help="bench/diffusers_sweep.py's cases instead of transformers'")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="call the sizes this many rounds (with SYMSHAPE_TRAIN_GRAPHS set, training steps at "
+                         "sizes met before replay graphs: compiler/train_graphs.py)")
     args = ap.parse_args(argv)
+    REPEAT[0] = max(1, args.repeat)
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     if args.diffusers:
         from bench import diffusers_sweep as ds
